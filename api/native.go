@@ -1,0 +1,48 @@
+package api
+
+// NativeChatRequest is the body of POST /v1/chat, llmd's native API. It
+// streams by default (SSE); "stream": false returns one JSON object.
+type NativeChatRequest struct {
+	Model       string    `json:"model"`
+	Messages    []Message `json:"messages"`
+	MaxTokens   *int      `json:"max_tokens,omitempty"`
+	Temperature *float64  `json:"temperature,omitempty"`
+	TopP        *float64  `json:"top_p,omitempty"`
+	Seed        *int64    `json:"seed,omitempty"`
+	Stop        Stop      `json:"stop,omitempty"`
+	Stream      *bool     `json:"stream,omitempty"`
+	// Priority is the request's class: "enterprise", "paid", "free" or
+	// "batch". Empty means the tenant's default.
+	Priority string `json:"priority,omitempty"`
+}
+
+// NativeDelta is the data of one native token event:
+// "id: N\ndata: {\"delta\": \"...\", \"index\": 0}".
+type NativeDelta struct {
+	Delta string `json:"delta"`
+	Index int    `json:"index"`
+}
+
+// NativeUsage counts tokens in the native API.
+type NativeUsage struct {
+	InputTokens  int `json:"input_tokens"`
+	CachedTokens int `json:"cached_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+// NativeDone is the data of the final "event: done" of a native stream, and
+// the body of a non-streamed native response.
+type NativeDone struct {
+	// ID is the request id (for resume and cancel).
+	ID           string      `json:"id"`
+	Model        string      `json:"model"`
+	FinishReason string      `json:"finish_reason"`
+	Usage        NativeUsage `json:"usage"`
+	// Text is the whole answer; set only on non-streamed responses.
+	Text string `json:"text,omitempty"`
+}
+
+// NativeError is the data of an "event: error" frame of a native stream.
+type NativeError struct {
+	Error ErrorDetail `json:"error"`
+}

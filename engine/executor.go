@@ -1,0 +1,122 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// Executor runs the model. It is the engine's plug-in point: engine/sim
+// implements it with a roofline cost model, engine/cpu with a real
+// transformer forward pass.
+//
+// Locking: the engine calls an Executor from its step goroutine only, one
+// call at a time.
+type Executor interface {
+	// Info describes the model and the KV capacity the executor provides.
+	// It is called once, before the first Forward.
+	Info() ExecutorInfo
+	// Forward applies the batch's block operations, then runs one fused
+	// step over every sequence in b. It returns one sampled token per
+	// sequence whose SeqInput.Sample is set. An error fails every sequence
+	// in the batch; the engine frees their blocks and carries on.
+	Forward(ctx context.Context, b *Batch) (*Output, error)
+}
+
+// ExecutorInfo is what the engine needs to know about an executor.
+type ExecutorInfo struct {
+	// Model is the model id served, e.g. "sim/small".
+	Model string
+	// NumBlocks is the number of KV blocks the executor holds memory for.
+	NumBlocks int
+	// BlockSize is the number of tokens per KV block.
+	BlockSize int
+	// ContextLength is the most tokens (prompt plus output) one sequence may hold.
+	ContextLength int
+	// EOS lists the token ids that end a generation.
+	EOS []int32
+}
+
+// Batch is one step's work. It is plain data; the executor must not keep it
+// after Forward returns.
+type Batch struct {
+	// Seqs are the sequences in this step, in no particular order.
+	Seqs []SeqInput
+	// Copies are block copies to perform before the step (copy-on-write).
+	Copies []BlockCopy
+	// SwapOut copies device blocks to host swap slots before the step.
+	SwapOut []BlockSwap
+	// SwapIn copies host swap slots back to device blocks before the step.
+	SwapIn []BlockSwap
+}
+
+// NumTokens is the number of tokens processed in the batch.
+func (b *Batch) NumTokens() int {
+	n := 0
+	for i := range b.Seqs {
+		n += len(b.Seqs[i].Tokens)
+	}
+	return n
+}
+
+// SeqInput is one sequence's share of a step: a prefill chunk or one decode
+// token.
+type SeqInput struct {
+	// SeqID identifies the sequence for the life of the request.
+	SeqID uint64
+	// Tokens are the token ids to process this step; never empty.
+	Tokens []int32
+	// Pos is the position of Tokens[0]; Tokens[i] sits at Pos+i.
+	Pos int
+	// Context is the number of tokens whose KV the sequence holds after this
+	// step (Pos + len(Tokens)).
+	Context int
+	// Blocks is the sequence's block table: physical block ids covering
+	// positions [0, Context). The caller owns the slice.
+	Blocks []int32
+	// Sample is set when the step must produce the sequence's next token
+	// (a decode step, or the last chunk of a prefill).
+	Sample bool
+	// Generated is the number of tokens generated so far, not counting the
+	// one this step may produce.
+	Generated int
+	// Seed seeds sampling; the same seed and inputs give the same tokens.
+	Seed uint64
+	// Sampling holds the sampling parameters.
+	Sampling SamplingParams
+}
+
+// SamplingParams controls how the next token is chosen.
+type SamplingParams struct {
+	Temperature float64
+	TopP        float64
+	TopK        int
+}
+
+// BlockCopy copies the KV contents of block Src into block Dst.
+type BlockCopy struct {
+	Src, Dst int32
+}
+
+// BlockSwap moves one block between device memory and a host swap slot.
+type BlockSwap struct {
+	Device int32
+	Host   int32
+}
+
+// Output is Forward's result.
+type Output struct {
+	// Tokens holds one entry per Batch.Seqs entry: the sampled token, or -1
+	// where Sample was not set.
+	Tokens []int32
+	// Duration is the time the step took (simulated or measured).
+	Duration time.Duration
+}
+
+// Clock is the engine's source of time. The real clock sleeps; a virtual
+// clock advances instantly, so the same engine can run a simulated hour in
+// seconds.
+type Clock interface {
+	Now() time.Time
+	// Sleep waits for d, or returns early with ctx's error.
+	Sleep(ctx context.Context, d time.Duration) error
+}
