@@ -2,7 +2,14 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/llmd/llmd/engine/kvcache"
 )
 
 // Config configures an Engine. The zero value is not valid; start from
@@ -16,58 +23,338 @@ type Config struct {
 	// MaxWaiting caps the waiting queue; Submit returns ErrQueueFull past
 	// it. Default 10000.
 	MaxWaiting int
+	// WatermarkFraction of the KV blocks is kept free at admission so that
+	// running sequences can grow before anything is preempted. Default 0.01.
+	WatermarkFraction float64
 }
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
-	return Config{MaxBatchTokens: 2048, MaxRunning: 256, MaxWaiting: 10000}
+	return Config{MaxBatchTokens: 2048, MaxRunning: 256, MaxWaiting: 10000, WatermarkFraction: 0.01}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxBatchTokens < 1:
+		return fmt.Errorf("engine: max batch tokens must be positive, got %d", c.MaxBatchTokens)
+	case c.MaxRunning < 1:
+		return fmt.Errorf("engine: max running sequences must be positive, got %d", c.MaxRunning)
+	case c.MaxWaiting < 1:
+		return fmt.Errorf("engine: max waiting requests must be positive, got %d", c.MaxWaiting)
+	case c.WatermarkFraction < 0 || c.WatermarkFraction >= 1:
+		return fmt.Errorf("engine: watermark fraction must be in [0, 1), got %g", c.WatermarkFraction)
+	}
+	return nil
 }
 
 // Stats is a snapshot of the engine for metrics and the TUI.
 type Stats struct {
-	Model        string
+	Model string
+	// BlocksTotal, BlocksUsed and BlocksCached count KV blocks; cached
+	// blocks are free but still hold a reusable prefix.
 	BlocksTotal  int
 	BlocksUsed   int
 	BlocksCached int
-	BlockSize    int
-	Running      int
-	Waiting      int
-	Steps        uint64
+	// BlockSize is in tokens.
+	BlockSize int
+	Running   int
+	Waiting   int
+	Steps     uint64
 	// StepTokens is the number of tokens in the last step's batch.
 	StepTokens int
 	// Completed counts requests that have finished (any reason).
 	Completed uint64
 	// GeneratedTokens counts every output token produced.
 	GeneratedTokens uint64
-	// PromptTokens counts prompt tokens prefilled (cache hits excluded).
-	PromptTokens uint64
+	// ComputedTokens counts tokens run through the executor.
+	ComputedTokens uint64
+	// CachedTokens counts prompt tokens served from the prefix cache.
+	CachedTokens uint64
 	Preemptions  uint64
+	Evictions    uint64
 }
 
-// Engine runs one model replica. Build it with New, start it with Run.
+// Engine runs one model replica: the step loop of a Scheduler over an
+// Executor. Build it with New, start it with Run.
+//
+// Locking: the step goroutine (Run) owns the scheduler and the block pool;
+// other goroutines reach it only through the inbox (Submit, Cancel) and the
+// stats snapshot.
 type Engine struct {
-	_ struct{}
+	exec   Executor
+	info   ExecutorInfo
+	clock  Clock
+	cfg    Config
+	logger *slog.Logger
+	sched  *Scheduler
+
+	// inbox, guarded by mu: submissions and cancellations for the loop.
+	mu        sync.Mutex
+	submitted []submission
+	cancelled []string
+	closed    bool
+	wake      chan struct{}
+
+	pending atomic.Int64 // submitted but not yet finished
+	streams map[string]*Stream
+
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+type submission struct {
+	req    Request
+	stream *Stream
+	stop   func() bool // releases the context.AfterFunc
 }
 
 // New returns an engine over exec. logger may be nil.
 func New(exec Executor, clock Clock, cfg Config, logger *slog.Logger) (*Engine, error) {
-	panic("todo")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	info := exec.Info()
+	pool, err := kvcache.NewPool(info.NumBlocks, info.BlockSize)
+	if err != nil {
+		return nil, fmt.Errorf("engine: model %s: %w", info.Model, err)
+	}
+	e := &Engine{
+		exec:    exec,
+		info:    info,
+		clock:   clock,
+		cfg:     cfg,
+		logger:  logger.With("component", "engine", "model", info.Model),
+		wake:    make(chan struct{}, 1),
+		streams: make(map[string]*Stream),
+	}
+	e.sched, err = NewScheduler(SchedulerConfig{
+		MaxBatchTokens:  cfg.MaxBatchTokens,
+		MaxRunning:      cfg.MaxRunning,
+		ContextLength:   info.ContextLength,
+		EOS:             info.EOS,
+		WatermarkBlocks: int(cfg.WatermarkFraction * float64(info.NumBlocks)),
+	}, pool, e.deliver)
+	if err != nil {
+		return nil, err
+	}
+	e.publishStats()
+	return e, nil
 }
 
 // Info describes the executor the engine drives.
-func (e *Engine) Info() ExecutorInfo { panic("todo") }
+func (e *Engine) Info() ExecutorInfo { return e.info }
+
+// MaxSeqTokens is the most tokens (prompt plus output) one sequence can hold.
+func (e *Engine) MaxSeqTokens() int { return e.sched.MaxSeqTokens() }
 
 // Submit queues req. The request is cancelled when ctx ends: it is removed
 // and its blocks freed at the next step. It returns ErrClosed, ErrQueueFull,
-// ErrDuplicateID, *ContextLengthError or *InvalidRequestError.
-func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) { panic("todo") }
+// *ContextLengthError or *InvalidRequestError; ErrDuplicateID ends the
+// returned stream if the id is already live.
+func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
+	if err := e.sched.check(req); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	st := newStream(req.ID)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	if e.pending.Load() >= int64(e.cfg.MaxWaiting+e.cfg.MaxRunning) {
+		return nil, ErrQueueFull
+	}
+	e.pending.Add(1)
+	id := req.ID
+	stop := context.AfterFunc(ctx, func() { e.Cancel(id) })
+	e.submitted = append(e.submitted, submission{req: req, stream: st, stop: stop})
+	e.signal()
+	return st, nil
+}
 
-// Cancel cancels the request with the given id, if it is live.
-func (e *Engine) Cancel(id string) { panic("todo") }
+// Cancel cancels the live request with the given id; it is removed and its
+// blocks freed at the next step.
+func (e *Engine) Cancel(id string) {
+	e.mu.Lock()
+	e.cancelled = append(e.cancelled, id)
+	e.mu.Unlock()
+	e.signal()
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
 
 // Stats returns a snapshot; safe to call from any goroutine.
-func (e *Engine) Stats() Stats { panic("todo") }
+func (e *Engine) Stats() Stats {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	return e.stats
+}
 
 // Run runs the step loop until ctx ends; then every live request finishes
-// with FinishCancelled and Run returns nil.
-func (e *Engine) Run(ctx context.Context) error { panic("todo") }
+// with FinishCancelled and Run returns nil. An executor error fails the
+// sequences of that step and the loop goes on.
+func (e *Engine) Run(ctx context.Context) error {
+	defer e.shutdown()
+	for {
+		e.drainInbox()
+		if e.sched.NumRunning() == 0 && e.sched.NumWaiting() == 0 {
+			e.publishStats()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-e.wake:
+				continue
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		plan := e.sched.Step()
+		if plan.Empty() {
+			// Waiting work that cannot be admitted and nothing running
+			// cannot happen (admission ignores the watermark when idle),
+			// but never spin if it does.
+			e.publishStats()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-e.wake:
+			}
+			continue
+		}
+		out, err := e.exec.Forward(ctx, &plan.Batch)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			e.logger.Error("executor step failed", "err", err, "seqs", len(plan.Batch.Seqs))
+			e.sched.Fail(plan, err)
+		} else {
+			e.sched.Apply(plan, out, e.clock.Now())
+		}
+		e.publishStats()
+	}
+}
+
+// drainInbox moves submissions and cancellations into the scheduler.
+func (e *Engine) drainInbox() {
+	e.mu.Lock()
+	subs, cancels := e.submitted, e.cancelled
+	e.submitted, e.cancelled = nil, nil
+	e.mu.Unlock()
+	for _, s := range subs {
+		if _, dup := e.streams[s.req.ID]; dup {
+			s.stop()
+			e.pending.Add(-1)
+			s.stream.push(Event{Kind: EventFinish, Index: -1, Finish: FinishError, Err: ErrDuplicateID})
+			continue
+		}
+		e.streams[s.req.ID] = s.stream
+		s.stream.stop = s.stop
+		if err := e.sched.Add(s.req); err != nil {
+			delete(e.streams, s.req.ID)
+			s.stop()
+			e.pending.Add(-1)
+			s.stream.push(Event{Kind: EventFinish, Index: -1, Finish: FinishError, Err: err})
+		}
+	}
+	for _, id := range cancels {
+		e.sched.Cancel(id)
+	}
+}
+
+// deliver is the scheduler's Emit: it hands an event to the request's
+// stream without blocking.
+func (e *Engine) deliver(r *Request, ev Event) {
+	st, ok := e.streams[r.ID]
+	if !ok {
+		return
+	}
+	if ev.Time.IsZero() {
+		ev.Time = e.clock.Now()
+	}
+	st.push(ev)
+	if ev.Last() {
+		delete(e.streams, r.ID)
+		if st.stop != nil {
+			st.stop()
+		}
+		e.pending.Add(-1)
+	}
+}
+
+// shutdown cancels everything still live and refuses new submissions.
+func (e *Engine) shutdown() {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.drainInbox()
+	e.sched.CancelAll()
+	e.publishStats()
+}
+
+func (e *Engine) publishStats() {
+	ss := e.sched.Stats()
+	pool := e.sched.Pool()
+	st := Stats{
+		Model:           e.info.Model,
+		BlocksTotal:     pool.NumBlocks(),
+		BlocksUsed:      pool.NumUsed(),
+		BlocksCached:    pool.NumCached(),
+		BlockSize:       pool.BlockSize(),
+		Running:         e.sched.NumRunning(),
+		Waiting:         e.sched.NumWaiting(),
+		Steps:           ss.Steps,
+		StepTokens:      ss.StepTokens,
+		Completed:       ss.Completed,
+		GeneratedTokens: ss.GeneratedTokens,
+		ComputedTokens:  ss.ComputedTokens,
+		CachedTokens:    ss.CachedTokens,
+		Preemptions:     ss.Preemptions,
+		Evictions:       pool.Evictions(),
+	}
+	e.statsMu.Lock()
+	e.stats = st
+	e.statsMu.Unlock()
+}
+
+// Collect reads a stream to its end and returns the tokens of each choice
+// and the usage. It is a convenience for tests and non-streaming callers.
+func Collect(ctx context.Context, st *Stream) (tokens [][]int32, finish []FinishReason, usage Usage, err error) {
+	for {
+		ev, err := st.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return tokens, finish, usage, nil
+		}
+		if err != nil {
+			return tokens, finish, usage, err
+		}
+		for ev.Index >= len(tokens) {
+			tokens = append(tokens, nil)
+			finish = append(finish, "")
+		}
+		switch {
+		case ev.Kind == EventToken:
+			tokens[ev.Index] = append(tokens[ev.Index], ev.Token)
+		case ev.Last():
+			usage = ev.Usage
+			if ev.Err != nil {
+				return tokens, finish, usage, ev.Err
+			}
+		case ev.Kind == EventFinish:
+			finish[ev.Index] = ev.Finish
+		}
+	}
+}

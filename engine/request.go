@@ -127,6 +127,8 @@ type Stream struct {
 	closed bool
 	notify chan struct{}
 	id     string
+	// stop releases the request context's AfterFunc; owned by the engine.
+	stop func() bool
 }
 
 func newStream(id string) *Stream {

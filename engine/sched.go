@@ -1,0 +1,718 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/llmd/llmd/engine/kvcache"
+)
+
+// SchedulerConfig sizes a Scheduler.
+type SchedulerConfig struct {
+	// MaxBatchTokens is the most tokens processed in one step.
+	MaxBatchTokens int
+	// MaxRunning caps the running set.
+	MaxRunning int
+	// ContextLength is the most tokens one sequence may hold.
+	ContextLength int
+	// EOS lists the token ids that end a generation.
+	EOS []int32
+	// WatermarkBlocks are kept free at admission so running sequences can
+	// grow a little before anything must be preempted.
+	WatermarkBlocks int
+}
+
+// Emit receives the events the scheduler produces, synchronously, in order.
+type Emit func(r *Request, ev Event)
+
+// seqState is where a sequence is in its life.
+type seqState uint8
+
+const (
+	stateWaiting seqState = iota
+	stateRunning
+	stateFinished
+)
+
+// request is the scheduler's record of one submitted Request.
+type request struct {
+	req      Request
+	seqs     []*sequence // one per choice once forked; one before
+	forked   bool
+	live     int // choices not yet finished
+	cached   int // prompt tokens served from the prefix cache at first admission
+	admitted bool
+	output   int // tokens generated over all choices
+	arrival  uint64
+	finished bool
+}
+
+// sequence is one choice's token stream and its blocks.
+type sequence struct {
+	id     uint64
+	r      *request
+	index  int     // choice index; -1 for the shared prefill of n > 1
+	tokens []int32 // prompt then generated tokens
+	// computed is how many leading tokens have their KV in the cache.
+	computed int
+	// target is how many tokens this sequence must compute before it
+	// samples: len(tokens) normally; len(prompt)-1 for the shared prefill
+	// of a request with n > 1 choices.
+	blocks []int32
+	// hashed is how many leading blocks are committed to the prefix index.
+	hashed    int
+	hashes    []kvcache.Hash // chained hashes of the full blocks of tokens
+	generated int
+	state     seqState
+	admitted  uint64 // admission order, for choosing a preemption victim
+}
+
+// Plan is one step's decision: the batch plus the sequences behind it.
+type Plan struct {
+	Batch Batch
+	seqs  []*sequence
+}
+
+// Empty reports whether the plan has no work.
+func (p *Plan) Empty() bool { return len(p.Batch.Seqs) == 0 && len(p.Batch.Copies) == 0 }
+
+// Scheduler is the engine's synchronous core: it decides admissions,
+// preemptions and each step's batch, and applies each step's results. It
+// starts no goroutines, reads no clock and does no I/O.
+//
+// Locking: none; one goroutine owns a Scheduler.
+type Scheduler struct {
+	cfg  SchedulerConfig
+	pool *kvcache.Pool
+	emit Emit
+
+	waiting []*sequence // by priority (high first), then arrival
+	running []*sequence // in admission order
+	byID    map[string]*request
+	eos     map[int32]bool
+
+	nextSeq     uint64
+	nextArrival uint64
+	nextAdmit   uint64
+
+	stats SchedStats
+
+	// Valid during Step only.
+	plan     *Plan
+	budget   int
+	snapshot []*sequence
+	// tokScratch backs the batch's token slices; reused every step.
+	tokScratch []int32
+}
+
+// SchedStats are the scheduler's counters.
+type SchedStats struct {
+	Steps      uint64
+	StepTokens int
+	Completed  uint64
+	// GeneratedTokens counts output tokens.
+	GeneratedTokens uint64
+	// ComputedTokens counts tokens run through the executor (prefill
+	// chunks, recomputation and decode).
+	ComputedTokens uint64
+	// CachedTokens counts prompt tokens served from the prefix cache.
+	CachedTokens uint64
+	Preemptions  uint64
+}
+
+// NewScheduler returns a scheduler over pool that reports events to emit.
+func NewScheduler(cfg SchedulerConfig, pool *kvcache.Pool, emit Emit) (*Scheduler, error) {
+	if cfg.MaxBatchTokens < 1 {
+		return nil, fmt.Errorf("engine: max batch tokens must be positive, got %d", cfg.MaxBatchTokens)
+	}
+	if cfg.MaxRunning < 1 {
+		return nil, fmt.Errorf("engine: max running must be positive, got %d", cfg.MaxRunning)
+	}
+	if cfg.ContextLength < 2 {
+		return nil, fmt.Errorf("engine: context length must be at least 2, got %d", cfg.ContextLength)
+	}
+	if emit == nil {
+		emit = func(*Request, Event) {}
+	}
+	s := &Scheduler{cfg: cfg, pool: pool, emit: emit, byID: make(map[string]*request), eos: make(map[int32]bool)}
+	for _, t := range cfg.EOS {
+		s.eos[t] = true
+	}
+	return s, nil
+}
+
+// Pool returns the scheduler's block pool.
+func (s *Scheduler) Pool() *kvcache.Pool { return s.pool }
+
+// Stats returns the counters.
+func (s *Scheduler) Stats() SchedStats { return s.stats }
+
+// NumRunning is the number of running sequences.
+func (s *Scheduler) NumRunning() int { return len(s.running) }
+
+// NumWaiting is the number of waiting sequences.
+func (s *Scheduler) NumWaiting() int { return len(s.waiting) }
+
+// Live reports whether a request with this id is queued or running.
+func (s *Scheduler) Live(id string) bool { _, ok := s.byID[id]; return ok }
+
+// MaxSeqTokens is the most tokens one sequence can ever hold: the lesser of
+// the context length and the whole pool.
+func (s *Scheduler) MaxSeqTokens() int {
+	return min(s.cfg.ContextLength, s.pool.NumBlocks()*s.pool.BlockSize())
+}
+
+// Add queues a request. It fails with *ContextLengthError when the request
+// could never fit and *InvalidRequestError when it is malformed.
+func (s *Scheduler) Add(req Request) error {
+	if err := s.check(req); err != nil {
+		return err
+	}
+	if _, ok := s.byID[req.ID]; ok {
+		return ErrDuplicateID
+	}
+	r := &request{req: req, arrival: s.nextArrival}
+	s.nextArrival++
+	s.byID[req.ID] = r
+	if req.N > 1 && len(req.Prompt) == 1 {
+		// Nothing to share: queue the choices directly.
+		r.forked = true
+		for c := range req.N {
+			seq := s.newSeq(r, req.Prompt)
+			seq.index = c
+			r.seqs = append(r.seqs, seq)
+			s.enqueue(seq)
+		}
+		r.live = req.N
+		return nil
+	}
+	seq := s.newSeq(r, req.Prompt)
+	if req.N > 1 {
+		seq.index = -1 // shared prefill, forked into the choices
+	}
+	r.seqs = []*sequence{seq}
+	r.live = 1
+	s.enqueue(seq)
+	return nil
+}
+
+func (s *Scheduler) check(req Request) error {
+	switch {
+	case req.ID == "":
+		return &InvalidRequestError{Reason: "empty request id"}
+	case len(req.Prompt) == 0:
+		return &InvalidRequestError{Reason: "empty prompt"}
+	case req.MaxTokens < 1:
+		return &InvalidRequestError{Reason: "max tokens must be at least 1"}
+	case req.N < 1:
+		return &InvalidRequestError{Reason: "n must be at least 1"}
+	}
+	if limit := s.MaxSeqTokens(); len(req.Prompt)+req.MaxTokens > limit {
+		return &ContextLengthError{PromptTokens: len(req.Prompt), MaxTokens: req.MaxTokens, Limit: limit}
+	}
+	return nil
+}
+
+func (s *Scheduler) newSeq(r *request, tokens []int32) *sequence {
+	s.nextSeq++
+	return &sequence{
+		id:     s.nextSeq,
+		r:      r,
+		tokens: slices.Clone(tokens),
+		state:  stateWaiting,
+	}
+}
+
+// enqueue inserts seq into the waiting queue behind every sequence of its
+// priority or higher that arrived before it.
+func (s *Scheduler) enqueue(seq *sequence) {
+	seq.state = stateWaiting
+	p, a := seq.r.req.Priority, seq.r.arrival
+	i, _ := slices.BinarySearchFunc(s.waiting, seq, func(w, _ *sequence) int {
+		wp, wa := w.r.req.Priority, w.r.arrival
+		if wp != p {
+			if wp > p {
+				return -1
+			}
+			return 1
+		}
+		if wa < a || (wa == a && w.index < seq.index) {
+			return -1
+		}
+		return 1
+	})
+	s.waiting = slices.Insert(s.waiting, i, seq)
+}
+
+// Cancel ends a live request with FinishCancelled and frees its blocks. It
+// reports whether the request was live.
+func (s *Scheduler) Cancel(id string) bool {
+	r, ok := s.byID[id]
+	if !ok {
+		return false
+	}
+	s.finishRequest(r, FinishCancelled, nil)
+	return true
+}
+
+// CancelAll cancels every live request.
+func (s *Scheduler) CancelAll() {
+	for _, r := range s.liveRequests() {
+		s.finishRequest(r, FinishCancelled, nil)
+	}
+}
+
+func (s *Scheduler) liveRequests() []*request {
+	rs := make([]*request, 0, len(s.byID))
+	for _, r := range s.byID {
+		rs = append(rs, r)
+	}
+	slices.SortFunc(rs, func(a, b *request) int { return int(a.arrival) - int(b.arrival) })
+	return rs
+}
+
+// Step decides the next batch: decode tokens for running sequences first,
+// then prefill chunks, then admissions, within the token budget and the
+// free blocks. It preempts when a running sequence needs a block and none
+// is free. The plan is valid until the next call to Apply or Fail.
+func (s *Scheduler) Step() *Plan {
+	plan := &Plan{}
+	s.plan = plan
+	s.budget = s.cfg.MaxBatchTokens
+	s.tokScratch = s.tokScratch[:0]
+
+	// Decode first, then prefill chunks, each in admission order. Iterate
+	// over a snapshot: reserving may preempt sequences anywhere in the list.
+	s.snapshot = append(s.snapshot[:0], s.running...)
+	for _, decode := range []bool{true, false} {
+		for _, seq := range s.snapshot {
+			if s.budget == 0 {
+				break
+			}
+			need := s.need(seq)
+			if seq.state != stateRunning || need == 0 || (need == 1) != decode || slices.Contains(plan.seqs, seq) {
+				continue
+			}
+			s.reserve(seq, min(need, s.budget))
+		}
+	}
+
+	// Admit waiting sequences while the budget, the running cap and the
+	// free blocks allow.
+	for len(s.waiting) > 0 && s.budget > 0 && len(s.running) < s.cfg.MaxRunning {
+		seq := s.waiting[0]
+		if !s.admit(seq) {
+			break
+		}
+		if !s.reserve(seq, min(s.need(seq), s.budget)) {
+			break
+		}
+	}
+	for i := range plan.seqs {
+		plan.Batch.Seqs[i].Blocks = plan.seqs[i].blocks
+	}
+	s.stats.StepTokens = s.cfg.MaxBatchTokens - s.budget
+	s.plan = nil
+	clear(s.snapshot)
+	return plan
+}
+
+// target is the number of tokens seq must hold computed before it samples.
+func (s *Scheduler) target(seq *sequence) int {
+	if seq.index < 0 {
+		return len(seq.tokens) - 1 // shared prefill stops short of the last prompt token
+	}
+	return len(seq.tokens)
+}
+
+// need is the number of tokens seq still has to compute.
+func (s *Scheduler) need(seq *sequence) int { return s.target(seq) - seq.computed }
+
+// admit moves seq from waiting to running if its projected memory fits:
+// the blocks for its remaining prompt (after prefix-cache hits) plus one for
+// its first output, above the watermark. Prefix-cache hits take references.
+func (s *Scheduler) admit(seq *sequence) bool {
+	bs := s.pool.BlockSize()
+	if seq.hashes == nil || len(seq.hashes) < len(seq.tokens)/bs {
+		seq.hashes = kvcache.HashChain(seq.tokens, bs)
+	}
+	// Never take the whole sequence from the cache: the last token must be
+	// computed to produce the next one.
+	maxHit := (s.target(seq) - 1) / bs
+	hits, cachedHits := 0, 0
+	if len(seq.blocks) == 0 {
+		for hits < maxHit && hits < len(seq.hashes) {
+			found, cached := s.pool.Probe(seq.hashes[hits])
+			if !found {
+				break
+			}
+			if cached {
+				cachedHits++
+			}
+			hits++
+		}
+	}
+	total := s.pool.BlocksFor(len(seq.tokens) + 1)
+	needBlocks := total - hits - len(seq.blocks)
+	if s.pool.NumFree()-cachedHits-s.prefillReserve() < needBlocks+s.cfg.WatermarkBlocks {
+		if len(s.running) == 0 && s.pool.NumFree()-cachedHits >= needBlocks {
+			// Nothing else could free memory: admit without the watermark.
+		} else {
+			return false
+		}
+	}
+	for i := range hits {
+		b, _ := s.pool.Lookup(seq.hashes[i])
+		seq.blocks = append(seq.blocks, b)
+	}
+	if hits > 0 {
+		seq.computed = hits * bs
+		seq.hashed = hits
+	}
+	if !seq.r.admitted {
+		seq.r.admitted = true
+		seq.r.cached = seq.computed
+		s.stats.CachedTokens += uint64(seq.computed)
+	}
+	s.removeWaiting(seq)
+	seq.state = stateRunning
+	seq.admitted = s.nextAdmit
+	s.nextAdmit++
+	s.running = append(s.running, seq)
+	return true
+}
+
+// prefillReserve is the number of blocks running sequences still need to
+// finish their prompts, so admission does not promise them twice.
+func (s *Scheduler) prefillReserve() int {
+	n := 0
+	for _, seq := range s.running {
+		if s.need(seq) > 1 {
+			n += max(0, s.pool.BlocksFor(s.target(seq))-len(seq.blocks))
+		}
+	}
+	return n
+}
+
+// reserve makes seq ready to process n more tokens this step: it allocates
+// the blocks they need (preempting others if it must), copies a shared block
+// before writing into it, and adds seq to the plan. It reports false when
+// seq could not be scheduled (preempted or finished instead).
+func (s *Scheduler) reserve(seq *sequence, n int) bool {
+	plan := s.plan
+	bs := s.pool.BlockSize()
+	end := seq.computed + n
+	// Copy on write: the block that receives position computed must be ours.
+	if seq.computed%bs != 0 {
+		j := seq.computed / bs
+		if j < len(seq.blocks) && s.pool.RefCount(seq.blocks[j]) > 1 {
+			dst, ok := s.allocate(seq)
+			if !ok {
+				return false
+			}
+			plan.Batch.Copies = append(plan.Batch.Copies, BlockCopy{Src: seq.blocks[j], Dst: dst})
+			s.pool.Release(seq.blocks[j])
+			seq.blocks[j] = dst
+		}
+	}
+	for len(seq.blocks) < s.pool.BlocksFor(end) {
+		b, ok := s.allocate(seq)
+		if !ok {
+			return false
+		}
+		seq.blocks = append(seq.blocks, b)
+	}
+	start := len(s.tokScratch)
+	s.tokScratch = append(s.tokScratch, seq.tokens[seq.computed:end]...)
+	plan.Batch.Seqs = append(plan.Batch.Seqs, SeqInput{
+		SeqID:     seq.id,
+		Tokens:    s.tokScratch[start:len(s.tokScratch):len(s.tokScratch)],
+		Pos:       seq.computed,
+		Context:   end,
+		Sample:    end == len(seq.tokens) && seq.index >= 0,
+		Generated: seq.generated,
+		Seed:      seq.r.req.Seed + uint64(max(seq.index, 0)),
+		Sampling:  seq.r.req.Sampling,
+	})
+	plan.seqs = append(plan.seqs, seq)
+	s.budget -= n
+	return true
+}
+
+// allocate returns a free block for seq, preempting running sequences of
+// no higher priority (lowest class first, most recently admitted first) when
+// none is free. When seq itself is the victim it is preempted; when nothing
+// can be preempted and seq runs alone it ends with FinishLength. It reports
+// false in both of those cases.
+func (s *Scheduler) allocate(seq *sequence) (int32, bool) {
+	for {
+		b, err := s.pool.Allocate()
+		if err == nil {
+			return b, true
+		}
+		victim := s.victim(seq)
+		if victim == nil {
+			s.finishSeq(seq, FinishLength, nil)
+			return -1, false
+		}
+		s.preempt(victim)
+		if victim == seq {
+			return -1, false
+		}
+	}
+}
+
+// victim picks the running sequence to preempt so that seq can grow: the
+// lowest priority class not above seq's, most recently admitted first. It
+// returns nil when seq is the only running sequence.
+func (s *Scheduler) victim(seq *sequence) *sequence {
+	var best *sequence
+	for _, c := range s.running {
+		if c.r.req.Priority > seq.r.req.Priority {
+			continue
+		}
+		if best == nil || c.r.req.Priority < best.r.req.Priority ||
+			(c.r.req.Priority == best.r.req.Priority && c.admitted > best.admitted) {
+			best = c
+		}
+	}
+	if best == seq && len(s.running) == 1 {
+		return nil
+	}
+	return best
+}
+
+// preempt drops victim's blocks (full ones stay cached) and queues it to be
+// recomputed from its tokens so far.
+func (s *Scheduler) preempt(victim *sequence) {
+	s.unplan(victim)
+	s.removeRunning(victim)
+	s.releaseBlocks(victim)
+	victim.computed = 0
+	s.stats.Preemptions++
+	s.enqueue(victim)
+}
+
+// unplan takes seq out of the plan being built, returning its tokens to the
+// budget, so no batch entry points at blocks it no longer owns.
+func (s *Scheduler) unplan(seq *sequence) {
+	if s.plan == nil {
+		return
+	}
+	i := slices.Index(s.plan.seqs, seq)
+	if i < 0 {
+		return
+	}
+	s.budget += len(s.plan.Batch.Seqs[i].Tokens)
+	s.plan.seqs = slices.Delete(s.plan.seqs, i, i+1)
+	s.plan.Batch.Seqs = slices.Delete(s.plan.Batch.Seqs, i, i+1)
+}
+
+func (s *Scheduler) releaseBlocks(seq *sequence) {
+	for i := len(seq.blocks) - 1; i >= 0; i-- {
+		s.pool.Release(seq.blocks[i])
+	}
+	seq.blocks = seq.blocks[:0]
+	seq.hashed = 0
+}
+
+func (s *Scheduler) removeRunning(seq *sequence) {
+	if i := slices.Index(s.running, seq); i >= 0 {
+		s.running = slices.Delete(s.running, i, i+1)
+	}
+}
+
+func (s *Scheduler) removeWaiting(seq *sequence) {
+	if i := slices.Index(s.waiting, seq); i >= 0 {
+		s.waiting = slices.Delete(s.waiting, i, i+1)
+	}
+}
+
+// Apply records a step's results: it advances every planned sequence,
+// commits newly full blocks to the prefix index, appends sampled tokens,
+// emits events and finishes sequences that hit EOS, max tokens or the
+// context limit. now stamps the events.
+func (s *Scheduler) Apply(plan *Plan, out *Output, now time.Time) {
+	s.stats.Steps++
+	bs := s.pool.BlockSize()
+	for i, seq := range plan.seqs {
+		if seq.state != stateRunning {
+			continue // preempted later in the same Step
+		}
+		in := &plan.Batch.Seqs[i]
+		seq.computed = in.Context
+		s.stats.ComputedTokens += uint64(len(in.Tokens))
+		s.commitBlocks(seq, bs)
+		if seq.index < 0 {
+			if seq.computed == s.target(seq) {
+				s.fork(seq)
+			}
+			continue
+		}
+		if !in.Sample {
+			continue
+		}
+		tok := int32(-1)
+		if out != nil && i < len(out.Tokens) {
+			tok = out.Tokens[i]
+		}
+		s.appendToken(seq, tok, now)
+	}
+}
+
+// Fail ends every sequence in plan with FinishError (an executor error).
+func (s *Scheduler) Fail(plan *Plan, err error) {
+	s.stats.Steps++
+	for _, seq := range plan.seqs {
+		if seq.state == stateRunning {
+			s.finishRequest(seq.r, FinishError, err)
+		}
+	}
+}
+
+func (s *Scheduler) commitBlocks(seq *sequence, bs int) {
+	full := seq.computed / bs
+	if full <= seq.hashed {
+		return
+	}
+	if len(seq.hashes) < full {
+		parent := kvcache.Hash{}
+		if n := len(seq.hashes); n > 0 {
+			parent = seq.hashes[n-1]
+		}
+		for j := len(seq.hashes); j < full; j++ {
+			parent = kvcache.HashBlock(parent, seq.tokens[j*bs:(j+1)*bs])
+			seq.hashes = append(seq.hashes, parent)
+		}
+	}
+	for j := seq.hashed; j < full; j++ {
+		s.pool.Commit(seq.blocks[j], seq.hashes[j])
+	}
+	seq.hashed = full
+}
+
+// fork turns the shared prefill of an n > 1 request into its n choices, each
+// holding a reference to every prefill block. The first choice to write into
+// the shared partial block copies it (copy-on-write).
+func (s *Scheduler) fork(parent *sequence) {
+	r := parent.r
+	s.removeRunning(parent)
+	r.forked = true
+	r.seqs = r.seqs[:0]
+	for c := range r.req.N {
+		child := s.newSeq(r, parent.tokens)
+		child.index = c
+		child.computed = parent.computed
+		child.hashed = parent.hashed
+		child.hashes = slices.Clone(parent.hashes)
+		child.blocks = slices.Clone(parent.blocks)
+		for _, b := range child.blocks {
+			s.pool.Ref(b)
+		}
+		child.state = stateRunning
+		child.admitted = parent.admitted
+		r.seqs = append(r.seqs, child)
+		s.running = append(s.running, child)
+	}
+	r.live = r.req.N
+	s.releaseBlocks(parent)
+	parent.state = stateFinished
+}
+
+func (s *Scheduler) appendToken(seq *sequence, tok int32, now time.Time) {
+	r := seq.r
+	if tok < 0 {
+		s.finishSeq(seq, FinishError, fmt.Errorf("engine: executor returned no token for sequence %d", seq.id))
+		return
+	}
+	if s.eos[tok] {
+		s.finishSeq(seq, FinishStop, nil)
+		return
+	}
+	seq.tokens = append(seq.tokens, tok)
+	seq.generated++
+	r.output++
+	s.stats.GeneratedTokens++
+	s.emit(&r.req, Event{Kind: EventToken, Index: seq.index, Token: tok, Time: now})
+	switch {
+	case seq.generated >= r.req.MaxTokens:
+		s.finishSeq(seq, FinishLength, nil)
+	case len(seq.tokens) >= s.cfg.ContextLength:
+		s.finishSeq(seq, FinishLength, nil)
+	}
+}
+
+// finishSeq ends one choice; the request ends with its last choice.
+func (s *Scheduler) finishSeq(seq *sequence, reason FinishReason, err error) {
+	if seq.state == stateFinished {
+		return
+	}
+	s.dropSeq(seq)
+	r := seq.r
+	if seq.index < 0 {
+		// The shared prefill failed: every choice fails with it.
+		s.finishRequest(r, reason, err)
+		return
+	}
+	s.emit(&r.req, Event{Kind: EventFinish, Index: seq.index, Finish: reason, Err: err})
+	r.live--
+	if r.live == 0 {
+		s.closeRequest(r)
+	}
+}
+
+func (s *Scheduler) dropSeq(seq *sequence) {
+	s.unplan(seq)
+	switch seq.state {
+	case stateRunning:
+		s.removeRunning(seq)
+	case stateWaiting:
+		s.removeWaiting(seq)
+	}
+	s.releaseBlocks(seq)
+	seq.state = stateFinished
+}
+
+// finishRequest ends every live choice of r with reason.
+func (s *Scheduler) finishRequest(r *request, reason FinishReason, err error) {
+	if r.finished {
+		return
+	}
+	if !r.forked {
+		// Before the fork there is one sequence; report each choice.
+		s.dropSeq(r.seqs[0])
+		for c := range r.req.N {
+			s.emit(&r.req, Event{Kind: EventFinish, Index: c, Finish: reason, Err: err})
+		}
+		s.closeRequest(r)
+		return
+	}
+	for _, seq := range r.seqs {
+		if seq.state != stateFinished {
+			s.dropSeq(seq)
+			s.emit(&r.req, Event{Kind: EventFinish, Index: seq.index, Finish: reason, Err: err})
+		}
+	}
+	s.closeRequest(r)
+}
+
+func (s *Scheduler) closeRequest(r *request) {
+	r.finished = true
+	delete(s.byID, r.req.ID)
+	s.stats.Completed++
+	s.emit(&r.req, Event{Kind: EventFinish, Index: -1, Usage: Usage{
+		InputTokens:  len(r.req.Prompt),
+		CachedTokens: r.cached,
+		OutputTokens: r.output,
+	}})
+}
+
+// CheckIdle returns an error unless the scheduler is drained: nothing
+// waiting or running and every block free or cached.
+func (s *Scheduler) CheckIdle() error {
+	if len(s.running) != 0 || len(s.waiting) != 0 || len(s.byID) != 0 {
+		return fmt.Errorf("engine: not idle: %d running, %d waiting, %d live requests", len(s.running), len(s.waiting), len(s.byID))
+	}
+	return s.pool.CheckIdle()
+}
