@@ -332,11 +332,13 @@ func (e *Engine) publishStats() {
 
 // Collect reads a stream to its end and returns the tokens of each choice
 // and the usage. It is a convenience for tests and non-streaming callers.
+// It returns the first choice error, if any, after the stream ends.
 func Collect(ctx context.Context, st *Stream) (tokens [][]int32, finish []FinishReason, usage Usage, err error) {
+	var choiceErr error
 	for {
 		ev, err := st.Next(ctx)
 		if errors.Is(err, io.EOF) {
-			return tokens, finish, usage, nil
+			return tokens, finish, usage, choiceErr
 		}
 		if err != nil {
 			return tokens, finish, usage, err
@@ -355,6 +357,9 @@ func Collect(ctx context.Context, st *Stream) (tokens [][]int32, finish []Finish
 			}
 		case ev.Kind == EventFinish:
 			finish[ev.Index] = ev.Finish
+			if choiceErr == nil {
+				choiceErr = ev.Err
+			}
 		}
 	}
 }
