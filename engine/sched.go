@@ -66,6 +66,7 @@ type sequence struct {
 	generated int
 	state     seqState
 	admitted  uint64 // admission order, for choosing a preemption victim
+	planned   uint64 // the step number whose plan holds this sequence
 }
 
 // Plan is one step's decision: the batch plus the sequences behind it.
@@ -98,6 +99,9 @@ type Scheduler struct {
 
 	stats SchedStats
 
+	// planBuf is the plan Step returns, reused every step.
+	planBuf Plan
+	stepNo  uint64
 	// Valid during Step only.
 	plan     *Plan
 	budget   int
@@ -275,9 +279,13 @@ func (s *Scheduler) liveRequests() []*request {
 // Step decides the next batch: decode tokens for running sequences first,
 // then prefill chunks, then admissions, within the token budget and the
 // free blocks. It preempts when a running sequence needs a block and none
-// is free. The plan is valid until the next call to Apply or Fail.
+// is free. The plan is reused: it is valid until the next call to Step.
 func (s *Scheduler) Step() *Plan {
-	plan := &Plan{}
+	plan := &s.planBuf
+	plan.Batch.Seqs = plan.Batch.Seqs[:0]
+	plan.Batch.Copies = plan.Batch.Copies[:0]
+	plan.seqs = plan.seqs[:0]
+	s.stepNo++
 	s.plan = plan
 	s.budget = s.cfg.MaxBatchTokens
 	s.tokScratch = s.tokScratch[:0]
@@ -291,7 +299,7 @@ func (s *Scheduler) Step() *Plan {
 				break
 			}
 			need := s.need(seq)
-			if seq.state != stateRunning || need == 0 || (need == 1) != decode || slices.Contains(plan.seqs, seq) {
+			if seq.state != stateRunning || need == 0 || (need == 1) != decode || seq.planned == s.stepNo {
 				continue
 			}
 			s.reserve(seq, min(need, s.budget))
@@ -436,6 +444,7 @@ func (s *Scheduler) reserve(seq *sequence, n int) bool {
 		Sampling:  seq.r.req.Sampling,
 	})
 	plan.seqs = append(plan.seqs, seq)
+	seq.planned = s.stepNo
 	s.budget -= n
 	return true
 }
@@ -497,7 +506,7 @@ func (s *Scheduler) preempt(victim *sequence) {
 // unplan takes seq out of the plan being built, returning its tokens to the
 // budget, so no batch entry points at blocks it no longer owns.
 func (s *Scheduler) unplan(seq *sequence) {
-	if s.plan == nil {
+	if s.plan == nil || seq.planned != s.stepNo {
 		return
 	}
 	i := slices.Index(s.plan.seqs, seq)
@@ -505,6 +514,7 @@ func (s *Scheduler) unplan(seq *sequence) {
 		return
 	}
 	s.budget += len(s.plan.Batch.Seqs[i].Tokens)
+	seq.planned = 0
 	s.plan.seqs = slices.Delete(s.plan.seqs, i, i+1)
 	s.plan.Batch.Seqs = slices.Delete(s.plan.Batch.Seqs, i, i+1)
 }
@@ -524,6 +534,11 @@ func (s *Scheduler) removeRunning(seq *sequence) {
 }
 
 func (s *Scheduler) removeWaiting(seq *sequence) {
+	if len(s.waiting) > 0 && s.waiting[0] == seq {
+		s.waiting[0] = nil
+		s.waiting = s.waiting[1:]
+		return
+	}
 	if i := slices.Index(s.waiting, seq); i >= 0 {
 		s.waiting = slices.Delete(s.waiting, i, i+1)
 	}

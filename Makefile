@@ -1,0 +1,39 @@
+# llmd: `make run` starts the daemon on its embedded default (a simulated
+# H100); `make test` runs every test. Both install what is missing first.
+
+GO      ?= go
+BIN     := bin
+LISTEN  ?= 127.0.0.1:8700
+GOTEST_FLAGS ?= -race -timeout 15m
+
+.PHONY: all deps build run test bench lint fmt clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	$(GO) build -o $(BIN)/llmd ./cmd/llmd
+	$(GO) build -o $(BIN)/llmctl ./cmd/llmctl
+
+run: build
+	$(BIN)/llmd --listen $(LISTEN)
+
+test: deps lint
+	$(GO) test $(GOTEST_FLAGS) ./...
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem ./engine/...
+
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt needed:" $$out >&2; exit 1; fi
+	@scripts/check-imports.sh
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# check-imports.sh enforces DESIGN.md's import rules: engine/... imports
+# nothing of daemon, cluster, store, tui or cmd, nor net/http or
+# database/sql; api imports nothing of llmd.
+set -euo pipefail
+mod=$(go list -m)
+status=0
+
+bad=$(go list -deps ./engine/... | grep -E "^($mod/(daemon|cluster|store|tui|cmd)(/|$)|net/http$|database/sql$)" || true)
+if [ -n "$bad" ]; then
+	echo "check-imports: engine must not depend on:" $bad >&2
+	status=1
+fi
+
+bad=$(go list -deps ./api/... | grep -E "^$mod/" | grep -vE "^$mod/api(/|$)" || true)
+if [ -n "$bad" ]; then
+	echo "check-imports: api must not import other llmd packages:" $bad >&2
+	status=1
+fi
+[ $status -eq 0 ] && echo "check-imports: ok"
+exit $status
