@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/llmd/llmd/api"
+)
+
+// defaultAddr is where llmd listens by default.
+const defaultAddr = "http://127.0.0.1:8700"
+
+// app holds the state shared by llmctl's commands: the persistent flags and
+// the client built from them before a command runs.
+type app struct {
+	addr   string // --addr as given
+	base   string // addr normalized to a URL
+	client *api.Client
+}
+
+// newRootCmd builds llmctl's command tree.
+func newRootCmd() *cobra.Command {
+	a := &app{}
+	root := &cobra.Command{
+		Use:   "llmctl",
+		Short: "Command-line client of llmd",
+		Long: "llmctl talks to a running llmd: it lists the models llmd serves and chats with them.\n\n" +
+			"The address of llmd is --addr, else $LLMD_ADDR, else " + defaultAddr + ".",
+		Args: usageArgs(unknownCommand),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmd.Help()
+		},
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			return a.connect(cmd)
+		},
+		SilenceErrors:              true,
+		SilenceUsage:               true,
+		SuggestionsMinimumDistance: 2,
+	}
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError(cmd, err)
+	})
+	addr := defaultAddr
+	if v, ok := os.LookupEnv("LLMD_ADDR"); ok && v != "" {
+		addr = v
+	}
+	root.PersistentFlags().StringVar(&a.addr, "addr", addr,
+		"address of llmd, a URL or host:port (env LLMD_ADDR)")
+
+	root.AddCommand(newModelsCmd(a), newChatCmd(a))
+	return root
+}
+
+// connect builds the client from --addr.
+func (a *app) connect(cmd *cobra.Command) error {
+	base, err := normalizeAddr(a.addr)
+	if err != nil {
+		return usageError(cmd, err)
+	}
+	c, err := api.NewClient(base, nil)
+	if err != nil {
+		return usageError(cmd, err)
+	}
+	a.base, a.client = base, c
+	return nil
+}
+
+// normalizeAddr turns --addr into a base URL: a bare "host:port" gets
+// "http://", an empty host becomes 127.0.0.1, a trailing slash is dropped.
+func normalizeAddr(addr string) (string, error) {
+	s := strings.TrimSpace(addr)
+	if s == "" {
+		return "", errors.New("--addr is empty")
+	}
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("invalid --addr %q", addr)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("invalid --addr %q: scheme must be http or https", addr)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("invalid --addr %q: no host", addr)
+	}
+	if u.Hostname() == "" {
+		u.Host = net.JoinHostPort("127.0.0.1", u.Port())
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// apiError turns an error from the api client into the exitError llmctl
+// reports: one line that says what happened and what to do.
+func (a *app) apiError(err error) error {
+	var (
+		se  *api.StatusError
+		ste *api.StreamError
+		oe  *net.OpError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled):
+		return &exitError{code: exitInterrupted}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return &exitError{code: exitFailure, err: fmt.Errorf(
+			"cannot reach llmd at %s: start it with \"make run\" or \"llmd\", or pass --addr", a.base)}
+	case errors.As(err, &oe) && oe.Op == "dial":
+		return &exitError{code: exitFailure, err: fmt.Errorf("cannot reach llmd at %s: %v", a.base, oe.Err)}
+	case errors.As(err, &se):
+		return &exitError{code: exitFailure, err: errors.New(se.Message)}
+	case errors.As(err, &ste):
+		return &exitError{code: exitFailure, err: errors.New(ste.Message)}
+	default:
+		return &exitError{code: exitFailure, err: err}
+	}
+}
+
+// usageError marks err as a usage error (exit status 2) of cmd.
+func usageError(cmd *cobra.Command, err error) error {
+	return &exitError{code: exitUsage, err: err, hint: fmt.Sprintf("Run '%s --help' for usage.", cmd.CommandPath())}
+}
+
+// usageArgs makes the errors of an argument validator usage errors.
+func usageArgs(fn cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := fn(cmd, args); err != nil {
+			return usageError(cmd, err)
+		}
+		return nil
+	}
+}
+
+// unknownCommand rejects arguments to the root command: they name a command
+// that does not exist.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf("; did you mean %q?", s[0])
+	}
+	return errors.New(msg)
+}
