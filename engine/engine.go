@@ -23,14 +23,22 @@ type Config struct {
 	// MaxWaiting caps the waiting queue; Submit returns ErrQueueFull past
 	// it. Default 10000.
 	MaxWaiting int
-	// WatermarkFraction of the KV blocks is kept free at admission so that
-	// running sequences can grow before anything is preempted. Default 0.01.
+	// WatermarkFraction of the KV blocks is kept free at admission (the
+	// headroom) so that running sequences can grow before anything is
+	// preempted. Default 0.01.
 	WatermarkFraction float64
+	// ExpectedOutputTokens is the output length admission projects for a
+	// tenant with too little history (after that: the p90 of its last 64
+	// answers), capped by each request's max_tokens. Zero projects
+	// max_tokens. Default 256.
+	ExpectedOutputTokens int
+	// DisablePrefixCache turns prefix reuse off (for comparison runs).
+	DisablePrefixCache bool
 }
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
-	return Config{MaxBatchTokens: 2048, MaxRunning: 256, MaxWaiting: 10000, WatermarkFraction: 0.01}
+	return Config{MaxBatchTokens: 2048, MaxRunning: 256, MaxWaiting: 10000, WatermarkFraction: 0.01, ExpectedOutputTokens: 256}
 }
 
 // Validate reports the first invalid field.
@@ -44,6 +52,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: max waiting requests must be positive, got %d", c.MaxWaiting)
 	case c.WatermarkFraction < 0 || c.WatermarkFraction >= 1:
 		return fmt.Errorf("engine: watermark fraction must be in [0, 1), got %g", c.WatermarkFraction)
+	case c.ExpectedOutputTokens < 0:
+		return fmt.Errorf("engine: expected output tokens must not be negative, got %d", c.ExpectedOutputTokens)
 	}
 	return nil
 }
@@ -71,8 +81,24 @@ type Stats struct {
 	ComputedTokens uint64
 	// CachedTokens counts prompt tokens served from the prefix cache.
 	CachedTokens uint64
-	Preemptions  uint64
-	Evictions    uint64
+	// PrefixQueryTokens counts prompt tokens looked up in the prefix cache;
+	// PrefixHitTokens those found.
+	PrefixQueryTokens uint64
+	PrefixHitTokens   uint64
+	// Preemptions counts all preemptions; by kind below.
+	Preemptions          uint64
+	PreemptionsSwap      uint64
+	PreemptionsRecompute uint64
+	// Evictions counts cached blocks reclaimed for new work.
+	Evictions uint64
+	// Swapped is the number of sequences in host swap space, using
+	// SwapBlocksUsed of SwapBlocksTotal blocks.
+	Swapped         int
+	SwapBlocksUsed  int
+	SwapBlocksTotal int
+	// WaitingByPriority counts queued sequences per class, indexed by
+	// Priority.
+	WaitingByPriority [NumPriorities]int
 }
 
 // Engine runs one model replica: the step loop of a Scheduler over an
@@ -131,13 +157,21 @@ func New(exec Executor, clock Clock, cfg Config, logger *slog.Logger) (*Engine, 
 		wake:    make(chan struct{}, 1),
 		streams: make(map[string]*Stream),
 	}
-	e.sched, err = NewScheduler(SchedulerConfig{
-		MaxBatchTokens:  cfg.MaxBatchTokens,
-		MaxRunning:      cfg.MaxRunning,
-		ContextLength:   info.ContextLength,
-		EOS:             info.EOS,
-		WatermarkBlocks: int(cfg.WatermarkFraction * float64(info.NumBlocks)),
-	}, pool, e.deliver)
+	sc := SchedulerConfig{
+		MaxBatchTokens:        cfg.MaxBatchTokens,
+		MaxRunning:            cfg.MaxRunning,
+		ContextLength:         info.ContextLength,
+		EOS:                   info.EOS,
+		WatermarkBlocks:       int(cfg.WatermarkFraction * float64(info.NumBlocks)),
+		DisablePrefixCache:    cfg.DisablePrefixCache,
+		DefaultExpectedOutput: cfg.ExpectedOutputTokens,
+	}
+	if cm, ok := exec.(CostModel); ok && info.SwapBlocks > 0 {
+		sc.SwapBlocks = info.SwapBlocks
+		sc.SwapCost = cm.SwapTime
+		sc.RecomputeCost = cm.PrefillTime
+	}
+	e.sched, err = NewScheduler(sc, pool, e.deliver)
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +243,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer e.shutdown()
 	for {
 		e.drainInbox()
-		if e.sched.NumRunning() == 0 && e.sched.NumWaiting() == 0 {
+		if e.sched.NumRunning() == 0 && e.sched.NumWaiting() == 0 && e.sched.NumSwapped() == 0 {
 			e.publishStats()
 			select {
 			case <-ctx.Done():
@@ -309,21 +343,29 @@ func (e *Engine) publishStats() {
 	ss := e.sched.Stats()
 	pool := e.sched.Pool()
 	st := Stats{
-		Model:           e.info.Model,
-		BlocksTotal:     pool.NumBlocks(),
-		BlocksUsed:      pool.NumUsed(),
-		BlocksCached:    pool.NumCached(),
-		BlockSize:       pool.BlockSize(),
-		Running:         e.sched.NumRunning(),
-		Waiting:         e.sched.NumWaiting(),
-		Steps:           ss.Steps,
-		StepTokens:      ss.StepTokens,
-		Completed:       ss.Completed,
-		GeneratedTokens: ss.GeneratedTokens,
-		ComputedTokens:  ss.ComputedTokens,
-		CachedTokens:    ss.CachedTokens,
-		Preemptions:     ss.Preemptions,
-		Evictions:       pool.Evictions(),
+		Model:                e.info.Model,
+		BlocksTotal:          pool.NumBlocks(),
+		BlocksUsed:           pool.NumUsed(),
+		BlocksCached:         pool.NumCached(),
+		BlockSize:            pool.BlockSize(),
+		Running:              e.sched.NumRunning(),
+		Waiting:              e.sched.NumWaiting(),
+		Steps:                ss.Steps,
+		StepTokens:           ss.StepTokens,
+		Completed:            ss.Completed,
+		GeneratedTokens:      ss.GeneratedTokens,
+		ComputedTokens:       ss.ComputedTokens,
+		CachedTokens:         ss.CachedTokens,
+		PrefixQueryTokens:    ss.PrefixQueryTokens,
+		PrefixHitTokens:      ss.PrefixHitTokens,
+		Preemptions:          ss.Preemptions,
+		PreemptionsSwap:      ss.PreemptionsSwap,
+		PreemptionsRecompute: ss.PreemptionsRecompute,
+		Evictions:            pool.Evictions(),
+		Swapped:              e.sched.NumSwapped(),
+		SwapBlocksUsed:       e.sched.Swap().NumUsed(),
+		SwapBlocksTotal:      e.sched.Swap().NumSlots(),
+		WaitingByPriority:    e.sched.WaitingByPriority(),
 	}
 	e.statsMu.Lock()
 	e.stats = st

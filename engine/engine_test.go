@@ -71,8 +71,21 @@ func fakeToken(seed uint64, i int) int32 {
 // idle invariant.
 func startEngine(t *testing.T, exec Executor, cfg Config) *Engine {
 	t.Helper()
+	e, run := newEngine(t, exec, cfg)
+	run()
+	return e
+}
+
+// newEngine returns an engine and a function that starts its loop, so a
+// test can queue requests first.
+func newEngine(t *testing.T, exec Executor, cfg Config) (*Engine, func()) {
+	t.Helper()
 	e, err := New(exec, RealClock{}, cfg, nil)
 	require.NoError(t, err)
+	return e, func() { runEngine(t, e) }
+}
+
+func runEngine(t *testing.T, e *Engine) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- e.Run(ctx) }()
@@ -81,7 +94,6 @@ func startEngine(t *testing.T, exec Executor, cfg Config) *Engine {
 		cancel()
 		require.NoError(t, <-done)
 	})
-	return e
 }
 
 // requireIdle checks the idle invariant: nothing running or waiting and
@@ -122,30 +134,64 @@ func TestEngineCompletesConcurrentRequests(t *testing.T) {
 	wg.Wait()
 }
 
+// swapExec adds a cost model to fakeExec so the engine swaps long victims.
+type swapExec struct{ *fakeExec }
+
+func (swapExec) SwapTime(blocks int) time.Duration { return time.Duration(blocks) * time.Microsecond }
+func (swapExec) PrefillTime(tokens int) time.Duration {
+	return time.Duration(tokens) * time.Millisecond
+}
+
 // TestEngineOverAdmission is EN-4: four times more sequences than the KV
-// blocks can hold. Every request completes through preemption, with the
-// same tokens as an unpreempted run.
+// blocks can hold, admitted optimistically. Every request completes through
+// preemption (by recompute, or by swap when the executor offers it), with
+// the same tokens as an unpreempted run.
 func TestEngineOverAdmission(t *testing.T) {
-	const seqs, promptLen, maxTok = 32, 40, 40
-	// Each sequence needs 5 blocks of 16; 40 blocks hold 8 of them.
-	exec := newFakeExec(40, 16, 4096)
-	e := startEngine(t, exec, DefaultConfig())
-	var wg sync.WaitGroup
-	for i := range seqs {
-		wg.Go(func() {
-			st, err := e.Submit(t.Context(), Request{ID: fmt.Sprint("r", i), Prompt: prompt(promptLen, i*1000), MaxTokens: maxTok, N: 1, Seed: uint64(i)})
-			require.NoError(t, err)
-			toks, fin, usage, err := Collect(t.Context(), st)
-			require.NoError(t, err)
-			require.Equal(t, FinishLength, fin[0])
-			require.Equal(t, maxTok, usage.OutputTokens)
-			for j, tok := range toks[0] {
-				require.Equal(t, fakeToken(uint64(i), j), tok, "request %d token %d", i, j)
+	for name, swap := range map[string]bool{"recompute": false, "swap": true} {
+		t.Run(name, func(t *testing.T) {
+			const seqs, promptLen, maxTok = 32, 40, 40
+			// Each sequence needs 5 blocks of 16; 40 blocks hold 8 of them.
+			fe := newFakeExec(40, 16, 4096)
+			var exec Executor = fe
+			if swap {
+				fe.info.SwapBlocks = 64
+				exec = swapExec{fe}
 			}
+			cfg := DefaultConfig()
+			cfg.ExpectedOutputTokens = 1 // admit on the prompt alone
+			e, run := newEngine(t, exec, cfg)
+			// Queue everything before the loop starts, so all requests
+			// compete for the blocks at once.
+			streams := make([]*Stream, seqs)
+			for i := range seqs {
+				var err error
+				streams[i], err = e.Submit(t.Context(), Request{ID: fmt.Sprint("r", i), Prompt: prompt(promptLen, i*1000), MaxTokens: maxTok, N: 1, Seed: uint64(i)})
+				require.NoError(t, err)
+			}
+			run()
+			var wg sync.WaitGroup
+			for i, st := range streams {
+				wg.Go(func() {
+					toks, fin, usage, err := Collect(t.Context(), st)
+					require.NoError(t, err)
+					require.Equal(t, FinishLength, fin[0])
+					require.Equal(t, maxTok, usage.OutputTokens)
+					for j, tok := range toks[0] {
+						require.Equal(t, fakeToken(uint64(i), j), tok, "request %d token %d", i, j)
+					}
+				})
+			}
+			wg.Wait()
+			st := e.Stats()
+			require.Positive(t, st.Preemptions)
+			if swap {
+				require.Positive(t, st.PreemptionsSwap)
+			} else {
+				require.Zero(t, st.PreemptionsSwap)
+			}
+			require.Eventually(t, func() bool { return e.Stats().SwapBlocksUsed == 0 }, 5*time.Second, time.Millisecond)
 		})
 	}
-	wg.Wait()
-	require.Positive(t, e.Stats().Preemptions)
 }
 
 func TestEngineCancelFreesBlocks(t *testing.T) {

@@ -34,6 +34,20 @@ type ExecutorInfo struct {
 	ContextLength int
 	// EOS lists the token ids that end a generation.
 	EOS []int32
+	// SwapBlocks is the host swap space, in blocks, that the executor can
+	// copy preempted sequences' blocks to. Zero disables swapping.
+	SwapBlocks int
+}
+
+// CostModel is an optional Executor ability: estimates the scheduler uses to
+// choose, per preempted sequence, between swapping its blocks to host
+// memory and recomputing them later. Without it the engine always
+// recomputes.
+type CostModel interface {
+	// SwapTime estimates copying n blocks one way over the host link.
+	SwapTime(blocks int) time.Duration
+	// PrefillTime estimates the compute time of prefilling n tokens.
+	PrefillTime(tokens int) time.Duration
 }
 
 // Batch is one step's work. It is plain data; the executor must not keep it
@@ -41,12 +55,13 @@ type ExecutorInfo struct {
 type Batch struct {
 	// Seqs are the sequences in this step, in no particular order.
 	Seqs []SeqInput
-	// Copies are block copies to perform before the step (copy-on-write).
-	Copies []BlockCopy
-	// SwapOut copies device blocks to host swap slots before the step.
+	// The block operations run before the step, in this order: SwapOut
+	// copies device blocks to host swap slots (a block swapped out may be
+	// reused later in the same batch), SwapIn copies host slots back to
+	// device blocks, and Copies copies device blocks (copy-on-write).
 	SwapOut []BlockSwap
-	// SwapIn copies host swap slots back to device blocks before the step.
-	SwapIn []BlockSwap
+	SwapIn  []BlockSwap
+	Copies  []BlockCopy
 }
 
 // NumTokens is the number of tokens processed in the batch.

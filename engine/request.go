@@ -48,6 +48,8 @@ const (
 	PriorityFree
 	PriorityPaid
 	PriorityEnterprise
+	// NumPriorities is the number of priority classes.
+	NumPriorities = 4
 )
 
 // Request is one generation submitted to the engine.

@@ -18,9 +18,22 @@ type SchedulerConfig struct {
 	ContextLength int
 	// EOS lists the token ids that end a generation.
 	EOS []int32
-	// WatermarkBlocks are kept free at admission so running sequences can
-	// grow a little before anything must be preempted.
+	// WatermarkBlocks are kept free at admission (the headroom) so running
+	// sequences can grow a little before anything must be preempted.
 	WatermarkBlocks int
+	// DisablePrefixCache turns off prefix reuse (for comparison runs).
+	DisablePrefixCache bool
+	// DefaultExpectedOutput is the output length projected at admission for
+	// a tenant with too little history. Zero means max_tokens.
+	DefaultExpectedOutput int
+	// SwapBlocks is the host swap space in blocks; zero disables swapping.
+	SwapBlocks int
+	// SwapCost estimates copying n blocks one way over the host link, and
+	// RecomputeCost estimates prefilling n tokens again. A victim is swapped
+	// when a round trip costs less than recomputing it. Both nil: always
+	// recompute.
+	SwapCost      func(blocks int) time.Duration
+	RecomputeCost func(tokens int) time.Duration
 }
 
 // Emit receives the events the scheduler produces, synchronously, in order.
@@ -32,6 +45,7 @@ type seqState uint8
 const (
 	stateWaiting seqState = iota
 	stateRunning
+	stateSwapped
 	stateFinished
 )
 
@@ -56,10 +70,7 @@ type sequence struct {
 	tokens []int32 // prompt then generated tokens
 	// computed is how many leading tokens have their KV in the cache.
 	computed int
-	// target is how many tokens this sequence must compute before it
-	// samples: len(tokens) normally; len(prompt)-1 for the shared prefill
-	// of a request with n > 1 choices.
-	blocks []int32
+	blocks   []int32
 	// hashed is how many leading blocks are committed to the prefix index.
 	hashed    int
 	hashes    []kvcache.Hash // chained hashes of the full blocks of tokens
@@ -67,6 +78,10 @@ type sequence struct {
 	state     seqState
 	admitted  uint64 // admission order, for choosing a preemption victim
 	planned   uint64 // the step number whose plan holds this sequence
+	swappedIn uint64 // the step number that last swapped it in
+	// projected is the tokens admission expects it to hold at the end.
+	projected int
+	host      []int32 // swap slots holding its blocks while swapped out
 }
 
 // Plan is one step's decision: the batch plus the sequences behind it.
@@ -89,7 +104,10 @@ type Scheduler struct {
 	emit Emit
 
 	waiting []*sequence // by priority (high first), then arrival
+	swapped []*sequence // swapped out, by priority then arrival
 	running []*sequence // in admission order
+	swap    *kvcache.SwapSpace
+	est     *outputEstimator
 	byID    map[string]*request
 	eos     map[int32]bool
 
@@ -122,7 +140,17 @@ type SchedStats struct {
 	ComputedTokens uint64
 	// CachedTokens counts prompt tokens served from the prefix cache.
 	CachedTokens uint64
-	Preemptions  uint64
+	// PrefixQueryTokens counts prompt tokens looked up in the prefix cache
+	// at first admission; PrefixHitTokens those found.
+	PrefixQueryTokens uint64
+	PrefixHitTokens   uint64
+	// Preemptions counts every preemption, by swap or by recompute.
+	Preemptions          uint64
+	PreemptionsSwap      uint64
+	PreemptionsRecompute uint64
+	// SwapOutBlocks and SwapInBlocks count blocks moved over the host link.
+	SwapOutBlocks uint64
+	SwapInBlocks  uint64
 }
 
 // NewScheduler returns a scheduler over pool that reports events to emit.
@@ -139,7 +167,15 @@ func NewScheduler(cfg SchedulerConfig, pool *kvcache.Pool, emit Emit) (*Schedule
 	if emit == nil {
 		emit = func(*Request, Event) {}
 	}
-	s := &Scheduler{cfg: cfg, pool: pool, emit: emit, byID: make(map[string]*request), eos: make(map[int32]bool)}
+	swap, err := kvcache.NewSwapSpace(cfg.SwapBlocks)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{
+		cfg: cfg, pool: pool, emit: emit, swap: swap,
+		est:  newOutputEstimator(cfg.DefaultExpectedOutput),
+		byID: make(map[string]*request), eos: make(map[int32]bool),
+	}
 	for _, t := range cfg.EOS {
 		s.eos[t] = true
 	}
@@ -157,6 +193,25 @@ func (s *Scheduler) NumRunning() int { return len(s.running) }
 
 // NumWaiting is the number of waiting sequences.
 func (s *Scheduler) NumWaiting() int { return len(s.waiting) }
+
+// NumSwapped is the number of sequences swapped out to host memory.
+func (s *Scheduler) NumSwapped() int { return len(s.swapped) }
+
+// Swap returns the host swap space.
+func (s *Scheduler) Swap() *kvcache.SwapSpace { return s.swap }
+
+// WaitingByPriority counts waiting and swapped sequences per priority class.
+func (s *Scheduler) WaitingByPriority() [NumPriorities]int {
+	var n [NumPriorities]int
+	for _, q := range [][]*sequence{s.waiting, s.swapped} {
+		for _, seq := range q {
+			if p := seq.r.req.Priority; p >= 0 && p < NumPriorities {
+				n[p]++
+			}
+		}
+	}
+	return n
+}
 
 // Live reports whether a request with this id is queued or running.
 func (s *Scheduler) Live(id string) bool { _, ok := s.byID[id]; return ok }
@@ -232,8 +287,14 @@ func (s *Scheduler) newSeq(r *request, tokens []int32) *sequence {
 // priority or higher that arrived before it.
 func (s *Scheduler) enqueue(seq *sequence) {
 	seq.state = stateWaiting
+	s.waiting = insertOrdered(s.waiting, seq)
+}
+
+// insertOrdered inserts seq into q, ordered by priority (high first), then
+// arrival, then choice index.
+func insertOrdered(q []*sequence, seq *sequence) []*sequence {
 	p, a := seq.r.req.Priority, seq.r.arrival
-	i, _ := slices.BinarySearchFunc(s.waiting, seq, func(w, _ *sequence) int {
+	i, _ := slices.BinarySearchFunc(q, seq, func(w, _ *sequence) int {
 		wp, wa := w.r.req.Priority, w.r.arrival
 		if wp != p {
 			if wp > p {
@@ -246,7 +307,7 @@ func (s *Scheduler) enqueue(seq *sequence) {
 		}
 		return 1
 	})
-	s.waiting = slices.Insert(s.waiting, i, seq)
+	return slices.Insert(q, i, seq)
 }
 
 // Cancel ends a live request with FinishCancelled and frees its blocks. It
@@ -284,6 +345,8 @@ func (s *Scheduler) Step() *Plan {
 	plan := &s.planBuf
 	plan.Batch.Seqs = plan.Batch.Seqs[:0]
 	plan.Batch.Copies = plan.Batch.Copies[:0]
+	plan.Batch.SwapIn = plan.Batch.SwapIn[:0]
+	plan.Batch.SwapOut = plan.Batch.SwapOut[:0]
 	plan.seqs = plan.seqs[:0]
 	s.stepNo++
 	s.plan = plan
@@ -306,9 +369,19 @@ func (s *Scheduler) Step() *Plan {
 		}
 	}
 
+	// Bring swapped-out sequences back before admitting new work; while
+	// any is still out, admit nothing new.
+	for len(s.swapped) > 0 && s.budget > 0 && len(s.running) < s.cfg.MaxRunning {
+		seq := s.swapped[0]
+		if !s.swapIn(seq) {
+			break
+		}
+		s.reserve(seq, min(s.need(seq), s.budget))
+	}
+
 	// Admit waiting sequences while the budget, the running cap and the
 	// free blocks allow.
-	for len(s.waiting) > 0 && s.budget > 0 && len(s.running) < s.cfg.MaxRunning {
+	for len(s.swapped) == 0 && len(s.waiting) > 0 && s.budget > 0 && len(s.running) < s.cfg.MaxRunning {
 		seq := s.waiting[0]
 		if !s.admit(seq) {
 			break
@@ -338,35 +411,44 @@ func (s *Scheduler) target(seq *sequence) int {
 func (s *Scheduler) need(seq *sequence) int { return s.target(seq) - seq.computed }
 
 // admit moves seq from waiting to running if its projected memory fits:
-// the blocks for its remaining prompt (after prefix-cache hits) plus one for
-// its first output, above the watermark. Prefix-cache hits take references.
+// the blocks for its remaining prompt (after prefix-cache hits) plus its
+// expected output, above the watermark. Prefix-cache hits take references.
 func (s *Scheduler) admit(seq *sequence) bool {
 	bs := s.pool.BlockSize()
-	if seq.hashes == nil || len(seq.hashes) < len(seq.tokens)/bs {
+	if len(seq.hashes) < len(seq.tokens)/bs {
 		seq.hashes = kvcache.HashChain(seq.tokens, bs)
 	}
 	// Never take the whole sequence from the cache: the last token must be
 	// computed to produce the next one.
 	maxHit := (s.target(seq) - 1) / bs
-	hits, cachedHits := 0, 0
-	if len(seq.blocks) == 0 {
-		for hits < maxHit && hits < len(seq.hashes) {
-			found, cached := s.pool.Probe(seq.hashes[hits])
-			if !found {
-				break
-			}
-			if cached {
-				cachedHits++
-			}
-			hits++
-		}
+	if s.cfg.DisablePrefixCache {
+		maxHit = 0
 	}
-	total := s.pool.BlocksFor(len(seq.tokens) + 1)
-	needBlocks := total - hits - len(seq.blocks)
-	if s.pool.NumFree()-cachedHits-s.prefillReserve() < needBlocks+s.cfg.WatermarkBlocks {
-		if len(s.running) == 0 && s.pool.NumFree()-cachedHits >= needBlocks {
-			// Nothing else could free memory: admit without the watermark.
-		} else {
+	hits, cachedHits := 0, 0
+	for hits < maxHit && hits < len(seq.hashes) {
+		found, cached := s.pool.Probe(seq.hashes[hits])
+		if !found {
+			break
+		}
+		if cached {
+			cachedHits++
+		}
+		hits++
+	}
+	r := seq.r
+	remaining := max(1, r.req.MaxTokens-seq.generated)
+	expected := remaining
+	if s.cfg.DefaultExpectedOutput > 0 {
+		expected = s.est.expected(r.req.Tenant, remaining)
+	}
+	projected := min(len(seq.tokens)+expected, s.MaxSeqTokens())
+	needBlocks := s.pool.BlocksFor(projected) - hits
+	free := s.pool.NumFree() - cachedHits - s.projectedReserve()
+	if free < needBlocks+s.cfg.WatermarkBlocks {
+		// When nothing runs, nothing else will free memory: admit if the
+		// prompt itself fits and let preemption handle the output.
+		idle := len(s.running) == 0 && s.pool.NumFree()-cachedHits >= s.pool.BlocksFor(len(seq.tokens)+1)-hits
+		if !idle {
 			return false
 		}
 	}
@@ -374,31 +456,66 @@ func (s *Scheduler) admit(seq *sequence) bool {
 		b, _ := s.pool.Lookup(seq.hashes[i])
 		seq.blocks = append(seq.blocks, b)
 	}
-	if hits > 0 {
-		seq.computed = hits * bs
-		seq.hashed = hits
-	}
-	if !seq.r.admitted {
-		seq.r.admitted = true
-		seq.r.cached = seq.computed
+	seq.computed = hits * bs
+	seq.hashed = hits
+	seq.projected = projected
+	if !r.admitted {
+		r.admitted = true
+		r.cached = seq.computed
 		s.stats.CachedTokens += uint64(seq.computed)
+		s.stats.PrefixQueryTokens += uint64(len(seq.tokens))
+		s.stats.PrefixHitTokens += uint64(seq.computed)
 	}
 	s.removeWaiting(seq)
+	s.startRunning(seq)
+	return true
+}
+
+func (s *Scheduler) startRunning(seq *sequence) {
 	seq.state = stateRunning
 	seq.admitted = s.nextAdmit
 	s.nextAdmit++
 	s.running = append(s.running, seq)
+}
+
+// swapIn brings a swapped-out sequence back if its blocks, one more for
+// growth and the watermark fit; it reports whether it did.
+func (s *Scheduler) swapIn(seq *sequence) bool {
+	need := len(seq.host) + 1
+	free := s.pool.NumFree() - s.projectedReserve()
+	if free < need+s.cfg.WatermarkBlocks && (len(s.running) != 0 || s.pool.NumFree() < need) {
+		return false
+	}
+	for range seq.host {
+		b, err := s.pool.Allocate()
+		if err != nil {
+			// Cannot happen: the check above left room. Undo and wait.
+			s.releaseBlocks(seq)
+			return false
+		}
+		seq.blocks = append(seq.blocks, b)
+	}
+	for i, slot := range seq.host {
+		s.plan.Batch.SwapIn = append(s.plan.Batch.SwapIn, BlockSwap{Device: seq.blocks[i], Host: slot})
+		s.swap.Release(slot)
+	}
+	s.stats.SwapInBlocks += uint64(len(seq.host))
+	seq.host = seq.host[:0]
+	seq.hashed = 0 // the copies are not in the prefix index; Apply re-commits
+	seq.projected = max(seq.projected, len(seq.tokens)+1)
+	s.swapped = slices.Delete(s.swapped, 0, 1)
+	s.startRunning(seq)
+	seq.swappedIn = s.stepNo
 	return true
 }
 
-// prefillReserve is the number of blocks running sequences still need to
-// finish their prompts, so admission does not promise them twice.
-func (s *Scheduler) prefillReserve() int {
+// projectedReserve is the number of blocks running sequences are still
+// expected to need (the rest of their prompts and their expected output),
+// so admission does not promise the same memory twice.
+func (s *Scheduler) projectedReserve() int {
 	n := 0
 	for _, seq := range s.running {
-		if s.need(seq) > 1 {
-			n += max(0, s.pool.BlocksFor(s.target(seq))-len(seq.blocks))
-		}
+		n += max(0, s.pool.BlocksFor(seq.projected)-len(seq.blocks))
 	}
 	return n
 }
@@ -473,15 +590,16 @@ func (s *Scheduler) allocate(seq *sequence) (int32, bool) {
 }
 
 // victim picks the running sequence to preempt so that seq can grow: the
-// lowest priority class not above seq's, most recently admitted first. It
-// returns nil when seq is the only running sequence.
+// lowest priority class not above seq's, most recently admitted first,
+// never one swapped in during this step. It returns nil when seq is the
+// only running sequence.
 func (s *Scheduler) victim(seq *sequence) *sequence {
-	var best *sequence
+	best := seq
 	for _, c := range s.running {
-		if c.r.req.Priority > seq.r.req.Priority {
+		if c.r.req.Priority > seq.r.req.Priority || (c.swappedIn == s.stepNo && c != seq) {
 			continue
 		}
-		if best == nil || c.r.req.Priority < best.r.req.Priority ||
+		if c.r.req.Priority < best.r.req.Priority ||
 			(c.r.req.Priority == best.r.req.Priority && c.admitted > best.admitted) {
 			best = c
 		}
@@ -492,15 +610,49 @@ func (s *Scheduler) victim(seq *sequence) *sequence {
 	return best
 }
 
-// preempt drops victim's blocks (full ones stay cached) and queues it to be
-// recomputed from its tokens so far.
+// preempt takes victim off the device: swapped to host memory when a round
+// trip over the host link costs less than recomputing its tokens and the
+// swap space has room, else its blocks are dropped (full ones stay cached)
+// and it is queued to be recomputed from its tokens so far.
 func (s *Scheduler) preempt(victim *sequence) {
 	s.unplan(victim)
 	s.removeRunning(victim)
+	s.stats.Preemptions++
+	if s.shouldSwap(victim) {
+		s.swapOut(victim)
+		return
+	}
+	s.stats.PreemptionsRecompute++
 	s.releaseBlocks(victim)
 	victim.computed = 0
-	s.stats.Preemptions++
 	s.enqueue(victim)
+}
+
+func (s *Scheduler) shouldSwap(seq *sequence) bool {
+	if s.plan == nil || s.cfg.SwapCost == nil || s.cfg.RecomputeCost == nil || seq.index < 0 || seq.computed == 0 {
+		return false
+	}
+	n := s.pool.BlocksFor(seq.computed)
+	if n > s.swap.NumFree() {
+		return false
+	}
+	return 2*s.cfg.SwapCost(n) < s.cfg.RecomputeCost(seq.computed)
+}
+
+// swapOut copies the blocks holding seq's computed tokens to host slots
+// (the executor does it before the step's forward pass) and frees them.
+func (s *Scheduler) swapOut(seq *sequence) {
+	n := s.pool.BlocksFor(seq.computed)
+	for j := range n {
+		slot, _ := s.swap.Allocate() // shouldSwap checked the room
+		seq.host = append(seq.host, slot)
+		s.plan.Batch.SwapOut = append(s.plan.Batch.SwapOut, BlockSwap{Device: seq.blocks[j], Host: slot})
+	}
+	s.stats.PreemptionsSwap++
+	s.stats.SwapOutBlocks += uint64(n)
+	s.releaseBlocks(seq)
+	seq.state = stateSwapped
+	s.swapped = insertOrdered(s.swapped, seq)
 }
 
 // unplan takes seq out of the plan being built, returning its tokens to the
@@ -588,7 +740,7 @@ func (s *Scheduler) Fail(plan *Plan, err error) {
 
 func (s *Scheduler) commitBlocks(seq *sequence, bs int) {
 	full := seq.computed / bs
-	if full <= seq.hashed {
+	if full <= seq.hashed || s.cfg.DisablePrefixCache {
 		return
 	}
 	if len(seq.hashes) < full {
@@ -627,6 +779,7 @@ func (s *Scheduler) fork(parent *sequence) {
 		}
 		child.state = stateRunning
 		child.admitted = parent.admitted
+		child.projected = parent.projected
 		r.seqs = append(r.seqs, child)
 		s.running = append(s.running, child)
 	}
@@ -671,6 +824,9 @@ func (s *Scheduler) finishSeq(seq *sequence, reason FinishReason, err error) {
 		return
 	}
 	s.emit(&r.req, Event{Kind: EventFinish, Index: seq.index, Finish: reason, Err: err})
+	if reason == FinishStop || reason == FinishLength {
+		s.est.observe(r.req.Tenant, seq.generated)
+	}
 	r.live--
 	if r.live == 0 {
 		s.closeRequest(r)
@@ -684,6 +840,14 @@ func (s *Scheduler) dropSeq(seq *sequence) {
 		s.removeRunning(seq)
 	case stateWaiting:
 		s.removeWaiting(seq)
+	case stateSwapped:
+		if i := slices.Index(s.swapped, seq); i >= 0 {
+			s.swapped = slices.Delete(s.swapped, i, i+1)
+		}
+		for _, slot := range seq.host {
+			s.swap.Release(slot)
+		}
+		seq.host = seq.host[:0]
 	}
 	s.releaseBlocks(seq)
 	seq.state = stateFinished
@@ -726,8 +890,12 @@ func (s *Scheduler) closeRequest(r *request) {
 // CheckIdle returns an error unless the scheduler is drained: nothing
 // waiting or running and every block free or cached.
 func (s *Scheduler) CheckIdle() error {
-	if len(s.running) != 0 || len(s.waiting) != 0 || len(s.byID) != 0 {
-		return fmt.Errorf("engine: not idle: %d running, %d waiting, %d live requests", len(s.running), len(s.waiting), len(s.byID))
+	if len(s.running) != 0 || len(s.waiting) != 0 || len(s.swapped) != 0 || len(s.byID) != 0 {
+		return fmt.Errorf("engine: not idle: %d running, %d waiting, %d swapped, %d live requests",
+			len(s.running), len(s.waiting), len(s.swapped), len(s.byID))
+	}
+	if n := s.swap.NumUsed(); n != 0 {
+		return fmt.Errorf("engine: not idle: %d swap slots in use", n)
 	}
 	return s.pool.CheckIdle()
 }

@@ -24,7 +24,11 @@ type schedHarness struct {
 
 // TestSchedulerScripts runs testdata/sched/*.txt. Commands:
 //
-//	init blocks=N block-size=N budget=N max-running=N context=N watermark=N
+//	init blocks=N block-size=N budget=N max-running=N context=N watermark=N expect=N
+//	                swap=N swap-overhead=MS no-prefix-cache=0|1
+//	                expect is the default expected output at admission (1);
+//	                swapping n blocks costs swap-overhead+n ms one way, and
+//	                recomputing t tokens t ms
 //	submit id=ID tokens=1-10,50-52 max=N [n=N] [prio=batch|free|paid|enterprise] [eos-at=N]
 //	step            decide a batch, print it, apply fake tokens, print events
 //	cancel id=ID
@@ -62,7 +66,8 @@ func TestSchedulerScripts(t *testing.T) {
 }
 
 func newSchedHarness(t *testing.T, d *datadriven.TestData) *schedHarness {
-	blocks, bs, budget, running, ctx, wm := 16, 4, 32, 8, 256, 0
+	blocks, bs, budget, running, ctx, wm, expect := 16, 4, 32, 8, 256, 0, 1
+	swapBlocks, swapOverhead, noPrefix := 0, 0, false
 	for _, a := range d.CmdArgs {
 		v, err := strconv.Atoi(a.Vals[0])
 		require.NoError(t, err)
@@ -79,6 +84,14 @@ func newSchedHarness(t *testing.T, d *datadriven.TestData) *schedHarness {
 			ctx = v
 		case "watermark":
 			wm = v
+		case "expect":
+			expect = v
+		case "swap":
+			swapBlocks = v
+		case "swap-overhead":
+			swapOverhead = v
+		case "no-prefix-cache":
+			noPrefix = v == 1
 		default:
 			t.Fatalf("unknown init arg %q", a.Key)
 		}
@@ -88,7 +101,12 @@ func newSchedHarness(t *testing.T, d *datadriven.TestData) *schedHarness {
 	h := &schedHarness{eos: map[string]int{}, gen: map[uint64]int{}}
 	h.s, err = NewScheduler(SchedulerConfig{
 		MaxBatchTokens: budget, MaxRunning: running, ContextLength: ctx,
-		EOS: []int32{0}, WatermarkBlocks: wm,
+		EOS: []int32{0}, WatermarkBlocks: wm, DefaultExpectedOutput: expect,
+		DisablePrefixCache: noPrefix, SwapBlocks: swapBlocks,
+		// Swapping a block one way costs 1ms plus a fixed overhead;
+		// recomputing costs 1ms per token.
+		SwapCost:      func(n int) time.Duration { return time.Duration(swapOverhead+n) * time.Millisecond },
+		RecomputeCost: func(n int) time.Duration { return time.Duration(n) * time.Millisecond },
 	}, pool, func(r *Request, ev Event) {
 		name := r.ID
 		if ev.Index >= 0 {
@@ -164,6 +182,12 @@ func (h *schedHarness) step() string {
 	if plan.Empty() {
 		b.WriteString("empty\n")
 	}
+	for _, c := range plan.Batch.SwapOut {
+		fmt.Fprintf(&b, "swap-out %d -> host %d\n", c.Device, c.Host)
+	}
+	for _, c := range plan.Batch.SwapIn {
+		fmt.Fprintf(&b, "swap-in host %d -> %d\n", c.Host, c.Device)
+	}
 	for _, c := range plan.Batch.Copies {
 		fmt.Fprintf(&b, "copy %d -> %d\n", c.Src, c.Dst)
 	}
@@ -225,7 +249,37 @@ func (h *schedHarness) blocks() string {
 	for _, seq := range h.s.waiting {
 		fmt.Fprintf(&b, "waiting %s computed=%d tokens=%d\n", seqName(seq), seq.computed, len(seq.tokens))
 	}
+	for _, seq := range h.s.swapped {
+		fmt.Fprintf(&b, "swapped %s computed=%d tokens=%d host=%v\n", seqName(seq), seq.computed, len(seq.tokens), seq.host)
+	}
 	st := h.s.Stats()
-	fmt.Fprintf(&b, "stats: preemptions=%d cached-tokens=%d\n", st.Preemptions, st.CachedTokens)
+	fmt.Fprintf(&b, "stats: preemptions=%d (swap=%d recompute=%d) cached-tokens=%d swap-used=%d\n",
+		st.Preemptions, st.PreemptionsSwap, st.PreemptionsRecompute, st.CachedTokens, h.s.Swap().NumUsed())
 	return b.String()
+}
+
+// TestSwapOrRecompute checks the per-victim choice: swap when a round trip
+// over the host link costs less than recomputing, and there is room.
+func TestSwapOrRecompute(t *testing.T) {
+	pool, err := kvcache.NewPool(64, 16)
+	require.NoError(t, err)
+	s, err := NewScheduler(SchedulerConfig{
+		MaxBatchTokens: 64, MaxRunning: 8, ContextLength: 1024, SwapBlocks: 8,
+		SwapCost:      func(n int) time.Duration { return time.Duration(2000+n*100) * time.Microsecond },
+		RecomputeCost: func(n int) time.Duration { return time.Duration(n*50) * time.Microsecond },
+	}, pool, nil)
+	require.NoError(t, err)
+	s.plan = &Plan{}
+	for _, tc := range []struct {
+		computed int
+		swap     bool
+	}{
+		{computed: 16, swap: false},  // 2x2.1ms swap vs 0.8ms recompute
+		{computed: 100, swap: false}, // 2x2.7ms vs 5ms
+		{computed: 128, swap: true},  // 2x2.8ms vs 6.4ms
+		{computed: 200, swap: false}, // 13 blocks do not fit 8 swap slots
+	} {
+		seq := &sequence{index: 0, computed: tc.computed}
+		require.Equal(t, tc.swap, s.shouldSwap(seq), "computed=%d", tc.computed)
+	}
 }

@@ -1,0 +1,337 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/llmd/llmd/engine"
+)
+
+// Executor is the simulated executor: it keeps no tensors, sleeps each step
+// for its roofline time on a clock and returns placeholder tokens.
+//
+// Locking: Forward holds a mutex for the whole step (a GPU runs one step at
+// a time), so concurrent calls are safe though the engine makes none. The
+// other methods read immutable state.
+type Executor struct {
+	cfg   Config
+	clock engine.Clock
+	tok   *Tokenizer
+	gen   textGen
+	info  engine.ExecutorInfo
+
+	kvPerToken  float64 // bytes per token across the group
+	blockBytes  float64 // bytes per block across the group
+	weightBytes float64
+	params      float64
+	attnPerCtx  float64 // attention FLOPs per query token per context token
+	bandwidth   float64 // bytes/s across the group
+	peakWeights float64 // FLOP/s for the weight matmuls across the group
+	peakAttn    float64 // FLOP/s for attention across the group
+	hostLink    float64 // bytes/s across the group
+	capacity    int64   // KV capacity in bytes
+	swapSlots   int
+
+	mu sync.Mutex
+	// swapUsed marks the host swap slots that hold a block (a bitset).
+	swapUsed []uint64
+	// outMark and inMark are scratch bitsets over the swap slots for
+	// validating one batch; all zero between calls.
+	outMark, inMark []uint64
+}
+
+var _ engine.Executor = (*Executor)(nil)
+
+// New returns a simulated executor for cfg that sleeps on clock. It returns
+// cfg.Validate's error if cfg is not valid.
+func New(cfg Config, clock engine.Clock) (*Executor, error) {
+	if clock == nil {
+		return nil, fmt.Errorf("sim: nil clock")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tp := float64(cfg.TP)
+	m := cfg.Model
+	link := cfg.HostLinkBytesPerSec
+	if link == 0 {
+		link = cfg.GPU.HostLinkBytesPerSec
+	}
+	e := &Executor{
+		cfg:         cfg,
+		clock:       clock,
+		tok:         NewTokenizer(m),
+		gen:         textGen{meanOutput: cfg.MeanOutputTokens},
+		kvPerToken:  float64(cfg.kvBytesPerToken()),
+		blockBytes:  float64(cfg.blockBytes()),
+		weightBytes: float64(m.WeightBytes()),
+		params:      float64(m.Params),
+		attnPerCtx:  4 * float64(m.Layers) * float64(m.Heads) * float64(m.HeadDim),
+		bandwidth:   cfg.GPU.BandwidthBytesPerSec * tp,
+		peakWeights: cfg.GPU.PeakFLOPS(m.WeightDTypeBytes) * tp,
+		peakAttn:    cfg.GPU.PeakFLOPS(2) * tp,
+		hostLink:    link * tp,
+		capacity:    cfg.kvCapacityBytes(),
+	}
+	slots := cfg.HostSwapBytes / cfg.blockBytes()
+	e.swapSlots = int(min(slots, math.MaxInt32))
+	words := (e.swapSlots + 63) / 64
+	e.swapUsed = make([]uint64, words)
+	e.outMark = make([]uint64, words)
+	e.inMark = make([]uint64, words)
+	e.info = engine.ExecutorInfo{
+		Model:         m.ID,
+		NumBlocks:     int(min(e.capacity/cfg.blockBytes(), math.MaxInt32)),
+		BlockSize:     cfg.BlockSize,
+		ContextLength: m.ContextLength,
+		EOS:           []int32{e.tok.EOS()},
+	}
+	return e, nil
+}
+
+// Info describes the simulated model and its KV capacity: NumBlocks is the
+// KV capacity in bytes over the bytes of one block, rounded down.
+func (e *Executor) Info() engine.ExecutorInfo {
+	info := e.info
+	info.EOS = append([]int32(nil), e.info.EOS...)
+	return info
+}
+
+// Config returns the executor's configuration.
+func (e *Executor) Config() Config { return e.cfg }
+
+// Tokenizer returns the tokenizer of the simulated model.
+func (e *Executor) Tokenizer() *Tokenizer { return e.tok }
+
+// KVCapacityBytes is the memory of the GPU group left for the KV cache in
+// bytes: memory x TP, less the reserve and the weights.
+func (e *Executor) KVCapacityBytes() int64 { return e.capacity }
+
+// CapacityTokens is the number of tokens whose KV fits in the cache
+// (KVCapacityBytes over the KV bytes per token, rounded down; at least
+// Info().NumBlocks x BlockSize).
+func (e *Executor) CapacityTokens() int {
+	return int(min(e.capacity/e.cfg.kvBytesPerToken(), math.MaxInt32))
+}
+
+// SwapSlots is the number of host swap slots, each holding one block:
+// HostSwapBytes over the bytes of a block. BlockSwap.Host must be below it.
+func (e *Executor) SwapSlots() int { return e.swapSlots }
+
+// NaturalLength returns the output index at which a sequence seeded with
+// seed emits EOS (its answer then has that many tokens), and false if it
+// never does (MeanOutputTokens 0).
+func (e *Executor) NaturalLength(seed uint64) (int, bool) { return e.gen.length(seed) }
+
+// TokenAt returns the token a sequence seeded with seed produces at output
+// index i (SeqInput.Generated); Forward returns exactly this.
+func (e *Executor) TokenAt(seed uint64, i int) int32 {
+	if i < 0 {
+		return -1
+	}
+	return e.gen.token(seed, i)
+}
+
+// Cost is the roofline breakdown of one step.
+type Cost struct {
+	// Bytes is the device memory traffic: the weights once, the KV every
+	// sequence reads (its whole context) and writes (its new tokens), and
+	// block copies (read and write).
+	Bytes float64
+	// FLOPs is the work: 2 per parameter per token, plus attention (4 x
+	// layers x heads x head dim per query token per context token it
+	// attends to, causally).
+	FLOPs float64
+	// MemoryTime is Bytes over the group's bandwidth.
+	MemoryTime time.Duration
+	// ComputeTime is FLOPs over the group's peak (the weight dtype's rate
+	// for the matmuls, BF16 for attention).
+	ComputeTime time.Duration
+	// TransferTime is the time to move swapped blocks over the host links.
+	TransferTime time.Duration
+	// Overhead is the fixed per-step overhead.
+	Overhead time.Duration
+}
+
+// Total is the step time: max(MemoryTime, ComputeTime) + TransferTime +
+// Overhead.
+func (c Cost) Total() time.Duration {
+	return max(c.MemoryTime, c.ComputeTime) + c.TransferTime + c.Overhead
+}
+
+// ComputeBound reports whether compute, not memory bandwidth, limits the
+// step.
+func (c Cost) ComputeBound() bool { return c.ComputeTime > c.MemoryTime }
+
+// Cost returns the roofline breakdown of b. It is a pure function of b and
+// the configuration; it does not validate b (odd values count as zero). An
+// empty or nil batch costs nothing.
+func (e *Executor) Cost(b *engine.Batch) Cost {
+	if b == nil || len(b.Seqs) == 0 && len(b.Copies) == 0 && len(b.SwapIn) == 0 && len(b.SwapOut) == 0 {
+		return Cost{}
+	}
+	var tokens, ctxTokens, attended float64
+	for i := range b.Seqs {
+		s := &b.Seqs[i]
+		n := float64(len(s.Tokens))
+		pos := float64(max(s.Pos, 0))
+		tokens += n
+		ctxTokens += float64(max(s.Context, 0))
+		// Query j of the chunk attends to positions 0..pos+j.
+		attended += n*pos + n*(n+1)/2
+	}
+	c := Cost{Overhead: e.cfg.StepOverhead}
+	if len(b.Seqs) > 0 {
+		c.Bytes = e.weightBytes + (ctxTokens+tokens)*e.kvPerToken
+	}
+	c.Bytes += 2 * float64(len(b.Copies)) * e.blockBytes
+	matmul := 2 * e.params * tokens
+	attn := e.attnPerCtx * attended
+	c.FLOPs = matmul + attn
+	c.MemoryTime = seconds(c.Bytes / e.bandwidth)
+	c.ComputeTime = seconds(matmul/e.peakWeights + attn/e.peakAttn)
+	c.TransferTime = seconds(float64(len(b.SwapIn)+len(b.SwapOut)) * e.blockBytes / e.hostLink)
+	return c
+}
+
+// StepTime returns the roofline time of b, unscaled: Cost(b).Total().
+func (e *Executor) StepTime(b *engine.Batch) time.Duration { return e.Cost(b).Total() }
+
+// maxStep bounds one step's time, so absurd batches cannot overflow a
+// Duration.
+const maxStep = 24 * time.Hour
+
+func seconds(s float64) time.Duration {
+	d := s * float64(time.Second)
+	if !(d < float64(maxStep)) {
+		return maxStep
+	}
+	return time.Duration(math.Round(d))
+}
+
+// Forward validates b, applies its block operations (SwapOut, then SwapIn,
+// then Copies: a device block swapped out may be the target of a swap in
+// the same batch, a host slot freed by a swap-in may not be reused before
+// the next batch), sleeps for the step time scaled by Config.TimeScale and
+// returns one token per sequence: TokenAt(Seed, Generated) where Sample is
+// set, -1 elsewhere. Output.Duration is the time slept.
+//
+// It returns an error, and changes nothing, when b is malformed: a sequence
+// with no tokens, a Context other than Pos+len(Tokens) or beyond the
+// context length, a block table too short for Context or naming a block
+// out of range (only the blocks this step writes are checked), a copy or
+// swap naming a block or host slot out of range, two swaps out to one host
+// slot, or a swap in from a slot that holds no block. If ctx ends during
+// the sleep it returns ctx's error; the block operations stay applied.
+func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (*engine.Output, error) {
+	if b == nil {
+		return nil, fmt.Errorf("sim: nil batch")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.validate(b); err != nil {
+		return nil, err
+	}
+	for _, s := range b.SwapOut {
+		setBit(e.swapUsed, s.Host)
+	}
+	for _, s := range b.SwapIn {
+		clearBit(e.swapUsed, s.Host)
+	}
+	d := e.Cost(b).Total()
+	if e.cfg.TimeScale != 1 {
+		d = seconds(d.Seconds() * e.cfg.TimeScale)
+	}
+	if d > 0 {
+		if err := e.clock.Sleep(ctx, d); err != nil {
+			return nil, fmt.Errorf("sim: step interrupted: %w", err)
+		}
+	}
+	out := &engine.Output{Tokens: make([]int32, len(b.Seqs)), Duration: d}
+	for i := range b.Seqs {
+		s := &b.Seqs[i]
+		if s.Sample {
+			out.Tokens[i] = e.gen.token(s.Seed, s.Generated)
+		} else {
+			out.Tokens[i] = -1
+		}
+	}
+	return out, nil
+}
+
+// validate checks b against the executor's state without changing it.
+func (e *Executor) validate(b *engine.Batch) error {
+	bs := e.cfg.BlockSize
+	nb := int32(e.info.NumBlocks)
+	for i := range b.Seqs {
+		s := &b.Seqs[i]
+		switch {
+		case len(s.Tokens) == 0:
+			return fmt.Errorf("sim: sequence %d has no tokens", s.SeqID)
+		case s.Pos < 0 || s.Context != s.Pos+len(s.Tokens):
+			return fmt.Errorf("sim: sequence %d: context %d is not position %d plus %d tokens", s.SeqID, s.Context, s.Pos, len(s.Tokens))
+		case s.Context > e.info.ContextLength:
+			return fmt.Errorf("sim: sequence %d: context %d exceeds the context length %d", s.SeqID, s.Context, e.info.ContextLength)
+		case s.Generated < 0:
+			return fmt.Errorf("sim: sequence %d: negative generated count %d", s.SeqID, s.Generated)
+		case len(s.Blocks) < (s.Context+bs-1)/bs:
+			return fmt.Errorf("sim: sequence %d: %d blocks cannot hold %d tokens", s.SeqID, len(s.Blocks), s.Context)
+		}
+		for _, blk := range s.Blocks[s.Pos/bs : (s.Context+bs-1)/bs] {
+			if blk < 0 || blk >= nb {
+				return fmt.Errorf("sim: sequence %d: block %d out of range [0, %d)", s.SeqID, blk, nb)
+			}
+		}
+	}
+	for _, c := range b.Copies {
+		if c.Src < 0 || c.Src >= nb || c.Dst < 0 || c.Dst >= nb {
+			return fmt.Errorf("sim: block copy %d -> %d out of range [0, %d)", c.Src, c.Dst, nb)
+		}
+	}
+	slots := int32(e.swapSlots)
+	defer func() {
+		// Leave the scratch bitsets zero for the next batch.
+		for _, s := range b.SwapOut {
+			if s.Host >= 0 && s.Host < slots {
+				clearBit(e.outMark, s.Host)
+			}
+		}
+		for _, s := range b.SwapIn {
+			if s.Host >= 0 && s.Host < slots {
+				clearBit(e.inMark, s.Host)
+			}
+		}
+	}()
+	for _, s := range b.SwapOut {
+		switch {
+		case s.Device < 0 || s.Device >= nb:
+			return fmt.Errorf("sim: swap out of block %d out of range [0, %d)", s.Device, nb)
+		case s.Host < 0 || s.Host >= slots:
+			return fmt.Errorf("sim: swap out to host slot %d exceeds the swap space of %d slots", s.Host, slots)
+		case getBit(e.outMark, s.Host):
+			return fmt.Errorf("sim: two swaps out to host slot %d in one batch", s.Host)
+		}
+		setBit(e.outMark, s.Host)
+	}
+	for _, s := range b.SwapIn {
+		switch {
+		case s.Device < 0 || s.Device >= nb:
+			return fmt.Errorf("sim: swap in to block %d out of range [0, %d)", s.Device, nb)
+		case s.Host < 0 || s.Host >= slots:
+			return fmt.Errorf("sim: swap in from host slot %d out of range [0, %d)", s.Host, slots)
+		case getBit(e.inMark, s.Host):
+			return fmt.Errorf("sim: two swaps in from host slot %d in one batch", s.Host)
+		case !getBit(e.swapUsed, s.Host) && !getBit(e.outMark, s.Host):
+			return fmt.Errorf("sim: swap in from host slot %d, which holds no block", s.Host)
+		}
+		setBit(e.inMark, s.Host)
+	}
+	return nil
+}
+
+func getBit(set []uint64, i int32) bool { return set[i/64]&(1<<(i%64)) != 0 }
+func setBit(set []uint64, i int32)      { set[i/64] |= 1 << (i % 64) }
+func clearBit(set []uint64, i int32)    { set[i/64] &^= 1 << (i % 64) }

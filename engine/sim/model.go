@@ -1,0 +1,156 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Model is a model profile: the shape of a decoder-only transformer with
+// grouped-query attention. Its ID always starts with "sim/".
+type Model struct {
+	// ID is the model id served, e.g. "sim/flagship".
+	ID string
+	// Layers is the number of transformer blocks.
+	Layers int
+	// HiddenSize is the residual stream width.
+	HiddenSize int
+	// Heads is the number of attention (query) heads.
+	Heads int
+	// KVHeads is the number of key/value heads (grouped-query attention).
+	KVHeads int
+	// HeadDim is the dimension of one attention head.
+	HeadDim int
+	// FFNSize is the intermediate size of the (gated) MLP.
+	FFNSize int
+	// VocabSize is the number of token ids.
+	VocabSize int
+	// Params is the number of parameters, embeddings included.
+	Params int64
+	// WeightDTypeBytes is the size of one weight in bytes: 1 for FP8, 2
+	// for BF16.
+	WeightDTypeBytes int
+	// KVDTypeBytes is the size of one K or V element in the cache in
+	// bytes: 2 for FP16/BF16, 1 for FP8.
+	KVDTypeBytes int
+	// ContextLength is the most tokens (prompt plus output) one sequence
+	// may hold.
+	ContextLength int
+}
+
+// KVBytesPerToken is the KV cache one token takes across all layers and
+// GPUs, in bytes: K and V, for every layer and KV head.
+func (m Model) KVBytesPerToken() int64 {
+	return 2 * int64(m.Layers) * int64(m.KVHeads) * int64(m.HeadDim) * int64(m.KVDTypeBytes)
+}
+
+// WeightBytes is the size of the weights in bytes.
+func (m Model) WeightBytes() int64 {
+	return m.Params * int64(m.WeightDTypeBytes)
+}
+
+// Validate reports the first problem with m's shape, if any.
+func (m Model) Validate() error {
+	switch {
+	case !strings.HasPrefix(m.ID, modelPrefix) || len(m.ID) == len(modelPrefix):
+		return fmt.Errorf("sim: model id %q must start with %q", m.ID, modelPrefix)
+	case m.Layers < 1, m.HiddenSize < 1, m.Heads < 1, m.KVHeads < 1, m.HeadDim < 1, m.FFNSize < 1, m.Params < 1:
+		return fmt.Errorf("sim: model %s: layers, sizes, heads and params must be positive", m.ID)
+	case m.Heads%m.KVHeads != 0:
+		return fmt.Errorf("sim: model %s: %d heads are not a multiple of %d KV heads", m.ID, m.Heads, m.KVHeads)
+	case m.WeightDTypeBytes != 1 && m.WeightDTypeBytes != 2:
+		return fmt.Errorf("sim: model %s: weight dtype of %d bytes; want 1 (FP8) or 2 (BF16)", m.ID, m.WeightDTypeBytes)
+	case m.KVDTypeBytes != 1 && m.KVDTypeBytes != 2:
+		return fmt.Errorf("sim: model %s: KV dtype of %d bytes; want 1 (FP8) or 2 (FP16)", m.ID, m.KVDTypeBytes)
+	case m.VocabSize < minVocabSize:
+		return fmt.Errorf("sim: model %s: vocabulary of %d tokens; want at least %d", m.ID, m.VocabSize, minVocabSize)
+	case m.ContextLength < 1:
+		return fmt.Errorf("sim: model %s: context length %d must be positive", m.ID, m.ContextLength)
+	}
+	return nil
+}
+
+// modelPrefix starts every simulated model id.
+const modelPrefix = "sim/"
+
+// models are the built-in profiles by short name, in modelNames order.
+// Params follow from the shape (embeddings and LM head untied, see
+// countParams).
+var models = map[string]Model{
+	// small: Llama-3.1-8B-like, BF16 weights.
+	"small": {
+		ID:               "sim/small",
+		Layers:           32,
+		HiddenSize:       4096,
+		Heads:            32,
+		KVHeads:          8,
+		HeadDim:          128,
+		FFNSize:          14336,
+		VocabSize:        128256,
+		Params:           8_030_261_248,
+		WeightDTypeBytes: 2,
+		KVDTypeBytes:     2,
+		ContextLength:    32768,
+	},
+	// mid: Qwen2.5-32B-like, BF16 weights.
+	"mid": {
+		ID:               "sim/mid",
+		Layers:           64,
+		HiddenSize:       5120,
+		Heads:            40,
+		KVHeads:          8,
+		HeadDim:          128,
+		FFNSize:          27648,
+		VocabSize:        152064,
+		Params:           32_763_876_352,
+		WeightDTypeBytes: 2,
+		KVDTypeBytes:     2,
+		ContextLength:    32768,
+	},
+	// flagship: Llama-3.1-70B-like, FP8 weights, FP16 KV cache (327,680
+	// bytes per token).
+	"flagship": {
+		ID:               "sim/flagship",
+		Layers:           80,
+		HiddenSize:       8192,
+		Heads:            64,
+		KVHeads:          8,
+		HeadDim:          128,
+		FFNSize:          28672,
+		VocabSize:        128256,
+		Params:           70_553_706_496,
+		WeightDTypeBytes: 1,
+		KVDTypeBytes:     2,
+		ContextLength:    32768,
+	},
+}
+
+var modelNames = []string{"small", "mid", "flagship"}
+
+// ModelNames returns the short names of the built-in model profiles,
+// smallest first; ModelByName accepts them with or without the "sim/"
+// prefix. The caller owns the returned slice.
+func ModelNames() []string {
+	return append([]string(nil), modelNames...)
+}
+
+// ModelByName returns the built-in model profile named name ("small",
+// "mid" or "flagship", with or without the "sim/" prefix,
+// case-insensitive).
+func ModelByName(name string) (Model, error) {
+	key := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(name)), modelPrefix)
+	if m, ok := models[key]; ok {
+		return m, nil
+	}
+	return Model{}, fmt.Errorf("sim: unknown model %q (known: %s)", name, strings.Join(modelNames, ", "))
+}
+
+// countParams counts the parameters of m's shape: token embeddings and an
+// untied LM head, attention (Q, K, V, O without biases), a gated MLP (gate,
+// up, down) and two RMSNorms per layer, and a final norm.
+func countParams(m Model) int64 {
+	h, kvDim, qDim := int64(m.HiddenSize), int64(m.KVHeads*m.HeadDim), int64(m.Heads*m.HeadDim)
+	attn := h*qDim + 2*h*kvDim + qDim*h
+	mlp := 3 * h * int64(m.FFNSize)
+	perLayer := attn + mlp + 2*h
+	return 2*int64(m.VocabSize)*h + int64(m.Layers)*perLayer + h
+}

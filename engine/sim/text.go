@@ -1,0 +1,163 @@
+package sim
+
+import "math"
+
+// Placeholder prose. The token at output index i is a pure function of the
+// sequence's seed and i, computed in O(1): the output is cut into windows
+// of sentenceWindow tokens, and each window holds exactly one period at an
+// offset drawn from the seed and the window number. Periods are therefore
+// 9 to 15 tokens apart, and sentences run 6 to 14 words (a window may add
+// a comma before its period and a paragraph break after it).
+const (
+	sentenceWindow = 12
+	// periodMin and periodSpan place a window's period at offset
+	// periodMin..periodMin+periodSpan-1, so the sentence start (and a
+	// paragraph break) after it stay inside the window.
+	periodMin  = 4
+	periodSpan = 4
+
+	// minOutputTokens is the shortest natural answer for the default mean.
+	minOutputTokens = 16
+)
+
+// Salts separate the hash streams drawn from one seed.
+const (
+	saltWindow = 0x9e3779b97f4a7c15
+	saltWord   = 0xbf58476d1ce4e5b9
+	saltLength = 0x94d049bb133111eb
+)
+
+// mix64 is the splitmix64 finalizer: a fast, well-mixed 64-bit hash.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// unit maps h to a float64 in (0, 1].
+func unit(h uint64) float64 {
+	return (float64(h>>11) + 1) / (1 << 53)
+}
+
+// starterWords are the function words that may open a sentence.
+var starterWords = buildStarters()
+
+func buildStarters() []int {
+	var ws []int
+	for i, w := range functionWords {
+		switch w {
+		case "the", "this", "each", "some", "most", "such", "when", "while", "if", "its", "their", "all", "so", "then", "also":
+			ws = append(ws, i)
+		}
+	}
+	return ws
+}
+
+// textGen generates placeholder tokens.
+type textGen struct {
+	// meanOutput is the mean natural answer length in tokens; 0 means the
+	// answer never ends on its own.
+	meanOutput int
+}
+
+// window is the layout of one window of sentenceWindow tokens.
+type window struct {
+	period    int  // offset of the period
+	comma     int  // offset of a comma; -1 for none
+	paragraph bool // a paragraph break follows the period
+}
+
+func windowAt(seed uint64, k int) window {
+	h := mix64(seed ^ mix64(uint64(k)+saltWindow))
+	w := window{period: periodMin + int(h%periodSpan), comma: -1}
+	h >>= 8
+	w.paragraph = h%6 == 0
+	h >>= 8
+	if h%5 < 2 {
+		h >>= 8
+		w.comma = 1 + int(h%uint64(w.period-2))
+	}
+	return w
+}
+
+// token returns the token a sequence seeded with seed produces at output
+// index i (i >= 0).
+func (g textGen) token(seed uint64, i int) int32 {
+	if end, ok := g.length(seed); ok && i == end {
+		return eosID
+	}
+	k, off := i/sentenceWindow, i%sentenceWindow
+	w := windowAt(seed, k)
+	if k == 0 && w.comma == 1 {
+		w.comma = 2 // not right after the answer's first word
+	}
+	switch {
+	case off == w.period:
+		return symbolIDs['.']
+	case off == w.period+1 && w.paragraph:
+		return newlineIDs[2]
+	case i == 0, off == w.period+2 && w.paragraph:
+		return g.startWord(seed, i, variantBareCap)
+	case off == w.period+1:
+		return g.startWord(seed, i, variantSpacedCap)
+	case off == w.comma:
+		return symbolIDs[',']
+	}
+	h := mix64(seed ^ mix64(uint64(i)+saltWord))
+	// Function words only at odd indexes, so none follows another, and
+	// neither right after a sentence's first word nor before a period or
+	// a comma.
+	start := w.period + 1
+	if w.paragraph {
+		start++
+	}
+	if i%2 == 1 && h%3 != 0 && i != 1 && off != start+1 && off != w.period-1 && off != w.comma-1 {
+		return wordID(int((h>>8)%uint64(len(functionWords))), variantSpaced)
+	}
+	return wordID(len(functionWords)+int((h>>8)%uint64(len(contentWords))), variantSpaced)
+}
+
+// startWord returns the capitalized word that opens a sentence.
+func (g textGen) startWord(seed uint64, i, variant int) int32 {
+	h := mix64(seed ^ mix64(uint64(i)+saltWord))
+	if h%2 == 0 {
+		return wordID(starterWords[(h>>8)%uint64(len(starterWords))], variant)
+	}
+	return wordID(len(functionWords)+int((h>>8)%uint64(len(contentWords))), variant)
+}
+
+// length returns the output index at which a sequence seeded with seed
+// emits EOS, and false if it never does (meanOutput 0).
+//
+// The target length is a minimum plus a gamma(2)-distributed tail, capped
+// at 4x the mean. For means of two windows or more the answer then runs on
+// to the end of its sentence (EOS takes the place of the next sentence's
+// first token), and the target's mean is lowered by the half window that
+// adds on average.
+func (g textGen) length(seed uint64) (int, bool) {
+	m := g.meanOutput
+	if m <= 0 {
+		return 0, false
+	}
+	lo := min(minOutputTokens, max(1, m/2))
+	mean := float64(m)
+	aligned := m >= 2*sentenceWindow
+	if aligned {
+		mean -= sentenceWindow / 2
+	}
+	theta := max(0, mean-float64(lo)) / 2
+	h := mix64(seed ^ saltLength)
+	tail := -theta * (math.Log(unit(mix64(h))) + math.Log(unit(mix64(h^saltWord))))
+	target := lo + int(math.Round(math.Min(tail, float64(4*m-lo))))
+	if !aligned {
+		return target, true
+	}
+	k, off := target/sentenceWindow, target%sentenceWindow
+	if p := windowAt(seed, k).period; off <= p+1 {
+		return k*sentenceWindow + p + 1, true
+	}
+	return (k+1)*sentenceWindow + windowAt(seed, k+1).period + 1, true
+}
