@@ -93,3 +93,60 @@ func BenchmarkPoolAllocateRelease(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ids)), "ns/block")
 }
+
+// BenchmarkSchedulerStepPreempting measures steps of a scheduler whose KV
+// pool holds a quarter of what its admitted sequences grow to, so
+// preemptions (by recompute) happen every few steps.
+func BenchmarkSchedulerStepPreempting(b *testing.B) {
+	const running, promptLen, maxTok, blockSize = 128, 16, 240, 16
+	pool, err := kvcache.NewPool(running*(promptLen+maxTok)/blockSize/4, blockSize)
+	if err != nil {
+		b.Fatal(err)
+	}
+	finished := 0
+	s, err := NewScheduler(SchedulerConfig{MaxBatchTokens: 2048, MaxRunning: running, ContextLength: 4096, DefaultExpectedOutput: 1},
+		pool, func(_ *Request, ev Event) {
+			if ev.Last() {
+				finished++
+			}
+		})
+	if err != nil {
+		b.Fatal(err)
+	}
+	next := 0
+	submit := func() {
+		p := make([]int32, promptLen)
+		for i := range p {
+			p[i] = int32(next*promptLen + i + 1)
+		}
+		// A new tenant each time: no output history, so admission projects
+		// one output token and over-admits on purpose.
+		if err := s.Add(Request{ID: fmt.Sprint(next), Tenant: fmt.Sprint(next), Prompt: p, MaxTokens: maxTok, N: 1, Seed: uint64(next)}); err != nil {
+			b.Fatal(err)
+		}
+		next++
+	}
+	for range 2 * running {
+		submit()
+	}
+	out := &Output{}
+	b.ReportAllocs()
+	for b.Loop() {
+		plan := s.Step()
+		out.Tokens = out.Tokens[:0]
+		for i := range plan.Batch.Seqs {
+			tok := int32(-1)
+			if in := &plan.Batch.Seqs[i]; in.Sample {
+				tok = fakeToken(in.Seed, in.Generated)
+			}
+			out.Tokens = append(out.Tokens, tok)
+		}
+		s.Apply(plan, out, time.Time{})
+		for ; finished > 0; finished-- {
+			submit()
+		}
+	}
+	st := s.Stats()
+	b.ReportMetric(float64(st.Preemptions)/float64(st.Steps), "preemptions/step")
+	b.ReportMetric(float64(st.GeneratedTokens)/float64(st.Steps), "tokens/step")
+}
