@@ -1,0 +1,161 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/llmd/llmd/engine"
+)
+
+// Config configures a Server. Start from DefaultConfig; cmd/llmd fills it
+// from flags and the environment.
+type Config struct {
+	// Listen is the TCP address the API listens on. It must be a loopback
+	// address (127.0.0.0/8, ::1 or localhost) until API keys exist. Port 0
+	// picks a free port (see Server.Listen). Default "127.0.0.1:8700".
+	Listen string
+	// GPU is the simulated GPU each model replica runs on, e.g. "h100".
+	// Default "h100".
+	GPU string
+	// TP is the tensor-parallel degree: the number of GPUs in each model's
+	// group. Default 1.
+	TP int
+	// Models are the simulated model profiles to serve, by name ("small",
+	// "mid", "flagship"; the "sim/" prefix is optional). Each is its own
+	// engine replica on its own GPU group. Default small, mid and flagship.
+	Models []string
+	// DataDir is llmd's data directory; Run creates it if it is set. It is
+	// unused otherwise for now. Default "" (cmd/llmd resolves the user's
+	// data directory).
+	DataDir string
+	// HeartbeatInterval is how long a stream may stay silent before the
+	// server writes an SSE comment (": ping"). Default 15s.
+	HeartbeatInterval time.Duration
+	// StreamWriteTimeout bounds each write (and flush) to a streaming
+	// client; a client that does not take an event within it is dropped
+	// and its request cancelled. Default 10s.
+	StreamWriteTimeout time.Duration
+	// MaxBodyBytes is the largest request body accepted; larger bodies get
+	// 413. Default 8 MiB.
+	MaxBodyBytes int64
+	// MaxN is the most choices (the "n" parameter) one request may ask
+	// for. Default 8.
+	MaxN int
+	// ReadHeaderTimeout is the http.Server's ReadHeaderTimeout: a client
+	// that does not send its headers within it is disconnected. Default 5s.
+	ReadHeaderTimeout time.Duration
+	// ShutdownTimeout is how long Run waits, once its context ends, for
+	// in-flight requests to finish before it cancels them. Default 30s.
+	ShutdownTimeout time.Duration
+	// Engine configures each model's engine. Default engine.DefaultConfig().
+	Engine engine.Config
+	// Clock drives the engines and the simulated executors. nil means the
+	// real clock; tests may pass a virtual clock.
+	Clock engine.Clock
+	// StepTimeScale scales the simulated step time: 1 is the roofline time
+	// of the configured GPU, 0.01 a hundred times faster. Tests shrink it.
+	// Default 1.
+	StepTimeScale float64
+}
+
+// DefaultConfig returns the documented defaults: a simulated H100 per model
+// serving the small, mid and flagship profiles on 127.0.0.1:8700.
+func DefaultConfig() Config {
+	return Config{
+		Listen:             "127.0.0.1:8700",
+		GPU:                "h100",
+		TP:                 1,
+		Models:             []string{"small", "mid", "flagship"},
+		HeartbeatInterval:  15 * time.Second,
+		StreamWriteTimeout: 10 * time.Second,
+		MaxBodyBytes:       8 << 20,
+		MaxN:               8,
+		ReadHeaderTimeout:  5 * time.Second,
+		ShutdownTimeout:    30 * time.Second,
+		Engine:             engine.DefaultConfig(),
+		StepTimeScale:      1,
+	}
+}
+
+// Validate reports the first problem with c, if any.
+func (c Config) Validate() error {
+	if err := checkLoopback(c.Listen); err != nil {
+		return err
+	}
+	var errs []error
+	if c.GPU == "" {
+		errs = append(errs, errors.New("gpu is empty"))
+	}
+	if c.TP < 1 {
+		errs = append(errs, fmt.Errorf("tp is %d; it must be at least 1", c.TP))
+	}
+	if len(c.Models) == 0 {
+		errs = append(errs, errors.New("no models to serve"))
+	}
+	seen := map[string]bool{}
+	for _, m := range c.Models {
+		name := ModelName(m)
+		switch {
+		case name == "":
+			errs = append(errs, errors.New("empty model name"))
+		case seen[name]:
+			errs = append(errs, fmt.Errorf("model %q listed twice", m))
+		}
+		seen[name] = true
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"heartbeat interval", c.HeartbeatInterval},
+		{"stream write timeout", c.StreamWriteTimeout},
+		{"read header timeout", c.ReadHeaderTimeout},
+		{"shutdown timeout", c.ShutdownTimeout},
+	} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s is %v; it must be positive", d.name, d.v))
+		}
+	}
+	if c.MaxBodyBytes <= 0 {
+		errs = append(errs, fmt.Errorf("max body bytes is %d; it must be positive", c.MaxBodyBytes))
+	}
+	if c.MaxN < 1 {
+		errs = append(errs, fmt.Errorf("max n is %d; it must be at least 1", c.MaxN))
+	}
+	if !(c.StepTimeScale > 0) {
+		errs = append(errs, fmt.Errorf("step time scale is %v; it must be positive", c.StepTimeScale))
+	}
+	if err := c.Engine.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("daemon: invalid config: %w", err)
+	}
+	return nil
+}
+
+// ModelName returns the profile name of a simulated model given as "small"
+// or "sim/small".
+func ModelName(m string) string {
+	return strings.TrimPrefix(strings.TrimSpace(m), "sim/")
+}
+
+// checkLoopback refuses an address that is not on loopback: without API keys
+// anyone who can reach the port could use the models.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("daemon: listen address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("daemon: listen address %q is not a loopback address: llmd has no API keys yet "+
+		"(they come in a later release), so it only listens on 127.0.0.1, ::1 or localhost", addr)
+}

@@ -1,0 +1,312 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/llmd/llmd/engine"
+)
+
+// job is a validated request, ready for its model's engine.
+type job struct {
+	model     *model
+	prompt    []int32
+	maxTokens int
+	n         int
+	stops     []string
+	seed      uint64
+	sampling  engine.SamplingParams
+	priority  engine.Priority
+}
+
+// emitter writes a generation's output in one response format. The relay
+// calls begin once, then text and finish per choice, then end or fail.
+type emitter interface {
+	// begin is called once the engine has accepted the request.
+	begin() error
+	// text is called with new text (never empty) for choice i.
+	text(i int, s string) error
+	// finish is called once per choice that ends normally.
+	finish(i int, reason string) error
+	// end is called when every choice has finished.
+	end(u engine.Usage) error
+	// fail is called instead of end when the request failed after begin.
+	fail(err error) error
+	// sse returns the stream writer, or nil for a JSON response.
+	sse() *sseWriter
+}
+
+// choiceState is one choice's progress in the relay.
+type choiceState struct {
+	ts     textStream
+	done   bool
+	reason string
+}
+
+// drainTimeout bounds the wait for a cancelled request's final event (and
+// its usage) after its client went away.
+const drainTimeout = 2 * time.Second
+
+// generate submits j and relays its events to em. All errors are handled
+// here: before begin as an HTTP error, after it through em.fail.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j *job, em emitter) {
+	if s.state.Load() == stateDraining {
+		rl.fail(writeError(w, rl.id, errDraining), errDraining)
+		return
+	}
+	ctx := r.Context()
+	// subCtx is the engine request's lifetime: it ends when the client goes
+	// away, or earlier when stop strings have ended every choice.
+	subCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := j.model.eng.Submit(subCtx, engine.Request{
+		ID:        rl.id,
+		Tenant:    localTenant,
+		Prompt:    j.prompt,
+		MaxTokens: j.maxTokens,
+		N:         j.n,
+		Priority:  j.priority,
+		Seed:      j.seed,
+		Sampling:  j.sampling,
+	})
+	if err != nil {
+		rl.fail(writeError(w, rl.id, err), err)
+		return
+	}
+	if sw := em.sse(); sw != nil {
+		rl.status = http.StatusOK
+	}
+	if err := em.begin(); err != nil {
+		s.abandon(cancel, st, rl, err)
+		return
+	}
+	hb := heartbeat{sw: em.sse(), interval: s.cfg.HeartbeatInterval}
+	defer hb.stop()
+
+	choices := make([]choiceState, j.n)
+	for i := range choices {
+		choices[i].ts.stops = j.stops
+	}
+	open := j.n
+	var failure error
+	end := func(i int, reason string) error {
+		c := &choices[i]
+		c.done, c.reason = true, reason
+		open--
+		if open == 0 {
+			// Stop strings may end choices the engine still generates.
+			cancel()
+		}
+		return em.finish(i, reason)
+	}
+	for {
+		ev, err := hb.next(ctx, st)
+		if errors.Is(err, io.EOF) {
+			failure = errors.New("daemon: event stream ended before its final event")
+			break
+		}
+		if err != nil {
+			s.abandon(cancel, st, rl, err)
+			return
+		}
+		if ev.Last() {
+			rl.usage = ev.Usage
+			if open > 0 && failure == nil && ctx.Err() != nil {
+				rl.status, rl.finish = statusClientClosed, string(engine.FinishCancelled)
+				return
+			}
+			if open > 0 && failure == nil {
+				failure = finishError(ev)
+			}
+			break
+		}
+		if ev.Index < 0 || ev.Index >= j.n {
+			continue
+		}
+		c := &choices[ev.Index]
+		if c.done || failure != nil {
+			continue
+		}
+		var werr error
+		switch ev.Kind {
+		case engine.EventToken:
+			if rl.ttft == 0 {
+				rl.ttft = time.Since(rl.start)
+			}
+			if j.model.eos[ev.Token] {
+				continue
+			}
+			txt, stopped := c.ts.push(j.model.tok.DecodeToken(ev.Token))
+			if txt != "" {
+				werr = em.text(ev.Index, txt)
+			}
+			if stopped && werr == nil {
+				werr = end(ev.Index, "stop")
+			}
+		case engine.EventFinish:
+			switch ev.Finish {
+			case engine.FinishStop, engine.FinishLength:
+				if txt := c.ts.flush(); txt != "" {
+					werr = em.text(ev.Index, txt)
+				}
+				if werr == nil {
+					werr = end(ev.Index, string(ev.Finish))
+				}
+			default:
+				if ctx.Err() != nil {
+					// Cancelled because the client went away.
+					s.abandon(cancel, st, rl, ctx.Err())
+					return
+				}
+				failure = finishError(ev)
+				cancel()
+			}
+		}
+		if werr != nil {
+			s.abandon(cancel, st, rl, werr)
+			return
+		}
+	}
+	if failure != nil {
+		rl.finish = string(engine.FinishError)
+		if errors.Is(failure, engine.ErrClosed) {
+			rl.finish = string(engine.FinishCancelled)
+		}
+		rl.err = failure
+		if err := em.fail(failure); err != nil {
+			rl.status = statusClientClosed
+		}
+		if em.sse() == nil {
+			rl.status = apiErrorFor(failure, rl.id).Status
+		}
+		return
+	}
+	rl.finish = choices[0].reason
+	if err := em.end(rl.usage); err != nil {
+		rl.status = statusClientClosed
+		rl.err = err
+		return
+	}
+	if em.sse() == nil {
+		rl.status = http.StatusOK
+	}
+}
+
+// finishError is the error behind a final or choice event that did not end
+// normally: the engine failed, or it stopped (and cancelled the request)
+// while the client was still there.
+func finishError(ev engine.Event) error {
+	switch ev.Finish {
+	case engine.FinishError:
+		if ev.Err != nil {
+			return fmt.Errorf("daemon: engine failed the request: %w", ev.Err)
+		}
+		return errors.New("daemon: engine failed the request")
+	case engine.FinishCancelled:
+		return engine.ErrClosed
+	default:
+		return fmt.Errorf("daemon: request ended (%s) with choices unfinished", ev.Finish)
+	}
+}
+
+// abandon gives up on a request whose client went away or could not be
+// written to: it cancels the engine request and waits briefly for its final
+// event so that the log shows the tokens it really used.
+func (s *Server) abandon(cancel context.CancelFunc, st eventStream, rl *reqLog, cause error) {
+	cancel()
+	rl.status = statusClientClosed
+	rl.finish = string(engine.FinishCancelled)
+	if !errors.Is(cause, context.Canceled) {
+		rl.err = cause
+	}
+	ctx, stop := context.WithTimeout(context.Background(), drainTimeout)
+	defer stop()
+	for {
+		ev, err := st.Next(ctx)
+		if err != nil {
+			return
+		}
+		if ev.Last() {
+			rl.usage = ev.Usage
+			return
+		}
+	}
+}
+
+// heartbeat waits for a request's next event and, on a stream, writes an
+// SSE comment whenever the stream has been silent for interval.
+type heartbeat struct {
+	sw       *sseWriter
+	interval time.Duration
+	ctx      context.Context
+	cancel   context.CancelFunc
+}
+
+func (h *heartbeat) next(ctx context.Context, st eventStream) (engine.Event, error) {
+	if h.sw == nil {
+		return st.Next(ctx)
+	}
+	for {
+		if h.ctx == nil {
+			// One timer per silent interval, not one per token.
+			h.ctx, h.cancel = context.WithDeadline(ctx, h.sw.lastWrite.Add(h.interval))
+		}
+		ev, err := st.Next(h.ctx)
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return ev, err
+		}
+		h.stop()
+		if time.Since(h.sw.lastWrite) >= h.interval {
+			if err := h.sw.comment("ping"); err != nil {
+				return engine.Event{}, err
+			}
+		}
+	}
+}
+
+func (h *heartbeat) stop() {
+	if h.cancel != nil {
+		h.cancel()
+		h.ctx, h.cancel = nil, nil
+	}
+}
+
+// localTenant owns every request until API keys and tenants exist.
+const localTenant = "local"
+
+// newID returns prefix followed by 24 random hex digits.
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// promptSeed derives a seed from the prompt, so that a request without a
+// seed still gets output that depends only on its prompt.
+func promptSeed(prompt []int32) uint64 {
+	h := fnv.New64a()
+	var b [4]byte
+	for _, t := range prompt {
+		binary.LittleEndian.PutUint32(b[:], uint32(t))
+		_, _ = h.Write(b[:])
+	}
+	return h.Sum64()
+}
+
+// capHeader trims a client-supplied header value for logging.
+func capHeader(v string, n int) string {
+	v = strings.TrimSpace(v)
+	if len(v) > n {
+		v = v[:n]
+	}
+	return v
+}

@@ -1,0 +1,511 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/engine"
+)
+
+// Limits of the OpenAI API.
+const (
+	maxStopStrings = 4
+	// defaultCompletionMaxTokens is the OpenAI default of max_tokens for
+	// /v1/completions.
+	defaultCompletionMaxTokens = 16
+	maxClientRequestIDLen      = 128
+)
+
+// reqLog is what the one log line of a finished generation request says.
+type reqLog struct {
+	id       string
+	clientID string
+	endpoint string
+	model    string
+	stream   bool
+	start    time.Time
+	// status is the HTTP status sent (200 once a stream has started), or
+	// statusClientClosed; 0 until the response starts.
+	status int
+	finish string
+	usage  engine.Usage
+	ttft   time.Duration
+	err    error
+}
+
+func (rl *reqLog) fail(status int, err error) {
+	rl.status = status
+	rl.err = err
+}
+
+// idPrefix is the request id prefix of each generation endpoint.
+var idPrefix = map[string]string{
+	"chat.completions": "chatcmpl-",
+	"completions":      "cmpl-",
+	"chat":             "req_",
+}
+
+// api wraps a handler: it answers a wrong method with 405 and, for the
+// generation endpoints (endpoint != ""), assigns the request id and writes
+// the request's log line.
+func (s *Server) api(method, endpoint string, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if method != "" && r.Method != method && (method != http.MethodGet || r.Method != http.MethodHead) {
+			w.Header().Set("Allow", method)
+			writeError(w, "", &requestError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest,
+				Message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, method)})
+			return
+		}
+		if endpoint == "" {
+			h(w, r, nil)
+			return
+		}
+		rl := &reqLog{
+			id:       newID(idPrefix[endpoint]),
+			clientID: capHeader(r.Header.Get("X-Request-Id"), maxClientRequestIDLen),
+			endpoint: endpoint,
+			start:    time.Now(),
+		}
+		w.Header().Set("X-Request-Id", rl.id)
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler { //nolint:errorlint // sentinel panic value
+					panic(v)
+				}
+				s.log.Error("handler panic", "request_id", rl.id, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				if rl.status != 0 {
+					panic(http.ErrAbortHandler)
+				}
+				rl.fail(writeError(w, rl.id, errors.New("daemon: handler panic")), fmt.Errorf("panic: %v", v))
+			}
+			s.logRequest(rl)
+		}()
+		h(w, r, rl)
+	})
+}
+
+// logRequest writes the one line of a finished request.
+func (s *Server) logRequest(rl *reqLog) {
+	level := slog.LevelInfo
+	if rl.err != nil {
+		// A stream's status is 200 whatever happens after it starts: rank
+		// by what the error would have been.
+		switch st := apiErrorFor(rl.err, rl.id).Status; {
+		case st == http.StatusServiceUnavailable:
+			level = slog.LevelWarn
+		case st >= 500:
+			level = slog.LevelError
+		}
+	}
+	attrs := []slog.Attr{
+		slog.String("request_id", rl.id),
+		slog.String("endpoint", rl.endpoint),
+		slog.String("model", rl.model),
+		slog.Bool("stream", rl.stream),
+		slog.Int("status", rl.status),
+		slog.String("finish_reason", rl.finish),
+		slog.Int("input_tokens", rl.usage.InputTokens),
+		slog.Int("cached_tokens", rl.usage.CachedTokens),
+		slog.Int("output_tokens", rl.usage.OutputTokens),
+		slog.Int64("ttft_ms", rl.ttft.Milliseconds()),
+		slog.Int64("duration_ms", time.Since(rl.start).Milliseconds()),
+	}
+	if rl.clientID != "" {
+		attrs = append(attrs, slog.String("client_request_id", rl.clientID))
+	}
+	if rl.err != nil {
+		attrs = append(attrs, slog.String("error", rl.err.Error()))
+	}
+	s.log.LogAttrs(context.Background(), level, "request", attrs...)
+}
+
+// decode reads the JSON body into v under the size limit. Its errors are
+// for writeError.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	err := dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = terr
+			if err == nil {
+				err = errors.New("unexpected data after the JSON object")
+			}
+		}
+	}
+	var (
+		mbe *http.MaxBytesError
+		syn *json.SyntaxError
+		typ *json.UnmarshalTypeError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &mbe), errors.As(err, &syn):
+		return err
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return invalidParam("", "request body must be a JSON object")
+		}
+		return err
+	case errors.Is(err, io.EOF):
+		return invalidParam("", "request body is empty; expected a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalidParam("", "request body is not valid JSON: unexpected end of input")
+	default:
+		return invalidParam("", "invalid request body: %v", err)
+	}
+}
+
+// lookup finds the model a request names.
+func (s *Server) lookup(id string) (*model, error) {
+	if id == "" {
+		return nil, invalidParam("model", "you must provide a model parameter")
+	}
+	if m := s.byID[id]; m != nil {
+		return m, nil
+	}
+	return nil, &requestError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model", Code: codeModelNotFound,
+		Message: fmt.Sprintf("The model `%s` does not exist. Available models: %s.", id, strings.Join(s.Models(), ", "))}
+}
+
+// params are the sampling parameters common to every generation endpoint.
+type params struct {
+	temperature, topP *float64
+	n                 *int
+	presence, freq    *float64
+	stop              api.Stop
+	seed              *int64
+}
+
+// check validates p against the OpenAI ranges and fills j's sampling.
+func (s *Server) check(p params, j *job) error {
+	j.sampling = engine.SamplingParams{Temperature: 1, TopP: 1}
+	if t := p.temperature; t != nil {
+		if !(*t >= 0 && *t <= 2) {
+			return invalidParam("temperature", "temperature must be between 0 and 2, got %v", *t)
+		}
+		j.sampling.Temperature = *t
+	}
+	if t := p.topP; t != nil {
+		if !(*t > 0 && *t <= 1) {
+			return invalidParam("top_p", "top_p must be greater than 0 and at most 1, got %v", *t)
+		}
+		j.sampling.TopP = *t
+	}
+	j.n = 1
+	if p.n != nil {
+		if *p.n < 1 || *p.n > s.cfg.MaxN {
+			return invalidParam("n", "n must be between 1 and %d, got %d", s.cfg.MaxN, *p.n)
+		}
+		j.n = *p.n
+	}
+	for _, pen := range []struct {
+		name string
+		v    *float64
+	}{{"presence_penalty", p.presence}, {"frequency_penalty", p.freq}} {
+		if pen.v != nil && !(*pen.v >= -2 && *pen.v <= 2) {
+			return invalidParam(pen.name, "%s must be between -2 and 2, got %v", pen.name, *pen.v)
+		}
+	}
+	if len(p.stop) > maxStopStrings {
+		return invalidParam("stop", "stop may hold at most %d strings, got %d", maxStopStrings, len(p.stop))
+	}
+	for _, st := range p.stop {
+		if st == "" {
+			return invalidParam("stop", "stop strings must not be empty")
+		}
+	}
+	j.stops = slices.Clone(p.stop)
+	if p.seed != nil {
+		j.seed = uint64(*p.seed)
+	} else {
+		j.seed = promptSeed(j.prompt)
+	}
+	j.priority = engine.PriorityPaid
+	return nil
+}
+
+// checkMaxTokens validates a given max_tokens under the name param.
+func checkMaxTokens(param string, v *int) error {
+	if v != nil && *v < 1 {
+		return invalidParam(param, "%s must be at least 1, got %d", param, *v)
+	}
+	return nil
+}
+
+// fit sets j.maxTokens: the requested count if the prompt plus it fit the
+// context, else a context_length_exceeded error; with none requested, def
+// (capped at the room left), or the whole room left when def is 0.
+func fit(j *job, requested *int, def int, param string) error {
+	limit := j.model.limit
+	prompt := len(j.prompt)
+	room := limit - prompt
+	if requested != nil {
+		if prompt+*requested > limit {
+			return &requestError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param, Code: codeContextLength,
+				Message: contextLengthMessage(limit, prompt, *requested)}
+		}
+		j.maxTokens = *requested
+		return nil
+	}
+	if room < 1 {
+		return &requestError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param, Code: codeContextLength,
+			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, your %s resulted in %d tokens, "+
+				"which leaves no room for the completion. Please reduce the length of the %s.", limit, param, prompt, param)}
+	}
+	j.maxTokens = room
+	if def > 0 {
+		j.maxTokens = min(def, room)
+	}
+	return nil
+}
+
+// checkMessages validates chat messages.
+func checkMessages(msgs []api.Message) error {
+	if len(msgs) == 0 {
+		return invalidParam("messages", "messages must hold at least one message")
+	}
+	for i, m := range msgs {
+		switch m.Role {
+		case "system", "developer", "user", "assistant", "tool", "function":
+		default:
+			return invalidParam(fmt.Sprintf("messages[%d].role", i),
+				"messages[%d].role must be one of system, developer, user, assistant, tool, function; got %q", i, m.Role)
+		}
+	}
+	return nil
+}
+
+func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+	var req api.ChatCompletionRequest
+	j, err := s.chatJob(w, r, rl, &req)
+	if err != nil {
+		rl.fail(writeError(w, rl.id, err), err)
+		return
+	}
+	var em emitter
+	if req.Stream {
+		em = &chatStream{sw: newSSEWriter(w, s.cfg.StreamWriteTimeout), id: rl.id, model: j.model.id,
+			created: time.Now().Unix(), n: j.n, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
+	} else {
+		em = newCollector(w, rl, j.n, func(texts []string, reasons []string, u engine.Usage) any {
+			resp := api.ChatCompletion{ID: rl.id, Object: "chat.completion", Created: rl.start.Unix(), Model: j.model.id,
+				Choices: make([]api.ChatChoice, len(texts)), Usage: openaiUsage(u)}
+			for i := range texts {
+				resp.Choices[i] = api.ChatChoice{Index: i, FinishReason: reasons[i],
+					Message: api.ResponseMessage{Role: "assistant", Content: texts[i]}}
+			}
+			return resp
+		})
+	}
+	s.generate(w, r, rl, j, em)
+}
+
+func (s *Server) chatJob(w http.ResponseWriter, r *http.Request, rl *reqLog, req *api.ChatCompletionRequest) (*job, error) {
+	if err := s.decode(w, r, req); err != nil {
+		return nil, err
+	}
+	rl.model, rl.stream = req.Model, req.Stream
+	m, err := s.lookup(req.Model)
+	if err != nil {
+		return nil, err
+	}
+	maxParam, maxTokens := "max_tokens", req.MaxTokens
+	if req.MaxCompletionTokens != nil {
+		maxParam, maxTokens = "max_completion_tokens", req.MaxCompletionTokens
+	}
+	if err := checkMaxTokens(maxParam, maxTokens); err != nil {
+		return nil, err
+	}
+	if err := checkMessages(req.Messages); err != nil {
+		return nil, err
+	}
+	j := &job{model: m, prompt: m.tok.Encode(renderChat(req.Messages))}
+	if err := s.check(params{temperature: req.Temperature, topP: req.TopP, n: req.N, presence: req.PresencePenalty,
+		freq: req.FrequencyPenalty, stop: req.Stop, seed: req.Seed}, j); err != nil {
+		return nil, err
+	}
+	return j, fit(j, maxTokens, 0, "messages")
+}
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+	var req api.CompletionRequest
+	j, err := s.completionJob(w, r, rl, &req)
+	if err != nil {
+		rl.fail(writeError(w, rl.id, err), err)
+		return
+	}
+	var em emitter
+	if req.Stream {
+		em = &completionStream{sw: newSSEWriter(w, s.cfg.StreamWriteTimeout), id: rl.id, model: j.model.id,
+			created: time.Now().Unix(), includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
+	} else {
+		em = newCollector(w, rl, j.n, func(texts []string, reasons []string, u engine.Usage) any {
+			resp := api.Completion{ID: rl.id, Object: "text_completion", Created: rl.start.Unix(), Model: j.model.id,
+				Choices: make([]api.CompletionChoice, len(texts)), Usage: openaiUsage(u)}
+			for i := range texts {
+				resp.Choices[i] = api.CompletionChoice{Index: i, Text: texts[i], FinishReason: &reasons[i]}
+			}
+			return resp
+		})
+	}
+	s.generate(w, r, rl, j, em)
+}
+
+func (s *Server) completionJob(w http.ResponseWriter, r *http.Request, rl *reqLog, req *api.CompletionRequest) (*job, error) {
+	if err := s.decode(w, r, req); err != nil {
+		return nil, err
+	}
+	rl.model, rl.stream = req.Model, req.Stream
+	m, err := s.lookup(req.Model)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMaxTokens("max_tokens", req.MaxTokens); err != nil {
+		return nil, err
+	}
+	prompt, err := promptText(req.Prompt)
+	if err != nil {
+		return nil, err
+	}
+	j := &job{model: m, prompt: m.tok.Encode(prompt)}
+	if len(j.prompt) == 0 {
+		return nil, invalidParam("prompt", "prompt must not be empty")
+	}
+	if err := s.check(params{temperature: req.Temperature, topP: req.TopP, n: req.N, presence: req.PresencePenalty,
+		freq: req.FrequencyPenalty, stop: req.Stop, seed: req.Seed}, j); err != nil {
+		return nil, err
+	}
+	return j, fit(j, req.MaxTokens, defaultCompletionMaxTokens, "prompt")
+}
+
+// promptText reads the prompt of /v1/completions: a string or an array of
+// one string.
+func promptText(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", invalidParam("prompt", "you must provide a prompt")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		if s == "" {
+			return "", invalidParam("prompt", "prompt must not be empty")
+		}
+		return s, nil
+	}
+	var ss []string
+	if err := json.Unmarshal(raw, &ss); err != nil {
+		return "", invalidParam("prompt", "prompt must be a string or an array of one string")
+	}
+	if len(ss) != 1 {
+		return "", invalidParam("prompt", "prompt must hold exactly one string (batched prompts are not supported), got %d", len(ss))
+	}
+	if ss[0] == "" {
+		return "", invalidParam("prompt", "prompt must not be empty")
+	}
+	return ss[0], nil
+}
+
+func (s *Server) handleNativeChat(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+	var req api.NativeChatRequest
+	j, err := s.nativeJob(w, r, rl, &req)
+	if err != nil {
+		rl.fail(writeError(w, rl.id, err), err)
+		return
+	}
+	var em emitter
+	if rl.stream {
+		em = &nativeStream{sw: newSSEWriter(w, s.cfg.StreamWriteTimeout), id: rl.id, model: j.model.id}
+	} else {
+		em = newCollector(w, rl, j.n, func(texts []string, reasons []string, u engine.Usage) any {
+			return api.NativeDone{ID: rl.id, Model: j.model.id, FinishReason: reasons[0], Usage: nativeUsage(u), Text: texts[0]}
+		})
+	}
+	s.generate(w, r, rl, j, em)
+}
+
+// priorities maps the native priority names to engine classes.
+var priorities = map[string]engine.Priority{
+	"enterprise": engine.PriorityEnterprise,
+	"paid":       engine.PriorityPaid,
+	"free":       engine.PriorityFree,
+	"batch":      engine.PriorityBatch,
+}
+
+func (s *Server) nativeJob(w http.ResponseWriter, r *http.Request, rl *reqLog, req *api.NativeChatRequest) (*job, error) {
+	if err := s.decode(w, r, req); err != nil {
+		return nil, err
+	}
+	rl.model, rl.stream = req.Model, req.Stream == nil || *req.Stream
+	m, err := s.lookup(req.Model)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMaxTokens("max_tokens", req.MaxTokens); err != nil {
+		return nil, err
+	}
+	if err := checkMessages(req.Messages); err != nil {
+		return nil, err
+	}
+	j := &job{model: m, prompt: m.tok.Encode(renderChat(req.Messages))}
+	if err := s.check(params{temperature: req.Temperature, topP: req.TopP, stop: req.Stop, seed: req.Seed}, j); err != nil {
+		return nil, err
+	}
+	if req.Priority != "" {
+		p, ok := priorities[req.Priority]
+		if !ok {
+			return nil, invalidParam("priority", "priority must be one of enterprise, paid, free, batch; got %q", req.Priority)
+		}
+		j.priority = p
+	}
+	return j, fit(j, req.MaxTokens, 0, "messages")
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request, _ *reqLog) {
+	list := api.ModelList{Object: "list", Data: make([]api.Model, 0, len(s.models))}
+	for _, m := range s.models {
+		list.Data = append(list.Data, apiModel(m))
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request, _ *reqLog) {
+	m, err := s.lookup(r.PathValue("id"))
+	if err != nil {
+		writeError(w, "", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apiModel(m))
+}
+
+func apiModel(m *model) api.Model {
+	return api.Model{ID: m.id, Object: "model", Created: m.created, OwnedBy: "llmd", MaxModelLen: m.limit}
+}
+
+type statusBody struct {
+	Status string `json:"status"`
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request, _ *reqLog) {
+	writeJSON(w, http.StatusOK, statusBody{Status: "ok"})
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request, _ *reqLog) {
+	switch s.state.Load() {
+	case stateReady:
+		writeJSON(w, http.StatusOK, statusBody{Status: "ready"})
+	case stateDraining:
+		writeJSON(w, http.StatusServiceUnavailable, statusBody{Status: "draining"})
+	default:
+		writeJSON(w, http.StatusServiceUnavailable, statusBody{Status: "starting"})
+	}
+}
