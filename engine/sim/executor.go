@@ -38,12 +38,16 @@ type Executor struct {
 	mu sync.Mutex
 	// swapUsed marks the host swap slots that hold a block (a bitset).
 	swapUsed []uint64
-	// outMark and inMark are scratch bitsets over the swap slots for
-	// validating one batch; all zero between calls.
-	outMark, inMark []uint64
+	// outMark and inMark are scratch bitsets over the swap slots, and
+	// inDevice over the device blocks, for validating one batch; all zero
+	// between calls.
+	outMark, inMark, inDevice []uint64
 }
 
-var _ engine.Executor = (*Executor)(nil)
+var (
+	_ engine.Executor  = (*Executor)(nil)
+	_ engine.CostModel = (*Executor)(nil)
+)
 
 // New returns a simulated executor for cfg that sleeps on clock. It returns
 // cfg.Validate's error if cfg is not valid.
@@ -88,12 +92,15 @@ func New(cfg Config, clock engine.Clock) (*Executor, error) {
 		BlockSize:     cfg.BlockSize,
 		ContextLength: m.ContextLength,
 		EOS:           []int32{e.tok.EOS()},
+		SwapBlocks:    e.swapSlots,
 	}
+	e.inDevice = make([]uint64, (e.info.NumBlocks+63)/64)
 	return e, nil
 }
 
 // Info describes the simulated model and its KV capacity: NumBlocks is the
-// KV capacity in bytes over the bytes of one block, rounded down.
+// KV capacity in bytes over the bytes of one block, rounded down, and
+// SwapBlocks is SwapSlots.
 func (e *Executor) Info() engine.ExecutorInfo {
 	info := e.info
 	info.EOS = append([]int32(nil), e.info.EOS...)
@@ -200,6 +207,32 @@ func (e *Executor) Cost(b *engine.Batch) Cost {
 // StepTime returns the roofline time of b, unscaled: Cost(b).Total().
 func (e *Executor) StepTime(b *engine.Batch) time.Duration { return e.Cost(b).Total() }
 
+// SwapTime estimates copying n blocks one way over the host links, scaled
+// by Config.TimeScale like Forward's sleep. It implements
+// [engine.CostModel].
+func (e *Executor) SwapTime(blocks int) time.Duration {
+	return e.scale(seconds(float64(max(blocks, 0)) * e.blockBytes / e.hostLink))
+}
+
+// PrefillTime estimates the compute time of prefilling n tokens of one
+// sequence from position 0 (weight matmuls and causal attention; the
+// weights are read anyway by the step it joins), scaled by
+// Config.TimeScale. It implements [engine.CostModel].
+func (e *Executor) PrefillTime(tokens int) time.Duration {
+	n := float64(max(tokens, 0))
+	matmul := 2 * e.params * n
+	attn := e.attnPerCtx * n * (n + 1) / 2
+	return e.scale(seconds(matmul/e.peakWeights + attn/e.peakAttn))
+}
+
+// scale applies Config.TimeScale to d.
+func (e *Executor) scale(d time.Duration) time.Duration {
+	if e.cfg.TimeScale == 1 {
+		return d
+	}
+	return seconds(d.Seconds() * e.cfg.TimeScale)
+}
+
 // maxStep bounds one step's time, so absurd batches cannot overflow a
 // Duration.
 const maxStep = 24 * time.Hour
@@ -224,8 +257,11 @@ func seconds(s float64) time.Duration {
 // context length, a block table too short for Context or naming a block
 // out of range (only the blocks this step writes are checked), a copy or
 // swap naming a block or host slot out of range, two swaps out to one host
-// slot, or a swap in from a slot that holds no block. If ctx ends during
-// the sleep it returns ctx's error; the block operations stay applied.
+// slot, two swaps in from one slot or to one device block, a swap in from a
+// slot that holds no block, or a swap in from a slot the same batch swaps
+// out to (the swap out, running first, would overwrite it). If ctx ends
+// during the sleep it returns ctx's error; the block operations stay
+// applied.
 func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (*engine.Output, error) {
 	if b == nil {
 		return nil, fmt.Errorf("sim: nil batch")
@@ -241,10 +277,7 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (*engine.Output
 	for _, s := range b.SwapIn {
 		clearBit(e.swapUsed, s.Host)
 	}
-	d := e.Cost(b).Total()
-	if e.cfg.TimeScale != 1 {
-		d = seconds(d.Seconds() * e.cfg.TimeScale)
-	}
+	d := e.scale(e.Cost(b).Total())
 	if d > 0 {
 		if err := e.clock.Sleep(ctx, d); err != nil {
 			return nil, fmt.Errorf("sim: step interrupted: %w", err)
@@ -303,6 +336,9 @@ func (e *Executor) validate(b *engine.Batch) error {
 			if s.Host >= 0 && s.Host < slots {
 				clearBit(e.inMark, s.Host)
 			}
+			if s.Device >= 0 && s.Device < nb {
+				clearBit(e.inDevice, s.Device)
+			}
 		}
 	}()
 	for _, s := range b.SwapOut {
@@ -310,7 +346,7 @@ func (e *Executor) validate(b *engine.Batch) error {
 		case s.Device < 0 || s.Device >= nb:
 			return fmt.Errorf("sim: swap out of block %d out of range [0, %d)", s.Device, nb)
 		case s.Host < 0 || s.Host >= slots:
-			return fmt.Errorf("sim: swap out to host slot %d exceeds the swap space of %d slots", s.Host, slots)
+			return fmt.Errorf("sim: swap out to host slot %d outside the swap space of %d slots", s.Host, slots)
 		case getBit(e.outMark, s.Host):
 			return fmt.Errorf("sim: two swaps out to host slot %d in one batch", s.Host)
 		}
@@ -324,10 +360,15 @@ func (e *Executor) validate(b *engine.Batch) error {
 			return fmt.Errorf("sim: swap in from host slot %d out of range [0, %d)", s.Host, slots)
 		case getBit(e.inMark, s.Host):
 			return fmt.Errorf("sim: two swaps in from host slot %d in one batch", s.Host)
-		case !getBit(e.swapUsed, s.Host) && !getBit(e.outMark, s.Host):
+		case getBit(e.inDevice, s.Device):
+			return fmt.Errorf("sim: two swaps in to block %d in one batch", s.Device)
+		case getBit(e.outMark, s.Host):
+			return fmt.Errorf("sim: swap in from host slot %d, which the same batch swaps out to first", s.Host)
+		case !getBit(e.swapUsed, s.Host):
 			return fmt.Errorf("sim: swap in from host slot %d, which holds no block", s.Host)
 		}
 		setBit(e.inMark, s.Host)
+		setBit(e.inDevice, s.Device)
 	}
 	return nil
 }

@@ -507,9 +507,16 @@ func TestForwardInvalid(t *testing.T) {
 			b.SwapOut = []engine.BlockSwap{{Device: 1, Host: 5}, {Device: 2, Host: 5}}
 		},
 		"swap in from empty slot": func(b *engine.Batch) { b.SwapIn = []engine.BlockSwap{{Device: 1, Host: 7}} },
-		"swap in twice from a slot": func(b *engine.Batch) {
+		"swap in from a slot swapped out to": func(b *engine.Batch) {
 			b.SwapOut = []engine.BlockSwap{{Device: 1, Host: 7}}
-			b.SwapIn = []engine.BlockSwap{{Device: 2, Host: 7}, {Device: 3, Host: 7}}
+			b.SwapIn = []engine.BlockSwap{{Device: 2, Host: 7}}
+		},
+		"swap in twice from a slot": func(b *engine.Batch) {
+			b.SwapOut = []engine.BlockSwap{{Device: 1, Host: 6}}
+			b.SwapIn = []engine.BlockSwap{{Device: 2, Host: 3}, {Device: 3, Host: 3}}
+		},
+		"swap in twice to a block": func(b *engine.Batch) {
+			b.SwapIn = []engine.BlockSwap{{Device: 2, Host: 3}, {Device: 2, Host: 4}}
 		},
 		"swap in out of range slot": func(b *engine.Batch) { b.SwapIn = []engine.BlockSwap{{Device: 1, Host: 1 << 30}} },
 	}
@@ -517,12 +524,17 @@ func TestForwardInvalid(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			e, clock := newTestExecutor(t, DefaultConfig())
+			// Slots 3 and 4 hold blocks.
+			_, err := e.Forward(t.Context(), &engine.Batch{SwapOut: []engine.BlockSwap{{Device: 10, Host: 3}, {Device: 11, Host: 4}}})
+			require.NoError(t, err)
+			before := clock.Now()
 			b := &engine.Batch{Seqs: []engine.SeqInput{ok()}}
 			edit(b)
 			out, err := e.Forward(t.Context(), b)
 			require.Error(t, err)
 			require.Nil(t, out)
-			require.Equal(t, epoch, clock.Now(), "a refused batch takes no time")
+			t.Log(err)
+			require.Equal(t, before, clock.Now(), "a refused batch takes no time")
 			// The executor still works, and nothing of the refused batch
 			// was applied.
 			_, err = e.Forward(t.Context(), &engine.Batch{Seqs: []engine.SeqInput{ok()}})
@@ -531,6 +543,8 @@ func TestForwardInvalid(t *testing.T) {
 			require.Error(t, err, "host slot 5 holds nothing")
 			_, err = e.Forward(t.Context(), &engine.Batch{SwapIn: []engine.BlockSwap{{Device: 1, Host: 7}}})
 			require.Error(t, err, "host slot 7 holds nothing")
+			_, err = e.Forward(t.Context(), &engine.Batch{SwapIn: []engine.BlockSwap{{Device: 2, Host: 3}, {Device: 3, Host: 4}}})
+			require.NoError(t, err, "host slots 3 and 4 still hold their blocks")
 		})
 	}
 	e, _ := newTestExecutor(t, DefaultConfig())
@@ -570,12 +584,40 @@ func TestForwardSwap(t *testing.T) {
 	require.NoError(t, swap(&engine.Batch{SwapOut: []engine.BlockSwap{{Device: 5, Host: last}}}))
 }
 
+func TestCostModel(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	e, _ := newTestExecutor(t, cfg)
+	info := e.Info()
+	require.Equal(t, e.SwapSlots(), info.SwapBlocks)
+
+	// One block of sim/small is 16 x 131,072 bytes; PCIe Gen5 moves 50 GB/s.
+	require.InDelta(t, 10*16*131072/50e9, e.SwapTime(10).Seconds(), 1e-9)
+	require.Zero(t, e.SwapTime(0))
+	require.Zero(t, e.PrefillTime(0))
+
+	// Prefilling is the compute of a prefill batch, without the weight
+	// reads or the step overhead.
+	for _, n := range []int{1, 512, 4096} {
+		c := e.Cost(&engine.Batch{Seqs: []engine.SeqInput{prefillSeq(1, n, true)}})
+		require.InDelta(t, c.ComputeTime, e.PrefillTime(n), 1)
+	}
+	// A long sequence is cheaper to swap (out and back) than to recompute.
+	require.Less(t, 2*e.SwapTime(4096/16), e.PrefillTime(4096))
+
+	cfg.TimeScale = 0.1
+	scaled, _ := newTestExecutor(t, cfg)
+	require.InDelta(t, e.SwapTime(100)/10, scaled.SwapTime(100), 1)
+	require.InDelta(t, e.PrefillTime(100)/10, scaled.PrefillTime(100), 1)
+}
+
 func TestForwardNoSwapSpace(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.HostSwapBytes = 0
 	e, _ := newTestExecutor(t, cfg)
 	require.Zero(t, e.SwapSlots())
+	require.Zero(t, e.Info().SwapBlocks)
 	_, err := e.Forward(t.Context(), &engine.Batch{SwapOut: []engine.BlockSwap{{Device: 1, Host: 0}}})
 	require.Error(t, err)
 }
