@@ -124,6 +124,8 @@ type Scheduler struct {
 	plan     *Plan
 	budget   int
 	snapshot []*sequence
+	// slotsRead are swap slots being swapped in this step.
+	slotsRead []int32
 	// tokScratch backs the batch's token slices; reused every step.
 	tokScratch []int32
 }
@@ -394,6 +396,10 @@ func (s *Scheduler) Step() *Plan {
 		plan.Batch.Seqs[i].Blocks = plan.seqs[i].blocks
 	}
 	s.stats.StepTokens = s.cfg.MaxBatchTokens - s.budget
+	for _, slot := range s.slotsRead {
+		s.swap.Release(slot)
+	}
+	s.slotsRead = s.slotsRead[:0]
 	s.plan = nil
 	clear(s.snapshot)
 	return plan
@@ -497,8 +503,11 @@ func (s *Scheduler) swapIn(seq *sequence) bool {
 	}
 	for i, slot := range seq.host {
 		s.plan.Batch.SwapIn = append(s.plan.Batch.SwapIn, BlockSwap{Device: seq.blocks[i], Host: slot})
-		s.swap.Release(slot)
 	}
+	// The slots are freed once the step is planned: the executor runs
+	// swap-outs before swap-ins, so a swap-out planned later in this step
+	// must not be given a slot that is still to be read.
+	s.slotsRead = append(s.slotsRead, seq.host...)
 	s.stats.SwapInBlocks += uint64(len(seq.host))
 	seq.host = seq.host[:0]
 	seq.hashed = 0 // the copies are not in the prefix index; Apply re-commits
