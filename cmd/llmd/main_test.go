@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/daemon"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestResolveConfig(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		args []string
+		env  map[string]string
+		want func(*daemon.Config)
+		err  string
+	}{
+		"defaults": {
+			env: map[string]string{"XDG_DATA_HOME": "/data"},
+			want: func(c *daemon.Config) {
+				c.DataDir = "/data/llmd"
+			},
+		},
+		"flags": {
+			args: []string{"--listen", "127.0.0.1:9000", "--gpu", "h200", "--tp", "2", "--models", "small,flagship",
+				"--data-dir", "/d", "--heartbeat", "3s"},
+			want: func(c *daemon.Config) {
+				c.Listen, c.GPU, c.TP, c.Models, c.DataDir, c.HeartbeatInterval =
+					"127.0.0.1:9000", "h200", 2, []string{"small", "flagship"}, "/d", 3*time.Second
+			},
+		},
+		"env": {
+			env: map[string]string{"LLMD_LISTEN": "[::1]:9", "LLMD_MODELS": "mid, small", "LLMD_TP": "4",
+				"LLMD_DATA_DIR": "/e", "LLMD_HEARTBEAT": "1m"},
+			want: func(c *daemon.Config) {
+				c.Listen, c.Models, c.TP, c.DataDir, c.HeartbeatInterval = "[::1]:9", []string{"mid", "small"}, 4, "/e", time.Minute
+			},
+		},
+		"flag wins over env": {
+			args: []string{"--models", "small", "--tp=1"},
+			env:  map[string]string{"LLMD_MODELS": "mid", "LLMD_TP": "8", "LLMD_DATA_DIR": "/e"},
+			want: func(c *daemon.Config) { c.Models, c.DataDir = []string{"small"}, "/e" },
+		},
+		"bad env": {
+			env: map[string]string{"LLMD_TP": "many", "LLMD_DATA_DIR": "/e"},
+			err: `LLMD_TP="many"`,
+		},
+		"public address": {
+			args: []string{"--listen", "0.0.0.0:8700", "--data-dir", "/d"},
+			err:  "API keys",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			fs := pflag.NewFlagSet("llmd", pflag.ContinueOnError)
+			o := &options{}
+			o.bind(fs)
+			require.NoError(t, fs.Parse(tc.args))
+			getenv := envOf(tc.env)
+			err := applyEnv(fs, getenv)
+			var cfg daemon.Config
+			if err == nil {
+				cfg, err = o.config(getenv)
+			}
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			want := daemon.DefaultConfig()
+			tc.want(&want)
+			require.Equal(t, want, cfg)
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		"unknown flag":   {args: []string{"--nope"}, want: "unknown flag: --nope"},
+		"bad int":        {args: []string{"--tp", "x"}, want: "invalid argument"},
+		"argument":       {args: []string{"serve"}, want: "unknown command"},
+		"public address": {args: []string{"--listen", ":8700", "--data-dir", "/tmp/x"}, want: "not a loopback address"},
+		"log level":      {args: []string{"--log-level", "loud"}, want: `log level "loud"`},
+		"bad env":        {env: map[string]string{"LLMD_HEARTBEAT": "soon"}, want: "LLMD_HEARTBEAT"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := execute(t.Context(), tc.args, envOf(tc.env), &stdout, &stderr)
+			require.Equal(t, exitUsage, code, "stderr: %s", stderr.String())
+			require.True(t, strings.HasPrefix(stderr.String(), "llmd: "), stderr.String())
+			require.Contains(t, stderr.String(), tc.want)
+			require.Empty(t, stdout.String())
+		})
+	}
+}
+
+func TestModelThatDoesNotFit(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	code := execute(t.Context(), []string{"--listen", "127.0.0.1:0", "--gpu", "l40s", "--models", "flagship",
+		"--data-dir", t.TempDir(), "--log-level", "error"}, envOf(nil), &stdout, &stderr)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, stderr.String(), "cannot serve sim/flagship")
+}
+
+// TestBinary builds llmd, starts it, waits for /readyz, sends a request and
+// stops it with SIGTERM: it must exit 0.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "llmd")
+	out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	dataDir := filepath.Join(dir, "data")
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--models", "small,mid", "--data-dir", dataDir, "--log-format", "json")
+	cmd.Env = append(os.Environ(), "LLMD_GPU=h200")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	lines := make(chan string, 1)
+	exited := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	// The startup line names the address and the models.
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no startup line; stderr:\n%s", stderr.String())
+	}
+	m := regexp.MustCompile(`^llmd listening on http://(\S+) serving sim/small, sim/mid \(SIMULATED`).FindStringSubmatch(line)
+	require.NotNil(t, m, "startup line %q", line)
+	base := "http://" + m[1]
+
+	c := &http.Client{Timeout: 10 * time.Second}
+	t.Cleanup(c.CloseIdleConnections)
+	require.Eventually(t, func() bool {
+		resp, err := c.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 10*time.Millisecond)
+
+	resp, err := c.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(
+		`{"model":"sim/mid","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), `"object":"chat.completion"`)
+	require.DirExists(t, dataDir)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		stopped = true
+		require.NoError(t, err, "exit status; stderr:\n%s", stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("llmd did not stop on SIGTERM; stderr:\n%s", stderr.String())
+	}
+	logs := stderr.String()
+	require.Contains(t, logs, `"executor":"SIMULATED"`)
+	require.Contains(t, logs, `"gpu":"H200`)
+	require.Contains(t, logs, `"msg":"request"`)
+	require.Contains(t, logs, `"msg":"stopped"`)
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

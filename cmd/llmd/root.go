@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/llmd/llmd/daemon"
+)
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// usageError is a bad flag or environment value; it exits with exitUsage.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// execute runs llmd with args and returns the exit status, having printed
+// any error to stderr as one "llmd: ..." line.
+func execute(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	root := newRootCmd(getenv)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "llmd: %v\n", err)
+	if ue := (*usageError)(nil); errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// options are llmd's settings before they become a daemon.Config.
+type options struct {
+	listen    string
+	gpu       string
+	tp        int
+	models    []string
+	dataDir   string
+	logLevel  string
+	logFormat string
+	heartbeat time.Duration
+}
+
+// envVars maps each flag to the environment variable that sets it when the
+// flag is not given.
+var envVars = map[string]string{
+	"listen":     "LLMD_LISTEN",
+	"gpu":        "LLMD_GPU",
+	"tp":         "LLMD_TP",
+	"models":     "LLMD_MODELS",
+	"data-dir":   "LLMD_DATA_DIR",
+	"log-level":  "LLMD_LOG_LEVEL",
+	"log-format": "LLMD_LOG_FORMAT",
+	"heartbeat":  "LLMD_HEARTBEAT",
+}
+
+// newRootCmd builds the llmd command. getenv is os.Getenv, or a map lookup
+// in tests.
+func newRootCmd(getenv func(string) string) *cobra.Command {
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:   "llmd",
+		Short: "Serve language models over an OpenAI-compatible HTTP API",
+		Long: `llmd serves language models over the OpenAI-compatible API (/v1/chat/completions,
+/v1/completions, /v1/models) and llmd's native streaming API (/v1/chat).
+
+With no flags it listens on 127.0.0.1:8700 and serves the SIMULATED executor (a
+roofline cost model of a GPU, no model weights: model ids start with "sim/") on one
+simulated H100 per model, for the small, mid and flagship profiles.
+
+Every flag can also be set with its environment variable (LLMD_LISTEN, LLMD_GPU,
+LLMD_TP, LLMD_MODELS, LLMD_DATA_DIR, LLMD_LOG_LEVEL, LLMD_LOG_FORMAT,
+LLMD_HEARTBEAT); a flag wins over the environment.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.NoArgs(cmd, args); err != nil {
+				return &usageError{err}
+			}
+			return nil
+		},
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd.Flags(), getenv); err != nil {
+				return &usageError{err}
+			}
+			return serve(cmd.Context(), *o, getenv, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	o.bind(cmd.Flags())
+	return cmd
+}
+
+// bind defines llmd's flags on fs, storing into o.
+func (o *options) bind(fs *pflag.FlagSet) {
+	def := daemon.DefaultConfig()
+	fs.StringVar(&o.listen, "listen", def.Listen, "address to listen on; loopback only until API keys exist")
+	fs.StringVar(&o.gpu, "gpu", def.GPU, "simulated GPU of each model replica: h100, h200, a100 or l40s")
+	fs.IntVar(&o.tp, "tp", def.TP, "tensor-parallel degree: GPUs per model replica")
+	fs.StringSliceVar(&o.models, "models", def.Models, "simulated model profiles to serve (comma-separated): small, mid, flagship")
+	fs.StringVar(&o.dataDir, "data-dir", "", "data directory (default: $XDG_DATA_HOME/llmd or the platform's user data directory)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
+	fs.DurationVar(&o.heartbeat, "heartbeat", def.HeartbeatInterval, "interval of SSE heartbeat comments on silent streams")
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment variable, if that is set.
+func applyEnv(fs *pflag.FlagSet, getenv func(string) string) error {
+	var errs []error
+	fs.VisitAll(func(fl *pflag.Flag) {
+		name, ok := envVars[fl.Name]
+		if !ok || fl.Changed {
+			return
+		}
+		v := getenv(name)
+		if v == "" {
+			return
+		}
+		if sv, ok := fl.Value.(pflag.SliceValue); ok {
+			// Replace the default list rather than append to it.
+			if err := sv.Replace(splitList(v)); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+			}
+			return
+		}
+		if err := fl.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// config turns the options into a daemon.Config.
+func (o options) config(getenv func(string) string) (daemon.Config, error) {
+	cfg := daemon.DefaultConfig()
+	cfg.Listen = o.listen
+	cfg.GPU = o.gpu
+	cfg.TP = o.tp
+	cfg.Models = splitList(strings.Join(o.models, ","))
+	cfg.HeartbeatInterval = o.heartbeat
+	cfg.DataDir = o.dataDir
+	if cfg.DataDir == "" {
+		dir, err := defaultDataDir(getenv)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.DataDir = dir
+	}
+	return cfg, cfg.Validate()
+}
+
+// defaultDataDir is $XDG_DATA_HOME/llmd, else ~/.local/share/llmd on Unix,
+// else the platform's user configuration directory (macOS, Windows).
+func defaultDataDir(getenv func(string) string) (string, error) {
+	if x := getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "llmd"), nil
+	}
+	if runtime.GOOS != "darwin" && runtime.GOOS != "windows" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("find the data directory: %w; pass --data-dir", err)
+		}
+		return filepath.Join(home, ".local", "share", "llmd"), nil
+	}
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("find the data directory: %w; pass --data-dir", err)
+	}
+	return filepath.Join(dir, "llmd"), nil
+}
+
+// newLogger returns the slog logger for --log-level and --log-format.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("log format %q: use text or json", format)
+	}
+}
+
+// serve runs the daemon until SIGINT or SIGTERM.
+func serve(ctx context.Context, o options, getenv func(string) string, stdout, stderr io.Writer) error {
+	logger, err := newLogger(stderr, o.logLevel, o.logFormat)
+	if err != nil {
+		return &usageError{err}
+	}
+	cfg, err := o.config(getenv)
+	if err != nil {
+		return &usageError{err}
+	}
+	srv, err := daemon.New(cfg, logger)
+	if err != nil {
+		return err
+	}
+	addr, err := srv.Listen()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(stdout, "llmd listening on http://%s serving %s (SIMULATED executor: %s x%s per model, no real weights)\n",
+		addr, strings.Join(srv.Models(), ", "), cfg.GPU, strconv.Itoa(cfg.TP))
+	return srv.Run(ctx)
+}
