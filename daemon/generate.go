@@ -82,7 +82,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		rl.fail(writeError(w, rl.id, err), err)
 		return
 	}
-	if sw := em.sse(); sw != nil {
+	if em.sse() != nil {
 		rl.status = http.StatusOK
 	}
 	if err := em.begin(); err != nil {

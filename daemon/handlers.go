@@ -24,6 +24,7 @@ const (
 	// /v1/completions.
 	defaultCompletionMaxTokens = 16
 	maxClientRequestIDLen      = 128
+	maxLoggedModelLen          = 256
 )
 
 // reqLog is what the one log line of a finished generation request says.
@@ -315,7 +316,7 @@ func (s *Server) chatJob(w http.ResponseWriter, r *http.Request, rl *reqLog, req
 	if err := s.decode(w, r, req); err != nil {
 		return nil, err
 	}
-	rl.model, rl.stream = req.Model, req.Stream
+	rl.model, rl.stream = capHeader(req.Model, maxLoggedModelLen), req.Stream
 	m, err := s.lookup(req.Model)
 	if err != nil {
 		return nil, err
@@ -366,7 +367,7 @@ func (s *Server) completionJob(w http.ResponseWriter, r *http.Request, rl *reqLo
 	if err := s.decode(w, r, req); err != nil {
 		return nil, err
 	}
-	rl.model, rl.stream = req.Model, req.Stream
+	rl.model, rl.stream = capHeader(req.Model, maxLoggedModelLen), req.Stream
 	m, err := s.lookup(req.Model)
 	if err != nil {
 		return nil, err
@@ -445,7 +446,7 @@ func (s *Server) nativeJob(w http.ResponseWriter, r *http.Request, rl *reqLog, r
 	if err := s.decode(w, r, req); err != nil {
 		return nil, err
 	}
-	rl.model, rl.stream = req.Model, req.Stream == nil || *req.Stream
+	rl.model, rl.stream = capHeader(req.Model, maxLoggedModelLen), req.Stream == nil || *req.Stream
 	m, err := s.lookup(req.Model)
 	if err != nil {
 		return nil, err
@@ -479,7 +480,11 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request, _ *reqLog)
 }
 
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request, _ *reqLog) {
-	m, err := s.lookup(r.PathValue("id"))
+	id := r.PathValue("id")
+	if id == "" {
+		id = "/" // an empty id is an unknown model, not a missing parameter
+	}
+	m, err := s.lookup(id)
 	if err != nil {
 		writeError(w, "", err)
 		return

@@ -420,9 +420,11 @@ func TestRoutes(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.JSONEq(t, `{"id":"sim/other","object":"model","created":1700000000,"owned_by":"llmd","max_model_len":8192}`, string(body))
 
-	resp, body = get(t, c, base+"/v1/models/nope")
-	require.Equal(t, http.StatusNotFound, resp.StatusCode)
-	require.Equal(t, codeModelNotFound, errorOf(t, body)["code"])
+	for _, id := range []string{"nope", ""} {
+		resp, body = get(t, c, base+"/v1/models/"+id)
+		require.Equal(t, http.StatusNotFound, resp.StatusCode)
+		require.Equal(t, codeModelNotFound, errorOf(t, body)["code"])
+	}
 
 	resp, body = get(t, c, base+"/healthz")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -497,5 +499,26 @@ func TestConfigValidate(t *testing.T) {
 			}
 			require.ErrorContains(t, err, tc.want)
 		})
+	}
+}
+
+func TestKeepAliveAfterStream(t *testing.T) {
+	t.Parallel()
+	// A stream's per-write deadline must not outlive it on a kept-alive
+	// connection (net/http clears it after each request).
+	f := newFake(fakeModel, 4096, "abc")
+	cfg := testConfig()
+	cfg.StreamWriteTimeout = 50 * time.Millisecond
+	base := startFake(t, cfg, f)
+	c := testClient(t)
+	const body = `{"model":"sim/fake","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	resp, _ := post(t, c, base+"/v1/chat/completions", body)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	time.Sleep(150 * time.Millisecond)
+	f.delay = 0
+	for range 2 {
+		resp, b := post(t, c, base+"/v1/chat", `{"model":"sim/fake","stream":false,"messages":[{"role":"user","content":"hi"}]}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Contains(t, string(b), `"text":"abc"`)
 	}
 }
