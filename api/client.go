@@ -144,6 +144,20 @@ func (c *Client) Models(ctx context.Context) ([]Model, error) {
 	return list.Data, nil
 }
 
+// Stats returns every model replica's engine state (GET /v1/stats).
+func (c *Client) Stats(ctx context.Context) (*StatsResponse, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/stats", nil, "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var st StatsResponse
+	if err := decodeJSON(resp, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
 // Health checks GET /healthz: nil when llmd is up.
 func (c *Client) Health(ctx context.Context) error {
 	return c.probe(ctx, "/healthz")

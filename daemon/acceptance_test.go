@@ -3,9 +3,11 @@ package daemon
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/sim"
 )
@@ -430,4 +433,54 @@ func TestNewRefusesWhatDoesNotFit(t *testing.T) {
 	cfg.Listen = "0.0.0.0:8700"
 	_, err = New(cfg, nil)
 	require.ErrorContains(t, err, "not a loopback address")
+}
+
+// TestSimOverloadCompletes runs more work than sim/flagship's KV
+// cache holds on one H100, admitted optimistically: every request completes
+// and GET /v1/stats counts the preemptions that made room (EN-4 end to end).
+func TestSimOverloadCompletes(t *testing.T) {
+	t.Parallel()
+	s, base := startSim(t, func(c *Config) {
+		c.Models = []string{"flagship"}
+		c.Engine.ExpectedOutputTokens = 1 // admit on the prompt alone
+		// Real time, ten times faster than the GPU: the requests must be in
+		// the engine together, which a virtual clock would not give.
+		c.Clock = nil
+		c.StepTimeScale = 0.1
+	})
+	const requests = 96
+	c := testClient(t)
+	var wg sync.WaitGroup
+	for i := range requests {
+		wg.Go(func() {
+			var sb strings.Builder
+			for j := range 50 {
+				fmt.Fprintf(&sb, "r%dw%d ", i, j)
+			}
+			body, err := json.Marshal(map[string]any{
+				"model": "sim/flagship", "max_tokens": 600, "seed": i,
+				"messages": []map[string]string{{"role": "user", "content": sb.String()}},
+			})
+			require.NoError(t, err)
+			resp, out := post(t, c, base+"/v1/chat/completions", string(body))
+			require.Equal(t, http.StatusOK, resp.StatusCode, string(out))
+			var cc api.ChatCompletion
+			require.NoError(t, json.Unmarshal(out, &cc))
+			require.Positive(t, cc.Usage.CompletionTokens)
+			require.Contains(t, []string{"stop", "length"}, cc.Choices[0].FinishReason)
+		})
+	}
+	wg.Wait()
+
+	resp, body := get(t, c, base+"/v1/stats")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var st api.StatsResponse
+	require.NoError(t, json.Unmarshal(body, &st))
+	require.Len(t, st.Models, 1)
+	m := st.Models[0]
+	require.Equal(t, "simulated", m.Executor)
+	require.Equal(t, uint64(requests), m.Completed)
+	require.Positive(t, m.Preemptions, "the run should have needed preemption: %+v", m)
+	require.Equal(t, m.Preemptions, m.PreemptionsSwap+m.PreemptionsRecompute)
+	require.Equal(t, s.Stats()[0].Preemptions, m.Preemptions)
 }

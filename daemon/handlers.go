@@ -514,3 +514,37 @@ func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request, _ *reqLog)
 		writeJSON(w, http.StatusServiceUnavailable, statusBody{Status: "starting"})
 	}
 }
+
+// tierNames names engine priorities on the wire, indexed by engine.Priority.
+var tierNames = [engine.NumPriorities]string{"batch", "free", "paid", "enterprise"}
+
+func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request, _ *reqLog) {
+	resp := api.StatsResponse{Models: make([]api.EngineStats, 0, len(s.models))}
+	for _, m := range s.models {
+		st := m.eng.Stats()
+		byTier := make(map[string]int, len(tierNames))
+		for p, name := range tierNames {
+			byTier[name] = st.WaitingByPriority[p]
+		}
+		resp.Models = append(resp.Models, api.EngineStats{
+			Model: m.id, Executor: executorKind(m.id),
+			BlocksTotal: st.BlocksTotal, BlocksUsed: st.BlocksUsed, BlocksCached: st.BlocksCached, BlockSize: st.BlockSize,
+			Running: st.Running, Waiting: st.Waiting, WaitingByTier: byTier,
+			Swapped: st.Swapped, SwapBlocksUsed: st.SwapBlocksUsed, SwapBlocksTotal: st.SwapBlocksTotal,
+			Steps: st.Steps, Completed: st.Completed, GeneratedTokens: st.GeneratedTokens, ComputedTokens: st.ComputedTokens,
+			PrefixQueryTokens: st.PrefixQueryTokens, PrefixHitTokens: st.PrefixHitTokens,
+			Preemptions: st.Preemptions, PreemptionsSwap: st.PreemptionsSwap, PreemptionsRecompute: st.PreemptionsRecompute,
+			Evictions: st.Evictions,
+		})
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// executorKind names the executor behind a model id: every simulated model
+// id starts with "sim/".
+func executorKind(id string) string {
+	if strings.HasPrefix(id, "sim/") {
+		return "simulated"
+	}
+	return "cpu"
+}

@@ -255,6 +255,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.Handle("/v1/chat", s.api(http.MethodPost, "chat", s.handleNativeChat))
 	mux.Handle("/v1/models", s.api(http.MethodGet, "", s.handleModels))
 	mux.Handle("/v1/models/{id...}", s.api(http.MethodGet, "", s.handleModel))
+	mux.Handle("/v1/stats", s.api(http.MethodGet, "", s.handleStats))
 	mux.Handle("/healthz", s.api(http.MethodGet, "", s.handleHealthz))
 	mux.Handle("/readyz", s.api(http.MethodGet, "", s.handleReadyz))
 	mux.Handle("/", s.api("", "", func(w http.ResponseWriter, r *http.Request, _ *reqLog) {

@@ -41,6 +41,14 @@ func newFakeLLMD(t *testing.T, f *fakeLLMD) *httptest.Server {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(api.ModelList{Object: "list", Data: f.models})
 	})
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(api.StatsResponse{Models: []api.EngineStats{{
+			Model: "sim/small", Executor: "simulated", BlocksTotal: 200, BlocksUsed: 50, BlocksCached: 10,
+			Running: 3, Waiting: 2, Swapped: 1, Completed: 40, PrefixQueryTokens: 1000, PrefixHitTokens: 250,
+			Preemptions: 5, PreemptionsSwap: 2, PreemptionsRecompute: 3,
+		}}})
+	})
 	mux.HandleFunc("POST /v1/chat", func(w http.ResponseWriter, r *http.Request) {
 		var req api.NativeChatRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -134,6 +142,16 @@ func TestModelsCmd(t *testing.T) {
 		"sim/mid     8192      llmd\n"+
 		"sim/small   4096      llmd\n"+
 		"gguf/tiny   -         local\n", out)
+}
+
+func TestStatsCmd(t *testing.T) {
+	srv := newFakeLLMD(t, &fakeLLMD{})
+	out, errOut, err := runCmd(t, "", "--addr", srv.URL, "stats")
+	require.NoError(t, err)
+	require.Empty(t, errOut)
+	require.Equal(t, ""+
+		"MODEL      EXECUTOR   KV USED       CACHED  RUNNING  WAITING  SWAPPED  DONE  PREFIX HIT  PREEMPT (SWAP/RECOMP)\n"+
+		"sim/small  simulated  25.0% of 200  10      3        2        1        40    25.0%       5 (2/3)\n", out)
 }
 
 func TestChatOneShot(t *testing.T) {

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+)
+
+// newStatsCmd builds "llmctl stats".
+func newStatsCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stats",
+		Short: "Show each model's KV cache, queues, prefix-cache hits and preemptions",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := a.client.Stats(cmd.Context())
+			if err != nil {
+				return a.apiError(err)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 2, ' ', 0)
+			fmt.Fprintln(tw, "MODEL\tEXECUTOR\tKV USED\tCACHED\tRUNNING\tWAITING\tSWAPPED\tDONE\tPREFIX HIT\tPREEMPT (SWAP/RECOMP)")
+			for _, m := range st.Models {
+				used, hit := "-", "-"
+				if m.BlocksTotal > 0 {
+					used = fmt.Sprintf("%.1f%% of %d", 100*float64(m.BlocksUsed)/float64(m.BlocksTotal), m.BlocksTotal)
+				}
+				if m.PrefixQueryTokens > 0 {
+					hit = fmt.Sprintf("%.1f%%", 100*float64(m.PrefixHitTokens)/float64(m.PrefixQueryTokens))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d (%d/%d)\n", m.Model, m.Executor, used, m.BlocksCached,
+					m.Running, m.Waiting, m.Swapped, m.Completed, hit, m.Preemptions, m.PreemptionsSwap, m.PreemptionsRecompute)
+			}
+			return tw.Flush()
+		},
+	}
+}
