@@ -59,6 +59,24 @@ func TestResolveConfig(t *testing.T) {
 			env:  map[string]string{"LLMD_MODELS": "mid", "LLMD_TP": "8", "LLMD_DATA_DIR": "/e"},
 			want: func(c *daemon.Config) { c.Models, c.DataDir = []string{"small"}, "/e" },
 		},
+		"engine flags": {
+			args: []string{"--max-batch-tokens", "512", "--max-running", "32", "--expected-output-tokens", "1",
+				"--prefix-cache=false", "--data-dir", "/d"},
+			want: func(c *daemon.Config) {
+				c.Engine.MaxBatchTokens, c.Engine.MaxRunning, c.Engine.ExpectedOutputTokens = 512, 32, 1
+				c.Engine.DisablePrefixCache, c.DataDir = true, "/d"
+			},
+		},
+		"engine env": {
+			env: map[string]string{"LLMD_PREFIX_CACHE": "false", "LLMD_MAX_RUNNING": "8", "LLMD_DATA_DIR": "/e"},
+			want: func(c *daemon.Config) {
+				c.Engine.DisablePrefixCache, c.Engine.MaxRunning, c.DataDir = true, 8, "/e"
+			},
+		},
+		"bad engine flag": {
+			args: []string{"--max-running", "0", "--data-dir", "/d"},
+			err:  "max running",
+		},
 		"bad env": {
 			env: map[string]string{"LLMD_TP": "many", "LLMD_DATA_DIR": "/e"},
 			err: `LLMD_TP="many"`,

@@ -62,6 +62,11 @@ type options struct {
 	logLevel  string
 	logFormat string
 	heartbeat time.Duration
+	// engine settings
+	maxBatchTokens int
+	maxRunning     int
+	expectedOutput int
+	prefixCache    bool
 }
 
 // envVars maps each flag to the environment variable that sets it when the
@@ -75,6 +80,11 @@ var envVars = map[string]string{
 	"log-level":  "LLMD_LOG_LEVEL",
 	"log-format": "LLMD_LOG_FORMAT",
 	"heartbeat":  "LLMD_HEARTBEAT",
+
+	"max-batch-tokens":       "LLMD_MAX_BATCH_TOKENS",
+	"max-running":            "LLMD_MAX_RUNNING",
+	"expected-output-tokens": "LLMD_EXPECTED_OUTPUT_TOKENS",
+	"prefix-cache":           "LLMD_PREFIX_CACHE",
 }
 
 // newRootCmd builds the llmd command. getenv is os.Getenv, or a map lookup
@@ -93,7 +103,8 @@ simulated H100 per model, for the small, mid and flagship profiles.
 
 Every flag can also be set with its environment variable (LLMD_LISTEN, LLMD_GPU,
 LLMD_TP, LLMD_MODELS, LLMD_DATA_DIR, LLMD_LOG_LEVEL, LLMD_LOG_FORMAT,
-LLMD_HEARTBEAT); a flag wins over the environment.`,
+LLMD_HEARTBEAT, LLMD_MAX_BATCH_TOKENS, LLMD_MAX_RUNNING,
+LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE); a flag wins over the environment.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.NoArgs(cmd, args); err != nil {
 				return &usageError{err}
@@ -125,6 +136,11 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.DurationVar(&o.heartbeat, "heartbeat", def.HeartbeatInterval, "interval of SSE heartbeat comments on silent streams")
+	fs.IntVar(&o.maxBatchTokens, "max-batch-tokens", def.Engine.MaxBatchTokens, "most tokens in one engine step (decode tokens plus prefill chunks)")
+	fs.IntVar(&o.maxRunning, "max-running", def.Engine.MaxRunning, "most sequences running at once per model")
+	fs.IntVar(&o.expectedOutput, "expected-output-tokens", def.Engine.ExpectedOutputTokens,
+		"output length admission projects for a tenant without history (0: max_tokens); lower admits more and preempts more")
+	fs.BoolVar(&o.prefixCache, "prefix-cache", !def.Engine.DisablePrefixCache, "reuse cached KV blocks of identical prompt prefixes")
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -172,6 +188,10 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.TP = o.tp
 	cfg.Models = splitList(strings.Join(o.models, ","))
 	cfg.HeartbeatInterval = o.heartbeat
+	cfg.Engine.MaxBatchTokens = o.maxBatchTokens
+	cfg.Engine.MaxRunning = o.maxRunning
+	cfg.Engine.ExpectedOutputTokens = o.expectedOutput
+	cfg.Engine.DisablePrefixCache = !o.prefixCache
 	cfg.DataDir = o.dataDir
 	if cfg.DataDir == "" {
 		dir, err := defaultDataDir(getenv)
