@@ -58,37 +58,20 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Stats is a snapshot of the engine for metrics and the TUI.
+// Stats is a snapshot of the engine for metrics and the TUI: the
+// scheduler's counters plus the state of its queues and KV blocks.
 type Stats struct {
+	SchedStats
 	Model string
 	// BlocksTotal, BlocksUsed and BlocksCached count KV blocks; cached
-	// blocks are free but still hold a reusable prefix.
+	// blocks are free but still hold a reusable prefix. BlockSize is in
+	// tokens.
 	BlocksTotal  int
 	BlocksUsed   int
 	BlocksCached int
-	// BlockSize is in tokens.
-	BlockSize int
-	Running   int
-	Waiting   int
-	Steps     uint64
-	// StepTokens is the number of tokens in the last step's batch.
-	StepTokens int
-	// Completed counts requests that have finished (any reason).
-	Completed uint64
-	// GeneratedTokens counts every output token produced.
-	GeneratedTokens uint64
-	// ComputedTokens counts tokens run through the executor.
-	ComputedTokens uint64
-	// CachedTokens counts prompt tokens served from the prefix cache.
-	CachedTokens uint64
-	// PrefixQueryTokens counts prompt tokens looked up in the prefix cache;
-	// PrefixHitTokens those found.
-	PrefixQueryTokens uint64
-	PrefixHitTokens   uint64
-	// Preemptions counts all preemptions; by kind below.
-	Preemptions          uint64
-	PreemptionsSwap      uint64
-	PreemptionsRecompute uint64
+	BlockSize    int
+	Running      int
+	Waiting      int
 	// Evictions counts cached blocks reclaimed for new work.
 	Evictions uint64
 	// Swapped is the number of sequences in host swap space, using
@@ -340,32 +323,21 @@ func (e *Engine) shutdown() {
 }
 
 func (e *Engine) publishStats() {
-	ss := e.sched.Stats()
 	pool := e.sched.Pool()
 	st := Stats{
-		Model:                e.info.Model,
-		BlocksTotal:          pool.NumBlocks(),
-		BlocksUsed:           pool.NumUsed(),
-		BlocksCached:         pool.NumCached(),
-		BlockSize:            pool.BlockSize(),
-		Running:              e.sched.NumRunning(),
-		Waiting:              e.sched.NumWaiting(),
-		Steps:                ss.Steps,
-		StepTokens:           ss.StepTokens,
-		Completed:            ss.Completed,
-		GeneratedTokens:      ss.GeneratedTokens,
-		ComputedTokens:       ss.ComputedTokens,
-		CachedTokens:         ss.CachedTokens,
-		PrefixQueryTokens:    ss.PrefixQueryTokens,
-		PrefixHitTokens:      ss.PrefixHitTokens,
-		Preemptions:          ss.Preemptions,
-		PreemptionsSwap:      ss.PreemptionsSwap,
-		PreemptionsRecompute: ss.PreemptionsRecompute,
-		Evictions:            pool.Evictions(),
-		Swapped:              e.sched.NumSwapped(),
-		SwapBlocksUsed:       e.sched.Swap().NumUsed(),
-		SwapBlocksTotal:      e.sched.Swap().NumSlots(),
-		WaitingByPriority:    e.sched.WaitingByPriority(),
+		SchedStats:        e.sched.Stats(),
+		Model:             e.info.Model,
+		BlocksTotal:       pool.NumBlocks(),
+		BlocksUsed:        pool.NumUsed(),
+		BlocksCached:      pool.NumCached(),
+		BlockSize:         pool.BlockSize(),
+		Running:           e.sched.NumRunning(),
+		Waiting:           e.sched.NumWaiting(),
+		Evictions:         pool.Evictions(),
+		Swapped:           e.sched.NumSwapped(),
+		SwapBlocksUsed:    e.sched.Swap().NumUsed(),
+		SwapBlocksTotal:   e.sched.Swap().NumSlots(),
+		WaitingByPriority: e.sched.WaitingByPriority(),
 	}
 	e.statsMu.Lock()
 	e.stats = st

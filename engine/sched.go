@@ -130,11 +130,13 @@ type Scheduler struct {
 	tokScratch []int32
 }
 
-// SchedStats are the scheduler's counters.
+// SchedStats are the scheduler's counters since it started.
 type SchedStats struct {
-	Steps      uint64
+	Steps uint64
+	// StepTokens is the number of tokens in the last step's batch.
 	StepTokens int
-	Completed  uint64
+	// Completed counts requests that have finished (any reason).
+	Completed uint64
 	// GeneratedTokens counts output tokens.
 	GeneratedTokens uint64
 	// ComputedTokens counts tokens run through the executor (prefill
