@@ -239,3 +239,36 @@ type ErrorDetail struct {
 	Param   *string `json:"param"`
 	Code    *string `json:"code"`
 }
+
+// TokenizeRequest is the body of POST /tokenize (vLLM's shape): either a
+// Prompt, or chat Messages rendered with the model's chat template.
+type TokenizeRequest struct {
+	Model    string    `json:"model"`
+	Prompt   *string   `json:"prompt,omitempty"`
+	Messages []Message `json:"messages,omitempty"`
+	// AddSpecialTokens adds the model's BOS/EOS as the model would for a
+	// completion (default true for a prompt, false for messages, whose
+	// template places them).
+	AddSpecialTokens *bool `json:"add_special_tokens,omitempty"`
+	// AddGenerationPrompt ends rendered messages with the assistant cue
+	// (default true).
+	AddGenerationPrompt *bool `json:"add_generation_prompt,omitempty"`
+}
+
+// TokenizeResponse is the response of POST /tokenize.
+type TokenizeResponse struct {
+	Tokens      []int32 `json:"tokens"`
+	Count       int     `json:"count"`
+	MaxModelLen int     `json:"max_model_len"`
+}
+
+// DetokenizeRequest is the body of POST /detokenize.
+type DetokenizeRequest struct {
+	Model  string  `json:"model"`
+	Tokens []int32 `json:"tokens"`
+}
+
+// DetokenizeResponse is the response of POST /detokenize.
+type DetokenizeResponse struct {
+	Prompt string `json:"prompt"`
+}

@@ -29,6 +29,7 @@ func (byteTokenizer) Decode(toks []int32) string {
 }
 
 func (byteTokenizer) DecodeToken(t int32) string { return string([]byte{byte(t)}) }
+func (byteTokenizer) VocabSize() int             { return 256 }
 
 // fakeReplica is a scripted engine. Each request gets the events of
 // script(req), delivered one per delay.

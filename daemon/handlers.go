@@ -49,11 +49,13 @@ func (rl *reqLog) fail(status int, err error) {
 	rl.err = err
 }
 
-// idPrefix is the request id prefix of each generation endpoint.
+// idPrefix is the request id prefix of each logged endpoint.
 var idPrefix = map[string]string{
 	"chat.completions": "chatcmpl-",
 	"completions":      "cmpl-",
 	"chat":             "req_",
+	"tokenize":         "tok-",
+	"detokenize":       "detok-",
 }
 
 // api wraps a handler: it answers a wrong method with 405 and, for the

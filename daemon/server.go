@@ -59,8 +59,9 @@ type model struct {
 	tok  Tokenizer
 	eos  map[int32]bool
 	// limit is the most tokens (prompt plus output) one sequence may hold.
-	limit   int
-	created int64 // Unix seconds
+	limit     int
+	vocabSize int
+	created   int64 // Unix seconds
 	// run runs the engine's step loop until ctx ends; nil for fakes.
 	run func(ctx context.Context) error
 }
@@ -68,7 +69,7 @@ type model struct {
 func newModel(eng replica, tok Tokenizer, created time.Time, run func(context.Context) error) *model {
 	info := eng.Info()
 	m := &model{id: info.Model, info: info, eng: eng, tok: tok, eos: map[int32]bool{},
-		limit: min(info.ContextLength, eng.MaxSeqTokens()), created: created.Unix(), run: run}
+		limit: min(info.ContextLength, eng.MaxSeqTokens()), vocabSize: tok.VocabSize(), created: created.Unix(), run: run}
 	for _, t := range info.EOS {
 		m.eos[t] = true
 	}
@@ -256,6 +257,8 @@ func (s *Server) routes() *http.ServeMux {
 	mux.Handle("/v1/models", s.api(http.MethodGet, "", s.handleModels))
 	mux.Handle("/v1/models/{id...}", s.api(http.MethodGet, "", s.handleModel))
 	mux.Handle("/v1/stats", s.api(http.MethodGet, "", s.handleStats))
+	mux.Handle("/tokenize", s.api(http.MethodPost, "tokenize", s.handleTokenize))
+	mux.Handle("/detokenize", s.api(http.MethodPost, "detokenize", s.handleDetokenize))
 	mux.Handle("/healthz", s.api(http.MethodGet, "", s.handleHealthz))
 	mux.Handle("/readyz", s.api(http.MethodGet, "", s.handleReadyz))
 	mux.Handle("/", s.api("", "", func(w http.ResponseWriter, r *http.Request, _ *reqLog) {

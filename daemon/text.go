@@ -15,6 +15,8 @@ type Tokenizer interface {
 	// DecodeToken returns one token's text. For byte-level vocabularies a
 	// token may be part of a UTF-8 sequence; the daemon joins such pieces.
 	DecodeToken(token int32) string
+	// VocabSize is the number of token ids: valid ids are [0, VocabSize).
+	VocabSize() int
 }
 
 // renderChat renders messages with llmd's template for simulated models:
