@@ -219,6 +219,13 @@ type Model struct {
 	OwnedBy string `json:"owned_by"`
 	// MaxModelLen is the model's context length in tokens (as vLLM reports it).
 	MaxModelLen int `json:"max_model_len,omitempty"`
+	// Architecture is the model family ("llama", "qwen2"; "sim" for a
+	// simulated model), ParameterCount its parameters, Quantization its
+	// weight type ("Q8_0", "F16", ... or "FP8"/"BF16" for a simulated
+	// model). llmd extensions, absent for unknown values.
+	Architecture   string `json:"architecture,omitempty"`
+	ParameterCount int64  `json:"parameter_count,omitempty"`
+	Quantization   string `json:"quantization,omitempty"`
 }
 
 // ModelList is the response of GET /v1/models.

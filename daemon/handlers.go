@@ -495,7 +495,8 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request, _ *reqLog) 
 }
 
 func apiModel(m *model) api.Model {
-	return api.Model{ID: m.id, Object: "model", Created: m.created, OwnedBy: "llmd", MaxModelLen: m.limit}
+	return api.Model{ID: m.id, Object: "model", Created: m.created, OwnedBy: "llmd", MaxModelLen: m.limit,
+		Architecture: m.arch, ParameterCount: m.params, Quantization: m.quantization}
 }
 
 type statusBody struct {

@@ -61,7 +61,11 @@ type model struct {
 	// limit is the most tokens (prompt plus output) one sequence may hold.
 	limit     int
 	vocabSize int
-	created   int64 // Unix seconds
+	// details reported by /v1/models
+	arch         string
+	params       int64
+	quantization string
+	created      int64 // Unix seconds
 	// run runs the engine's step loop until ctx ends; nil for fakes.
 	run func(ctx context.Context) error
 }

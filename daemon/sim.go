@@ -46,6 +46,10 @@ func buildSimModels(cfg Config, logger *slog.Logger) ([]*model, error) {
 			return nil, fmt.Errorf("daemon: engine for %s: %w", prof.ID, err)
 		}
 		m := newModel(engineReplica{eng}, exec.Tokenizer(), now, eng.Run)
+		m.arch, m.params, m.quantization = "sim", prof.Params, "BF16"
+		if prof.WeightDTypeBytes == 1 {
+			m.quantization = "FP8"
+		}
 		log.Info("model ready", "model", m.id, "executor", "SIMULATED", "gpu", gpu.Name, "tp", cfg.TP,
 			"kv_blocks", m.info.NumBlocks, "block_size", m.info.BlockSize, "context_length", m.info.ContextLength,
 			"max_seq_tokens", m.limit)

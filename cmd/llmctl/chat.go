@@ -232,7 +232,7 @@ func formatStats(done *api.NativeDone, start, first, end time.Time) string {
 	s := fmt.Sprintf("%s: %d input tokens (%d cached), %d output tokens, finish %s",
 		done.Model, u.InputTokens, u.CachedTokens, u.OutputTokens, done.FinishReason)
 	if !first.IsZero() {
-		s += fmt.Sprintf(", first token %s", first.Sub(start).Round(time.Millisecond))
+		s += fmt.Sprintf(", first token %dms", first.Sub(start).Milliseconds())
 		if gen := end.Sub(first); u.OutputTokens > 1 && gen > 0 {
 			s += fmt.Sprintf(", %.1f tokens/s", float64(u.OutputTokens-1)/gen.Seconds())
 		}

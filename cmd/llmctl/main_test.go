@@ -30,9 +30,9 @@ func newFakeLLMD(t *testing.T, f *fakeLLMD) *httptest.Server {
 	t.Helper()
 	if f.models == nil {
 		f.models = []api.Model{
-			{ID: "sim/mid", Object: "model", OwnedBy: "llmd", MaxModelLen: 8192},
+			{ID: "sim/mid", Object: "model", OwnedBy: "llmd", MaxModelLen: 8192, Architecture: "sim", ParameterCount: 32_800_000_000, Quantization: "BF16"},
 			{ID: "sim/small", Object: "model", OwnedBy: "llmd", MaxModelLen: 4096},
-			{ID: "gguf/tiny", Object: "model", OwnedBy: "local"},
+			{ID: "gguf/tiny", Object: "model", OwnedBy: "local", Architecture: "llama", ParameterCount: 4_194_624, Quantization: "Q8_0"},
 		}
 	}
 	f.reqs = make(chan api.NativeChatRequest, 16)
@@ -138,10 +138,10 @@ func TestModelsCmd(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, errOut)
 	require.Equal(t, ""+
-		"ID          CONTEXT   OWNED BY\n"+
-		"sim/mid     8192      llmd\n"+
-		"sim/small   4096      llmd\n"+
-		"gguf/tiny   -         local\n", out)
+		"ID          ARCH    PARAMS   QUANT   CONTEXT   OWNED BY\n"+
+		"sim/mid     sim     32.8B    BF16    8192      llmd\n"+
+		"sim/small   -       -        -       4096      llmd\n"+
+		"gguf/tiny   llama   4.2M     Q8_0    -         local\n", out)
 }
 
 func TestStatsCmd(t *testing.T) {
