@@ -34,6 +34,10 @@ type SchedulerConfig struct {
 	// recompute.
 	SwapCost      func(blocks int) time.Duration
 	RecomputeCost func(tokens int) time.Duration
+	// TierWeights are the weighted-fair-queuing weights of the priority
+	// classes, indexed by Priority; zero entries take the defaults (batch 1,
+	// free 2, paid 4, enterprise 8).
+	TierWeights [NumPriorities]float64
 }
 
 // Emit receives the events the scheduler produces, synchronously, in order.
@@ -103,7 +107,7 @@ type Scheduler struct {
 	pool *kvcache.Pool
 	emit Emit
 
-	waiting []*sequence // by priority (high first), then arrival
+	waiting *fairQueue
 	swapped []*sequence // swapped out, by priority then arrival
 	running []*sequence // in admission order
 	swap    *kvcache.SwapSpace
@@ -180,6 +184,7 @@ func NewScheduler(cfg SchedulerConfig, pool *kvcache.Pool, emit Emit) (*Schedule
 		est:  newOutputEstimator(cfg.DefaultExpectedOutput),
 		byID: make(map[string]*request), eos: make(map[int32]bool),
 	}
+	s.waiting = newFairQueue(cfg.TierWeights, s.admissionCost)
 	for _, t := range cfg.EOS {
 		s.eos[t] = true
 	}
@@ -196,7 +201,7 @@ func (s *Scheduler) Stats() SchedStats { return s.stats }
 func (s *Scheduler) NumRunning() int { return len(s.running) }
 
 // NumWaiting is the number of waiting sequences.
-func (s *Scheduler) NumWaiting() int { return len(s.waiting) }
+func (s *Scheduler) NumWaiting() int { return s.waiting.Len() }
 
 // NumSwapped is the number of sequences swapped out to host memory.
 func (s *Scheduler) NumSwapped() int { return len(s.swapped) }
@@ -207,12 +212,11 @@ func (s *Scheduler) Swap() *kvcache.SwapSpace { return s.swap }
 // WaitingByPriority counts waiting and swapped sequences per priority class.
 func (s *Scheduler) WaitingByPriority() [NumPriorities]int {
 	var n [NumPriorities]int
-	for _, q := range [][]*sequence{s.waiting, s.swapped} {
-		for _, seq := range q {
-			if p := seq.r.req.Priority; p >= 0 && p < NumPriorities {
-				n[p]++
-			}
-		}
+	for p := range n {
+		n[p] = s.waiting.ClassLen(Priority(p))
+	}
+	for _, seq := range s.swapped {
+		n[classOf(seq)]++
 	}
 	return n
 }
@@ -291,7 +295,7 @@ func (s *Scheduler) newSeq(r *request, tokens []int32) *sequence {
 // priority or higher that arrived before it.
 func (s *Scheduler) enqueue(seq *sequence) {
 	seq.state = stateWaiting
-	s.waiting = insertOrdered(s.waiting, seq)
+	s.waiting.push(seq)
 }
 
 // insertOrdered inserts seq into q, ordered by priority (high first), then
@@ -385,8 +389,8 @@ func (s *Scheduler) Step() *Plan {
 
 	// Admit waiting sequences while the budget, the running cap and the
 	// free blocks allow.
-	for len(s.swapped) == 0 && len(s.waiting) > 0 && s.budget > 0 && len(s.running) < s.cfg.MaxRunning {
-		seq := s.waiting[0]
+	for len(s.swapped) == 0 && s.waiting.Len() > 0 && s.budget > 0 && len(s.running) < s.cfg.MaxRunning {
+		seq := s.waiting.peek()
 		if !s.admit(seq) {
 			break
 		}
@@ -444,12 +448,7 @@ func (s *Scheduler) admit(seq *sequence) bool {
 		hits++
 	}
 	r := seq.r
-	remaining := max(1, r.req.MaxTokens-seq.generated)
-	expected := remaining
-	if s.cfg.DefaultExpectedOutput > 0 {
-		expected = s.est.expected(r.req.Tenant, remaining)
-	}
-	projected := min(len(seq.tokens)+expected, s.MaxSeqTokens())
+	projected := s.projectedTokens(seq)
 	needBlocks := s.pool.BlocksFor(projected) - hits
 	free := s.pool.NumFree() - cachedHits - s.projectedReserve()
 	if free < needBlocks+s.cfg.WatermarkBlocks {
@@ -474,9 +473,26 @@ func (s *Scheduler) admit(seq *sequence) bool {
 		s.stats.PrefixQueryTokens += uint64(len(seq.tokens))
 		s.stats.PrefixHitTokens += uint64(seq.computed)
 	}
-	s.removeWaiting(seq)
+	s.waiting.pop(seq)
 	s.startRunning(seq)
 	return true
+}
+
+// projectedTokens is the tokens seq is expected to hold when it finishes:
+// its tokens so far plus its expected remaining output.
+func (s *Scheduler) projectedTokens(seq *sequence) int {
+	remaining := max(1, seq.r.req.MaxTokens-seq.generated)
+	expected := remaining
+	if s.cfg.DefaultExpectedOutput > 0 {
+		expected = s.est.expected(seq.r.req.Tenant, remaining)
+	}
+	return min(len(seq.tokens)+expected, s.MaxSeqTokens())
+}
+
+// admissionCost is the tokens a sequence is charged by fair queuing when it
+// is admitted: what it is expected to process.
+func (s *Scheduler) admissionCost(seq *sequence) int {
+	return max(1, s.projectedTokens(seq)-seq.computed)
 }
 
 func (s *Scheduler) startRunning(seq *sequence) {
@@ -696,17 +712,6 @@ func (s *Scheduler) removeRunning(seq *sequence) {
 	}
 }
 
-func (s *Scheduler) removeWaiting(seq *sequence) {
-	if len(s.waiting) > 0 && s.waiting[0] == seq {
-		s.waiting[0] = nil
-		s.waiting = s.waiting[1:]
-		return
-	}
-	if i := slices.Index(s.waiting, seq); i >= 0 {
-		s.waiting = slices.Delete(s.waiting, i, i+1)
-	}
-}
-
 // Apply records a step's results: it advances every planned sequence,
 // commits newly full blocks to the prefix index, appends sampled tokens,
 // emits events and finishes sequences that hit EOS, max tokens or the
@@ -850,7 +855,7 @@ func (s *Scheduler) dropSeq(seq *sequence) {
 	case stateRunning:
 		s.removeRunning(seq)
 	case stateWaiting:
-		s.removeWaiting(seq)
+		s.waiting.remove(seq)
 	case stateSwapped:
 		if i := slices.Index(s.swapped, seq); i >= 0 {
 			s.swapped = slices.Delete(s.swapped, i, i+1)
@@ -901,9 +906,9 @@ func (s *Scheduler) closeRequest(r *request) {
 // CheckIdle returns an error unless the scheduler is drained: nothing
 // waiting or running and every block free or cached.
 func (s *Scheduler) CheckIdle() error {
-	if len(s.running) != 0 || len(s.waiting) != 0 || len(s.swapped) != 0 || len(s.byID) != 0 {
+	if len(s.running) != 0 || s.waiting.Len() != 0 || len(s.swapped) != 0 || len(s.byID) != 0 {
 		return fmt.Errorf("engine: not idle: %d running, %d waiting, %d swapped, %d live requests",
-			len(s.running), len(s.waiting), len(s.swapped), len(s.byID))
+			len(s.running), s.waiting.Len(), len(s.swapped), len(s.byID))
 	}
 	if n := s.swap.NumUsed(); n != 0 {
 		return fmt.Errorf("engine: not idle: %d swap slots in use", n)

@@ -29,7 +29,7 @@ type schedHarness struct {
 //	                expect is the default expected output at admission (1);
 //	                swapping n blocks costs swap-overhead+n ms one way, and
 //	                recomputing t tokens t ms
-//	submit id=ID tokens=1-10,50-52 max=N [n=N] [prio=batch|free|paid|enterprise] [eos-at=N]
+//	submit id=ID tokens=1-10,50-52 max=N [n=N] [prio=batch|free|paid|enterprise] [tenant=T] [eos-at=N]
 //	step            decide a batch, print it, apply fake tokens, print events
 //	cancel id=ID
 //	blocks          print the pool and every running sequence's block table
@@ -162,6 +162,8 @@ func (h *schedHarness) submit(t *testing.T, d *datadriven.TestData) string {
 			p, ok := prioNames[a.Vals[0]]
 			require.True(t, ok, "unknown priority %q", a.Vals[0])
 			req.Priority = p
+		case "tenant":
+			req.Tenant = a.Vals[0]
 		case "eos-at":
 			h.eos[req.ID], _ = strconv.Atoi(a.Vals[0])
 		default:
@@ -246,7 +248,7 @@ func (h *schedHarness) blocks() string {
 		}
 		fmt.Fprintf(&b, "running %s computed=%d tokens=%d blocks=%v refs=%v\n", seqName(seq), seq.computed, len(seq.tokens), seq.blocks, refs)
 	}
-	for _, seq := range h.s.waiting {
+	for _, seq := range h.s.waiting.all() {
 		fmt.Fprintf(&b, "waiting %s computed=%d tokens=%d\n", seqName(seq), seq.computed, len(seq.tokens))
 	}
 	for _, seq := range h.s.swapped {
