@@ -148,7 +148,12 @@ func (q *fairQueue) remove(seq *sequence) bool {
 	if i < 0 {
 		return false
 	}
-	t.seqs = slices.Delete(t.seqs, i, i+1)
+	if i == 0 {
+		t.seqs[0] = nil
+		t.seqs = t.seqs[1:] // the usual case: no copy
+	} else {
+		t.seqs = slices.Delete(t.seqs, i, i+1)
+	}
 	c.n--
 	q.n--
 	if len(t.seqs) == 0 {
