@@ -288,6 +288,11 @@ func (w *Writer) WriteFile(path string) (err error) {
 	if err = tmp.Close(); err != nil {
 		return err
 	}
+	// CreateTemp makes the file private; a model file is readable by all,
+	// like any file the user writes.
+	if err = os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
 	return os.Rename(tmp.Name(), path)
 }
 
