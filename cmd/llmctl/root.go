@@ -55,7 +55,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.addr, "addr", addr,
 		"address of llmd, a URL or host:port (env LLMD_ADDR)")
 
-	root.AddCommand(newModelsCmd(a), newChatCmd(a), newStatsCmd(a))
+	root.AddCommand(newModelsCmd(a), newChatCmd(a), newStatsCmd(a), newModelCmd(a))
 	return root
 }
 

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/llmd/llmd/engine/model"
+)
+
+// Chat templates written into models made by "llmctl model init": the
+// Llama 3 and ChatML formats, as Jinja like the GGUF files of those
+// families carry them.
+const (
+	llama3Template = `{{- bos_token }}{% for message in messages %}` +
+		`{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}` +
+		`{% endfor %}{% if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}`
+	chatMLTemplate = `{% for message in messages %}` +
+		`{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}` +
+		`{% endfor %}{% if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{% endif %}`
+)
+
+// initOptions are the flags of "llmctl model init".
+type initOptions struct {
+	arch, typ, vocabKind, out   string
+	dim, layers, heads, kvHeads int
+	ffn, vocab, context         int
+	tied                        bool
+	seed                        uint64
+}
+
+// newModelCmd builds "llmctl model".
+func newModelCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "model",
+		Short: "Make and inspect model files",
+		Args:  usageArgs(unknownCommand),
+		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newModelInitCmd())
+	return cmd
+}
+
+func newModelInitCmd() *cobra.Command {
+	o := &initOptions{}
+	cmd := &cobra.Command{
+		Use:   "init NAME",
+		Short: "Write a GGUF model of a given shape with random weights and a built-in tokenizer",
+		Long: "llmctl model init writes NAME.gguf (or --out): a llama or qwen2 model of the given shape, with random\n" +
+			"weights drawn from --seed, a small real tokenizer learned from built-in text (byte-level BPE or\n" +
+			"SentencePiece) and a chat template. The weights are random, so the model's text is gibberish:\n" +
+			"it is for tests and benchmarks, made here with no download.",
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path, spec, err := o.write(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s, %d layers, dim %d, %d heads (%d KV), vocab %d, %s, %d parameters\n",
+				path, spec.Arch, spec.Layers, spec.Dim, spec.Heads, spec.KVHeads, spec.Vocab, spec.FileType, spec.ParamCount)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.arch, "arch", "llama", "architecture: llama or qwen2")
+	f.IntVar(&o.dim, "dim", 64, "embedding width")
+	f.IntVar(&o.layers, "layers", 2, "transformer blocks")
+	f.IntVar(&o.heads, "heads", 4, "attention heads")
+	f.IntVar(&o.kvHeads, "kv-heads", 0, "key/value heads (default: --heads)")
+	f.IntVar(&o.ffn, "ffn", 192, "feed-forward width")
+	f.IntVar(&o.vocab, "vocab", 2048, "vocabulary size")
+	f.IntVar(&o.context, "context", 2048, "context length in tokens")
+	f.StringVar(&o.typ, "type", "f16", "weight type: f32, f16, bf16, q8_0, q5_0, q4_0, q4_k, q6_k")
+	f.StringVar(&o.vocabKind, "tokenizer", "bpe", "tokenizer: bpe (byte-level BPE) or spm (SentencePiece)")
+	f.BoolVar(&o.tied, "tied", false, "no output matrix: the logits reuse the token embedding")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the random weights")
+	f.StringVarP(&o.out, "out", "o", "", "output file (default: NAME.gguf)")
+	return cmd
+}
+
+// write builds the model and writes it; it returns the path and the spec
+// read back from the written file.
+func (o *initOptions) write(name string) (string, model.Spec, error) {
+	typ, err := model.ParseTensorType(o.typ)
+	if err != nil {
+		return "", model.Spec{}, err
+	}
+	vocab, err := model.BuildVocab(o.vocabKind, o.vocab)
+	if err != nil {
+		return "", model.Spec{}, err
+	}
+	template := ""
+	if o.vocabKind == "bpe" {
+		template = llama3Template
+		if o.arch == "qwen2" {
+			// Qwen's conventions: ChatML, no BOS, <|im_end|> ends an answer.
+			template, vocab.Pre, vocab.AddBOS = chatMLTemplate, "qwen2", false
+			for i, tok := range vocab.Tokens {
+				if tok == "<|im_end|>" {
+					vocab.EOS = int32(i)
+				}
+			}
+		}
+	}
+	w, err := model.RandomModel{
+		Arch: o.arch, Name: name, Dim: o.dim, Layers: o.layers, Heads: o.heads, KVHeads: o.kvHeads, FFN: o.ffn,
+		Vocab: o.vocab, ContextLength: o.context, Type: typ, Tied: o.tied, Seed: o.seed,
+	}.Writer()
+	if err != nil {
+		return "", model.Spec{}, err
+	}
+	for k, v := range vocab.Metadata() {
+		if err := w.Set(k, v); err != nil {
+			return "", model.Spec{}, err
+		}
+	}
+	if template != "" {
+		w.SetString("tokenizer.chat_template", template)
+	}
+	path := o.out
+	if path == "" {
+		path = filepath.Base(strings.TrimSuffix(name, ".gguf")) + ".gguf"
+	}
+	if err := w.WriteFile(path); err != nil {
+		return "", model.Spec{}, err
+	}
+	// Read it back: what we wrote must load.
+	f, err := model.Open(path)
+	if err != nil {
+		return "", model.Spec{}, fmt.Errorf("read back %s: %w", path, err)
+	}
+	defer f.Close()
+	spec, err := model.SpecFromFile(f)
+	if err != nil {
+		return "", model.Spec{}, fmt.Errorf("read back %s: %w", path, err)
+	}
+	if _, err := model.NewTokenizer(f); err != nil {
+		return "", model.Spec{}, fmt.Errorf("read back %s: %w", path, err)
+	}
+	return path, spec, nil
+}

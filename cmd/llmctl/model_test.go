@@ -1,0 +1,68 @@
+package main
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/engine/model"
+)
+
+func TestModelInit(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct {
+		args     []string
+		arch     string
+		fileType string
+		tied     bool
+		template string
+	}{
+		"llama q8_0": {args: []string{"--type", "q8_0"}, arch: "llama", fileType: "Q8_0", template: llama3Template},
+		"qwen2 tied": {args: []string{"--arch", "qwen2", "--kv-heads", "2", "--type", "q4_0", "--tied"}, arch: "qwen2",
+			fileType: "Q4_0", tied: true, template: chatMLTemplate},
+		"spm f16": {args: []string{"--tokenizer", "spm", "--type", "f16"}, arch: "llama", fileType: "F16"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, name+".gguf")
+			args := append([]string{"model", "init", "m", "-o", path, "--vocab", "1000"}, tc.args...)
+			out, errOut, err := runCmd(t, "", args...)
+			require.NoError(t, err, errOut)
+			require.Contains(t, out, "wrote "+path)
+
+			f, err := model.Open(path)
+			require.NoError(t, err)
+			defer f.Close()
+			spec, err := model.SpecFromFile(f)
+			require.NoError(t, err)
+			require.Equal(t, tc.arch, spec.Arch)
+			require.Equal(t, tc.fileType, spec.FileType)
+			require.Equal(t, tc.tied, spec.TiedOutput)
+			require.Equal(t, 1000, spec.Vocab)
+			tmpl, _ := f.String("tokenizer.chat_template")
+			require.Equal(t, tc.template, tmpl)
+
+			tok, err := model.NewTokenizer(f)
+			require.NoError(t, err)
+			text := "The server answers 42 questions."
+			require.Equal(t, text, tok.Decode(tok.Encode(text, true)))
+		})
+	}
+}
+
+func TestModelInitErrors(t *testing.T) {
+	dir := t.TempDir()
+	for name, args := range map[string][]string{
+		"unknown type":      {"--type", "q9"},
+		"unknown arch":      {"--arch", "gpt-j"},
+		"heads vs kv":       {"--heads", "4", "--kv-heads", "3"},
+		"unknown tokenizer": {"--tokenizer", "wordpiece"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := runCmd(t, "", append([]string{"model", "init", "m", "-o", filepath.Join(dir, "x.gguf")}, args...)...)
+			require.Error(t, err)
+		})
+	}
+	_, _, err := runCmd(t, "", "model", "init")
+	require.Error(t, err)
+}
