@@ -3,6 +3,7 @@ module github.com/llmd/llmd
 go 1.26.0
 
 require (
+	github.com/ardanlabs/jinja v1.8.0
 	github.com/cockroachdb/datadriven v1.0.3
 	github.com/openai/openai-go/v3 v3.99.0
 	github.com/spf13/cobra v1.10.2

@@ -1,0 +1,516 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ardanlabs/jinja"
+	"github.com/stretchr/testify/require"
+)
+
+func tmplTestTemplate(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "templates", name))
+	require.NoError(t, err)
+	return string(b)
+}
+
+var tmplTestConversation = []ChatMessage{
+	{Role: "system", Content: "You are terse."},
+	{Role: "user", Content: "Hello!"},
+}
+
+// The expected prompts were rendered with Python's jinja2 3.1 in the
+// sandboxed environment Hugging Face uses (trim_blocks, lstrip_blocks).
+func TestTemplateRenderRealTemplates(t *testing.T) {
+	t.Parallel()
+	const tools = `[{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.",
+		"parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]`
+	tests := map[string]struct {
+		file string
+		bos  string
+		req  ChatRequest
+		want string
+	}{
+		"llama3": {
+			file: "llama3.jinja",
+			bos:  "<|begin_of_text|>",
+			req:  ChatRequest{Messages: tmplTestConversation, AddGenerationPrompt: true},
+			want: "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>" +
+				"<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+		},
+		"qwen3": {
+			file: "qwen3.jinja",
+			req:  ChatRequest{Messages: tmplTestConversation, AddGenerationPrompt: true},
+			want: "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n",
+		},
+		"qwen3 tools keep their key order": {
+			file: "qwen3.jinja",
+			req:  ChatRequest{Messages: tmplTestConversation, Tools: json.RawMessage(tools), AddGenerationPrompt: true},
+			want: "<|im_start|>system\nYou are terse.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n" +
+				"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n" +
+				`{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.", ` +
+				`"parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}` +
+				"\n</tools>\n\nFor each function call, return a json object with function name and arguments within " +
+				"<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n" +
+				"</tool_call><|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n",
+		},
+		"qwen3 assistant turn without generation prompt": {
+			file: "qwen3.jinja",
+			req: ChatRequest{Messages: append(append([]ChatMessage{}, tmplTestConversation...),
+				ChatMessage{Role: "assistant", Content: "<think>\nok\n</think>\n\nHi."})},
+			want: "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n" +
+				"<|im_start|>assistant\n<think>\nok\n</think>\n\nHi.<|im_end|>\n",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ct, err := NewChatTemplate(tmplTestTemplate(t, tc.file), TemplateOptions{BOS: tc.bos, Fallback: FallbackChatML})
+			require.NoError(t, err)
+			require.NoError(t, ct.Err())
+			require.Equal(t, SourceGGUF, ct.Source())
+
+			res, err := ct.RenderRequest(tc.req)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, res.Prompt)
+			require.Equal(t, SourceGGUF, res.Source)
+			require.NoError(t, res.FallbackReason)
+		})
+	}
+}
+
+func TestTemplateFallbackFormats(t *testing.T) {
+	t.Parallel()
+	msgs := []ChatMessage{{Role: "system", Content: " Be brief. "}, {Role: "user", Content: "Hi"}}
+	tests := map[string]struct {
+		format string
+		addGen bool
+		want   string
+	}{
+		"llama3": {FallbackLlama3, true, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>" +
+			"<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
+		"llama3 without generation prompt": {FallbackLlama3, false, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n" +
+			"Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"},
+		"chatml":                          {FallbackChatML, true, "<|im_start|>system\n Be brief. <|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+		"plain":                           {FallbackPlain, true, "system:  Be brief. \nuser: Hi\nassistant:"},
+		"plain without generation prompt": {FallbackPlain, false, "system:  Be brief. \nuser: Hi\n"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ct, err := NewChatTemplate("", TemplateOptions{Fallback: tc.format})
+			require.NoError(t, err)
+			require.Equal(t, tc.format, ct.Source())
+			require.ErrorIs(t, ct.Err(), ErrNoTemplate)
+
+			res, err := ct.RenderRequest(ChatRequest{Messages: msgs, AddGenerationPrompt: tc.addGen})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, res.Prompt)
+			require.Equal(t, tc.format, res.Source)
+			require.ErrorIs(t, res.FallbackReason, ErrNoTemplate)
+		})
+	}
+}
+
+func TestTemplateFallsBack(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		src       string
+		compiles  bool  // Source is "gguf" and the failure happens at render time
+		reasonIs  error // nil: any reason
+		wantInErr string
+	}{
+		"empty":                    {src: "", reasonIs: ErrNoTemplate},
+		"syntax error":             {src: "{% if messages %}unclosed"},
+		"unknown statement":        {src: "{% do messages.append(1) %}", reasonIs: ErrTemplateUnsupported},
+		"unclosed tag":             {src: "{{ messages", reasonIs: ErrTemplateUnsupported},
+		"unknown filter at render": {src: "{{ messages|no_such_filter }}", compiles: true, wantInErr: "no_such_filter"},
+		"calling an undefined":     {src: "{% for m in messages %}{{ m.content.nope() }}{% endfor %}", compiles: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ct, err := NewChatTemplate(tc.src, TemplateOptions{Fallback: FallbackChatML})
+			require.NoError(t, err)
+			if tc.compiles {
+				require.Equal(t, SourceGGUF, ct.Source())
+			} else {
+				require.Equal(t, FallbackChatML, ct.Source())
+				require.Error(t, ct.Err())
+			}
+
+			res, err := ct.RenderRequest(ChatRequest{Messages: tmplTestConversation, AddGenerationPrompt: true})
+			require.NoError(t, err)
+			require.Equal(t, FallbackChatML, res.Source)
+			require.Equal(t, tmplFallback(FallbackChatML, tmplTestConversation, true), res.Prompt)
+			require.Error(t, res.FallbackReason)
+			if tc.reasonIs != nil {
+				require.ErrorIs(t, res.FallbackReason, tc.reasonIs)
+			}
+			require.Contains(t, res.FallbackReason.Error(), tc.wantInErr)
+			require.True(t, strings.HasPrefix(res.FallbackReason.Error(), "model: "), res.FallbackReason.Error())
+		})
+	}
+}
+
+func TestTemplateRaiseException(t *testing.T) {
+	t.Parallel()
+	const src = `{% for m in messages %}{% if m.role == 'system' and not loop.first %}` +
+		`{{ raise_exception('System message must be first, got it at ' ~ loop.index0) }}{% endif %}{{ m.content }}{% endfor %}`
+	ct, err := NewChatTemplate(src, TemplateOptions{Fallback: FallbackChatML})
+	require.NoError(t, err)
+
+	out, err := ct.Render(tmplTestConversation, true)
+	require.NoError(t, err)
+	require.Equal(t, "You are terse.Hello!", out)
+
+	_, err = ct.Render([]ChatMessage{{Role: "user", Content: "a"}, {Role: "system", Content: "b"}}, true)
+	var exc *TemplateExceptionError
+	require.ErrorAs(t, err, &exc)
+	require.Equal(t, "System message must be first, got it at 1", exc.Message)
+	require.EqualError(t, err, "model: chat template rejected the conversation: System message must be first, got it at 1")
+}
+
+func TestTemplateOutputLimit(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		src  string
+		msgs []ChatMessage
+	}{
+		"prompt over the limit": {src: "{% for i in range(200) %}0123456789{% endfor %}", msgs: tmplTestConversation},
+		"template that writes far more than it prints": {
+			src:  "{% for i in range(10000) %}{% set s %}{{ messages }}0123456789{% endset %}{% endfor %}",
+			msgs: tmplTestConversation,
+		},
+		"conversation over the limit": {src: "{{ 'x' }}", msgs: []ChatMessage{{Role: "user", Content: strings.Repeat("y", 1001)}}},
+		"fallback over the limit":     {src: "", msgs: []ChatMessage{{Role: "user", Content: strings.Repeat("y", 990)}}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ct, err := NewChatTemplate(tc.src, TemplateOptions{MaxOutputBytes: 1000, Fallback: FallbackChatML, Timeout: time.Minute})
+			require.NoError(t, err)
+			_, err = ct.Render(tc.msgs, true)
+			require.ErrorIs(t, err, ErrTemplateOutputTooLarge)
+		})
+	}
+
+	ct, err := NewChatTemplate("{% for i in range(100) %}0123456789{% endfor %}", TemplateOptions{MaxOutputBytes: 1000})
+	require.NoError(t, err)
+	out, err := ct.Render(nil, false)
+	require.NoError(t, err, "exactly at the limit")
+	require.Len(t, out, 1000)
+}
+
+func TestTemplateStrftimeNow(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2024, 7, 6, 21, 5, 3, 0, time.UTC)
+	tests := map[string]string{
+		"{{ strftime_now('%d %b %Y') }}":                "06 Jul 2024",
+		"{{ strftime_now('%Y-%m-%d %H:%M:%S') }}":       "2024-07-06 21:05:03",
+		"{{ strftime_now('%A %B %-d, %I:%M %p') }}":     "Saturday July 6, 09:05 PM",
+		"{{ strftime_now('%a %e %j %y %% %Q') }}":       "Sat  6 188 24 % %Q",
+		"{{ strftime_now() }}":                          "2024-07-06",
+		"{% set d = strftime_now('%d %B') %}[{{ d }}]":  "[06 July]",
+		"{{ strftime_now('%z %Z') }}":                   "+0000 UTC",
+		"{{ strftime_now('trailing %') }}":              "trailing %",
+		"{{ strftime_now('%d' ~ ' ' ~ '%m') | upper }}": "06 07",
+	}
+	for src, want := range tests {
+		t.Run(src, func(t *testing.T) {
+			t.Parallel()
+			ct, err := NewChatTemplate(src, TemplateOptions{Now: func() time.Time { return now }})
+			require.NoError(t, err)
+			res, err := ct.RenderRequest(ChatRequest{})
+			require.NoError(t, err)
+			require.Equal(t, SourceGGUF, res.Source, "%v", res.FallbackReason)
+			require.Equal(t, want, res.Prompt)
+		})
+	}
+}
+
+func TestTemplateOptions(t *testing.T) {
+	t.Parallel()
+	_, err := NewChatTemplate("", TemplateOptions{Fallback: "alpaca"})
+	require.ErrorContains(t, err, `unknown chat template fallback "alpaca"`)
+	_, err = NewChatTemplate("", TemplateOptions{MaxOutputBytes: -1})
+	require.Error(t, err)
+	_, err = NewChatTemplate("", TemplateOptions{Timeout: -time.Second})
+	require.Error(t, err)
+
+	ct, err := NewChatTemplate("{{ bos_token }}|{{ eos_token }}|{{ add_generation_prompt }}|{{ tools is none }}",
+		TemplateOptions{BOS: "<s>", EOS: "</s>"})
+	require.NoError(t, err)
+	require.Equal(t, SourceGGUF, ct.Source())
+	out, err := ct.Render(nil, true)
+	require.NoError(t, err)
+	require.Equal(t, "<s>|</s>|True|True", out)
+
+	_, err = ct.RenderRequest(ChatRequest{Tools: json.RawMessage(`{"not": "an array"}`)})
+	require.NoError(t, err, "bad tools make the template fail, so Render falls back")
+	res, err := ct.RenderRequest(ChatRequest{Tools: json.RawMessage(`{"not": "an array"}`)})
+	require.NoError(t, err)
+	require.Equal(t, FallbackPlain, res.Source)
+	require.ErrorContains(t, res.FallbackReason, "tools must be a JSON array")
+}
+
+func TestTemplateFallbackFor(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		vocab []string
+		want  string
+	}{
+		"llama3":             {[]string{"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, FallbackLlama3},
+		"chatml":             {[]string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, FallbackChatML},
+		"both prefer llama3": {[]string{"<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|eot_id|>"}, FallbackLlama3},
+		"half of llama3":     {[]string{"<|start_header_id|>"}, FallbackPlain},
+		"half of chatml":     {[]string{"<|im_start|>"}, FallbackPlain},
+		"sentencepiece":      {[]string{"<s>", "</s>", "<unk>"}, FallbackPlain},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, FallbackFor(func(piece string) bool {
+				for _, v := range tc.vocab {
+					if v == piece {
+						return true
+					}
+				}
+				return false
+			}))
+		})
+	}
+}
+
+// The library has no file access: it does not even parse include, import,
+// extends or from. NewChatTemplate rejects them before compiling.
+func TestTemplateCannotReadFiles(t *testing.T) {
+	t.Parallel()
+	secret := filepath.Join(t.TempDir(), "secret.txt")
+	require.NoError(t, os.WriteFile(secret, []byte("TOP-SECRET-CONTENT"), 0o600))
+
+	for _, path := range []string{"/etc/passwd", secret} {
+		for _, src := range []string{
+			"{% include '" + path + "' %}",
+			"{% import '" + path + "' as m %}{{ m.x }}",
+			"{% from '" + path + "' import x %}{{ x }}",
+			"{% extends '" + path + "' %}",
+		} {
+			t.Run(src, func(t *testing.T) {
+				t.Parallel()
+				_, err := jinja.Compile(src)
+				require.ErrorContains(t, err, "unknown statement", "the library itself refuses it")
+
+				ct, err := NewChatTemplate(src, TemplateOptions{Fallback: FallbackPlain})
+				require.NoError(t, err)
+				require.ErrorIs(t, ct.Err(), ErrTemplateUnsupported)
+				require.ErrorContains(t, ct.Err(), "cannot read other files")
+				out, err := ct.Render(tmplTestConversation, true)
+				require.NoError(t, err)
+				require.NotContains(t, out, "TOP-SECRET")
+				require.NotContains(t, out, "root:")
+				require.Equal(t, tmplFallback(FallbackPlain, tmplTestConversation, true), out)
+			})
+		}
+	}
+}
+
+// Hostile templates: each must end quickly with the fallback (or an
+// error), never crash the process, loop for long or exhaust memory. Many
+// of these crash or hang the library without instrumentation (stack
+// overflow, out of memory, a negative strings.Repeat count).
+func TestTemplateHostile(t *testing.T) {
+	t.Parallel()
+	deep := strings.Repeat("(", 200) + "1" + strings.Repeat(")", 200)
+	tests := map[string]struct {
+		src     string
+		reason  error // the fallback reason; nil: renders with the model's template
+		errIs   error // Render's error instead of a fallback
+		compile bool  // the template compiles (the limit is hit at render time)
+	}{
+		"huge nested ranges":          {src: "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", reason: ErrTemplateLimit, compile: true},
+		"range past int64":            {src: "{{ range(-9223372036854775807, 9223372036854775807)|length }}", reason: ErrTemplateLimit, compile: true},
+		"nested loops over a set":     {src: "{% set r = range(1000) %}{% for a in r %}{% for b in r %}{% for c in r %}{% endfor %}{% endfor %}{% endfor %}", reason: ErrTemplateLimit, compile: true},
+		"loop over a long string":     {src: "{% set s = 'ab' * 500 %}{% for a in s %}{% for b in s %}{% for c in s %}{% endfor %}{% endfor %}{% endfor %}", reason: ErrTemplateLimit, compile: true},
+		"self recursion":              {src: "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", reason: ErrTemplateLimit, compile: true},
+		"mutual recursion":            {src: "{% macro a(n) %}{{ b(n) }}{% endmacro %}{% macro b(n) %}{{ a(n + 1) }}{% endmacro %}{{ a(0) }}", reason: ErrTemplateLimit, compile: true},
+		"recursion via an alias":      {src: "{% macro m() %}{{ f() }}{% endmacro %}{% set f = m %}{{ m() }}", reason: ErrTemplateLimit, compile: true},
+		"recursion via caller":        {src: "{% macro m() %}{% call m() %}x{% endcall %}{% endmacro %}{{ m() }}", reason: ErrTemplateLimit, compile: true},
+		"namespace containing itself": {src: "{% set ns = namespace(a=1) %}{% set ns.x = ns %}{% set ns.y = ns %}{{ ns }}"},
+		"list containing itself":      {src: "{% set l = [1] %}{{ l.append(l) }}{{ l.append(l) }}{{ l|length }}{{ l }}{{ l|tojson }}"},
+		"dict containing itself":      {src: "{% set d = {'a': 1} %}{{ d.update({'self': d}) }}{{ d }}"},
+		"loop dict stored and mutated": {
+			src: "{% set ns = namespace() %}{% for x in [ns, ns, ns] %}{% set ns.l = loop %}{% endfor %}{{ ns|tojson }}",
+		},
+		"string doubling":       {src: "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}", reason: ErrTemplateLimit, compile: true},
+		"list doubling":         {src: "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}", reason: ErrTemplateLimit, compile: true},
+		"append doubling":       {src: "{% set l = [1] %}{% for i in range(64) %}{{ l.append(l) }}{% endfor %}", reason: ErrTemplateLimit, compile: true},
+		"macro argument growth": {src: "{% macro m(s, n) %}{% if n > 0 %}{{ m(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ m('x', 60) }}", reason: ErrTemplateLimit, compile: true},
+		"block set doubling": {
+			src:    "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set t %}{{ ns.s }}{{ ns.s }}{% endset %}{% set ns.s = t %}{% endfor %}",
+			reason: ErrTemplateLimit, compile: true,
+		},
+		"deep nesting":            {src: "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}", reason: ErrTemplateLimit, compile: true},
+		"string repeat":           {src: "{{ 'a' * 1000000000000 }}", reason: ErrTemplateLimit, compile: true},
+		"computed string repeat":  {src: "{{ 'a' * (1000000 * 1000000) }}", reason: ErrTemplateLimit, compile: true},
+		"negative string repeat":  {src: "[{{ 'a' * -1 }}]"},
+		"join amplification":      {src: "{{ range(1000)|join('x' * 100000) }}", reason: ErrTemplateLimit, compile: true},
+		"replace amplification":   {src: "{% set s = 'a' * 10000 %}{{ s.replace('', s) }}", reason: ErrTemplateLimit, compile: true},
+		"replace filter":          {src: "{% set s = 'a' * 10000 %}{{ s|replace('a', s) }}", reason: ErrTemplateLimit, compile: true},
+		"indent amplification":    {src: "{{ 'a\\nb'|indent(1000000000) }}", reason: ErrTemplateLimit, compile: true},
+		"negative indent":         {src: "[{{ 'a\\nb'|indent(-5) }}]"},
+		"format amplification":    {src: "{{ ('{0}' * 1000).format('y' * 100000) }}", reason: ErrTemplateLimit, compile: true},
+		"huge slice bounds":       {src: "{{ 'é'[0:100000000000000] }}{{ [1, 2][-100000000000000:] }}{{ 'ab'[100000000000000:] }}"},
+		"slice with a step":       {src: "{{ [1][0:100000000000:2] }}", reason: ErrTemplateUnsupported},
+		"slice step from a value": {src: "{% set n = -1 %}{{ 'abc'[::n] }}", reason: ErrTemplateUnsupported},
+		"tojson huge indent":      {src: "{{ messages|tojson(indent=1000000) }}", reason: ErrTemplateUnsupported},
+		"recursive loop":          {src: "{% for m in messages recursive %}{{ loop(m) }}{% endfor %}", reason: ErrTemplateUnsupported},
+		"reserved hook name":      {src: "{% set __llmd_out = 1 %}{{ messages }}", reason: ErrTemplateUnsupported},
+		"deep parentheses":        {src: "{{ " + deep + " }}", reason: ErrTemplateUnsupported},
+		"deep blocks":             {src: strings.Repeat("{% if true %}", 100) + "x" + strings.Repeat("{% endif %}", 100), reason: ErrTemplateUnsupported},
+		"long concatenation":      {src: "{% set s = 'a' * 1000000 %}{{ s ~ s ~ s ~ s }}", reason: ErrTemplateLimit, compile: true},
+		"many references":         {src: "{{ [" + strings.Repeat("messages, ", 100) + "]|upper }}", reason: ErrTemplateUnsupported},
+		"huge source":             {src: "{# " + strings.Repeat("x", tmplMaxSourceBytes) + " #}", reason: ErrTemplateUnsupported},
+		"nested filter blocks": {
+			src:    "{% filter upper %}{% filter lower %}{% filter trim %}x{% endfilter %}{% endfilter %}{% endfilter %}",
+			reason: ErrTemplateUnsupported,
+		},
+		"output flood": {src: "{% for i in range(90000) %}" + strings.Repeat("0123456789", 10) + "{% endfor %}", errIs: ErrTemplateOutputTooLarge, compile: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ct, err := NewChatTemplate(tc.src, TemplateOptions{Fallback: FallbackChatML, Timeout: time.Minute})
+			require.NoError(t, err)
+			ct.maxSteps = 200_000 // a fifth of the default, to keep the test fast
+			if tc.reason == nil || tc.compile {
+				require.NoError(t, ct.Err())
+			}
+			start := time.Now()
+			res, err := ct.RenderRequest(ChatRequest{Messages: tmplTestConversation})
+			elapsed := time.Since(start)
+			ct.renders.Wait()
+			require.Less(t, elapsed, 20*time.Second)
+			switch {
+			case tc.errIs != nil:
+				require.ErrorIs(t, err, tc.errIs)
+			case tc.reason != nil:
+				require.NoError(t, err)
+				require.Equal(t, FallbackChatML, res.Source)
+				require.ErrorIs(t, res.FallbackReason, tc.reason)
+			default:
+				require.NoError(t, err)
+				require.Equal(t, SourceGGUF, res.Source, "%v", res.FallbackReason)
+			}
+		})
+	}
+}
+
+// A render past its deadline falls back at once, and the render goroutine
+// stops at its next loop iteration instead of running to the end.
+func TestTemplateTimeoutStopsRender(t *testing.T) {
+	t.Parallel()
+	// 600,000 steps: under the step limit, far over a 1ms timeout.
+	const src = "{% for a in range(300) %}{% for b in range(1000) %}{{ b }}{% endfor %}{% endfor %}"
+	ct, err := NewChatTemplate(src, TemplateOptions{Fallback: FallbackLlama3, Timeout: time.Millisecond, MaxOutputBytes: 64 << 20})
+	require.NoError(t, err)
+	require.NoError(t, ct.Err())
+
+	start := time.Now()
+	res, err := ct.RenderRequest(ChatRequest{Messages: tmplTestConversation, AddGenerationPrompt: true})
+	require.NoError(t, err)
+	require.Equal(t, FallbackLlama3, res.Source)
+	require.ErrorIs(t, res.FallbackReason, ErrTemplateTimeout)
+	require.Equal(t, tmplFallback(FallbackLlama3, tmplTestConversation, true), res.Prompt)
+
+	stopped := make(chan struct{})
+	go func() {
+		ct.renders.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the render goroutine kept running after the timeout")
+	}
+	t.Logf("render stopped %v after it started", time.Since(start))
+
+	// The same template renders when given the time.
+	ct, err = NewChatTemplate(src, TemplateOptions{Timeout: time.Minute, MaxOutputBytes: 64 << 20})
+	require.NoError(t, err)
+	res, err = ct.RenderRequest(ChatRequest{})
+	require.NoError(t, err)
+	require.Equal(t, SourceGGUF, res.Source)
+	require.Len(t, res.Prompt, 300*(10+90*2+900*3))
+}
+
+func TestTemplateConcurrentRenders(t *testing.T) {
+	t.Parallel()
+	ct, err := NewChatTemplate(tmplTestTemplate(t, "qwen3.jinja"), TemplateOptions{})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 16 {
+		wg.Go(func() {
+			msgs := []ChatMessage{{Role: "user", Content: fmt.Sprint("question ", i)}}
+			out, err := ct.Render(msgs, true)
+			if err == nil && out != fmt.Sprintf("<|im_start|>user\nquestion %d<|im_end|>\n<|im_start|>assistant\n", i) {
+				err = fmt.Errorf("render %d: got %q", i, out)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// FuzzChatTemplate renders arbitrary templates: NewChatTemplate and Render
+// must not panic, hang or crash, whatever the template.
+func FuzzChatTemplate(f *testing.F) {
+	for _, name := range []string{"llama3.jinja", "qwen3.jinja"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "templates", name))
+		require.NoError(f, err)
+		f.Add(string(b))
+	}
+	for _, src := range []string{
+		"{% if %}{% endif %}{% for %}{% endfor %}{{ }}{% set %}{% set x = %}",
+		"{% macro m(a, b=[1, 2]) %}{{ m(a) }}{% endmacro %}{{ m(1) }}",
+		"{% set ns = namespace(x=1) %}{% set ns.y = ns %}{{ ns.y.y }}{{ ns|tojson(indent=2) }}",
+		"{{ 'a' * 3 ~ [1, 2][::-1]|string ~ x[1:2] }}{% raw %}{{ x }}{% endraw %}",
+		"{% for m in messages if m.role != 'system' %}{{ loop.index }}{{ m.content.replace('a', 'b').format(1) }}{% else %}-{% endfor %}",
+		"{% call(x) m(1) %}{{ x }}{% endcall %}{% filter upper %}{{ range(3)|join(',') }}{% endfilter %}",
+		"{{ raise_exception('no') }}{{ strftime_now('%d %b %Y') }}",
+	} {
+		f.Add(src)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		ct, err := NewChatTemplate(src, TemplateOptions{Timeout: 5 * time.Second, MaxOutputBytes: 64 << 10, Fallback: FallbackChatML})
+		require.NoError(t, err)
+		ct.maxSteps = 20_000
+		res, err := ct.RenderRequest(ChatRequest{Messages: tmplTestConversation, AddGenerationPrompt: true})
+		stopped := make(chan struct{})
+		go func() {
+			ct.renders.Wait()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the render did not stop")
+		}
+		if err == nil {
+			require.LessOrEqual(t, len(res.Prompt), 64<<10)
+			require.NotEmpty(t, res.Source)
+		}
+	})
+}
