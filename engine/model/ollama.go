@@ -193,13 +193,13 @@ func resolveOllama(spec, name string, env ResolveEnv) (ModelRef, error) {
 			if ref.Path != "" {
 				continue // the first model layer is the model; later ones are not used
 			}
-			path, err := ollamaBlob(root, rootDir, l.Digest)
+			path, err := ollamaBlob(root, rootDir, l.Digest, l.Size)
 			if err != nil {
 				return ModelRef{}, &ResolveError{Spec: spec, Reason: "has an unusable model layer: " + err.Error(), Err: err}
 			}
 			ref.Path = path
 		case ollamaMediaTemplate:
-			path, err := ollamaBlob(root, rootDir, l.Digest)
+			path, err := ollamaBlob(root, rootDir, l.Digest, l.Size)
 			switch {
 			case errors.Is(err, ErrInvalidModelRef):
 				return ModelRef{}, &ResolveError{Spec: spec, Reason: "has an unusable template layer: " + err.Error(), Err: err}
@@ -254,8 +254,9 @@ func (e *ollamaBlobError) Error() string { return e.msg }
 func (e *ollamaBlobError) Unwrap() error { return e.kind }
 
 // ollamaBlob validates digest and checks that its blob is a regular file in
-// the store; it returns the blob's path.
-func ollamaBlob(root *os.Root, rootDir, digest string) (string, error) {
+// the store, of the size the manifest gives (when it gives one); it returns
+// the blob's path.
+func ollamaBlob(root *os.Root, rootDir, digest string, size int64) (string, error) {
 	rel, ok := ollamaBlobPath(digest)
 	if !ok {
 		return "", &ollamaBlobError{ErrInvalidModelRef, fmt.Sprintf("digest %s is not sha256 and 64 lowercase hex digits", ollamaQuote(digest))}
@@ -268,6 +269,9 @@ func ollamaBlob(root *os.Root, rootDir, digest string) (string, error) {
 		return "", &ollamaBlobError{ErrInvalidModelRef, fmt.Sprintf("blob %s cannot be used: %v", rel, err)}
 	case !info.Mode().IsRegular():
 		return "", &ollamaBlobError{ErrInvalidModelRef, fmt.Sprintf("blob %s is not a regular file", rel)}
+	case size > 0 && info.Size() != size:
+		return "", &ollamaBlobError{ErrInvalidModelRef,
+			fmt.Sprintf("blob %s is %d bytes where the manifest says %d: pull the model again", rel, info.Size(), size)}
 	}
 	return filepath.Join(rootDir, rel), nil
 }

@@ -48,10 +48,11 @@ func (s *ollamaTestStore) manifest(host, namespace, model, tag, raw string) stri
 // template is set) and returns the model blob's path.
 func (s *ollamaTestStore) model(host, namespace, model, tag, template string) string {
 	s.t.Helper()
-	digest := s.blob("GGUF fake model " + model + ":" + tag)
-	layers := []ollamaLayer{{MediaType: ollamaMediaModel, Digest: digest, Size: 10}}
+	content := "GGUF fake model " + model + ":" + tag
+	digest := s.blob(content)
+	layers := []ollamaLayer{{MediaType: ollamaMediaModel, Digest: digest, Size: int64(len(content))}}
 	if template != "" {
-		layers = append(layers, ollamaLayer{MediaType: ollamaMediaTemplate, Digest: s.blob(template), Size: 5})
+		layers = append(layers, ollamaLayer{MediaType: ollamaMediaTemplate, Digest: s.blob(template), Size: int64(len(template))})
 	}
 	s.manifest(host, namespace, model, tag, ollamaTestManifest(layers...))
 	return filepath.Join(s.root, "blobs", "sha256-"+digest[7:])
@@ -265,6 +266,11 @@ func TestResolveOllamaHostile(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(outside, "dirlink", "latest"), []byte(layer(s.blob("x"))), 0o600))
 	require.NoError(t, os.Symlink(filepath.Join(outside, "dirlink"), filepath.Join(root, "manifests", ollamaDefaultHost, "library", "dlink")))
 	specs["model directory links outside"] = "ollama:dlink"
+
+	// A blob shorter than the manifest says (an interrupted pull).
+	short := s.blob("short")
+	specs["truncated blob"] = manifest("truncated",
+		ollamaTestManifest(ollamaLayer{MediaType: ollamaMediaModel, Digest: short, Size: 1 << 30}))
 
 	// A manifest path that is a directory.
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "manifests", ollamaDefaultHost, "library", "tagdir", "latest"), 0o755))

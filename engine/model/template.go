@@ -97,8 +97,8 @@ type TemplateOptions struct {
 	// (the default). [FallbackFor] picks it from the vocabulary.
 	Fallback string
 	// MaxOutputBytes bounds the prompt (default 1 MiB). Values a template
-	// builds may be at most twice this, and all it writes, macro output
-	// included, eight times this.
+	// builds may be at most three times this, and all it writes, macro
+	// output included, eight times this.
 	MaxOutputBytes int
 	// Timeout bounds one render of the model's template (default 2s).
 	Timeout time.Duration

@@ -27,13 +27,16 @@ const (
 	// tmplMaxIndex clamps slice bounds, which the library loops over
 	// unclamped for non-ASCII strings.
 	tmplMaxIndex = 1 << 24
+	// tmplMaxFilterItems bounds the lists and dicts given to filters that
+	// do costly work per item in one call (sort, max, selectattr, ...).
+	tmplMaxFilterItems = 16384
 	// tmplNodeBytes is what one list item or dict entry counts for in
 	// value sizes.
 	tmplNodeBytes = 8
 	// tmplValueFactor and tmplEmitFactor set the largest value a template
 	// may build and the bytes it may write in all (including macro output
 	// that it writes again) as multiples of MaxOutputBytes.
-	tmplValueFactor = 2
+	tmplValueFactor = 3
 	tmplEmitFactor  = 8
 )
 
@@ -101,7 +104,7 @@ func (r *tmplRender) globals() map[string]jinja.Value {
 	for name, fn := range map[string]tmplFunc{
 		"txt": r.txt, "out": r.out, "tick": r.tick, "enter": r.enter, "leave": r.leave,
 		"set": r.set, "copy": r.copy, "index": r.index,
-		"cat": r.cat, "add": r.add, "mul": r.mul, "json": r.json, "grow": r.grow,
+		"cat": r.cat, "add": r.add, "mul": r.mul, "json": r.json, "grow": r.grow, "items": r.items,
 		"join": r.join, "replace": r.replace, "indent": r.indent,
 		"str_replace": r.strReplace, "str_format": r.strFormat,
 	} {
@@ -338,6 +341,26 @@ func (r *tmplRender) mul(args []jinja.Value, _ map[string]jinja.Value) (jinja.Va
 		return jinja.NewFloat(tmplToFloat64(a) * tmplToFloat64(b)), nil
 	}
 	return jinja.NewInt(tmplToInt64(a) * tmplToInt64(b)), nil
+}
+
+// items checks that a list or dict given to a per-item filter has at most
+// tmplMaxFilterItems items, and returns it.
+func (r *tmplRender) items(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) != 1 {
+		return jinja.Undefined(), errors.New("model: bad items hook call")
+	}
+	v := args[0]
+	n := 0
+	switch {
+	case v.IsList():
+		n = len(v.AsList().Items)
+	case v.IsDict():
+		n = len(v.AsDict().Keys)
+	}
+	if n > tmplMaxFilterItems {
+		return jinja.Undefined(), tmplLimitf("a filter over %d items, the limit is %d", n, tmplMaxFilterItems)
+	}
+	return v, nil
 }
 
 // index converts a slice bound the way the library does and clamps it.

@@ -54,6 +54,9 @@ const (
 	// tmplMaxSourceBytes bounds the template source. Real chat templates
 	// are under 32 KiB.
 	tmplMaxSourceBytes = 256 << 10
+	// tmplMaxTags bounds the tags in a template (real ones have under
+	// 1,000): the library's whitespace trimming is quadratic in them.
+	tmplMaxTags = 4096
 	// tmplMaxExprDepth bounds expression nesting (brackets and operators),
 	// which is recursion in the library's parser and evaluator.
 	tmplMaxExprDepth = 48
@@ -62,7 +65,7 @@ const (
 	tmplMaxBlockDepth = 64
 	// tmplMaxFilterBlockDepth bounds nesting of {% filter %} blocks, each of
 	// which copies its body once more.
-	tmplMaxFilterBlockDepth = 2
+	tmplMaxFilterBlockDepth = 1
 	// tmplMaxGrowOps bounds the filters, calls and list or dict literal
 	// items in one tag: the operations that can print or hold a value more
 	// than once without a hook measuring the result.
@@ -90,6 +93,9 @@ func tmplInstrument(src string) (string, error) {
 	segs, err := tmplScan(src)
 	if err != nil {
 		return "", err
+	}
+	if tags := len(segs) - tmplCount(segs, tmplSegText); tags > tmplMaxTags {
+		return "", fmt.Errorf("%w: the template has %d tags, the limit is %d", ErrTemplateUnsupported, tags, tmplMaxTags)
 	}
 
 	var (
@@ -193,6 +199,11 @@ func tmplInstrument(src string) (string, error) {
 			if filterDepth > tmplMaxFilterBlockDepth {
 				return "", tmplUnsafef(seg.line, "{%% filter %%} blocks nested deeper than %d", tmplMaxFilterBlockDepth)
 			}
+			// The library applies only a bare filter name here (and
+			// writes the body unfiltered otherwise).
+			if name := strings.TrimSpace(strings.TrimPrefix(body, kw)); tmplIsIdent(name) && !tmplBlockFilters[name] {
+				return "", tmplUnsafef(seg.line, "{%% filter %s %%} is not supported", name)
+			}
 			seg.write(&out, seg.text)
 			blocks = append(blocks, kw)
 
@@ -248,6 +259,16 @@ func tmplInstrument(src string) (string, error) {
 		}
 	}
 	return out.String(), nil
+}
+
+func tmplCount(segs []tmplSeg, kind tmplSegKind) int {
+	n := 0
+	for _, s := range segs {
+		if s.kind == kind {
+			n++
+		}
+	}
+	return n
 }
 
 // tmplRewriteFor rewrites "for VARS in ITER [if COND]", split the way the
@@ -1278,6 +1299,18 @@ var tmplBinaryHooks = map[string]string{
 // to this many times its size; their input passes a hook that checks it.
 var tmplPrintingFilters = map[string]int{"string": 1, "escape": 6, "e": 6}
 
+// tmplCountingFilters do costly work per item (comparisons that parse
+// strings as numbers, sorting) in one uninterruptible call; their input
+// passes a hook that bounds its length.
+var tmplCountingFilters = map[string]bool{
+	"sort": true, "dictsort": true, "max": true, "min": true, "sum": true, "unique": true,
+	"select": true, "reject": true, "selectattr": true, "rejectattr": true,
+}
+
+// tmplBlockFilters are the filters allowed in {% filter %} blocks: ones
+// whose result is no larger than the block's text.
+var tmplBlockFilters = map[string]bool{"upper": true, "lower": true, "trim": true, "title": true, "capitalize": true, "safe": true}
+
 // tmplSpecialMethods maps string methods that can build large strings to
 // bounded filters that behave the same on strings.
 var tmplSpecialMethods = map[string]string{
@@ -1496,6 +1529,9 @@ func tmplRewrite(e *tmplExpr, line int, b *tmplBudget) (string, error) {
 			b.hooked = true
 		case tmplPrintingFilters[name] > 0:
 			x = tmplHook + "grow(" + x + ", " + strconv.Itoa(tmplPrintingFilters[name]) + ")"
+			b.hooked = true
+		case tmplCountingFilters[name]:
+			x = tmplHook + "items(" + x + ")"
 			b.hooked = true
 		}
 		s := x + "|" + name

@@ -72,7 +72,7 @@ func TestTemplateRenderRealTemplates(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ct, err := NewChatTemplate(tmplTestTemplate(t, tc.file), TemplateOptions{BOS: tc.bos, Fallback: FallbackChatML})
+			ct, err := NewChatTemplate(tmplTestTemplate(t, tc.file), TemplateOptions{BOS: tc.bos, Fallback: FallbackChatML, Timeout: time.Minute})
 			require.NoError(t, err)
 			require.NoError(t, ct.Err())
 			require.Equal(t, SourceGGUF, ct.Source())
@@ -137,7 +137,7 @@ func TestTemplateFallsBack(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ct, err := NewChatTemplate(tc.src, TemplateOptions{Fallback: FallbackChatML})
+			ct, err := NewChatTemplate(tc.src, TemplateOptions{Fallback: FallbackChatML, Timeout: time.Minute})
 			require.NoError(t, err)
 			if tc.compiles {
 				require.Equal(t, SourceGGUF, ct.Source())
@@ -164,7 +164,7 @@ func TestTemplateRaiseException(t *testing.T) {
 	t.Parallel()
 	const src = `{% for m in messages %}{% if m.role == 'system' and not loop.first %}` +
 		`{{ raise_exception('System message must be first, got it at ' ~ loop.index0) }}{% endif %}{{ m.content }}{% endfor %}`
-	ct, err := NewChatTemplate(src, TemplateOptions{Fallback: FallbackChatML})
+	ct, err := NewChatTemplate(src, TemplateOptions{Fallback: FallbackChatML, Timeout: time.Minute})
 	require.NoError(t, err)
 
 	out, err := ct.Render(tmplTestConversation, true)
@@ -202,7 +202,7 @@ func TestTemplateOutputLimit(t *testing.T) {
 		})
 	}
 
-	ct, err := NewChatTemplate("{% for i in range(100) %}0123456789{% endfor %}", TemplateOptions{MaxOutputBytes: 1000})
+	ct, err := NewChatTemplate("{% for i in range(100) %}0123456789{% endfor %}", TemplateOptions{MaxOutputBytes: 1000, Timeout: time.Minute})
 	require.NoError(t, err)
 	out, err := ct.Render(nil, false)
 	require.NoError(t, err, "exactly at the limit")
@@ -226,7 +226,7 @@ func TestTemplateStrftimeNow(t *testing.T) {
 	for src, want := range tests {
 		t.Run(src, func(t *testing.T) {
 			t.Parallel()
-			ct, err := NewChatTemplate(src, TemplateOptions{Now: func() time.Time { return now }})
+			ct, err := NewChatTemplate(src, TemplateOptions{Now: func() time.Time { return now }, Timeout: time.Minute})
 			require.NoError(t, err)
 			res, err := ct.RenderRequest(ChatRequest{})
 			require.NoError(t, err)
@@ -246,7 +246,7 @@ func TestTemplateOptions(t *testing.T) {
 	require.Error(t, err)
 
 	ct, err := NewChatTemplate("{{ bos_token }}|{{ eos_token }}|{{ add_generation_prompt }}|{{ tools is none }}",
-		TemplateOptions{BOS: "<s>", EOS: "</s>"})
+		TemplateOptions{BOS: "<s>", EOS: "</s>", Timeout: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, SourceGGUF, ct.Source())
 	out, err := ct.Render(nil, true)
@@ -354,8 +354,8 @@ func TestTemplateHostile(t *testing.T) {
 		"append doubling":       {src: "{% set l = [1] %}{% for i in range(64) %}{{ l.append(l) }}{% endfor %}", reason: ErrTemplateLimit, compile: true},
 		"macro argument growth": {src: "{% macro m(s, n) %}{% if n > 0 %}{{ m(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ m('x', 60) }}", reason: ErrTemplateLimit, compile: true},
 		"block set doubling": {
-			src:    "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set t %}{{ ns.s }}{{ ns.s }}{% endset %}{% set ns.s = t %}{% endfor %}",
-			reason: ErrTemplateLimit, compile: true,
+			src:   "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set t %}{{ ns.s }}{{ ns.s }}{% endset %}{% set ns.s = t %}{% endfor %}",
+			errIs: ErrTemplateOutputTooLarge, compile: true,
 		},
 		"deep nesting":            {src: "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}", reason: ErrTemplateLimit, compile: true},
 		"string repeat":           {src: "{{ 'a' * 1000000000000 }}", reason: ErrTemplateLimit, compile: true},
@@ -378,11 +378,12 @@ func TestTemplateHostile(t *testing.T) {
 		"long concatenation":      {src: "{% set s = 'a' * 1000000 %}{{ s ~ s ~ s ~ s }}", reason: ErrTemplateLimit, compile: true},
 		"many references":         {src: "{{ [" + strings.Repeat("messages, ", 100) + "]|upper }}", reason: ErrTemplateUnsupported},
 		"huge source":             {src: "{# " + strings.Repeat("x", tmplMaxSourceBytes) + " #}", reason: ErrTemplateUnsupported},
-		"nested filter blocks": {
-			src:    "{% filter upper %}{% filter lower %}{% filter trim %}x{% endfilter %}{% endfilter %}{% endfilter %}",
-			reason: ErrTemplateUnsupported,
-		},
-		"output flood": {src: "{% for i in range(90000) %}" + strings.Repeat("0123456789", 10) + "{% endfor %}", errIs: ErrTemplateOutputTooLarge, compile: true},
+		"too many tags":           {src: strings.Repeat("{#c#}", tmplMaxTags+1), reason: ErrTemplateUnsupported},
+		"nested filter blocks":    {src: "{% filter upper %}{% filter lower %}x{% endfilter %}{% endfilter %}", reason: ErrTemplateUnsupported},
+		"growing filter block":    {src: "{% filter tojson %}x{% endfilter %}", reason: ErrTemplateUnsupported},
+		"sort of a huge list":     {src: "{{ range(100000)|list|sort|first }}", reason: ErrTemplateLimit, compile: true},
+		"selectattr over chars":   {src: "{% set s = 'ab' * 20000 %}{{ s|list|select('gt', 'a')|list|length }}", reason: ErrTemplateLimit, compile: true},
+		"output flood":            {src: "{% for i in range(90000) %}" + strings.Repeat("0123456789", 10) + "{% endfor %}", errIs: ErrTemplateOutputTooLarge, compile: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -453,7 +454,7 @@ func TestTemplateTimeoutStopsRender(t *testing.T) {
 
 func TestTemplateConcurrentRenders(t *testing.T) {
 	t.Parallel()
-	ct, err := NewChatTemplate(tmplTestTemplate(t, "qwen3.jinja"), TemplateOptions{})
+	ct, err := NewChatTemplate(tmplTestTemplate(t, "qwen3.jinja"), TemplateOptions{Timeout: time.Minute})
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
@@ -513,4 +514,52 @@ func FuzzChatTemplate(f *testing.F) {
 			require.NotEmpty(t, res.Source)
 		}
 	})
+}
+
+// The templates in testdata are the ones in the llama.cpp-written fixtures,
+// and the fixtures' vocabularies pick the matching fallback format.
+func TestTemplateFixtures(t *testing.T) {
+	t.Parallel()
+	dir := ggufFixtureDir(t)
+	tests := map[string]struct {
+		template string
+		fallback string
+	}{
+		"llama3-bpe-d64-q8_0.gguf": {"llama3.jinja", FallbackLlama3},
+		"qwen2-d64-q8_0.gguf":      {"qwen3.jinja", FallbackChatML},
+		"llama-spm-d64-q8_0.gguf":  {"", FallbackPlain},
+	}
+	for file, tc := range tests {
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			f, err := Open(filepath.Join(dir, file))
+			require.NoError(t, err)
+			defer f.Close()
+
+			src, ok := f.String("tokenizer.chat_template")
+			if tc.template == "" {
+				require.False(t, ok)
+			} else {
+				require.True(t, ok)
+				require.Equal(t, tmplTestTemplate(t, tc.template), src)
+			}
+			tokens, ok := f.Strings("tokenizer.ggml.tokens")
+			require.True(t, ok)
+			vocab := make(map[string]bool, len(tokens))
+			for _, tok := range tokens {
+				vocab[tok] = true
+			}
+			require.Equal(t, tc.fallback, FallbackFor(func(piece string) bool { return vocab[piece] }))
+
+			ct, err := NewChatTemplate(src, TemplateOptions{Fallback: tc.fallback, Timeout: time.Minute})
+			require.NoError(t, err)
+			res, err := ct.RenderRequest(ChatRequest{Messages: tmplTestConversation, AddGenerationPrompt: true})
+			require.NoError(t, err)
+			if tc.template != "" {
+				require.Equal(t, SourceGGUF, res.Source)
+			} else {
+				require.Equal(t, "system: You are terse.\nuser: Hello!\nassistant:", res.Prompt)
+			}
+		})
+	}
 }
