@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/engine"
+	modelfile "github.com/llmd/llmd/engine/model"
 )
 
 // Config configures a Server. Start from DefaultConfig; cmd/llmd fills it
@@ -27,6 +28,17 @@ type Config struct {
 	// "mid", "flagship"; the "sim/" prefix is optional). Each is its own
 	// engine replica on its own GPU group. Default small, mid and flagship.
 	Models []string
+	// ModelFiles are GGUF models to load: file paths, directories, or
+	// "ollama:NAME[:TAG]" for a model in the Ollama store (resolved with
+	// Resolve). llmd loads and lists them and serves their tokenizers; it
+	// cannot generate with them until the CPU executor exists.
+	ModelFiles []string
+	// ModelsDir is a directory whose *.gguf files are loaded like
+	// ModelFiles.
+	ModelsDir string
+	// Resolve is the environment for resolving ModelFiles ($OLLAMA_MODELS,
+	// $HOME), filled in by cmd/llmd.
+	Resolve modelfile.ResolveEnv
 	// DataDir is llmd's data directory; Run creates it if it is set. It is
 	// unused otherwise for now. Default "" (cmd/llmd resolves the user's
 	// data directory).
@@ -92,7 +104,7 @@ func (c Config) Validate() error {
 	if c.TP < 1 {
 		errs = append(errs, fmt.Errorf("tp is %d; it must be at least 1", c.TP))
 	}
-	if len(c.Models) == 0 {
+	if len(c.Models) == 0 && len(c.ModelFiles) == 0 && c.ModelsDir == "" {
 		errs = append(errs, errors.New("no models to serve"))
 	}
 	seen := map[string]bool{}

@@ -63,6 +63,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		rl.fail(writeError(w, rl.id, errDraining), errDraining)
 		return
 	}
+	if j.model.eng == nil {
+		err := noExecutorError(j.model)
+		rl.fail(writeError(w, rl.id, err), err)
+		return
+	}
 	ctx := r.Context()
 	// subCtx is the engine request's lifetime: it ends when the client goes
 	// away, or earlier when stop strings have ended every choice.
@@ -145,7 +150,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 			if j.model.eos[ev.Token] {
 				continue
 			}
-			txt, stopped := c.ts.push(j.model.tok.DecodeToken(ev.Token))
+			txt, stopped := c.ts.push(j.model.text.DecodeToken(ev.Token))
 			if txt != "" {
 				werr = em.text(ev.Index, txt)
 			}

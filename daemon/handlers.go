@@ -333,7 +333,11 @@ func (s *Server) chatJob(w http.ResponseWriter, r *http.Request, rl *reqLog, req
 	if err := checkMessages(req.Messages); err != nil {
 		return nil, err
 	}
-	j := &job{model: m, prompt: m.tok.Encode(renderChat(req.Messages))}
+	prompt, err := m.text.ChatPrompt(req.Messages, true)
+	if err != nil {
+		return nil, err
+	}
+	j := &job{model: m, prompt: prompt}
 	if err := s.check(params{temperature: req.Temperature, topP: req.TopP, n: req.N, presence: req.PresencePenalty,
 		freq: req.FrequencyPenalty, stop: req.Stop, seed: req.Seed}, j); err != nil {
 		return nil, err
@@ -381,7 +385,7 @@ func (s *Server) completionJob(w http.ResponseWriter, r *http.Request, rl *reqLo
 	if err != nil {
 		return nil, err
 	}
-	j := &job{model: m, prompt: m.tok.Encode(prompt)}
+	j := &job{model: m, prompt: m.text.Prompt(prompt, true)}
 	if len(j.prompt) == 0 {
 		return nil, invalidParam("prompt", "prompt must not be empty")
 	}
@@ -459,7 +463,11 @@ func (s *Server) nativeJob(w http.ResponseWriter, r *http.Request, rl *reqLog, r
 	if err := checkMessages(req.Messages); err != nil {
 		return nil, err
 	}
-	j := &job{model: m, prompt: m.tok.Encode(renderChat(req.Messages))}
+	prompt, err := m.text.ChatPrompt(req.Messages, true)
+	if err != nil {
+		return nil, err
+	}
+	j := &job{model: m, prompt: prompt}
 	if err := s.check(params{temperature: req.Temperature, topP: req.TopP, stop: req.Stop, seed: req.Seed}, j); err != nil {
 		return nil, err
 	}
@@ -524,6 +532,9 @@ var tierNames = [engine.NumPriorities]string{"batch", "free", "paid", "enterpris
 func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request, _ *reqLog) {
 	resp := api.StatsResponse{Models: make([]api.EngineStats, 0, len(s.models))}
 	for _, m := range s.models {
+		if m.eng == nil {
+			continue
+		}
 		st := m.eng.Stats()
 		byTier := make(map[string]int, len(tierNames))
 		for p, name := range tierNames {

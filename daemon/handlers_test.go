@@ -61,8 +61,8 @@ func TestChatStreamFraming(t *testing.T) {
 		case i == len(evs)-2:
 			require.Empty(t, choices)
 			require.Equal(t, map[string]any{
-				"prompt_tokens": float64(len(renderChat(nil)) + len("<|user|>\nhi\n")), "completion_tokens": 5.0,
-				"total_tokens":          float64(len(renderChat(nil))+len("<|user|>\nhi\n")) + 5,
+				"prompt_tokens": float64(len(renderChat(nil, true)) + len("<|user|>\nhi\n")), "completion_tokens": 5.0,
+				"total_tokens":          float64(len(renderChat(nil, true))+len("<|user|>\nhi\n")) + 5,
 				"prompt_tokens_details": map[string]any{"cached_tokens": 3.0}, "completion_tokens_details": map[string]any{"reasoning_tokens": 0.0},
 			}, m["usage"])
 		default:

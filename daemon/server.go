@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/llmd/llmd/engine"
+	modelfile "github.com/llmd/llmd/engine/model"
 )
 
 // replica is the part of a model's engine that the handlers use;
@@ -55,8 +56,10 @@ func (r engineReplica) Stats() engine.Stats       { return r.e.Stats() }
 type model struct {
 	id   string
 	info engine.ExecutorInfo
+	// eng is nil for a model llmd can load but not run (a GGUF model until
+	// the CPU executor exists): generation answers errNoExecutor.
 	eng  replica
-	tok  Tokenizer
+	text textModel
 	eos  map[int32]bool
 	// limit is the most tokens (prompt plus output) one sequence may hold.
 	limit     int
@@ -72,7 +75,7 @@ type model struct {
 
 func newModel(eng replica, tok Tokenizer, created time.Time, run func(context.Context) error) *model {
 	info := eng.Info()
-	m := &model{id: info.Model, info: info, eng: eng, tok: tok, eos: map[int32]bool{},
+	m := &model{id: info.Model, info: info, eng: eng, text: plainText{tok}, eos: map[int32]bool{},
 		limit: min(info.ContextLength, eng.MaxSeqTokens()), vocabSize: tok.VocabSize(), created: created.Unix(), run: run}
 	for _, t := range info.EOS {
 		m.eos[t] = true
@@ -92,8 +95,9 @@ const (
 type Server struct {
 	cfg    Config
 	log    *slog.Logger
-	models []*model // in Config.Models order
+	models []*model // sim models in Config.Models order, then GGUF models
 	byID   map[string]*model
+	files  []*modelfile.File // mapped GGUF files; Run closes them
 	mux    *http.ServeMux
 	state  atomic.Int32
 
@@ -111,7 +115,27 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newServer(cfg, logger, models), nil
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	files, ggufs, err := loadGGUFModels(cfg, logger.With("component", "daemon"))
+	if err != nil {
+		return nil, err
+	}
+	models = append(models, ggufs...)
+	seen := map[string]bool{}
+	for _, m := range models {
+		if seen[m.id] {
+			for _, f := range files {
+				_ = f.Close()
+			}
+			return nil, fmt.Errorf("%w: %q", errDuplicateModel, m.id)
+		}
+		seen[m.id] = true
+	}
+	s := newServer(cfg, logger, models)
+	s.files = files
+	return s, nil
 }
 
 func newServer(cfg Config, logger *slog.Logger, models []*model) *Server {
@@ -140,9 +164,11 @@ func (s *Server) Models() []string {
 
 // Stats returns a snapshot of every model's engine, in Models order.
 func (s *Server) Stats() []engine.Stats {
-	st := make([]engine.Stats, len(s.models))
-	for i, m := range s.models {
-		st[i] = m.eng.Stats()
+	st := make([]engine.Stats, 0, len(s.models))
+	for _, m := range s.models {
+		if m.eng != nil {
+			st = append(st, m.eng.Stats())
+		}
 	}
 	return st
 }
@@ -178,6 +204,11 @@ func (s *Server) Addr() net.Addr {
 // streams end with an error event), and stops the engines. It returns nil
 // after a clean stop.
 func (s *Server) Run(ctx context.Context) error {
+	defer func() {
+		for _, f := range s.files {
+			_ = f.Close()
+		}
+	}()
 	if s.cfg.DataDir != "" {
 		if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
 			return fmt.Errorf("daemon: create data dir: %w", err)

@@ -12,6 +12,9 @@ import (
 // buildSimModels builds one engine per configured model, each over its own
 // simulated GPU group (Config.GPU x Config.TP).
 func buildSimModels(cfg Config, logger *slog.Logger) ([]*model, error) {
+	if len(cfg.Models) == 0 {
+		return nil, nil
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -7,8 +7,8 @@ import (
 	"github.com/llmd/llmd/api"
 )
 
-// Tokenizer turns text into a model's token ids and back. The sim and GGUF
-// tokenizers implement it.
+// Tokenizer turns text into a model's token ids and back. The sim
+// tokenizer implements it.
 type Tokenizer interface {
 	Encode(text string) []int32
 	Decode(tokens []int32) string
@@ -19,10 +19,35 @@ type Tokenizer interface {
 	VocabSize() int
 }
 
+// textModel is a model's side of text: chat rendering, tokenization and
+// detokenization.
+type textModel interface {
+	// ChatPrompt renders messages with the model's chat template and
+	// tokenizes the result. An error is the template refusing the
+	// conversation (a 400).
+	ChatPrompt(msgs []api.Message, addGenerationPrompt bool) ([]int32, error)
+	// Prompt tokenizes raw text, adding the model's BOS/EOS when addSpecial.
+	Prompt(text string, addSpecial bool) []int32
+	Decode(tokens []int32) string
+	DecodeToken(token int32) string
+	VocabSize() int
+}
+
+// plainText is the textModel of a model whose tokenizer has no special
+// tokens or template (the simulated models): messages are rendered with
+// renderChat.
+type plainText struct{ Tokenizer }
+
+func (p plainText) ChatPrompt(msgs []api.Message, addGenerationPrompt bool) ([]int32, error) {
+	return p.Encode(renderChat(msgs, addGenerationPrompt)), nil
+}
+
+func (p plainText) Prompt(text string, _ bool) []int32 { return p.Encode(text) }
+
 // renderChat renders messages with llmd's template for simulated models:
 // "<|role|>\ncontent\n" per message, then "<|assistant|>\n" to cue the
 // answer. The "developer" role is rendered as "system".
-func renderChat(msgs []api.Message) string {
+func renderChat(msgs []api.Message, addGenerationPrompt bool) string {
 	var sb strings.Builder
 	for _, m := range msgs {
 		role := m.Role
@@ -35,7 +60,9 @@ func renderChat(msgs []api.Message) string {
 		sb.WriteString(string(m.Content))
 		sb.WriteString("\n")
 	}
-	sb.WriteString("<|assistant|>\n")
+	if addGenerationPrompt {
+		sb.WriteString("<|assistant|>\n")
+	}
 	return sb.String()
 }
 

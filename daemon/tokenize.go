@@ -34,12 +34,13 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request, rl *reqLog, re
 	case req.Prompt != nil && req.Messages != nil:
 		return nil, nil, invalidParam("messages", "give either prompt or messages, not both")
 	case req.Prompt != nil:
-		return m.tok.Encode(*req.Prompt), m, nil
+		return m.text.Prompt(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens), m, nil
 	case req.Messages != nil:
 		if err := checkMessages(req.Messages); err != nil {
 			return nil, nil, err
 		}
-		return m.tok.Encode(renderChat(req.Messages)), m, nil
+		toks, err := m.text.ChatPrompt(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
+		return toks, m, err
 	}
 	return nil, nil, invalidParam("prompt", "you must provide a prompt or messages")
 }
@@ -60,7 +61,7 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request, rl *re
 		rl.fail(writeError(w, rl.id, err), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.DetokenizeResponse{Prompt: m.tok.Decode(req.Tokens)})
+	writeJSON(w, http.StatusOK, api.DetokenizeResponse{Prompt: m.text.Decode(req.Tokens)})
 }
 
 // checkTokens refuses token ids outside [0, vocab) and oversized lists.

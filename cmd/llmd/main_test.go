@@ -192,8 +192,14 @@ func TestBinary(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no startup line; stderr:\n%s", stderr.String())
 	}
-	m := regexp.MustCompile(`^llmd listening on http://(\S+) serving sim/small, sim/mid \(SIMULATED`).FindStringSubmatch(line)
+	m := regexp.MustCompile(`^llmd listening on http://(\S+) serving sim/small, sim/mid$`).FindStringSubmatch(line)
 	require.NotNil(t, m, "startup line %q", line)
+	select {
+	case line = <-lines:
+		require.Contains(t, line, "SIMULATED executor", "the simulated models are labelled as such")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no second startup line")
+	}
 	base := "http://" + m[1]
 
 	c := &http.Client{Timeout: 10 * time.Second}

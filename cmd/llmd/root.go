@@ -54,14 +54,18 @@ func execute(ctx context.Context, args []string, getenv func(string) string, std
 
 // options are llmd's settings before they become a daemon.Config.
 type options struct {
-	listen    string
-	gpu       string
-	tp        int
-	models    []string
-	dataDir   string
-	logLevel  string
-	logFormat string
-	heartbeat time.Duration
+	listen     string
+	gpu        string
+	tp         int
+	models     []string
+	modelFiles []string
+	modelsDir  string
+	dataDir    string
+	logLevel   string
+	logFormat  string
+	heartbeat  time.Duration
+	// fs is the flag set bound to o, to tell a given flag from a default.
+	fs *pflag.FlagSet
 	// engine settings
 	maxBatchTokens int
 	maxRunning     int
@@ -76,6 +80,8 @@ var envVars = map[string]string{
 	"gpu":        "LLMD_GPU",
 	"tp":         "LLMD_TP",
 	"models":     "LLMD_MODELS",
+	"model":      "LLMD_MODEL",
+	"models-dir": "LLMD_MODELS_DIR",
 	"data-dir":   "LLMD_DATA_DIR",
 	"log-level":  "LLMD_LOG_LEVEL",
 	"log-format": "LLMD_LOG_FORMAT",
@@ -99,10 +105,13 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 
 With no flags it listens on 127.0.0.1:8700 and serves the SIMULATED executor (a
 roofline cost model of a GPU, no model weights: model ids start with "sim/") on one
-simulated H100 per model, for the small, mid and flagship profiles.
+simulated H100 per model, for the small, mid and flagship profiles. --model loads
+GGUF files (or ollama:NAME from the Ollama store) instead: llmd lists them and
+serves their tokenizers and chat templates; generating with them needs the CPU
+executor, which is not built yet.
 
 Every flag can also be set with its environment variable (LLMD_LISTEN, LLMD_GPU,
-LLMD_TP, LLMD_MODELS, LLMD_DATA_DIR, LLMD_LOG_LEVEL, LLMD_LOG_FORMAT,
+LLMD_TP, LLMD_MODELS, LLMD_MODEL, LLMD_MODELS_DIR, LLMD_DATA_DIR, LLMD_LOG_LEVEL, LLMD_LOG_FORMAT,
 LLMD_HEARTBEAT, LLMD_MAX_BATCH_TOKENS, LLMD_MAX_RUNNING,
 LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE); a flag wins over the environment.`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -127,11 +136,15 @@ LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE); a flag wins over the environmen
 
 // bind defines llmd's flags on fs, storing into o.
 func (o *options) bind(fs *pflag.FlagSet) {
+	o.fs = fs
 	def := daemon.DefaultConfig()
 	fs.StringVar(&o.listen, "listen", def.Listen, "address to listen on; loopback only until API keys exist")
 	fs.StringVar(&o.gpu, "gpu", def.GPU, "simulated GPU of each model replica: h100, h200, a100 or l40s")
 	fs.IntVar(&o.tp, "tp", def.TP, "tensor-parallel degree: GPUs per model replica")
 	fs.StringSliceVar(&o.models, "models", def.Models, "simulated model profiles to serve (comma-separated): small, mid, flagship")
+	fs.StringArrayVar(&o.modelFiles, "model", nil, "a GGUF model to load: a file, a directory, or ollama:NAME[:TAG] from the Ollama store "+
+		"(repeatable; replaces the default simulated models unless --models is given)")
+	fs.StringVar(&o.modelsDir, "models-dir", "", "a directory of GGUF models to load")
 	fs.StringVar(&o.dataDir, "data-dir", "", "data directory (default: $XDG_DATA_HOME/llmd or the platform's user data directory)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
@@ -187,6 +200,16 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.GPU = o.gpu
 	cfg.TP = o.tp
 	cfg.Models = splitList(strings.Join(o.models, ","))
+	cfg.ModelFiles = o.modelFiles
+	cfg.ModelsDir = o.modelsDir
+	// GGUF models replace the default simulated ones unless --models (or
+	// LLMD_MODELS) asks for simulated ones too.
+	modelsSet := (o.fs != nil && o.fs.Changed("models")) || getenv("LLMD_MODELS") != ""
+	if (len(o.modelFiles) > 0 || o.modelsDir != "") && !modelsSet {
+		cfg.Models = nil
+	}
+	cfg.Resolve.OllamaModels = getenv("OLLAMA_MODELS")
+	cfg.Resolve.Home = getenv("HOME")
 	cfg.HeartbeatInterval = o.heartbeat
 	cfg.Engine.MaxBatchTokens = o.maxBatchTokens
 	cfg.Engine.MaxRunning = o.maxRunning
@@ -260,7 +283,13 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(stdout, "llmd listening on http://%s serving %s (SIMULATED executor: %s x%s per model, no real weights)\n",
-		addr, strings.Join(srv.Models(), ", "), cfg.GPU, strconv.Itoa(cfg.TP))
+	fmt.Fprintf(stdout, "llmd listening on http://%s serving %s\n", addr, strings.Join(srv.Models(), ", "))
+	if len(cfg.Models) > 0 {
+		fmt.Fprintf(stdout, "  sim/ models: SIMULATED executor on %s x%s per model, no real weights, placeholder text\n",
+			cfg.GPU, strconv.Itoa(cfg.TP))
+	}
+	if len(cfg.ModelFiles) > 0 || cfg.ModelsDir != "" {
+		fmt.Fprintln(stdout, "  GGUF models: loaded for /v1/models, /tokenize and /detokenize; generation needs the CPU executor, not built yet")
+	}
 	return srv.Run(ctx)
 }

@@ -1,0 +1,151 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/llmd/llmd/api"
+	modelfile "github.com/llmd/llmd/engine/model"
+)
+
+// ggufText is the textModel of a GGUF model: its chat template and its
+// tokenizer.
+type ggufText struct {
+	tok  *modelfile.Tokenizer
+	tmpl *modelfile.ChatTemplate
+	bos  string // the BOS token's text, "" when the vocabulary has none
+}
+
+func (g ggufText) ChatPrompt(msgs []api.Message, addGenerationPrompt bool) ([]int32, error) {
+	cm := make([]modelfile.ChatMessage, len(msgs))
+	for i, m := range msgs {
+		role := m.Role
+		if role == "developer" {
+			role = "system"
+		}
+		cm[i] = modelfile.ChatMessage{Role: role, Content: string(m.Content)}
+	}
+	prompt, err := g.tmpl.Render(cm, addGenerationPrompt)
+	if err != nil {
+		return nil, invalidParam("messages", "%v", err)
+	}
+	// Templates that write bos_token themselves must not get a second one.
+	addBOS := g.bos == "" || !strings.HasPrefix(prompt, g.bos)
+	return g.tok.Encode(prompt, addBOS), nil
+}
+
+func (g ggufText) Prompt(text string, addSpecial bool) []int32 { return g.tok.Encode(text, addSpecial) }
+func (g ggufText) Decode(toks []int32) string                  { return g.tok.Decode(toks) }
+func (g ggufText) DecodeToken(t int32) string                  { return g.tok.DecodeToken(t) }
+func (g ggufText) VocabSize() int                              { return g.tok.VocabSize() }
+
+// loadGGUFModels resolves every --model and --models-dir value, opens each
+// GGUF file (memory-mapped) and prepares its tokenizer and chat template.
+// The returned close function unmaps the files.
+func loadGGUFModels(cfg Config, logger *slog.Logger) ([]*modelfile.File, []*model, error) {
+	specs := append([]string(nil), cfg.ModelFiles...)
+	if cfg.ModelsDir != "" {
+		specs = append(specs, cfg.ModelsDir)
+	}
+	var (
+		files  []*modelfile.File
+		models []*model
+	)
+	fail := func(err error) ([]*modelfile.File, []*model, error) {
+		for _, f := range files {
+			_ = f.Close()
+		}
+		return nil, nil, err
+	}
+	for _, spec := range specs {
+		refs, err := modelfile.Resolve(spec, cfg.Resolve)
+		if err != nil {
+			return fail(fmt.Errorf("daemon: %w", err))
+		}
+		for _, ref := range refs {
+			start := time.Now()
+			f, m, err := loadGGUF(ref)
+			if err != nil {
+				return fail(fmt.Errorf("daemon: load %s (%s): %w", ref.Name, ref.Path, err))
+			}
+			files = append(files, f)
+			models = append(models, m)
+			logger.Info("model loaded", "model", m.id, "path", ref.Path, "source", ref.Source, "arch", m.arch,
+				"parameters", m.params, "quantization", m.quantization, "context_length", m.limit,
+				"template", m.text.(ggufText).tmpl.Source(), "executor", "none", "load_ms", time.Since(start).Milliseconds())
+		}
+	}
+	return files, models, nil
+}
+
+func loadGGUF(ref modelfile.ModelRef) (*modelfile.File, *model, error) {
+	f, err := modelfile.Open(ref.Path)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := ggufModel(ref, f)
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	return f, m, nil
+}
+
+func ggufModel(ref modelfile.ModelRef, f *modelfile.File) (*model, error) {
+	spec, err := modelfile.SpecFromFile(f)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := modelfile.NewTokenizer(f)
+	if err != nil {
+		return nil, err
+	}
+	src, _ := f.String("tokenizer.chat_template")
+	opts := modelfile.TemplateOptions{
+		EOS: tok.Token(tok.EOS()),
+		Fallback: modelfile.FallbackFor(func(piece string) bool {
+			_, ok := tok.TokenID(piece)
+			return ok
+		}),
+	}
+	bos := ""
+	if id, ok := tok.BOS(); ok {
+		bos = tok.Token(id)
+		opts.BOS = bos
+	}
+	tmpl, err := modelfile.NewChatTemplate(src, opts)
+	if err != nil {
+		return nil, err
+	}
+	m := &model{
+		id:           ref.Name,
+		text:         ggufText{tok: tok, tmpl: tmpl, bos: bos},
+		eos:          map[int32]bool{},
+		limit:        spec.ContextLength,
+		vocabSize:    tok.VocabSize(),
+		arch:         spec.Arch,
+		params:       spec.ParamCount,
+		quantization: spec.FileType,
+		created:      time.Now().Unix(),
+	}
+	for _, id := range tok.EndOfGeneration() {
+		m.eos[id] = true
+	}
+	return m, nil
+}
+
+// noExecutorError answers a generation request for a model llmd has loaded
+// but cannot run yet.
+func noExecutorError(m *model) error {
+	return &requestError{Status: http.StatusNotImplemented, Type: typeInvalidRequest, Code: "model_not_runnable", Param: "model",
+		Message: fmt.Sprintf("model %q (%s, %s) is loaded, but llmd cannot run GGUF models yet: the CPU executor is not built. "+
+			"Its tokenizer and chat template work (POST /tokenize, /detokenize); for generation use a sim/ model.",
+			m.id, m.arch, m.quantization)}
+}
+
+// errDuplicateModel is two served models with one id.
+var errDuplicateModel = errors.New("daemon: two models have the same id")

@@ -1,0 +1,156 @@
+package daemon
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/api"
+	modelfile "github.com/llmd/llmd/engine/model"
+)
+
+const testChatML = `{% for message in messages %}{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}` +
+	`{% endfor %}{% if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{% endif %}`
+
+// writeTestGGUF writes a small llama model with a byte-level BPE vocabulary
+// and a ChatML template to path.
+func writeTestGGUF(t *testing.T, path string) {
+	t.Helper()
+	vocab, err := modelfile.BuildVocab("bpe", 600)
+	require.NoError(t, err)
+	w, err := modelfile.RandomModel{Arch: "llama", Name: "tiny", Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, FFN: 64,
+		Vocab: 600, ContextLength: 512, Type: modelfile.TypeQ8_0, Seed: 7}.Writer()
+	require.NoError(t, err)
+	for k, v := range vocab.Metadata() {
+		require.NoError(t, w.Set(k, v))
+	}
+	w.SetString("tokenizer.chat_template", testChatML)
+	require.NoError(t, w.WriteFile(path))
+}
+
+func TestGGUFModelLoadsAndTokenizes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tiny.gguf")
+	writeTestGGUF(t, path)
+	cfg := testConfig()
+	cfg.Models = nil
+	cfg.ModelFiles = []string{path}
+	s, err := New(cfg, testLogger(t))
+	require.NoError(t, err)
+	base := startServer(t, s)
+	c := testClient(t)
+
+	resp, body := get(t, c, base+"/v1/models/tiny")
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	var m api.Model
+	require.NoError(t, json.Unmarshal(body, &m))
+	require.Equal(t, api.Model{ID: "tiny", Object: "model", Created: m.Created, OwnedBy: "llmd", MaxModelLen: 512,
+		Architecture: "llama", ParameterCount: m.ParameterCount, Quantization: "Q8_0"}, m)
+	require.Positive(t, m.ParameterCount)
+
+	// A prompt gets the vocabulary's BOS once; chat messages are rendered
+	// with the file's ChatML template, whose special tokens are single ids.
+	f, err := modelfile.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	tok, err := modelfile.NewTokenizer(f)
+	require.NoError(t, err)
+	bos, _ := tok.BOS()
+	imStart, _ := tok.TokenID("<|im_start|>")
+
+	resp, body = post(t, c, base+"/tokenize", `{"model":"tiny","prompt":"the server"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	var tr api.TokenizeResponse
+	require.NoError(t, json.Unmarshal(body, &tr))
+	require.Equal(t, append([]int32{bos}, tok.Encode("the server", false)...), tr.Tokens)
+
+	resp, body = post(t, c, base+"/tokenize", `{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.NoError(t, json.Unmarshal(body, &tr))
+	want := tok.Encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", true)
+	require.Equal(t, want, tr.Tokens)
+	require.Equal(t, imStart, tr.Tokens[1])
+
+	req, err := json.Marshal(api.DetokenizeRequest{Model: "tiny", Tokens: tok.Encode("Hello, world!", false)})
+	require.NoError(t, err)
+	resp, body = post(t, c, base+"/detokenize", string(req))
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.JSONEq(t, `{"prompt":"Hello, world!"}`, string(body))
+
+	// Generation is refused plainly until the CPU executor exists.
+	for _, path := range []string{"/v1/chat/completions", "/v1/chat"} {
+		resp, body = post(t, c, base+path, `{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`)
+		require.Equal(t, http.StatusNotImplemented, resp.StatusCode, string(body))
+		require.Equal(t, "model_not_runnable", errorOf(t, body)["code"])
+	}
+	resp, body = get(t, c, base+"/v1/stats")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.JSONEq(t, `{"models":[]}`, string(body))
+}
+
+// TestGGUFModelFromOllamaStore resolves ollama:NAME in an Ollama-style store
+// made in a temporary directory.
+func TestGGUFModelFromOllamaStore(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	src := filepath.Join(t.TempDir(), "m.gguf")
+	writeTestGGUF(t, src)
+	data, err := os.ReadFile(src)
+	require.NoError(t, err)
+	sum := sha256.Sum256(data)
+	digest := hex.EncodeToString(sum[:])
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "blobs"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "blobs", "sha256-"+digest), data, 0o644))
+	manifest := fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json",
+		"config":{"mediaType":"application/vnd.docker.container.image.v1+json","digest":"sha256:%s","size":1},
+		"layers":[{"mediaType":"application/vnd.ollama.image.model","digest":"sha256:%s","size":%d}]}`, digest, digest, len(data))
+	mdir := filepath.Join(root, "manifests", "registry.ollama.ai", "library", "tiny")
+	require.NoError(t, os.MkdirAll(mdir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(mdir, "1b"), []byte(manifest), 0o644))
+
+	cfg := testConfig()
+	cfg.Models = []string{"small"} // simulated and GGUF models side by side
+	cfg.Clock = nil
+	cfg.ModelFiles = []string{"ollama:tiny:1b"}
+	cfg.Resolve = modelfile.ResolveEnv{OllamaModels: root}
+	s, err := New(cfg, testLogger(t))
+	require.NoError(t, err)
+	require.Equal(t, []string{"sim/small", "tiny:1b"}, s.Models())
+	base := startServer(t, s)
+	resp, body := get(t, testClient(t), base+"/v1/models/tiny:1b")
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+
+	cfg.ModelFiles = []string{"ollama:missing"}
+	_, err = New(cfg, nil)
+	require.ErrorIs(t, err, modelfile.ErrModelNotFound)
+}
+
+func TestGGUFModelRefusesBadFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.gguf")
+	require.NoError(t, os.WriteFile(bad, []byte("GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff"), 0o644))
+	good := filepath.Join(dir, "good.gguf")
+	writeTestGGUF(t, good)
+	for name, files := range map[string][]string{
+		"hostile file":    {bad},
+		"missing file":    {filepath.Join(dir, "nope.gguf")},
+		"duplicate names": {good, good},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Models = nil
+			cfg.ModelFiles = files
+			_, err := New(cfg, nil)
+			require.Error(t, err)
+		})
+	}
+}
