@@ -39,6 +39,10 @@ type Config struct {
 	// Resolve is the environment for resolving ModelFiles ($OLLAMA_MODELS,
 	// $HOME), filled in by cmd/llmd.
 	Resolve modelfile.ResolveEnv
+	// LoadProgress, if set, is called before each GGUF model loads (done of
+	// total loaded so far, and the next one's name) and once at the end
+	// (done == total, name ""). cmd/llmd draws a progress bar with it.
+	LoadProgress func(done, total int, name string)
 	// DataDir is llmd's data directory; Run creates it if it is set. It is
 	// unused otherwise for now. Default "" (cmd/llmd resolves the user's
 	// data directory).

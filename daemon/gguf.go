@@ -61,23 +61,31 @@ func loadGGUFModels(cfg Config, logger *slog.Logger) ([]*modelfile.File, []*mode
 		}
 		return nil, nil, err
 	}
+	var refs []modelfile.ModelRef
 	for _, spec := range specs {
-		refs, err := modelfile.Resolve(spec, cfg.Resolve)
+		r, err := modelfile.Resolve(spec, cfg.Resolve)
 		if err != nil {
 			return fail(fmt.Errorf("daemon: %w", err))
 		}
-		for _, ref := range refs {
-			start := time.Now()
-			f, m, err := loadGGUF(ref)
-			if err != nil {
-				return fail(fmt.Errorf("daemon: load %s (%s): %w", ref.Name, ref.Path, err))
-			}
-			files = append(files, f)
-			models = append(models, m)
-			logger.Info("model loaded", "model", m.id, "path", ref.Path, "source", ref.Source, "arch", m.arch,
-				"parameters", m.params, "quantization", m.quantization, "context_length", m.limit,
-				"template", m.text.(ggufText).tmpl.Source(), "executor", "none", "load_ms", time.Since(start).Milliseconds())
+		refs = append(refs, r...)
+	}
+	for i, ref := range refs {
+		if cfg.LoadProgress != nil {
+			cfg.LoadProgress(i, len(refs), ref.Name)
 		}
+		start := time.Now()
+		f, m, err := loadGGUF(ref)
+		if err != nil {
+			return fail(fmt.Errorf("daemon: load %s (%s): %w", ref.Name, ref.Path, err))
+		}
+		files = append(files, f)
+		models = append(models, m)
+		logger.Info("model loaded", "model", m.id, "path", ref.Path, "source", ref.Source, "arch", m.arch,
+			"parameters", m.params, "quantization", m.quantization, "context_length", m.limit,
+			"template", m.text.(ggufText).tmpl.Source(), "executor", "none", "load_ms", time.Since(start).Milliseconds())
+	}
+	if cfg.LoadProgress != nil && len(refs) > 0 {
+		cfg.LoadProgress(len(refs), len(refs), "")
 	}
 	return files, models, nil
 }

@@ -255,3 +255,14 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+func TestProgressBar(t *testing.T) {
+	var b strings.Builder
+	p := progressBar(&b)
+	p(0, 2, "tiny")
+	p(1, 2, "qw")
+	p(2, 2, "")
+	require.Equal(t, "\r\x1b[Kloading models [--------------------] 0/2 tiny"+
+		"\r\x1b[Kloading models [##########----------] 1/2 qw"+
+		"\r\x1b[Kloading models [####################] 2/2 \n", b.String())
+}

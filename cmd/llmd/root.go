@@ -273,6 +273,9 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	if err != nil {
 		return &usageError{err}
 	}
+	if isTerminal(stderr) {
+		cfg.LoadProgress = progressBar(stderr)
+	}
 	srv, err := daemon.New(cfg, logger)
 	if err != nil {
 		return err
@@ -292,4 +295,28 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 		fmt.Fprintln(stdout, "  GGUF models: loaded for /v1/models, /tokenize and /detokenize; generation needs the CPU executor, not built yet")
 	}
 	return srv.Run(ctx)
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressBar draws model loading as one line that rewrites itself:
+// "loading models [#####-----] 1/2 tiny".
+func progressBar(w io.Writer) func(done, total int, name string) {
+	const width = 20
+	return func(done, total int, name string) {
+		filled := width * done / max(total, 1)
+		bar := strings.Repeat("#", filled) + strings.Repeat("-", width-filled)
+		fmt.Fprintf(w, "\r\x1b[Kloading models [%s] %d/%d %s", bar, done, total, name)
+		if done == total {
+			fmt.Fprintln(w)
+		}
+	}
 }
