@@ -94,17 +94,40 @@ type SeqInput struct {
 	// Generated is the number of tokens generated so far, not counting the
 	// one this step may produce.
 	Generated int
+	// History is every token of the sequence so far: the prompt, then the
+	// Generated outputs (its last Generated entries), for repetition
+	// penalties. The caller owns it; read only.
+	History []int32
 	// Seed seeds sampling; the same seed and inputs give the same tokens.
 	Seed uint64
 	// Sampling holds the sampling parameters.
 	Sampling SamplingParams
 }
 
-// SamplingParams controls how the next token is chosen.
+// SamplingParams controls how the next token is chosen. The zero value is
+// greedy decoding with no penalties.
 type SamplingParams struct {
+	// Temperature scales the logits; 0 means greedy (the most likely token).
 	Temperature float64
-	TopP        float64
-	TopK        int
+	// TopP keeps the smallest set of tokens whose probability reaches TopP;
+	// 0 or 1 keeps all.
+	TopP float64
+	// TopK keeps the K most likely tokens; 0 keeps all.
+	TopK int
+	// MinP drops tokens whose probability is below MinP times the most
+	// likely token's; 0 keeps all.
+	MinP float64
+	// RepetitionPenalty divides the positive logits (multiplies the
+	// negative ones) of tokens already in the prompt or output; 0 or 1 is
+	// off.
+	RepetitionPenalty float64
+	// PresencePenalty and FrequencyPenalty subtract, from the logit of each
+	// token already generated, a constant and its count times a constant
+	// (OpenAI semantics, -2 to 2).
+	PresencePenalty  float64
+	FrequencyPenalty float64
+	// LogitBias adds a bias (-100 to 100) to given token ids.
+	LogitBias map[int32]float32
 }
 
 // BlockCopy copies the KV contents of block Src into block Dst.

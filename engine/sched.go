@@ -584,6 +584,7 @@ func (s *Scheduler) reserve(seq *sequence, n int) bool {
 		Context:   end,
 		Sample:    end == len(seq.tokens) && seq.index >= 0,
 		Generated: seq.generated,
+		History:   seq.tokens,
 		Seed:      seq.r.req.Seed + uint64(max(seq.index, 0)),
 		Sampling:  seq.r.req.Sampling,
 	})
