@@ -11,6 +11,8 @@ type NativeChatRequest struct {
 	Seed        *int64    `json:"seed,omitempty"`
 	Stop        Stop      `json:"stop,omitempty"`
 	Stream      *bool     `json:"stream,omitempty"`
+	TopK        *int      `json:"top_k,omitempty"`
+	MinP        *float64  `json:"min_p,omitempty"`
 	// Priority is the request's class: "enterprise", "paid", "free" or
 	// "batch". Empty means the tenant's default.
 	Priority string `json:"priority,omitempty"`

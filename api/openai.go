@@ -99,6 +99,13 @@ type ChatCompletionRequest struct {
 	PresencePenalty     *float64       `json:"presence_penalty,omitempty"`
 	FrequencyPenalty    *float64       `json:"frequency_penalty,omitempty"`
 	User                string         `json:"user,omitempty"`
+	// vLLM's extra sampling parameters: TopK (0 or -1: off), MinP (0 to
+	// 1), RepetitionPenalty (above 0; 1: off). LogitBias maps token ids (as
+	// strings) to a bias from -100 to 100.
+	TopK              *int               `json:"top_k,omitempty"`
+	MinP              *float64           `json:"min_p,omitempty"`
+	RepetitionPenalty *float64           `json:"repetition_penalty,omitempty"`
+	LogitBias         map[string]float64 `json:"logit_bias,omitempty"`
 }
 
 // CompletionRequest is the body of POST /v1/completions. Prompt is a string
@@ -117,6 +124,11 @@ type CompletionRequest struct {
 	PresencePenalty  *float64        `json:"presence_penalty,omitempty"`
 	FrequencyPenalty *float64        `json:"frequency_penalty,omitempty"`
 	User             string          `json:"user,omitempty"`
+	// vLLM's extra sampling parameters, as on ChatCompletionRequest.
+	TopK              *int               `json:"top_k,omitempty"`
+	MinP              *float64           `json:"min_p,omitempty"`
+	RepetitionPenalty *float64           `json:"repetition_penalty,omitempty"`
+	LogitBias         map[string]float64 `json:"logit_bias,omitempty"`
 }
 
 // PromptTokensDetails breaks down prompt tokens.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -188,7 +189,53 @@ type params struct {
 	presence, freq    *float64
 	stop              api.Stop
 	seed              *int64
+	topK              *int
+	minP, repetition  *float64
+	logitBias         map[string]float64
 }
+
+// checkExtra validates vLLM's extra sampling parameters and fills j's
+// sampling.
+func (s *Server) checkExtra(p params, j *job) error {
+	if p.topK != nil {
+		if *p.topK < -1 {
+			return invalidParam("top_k", "top_k must be -1 or 0 (off) or a positive count, got %d", *p.topK)
+		}
+		j.sampling.TopK = max(*p.topK, 0)
+	}
+	if p.minP != nil {
+		if !(*p.minP >= 0 && *p.minP <= 1) {
+			return invalidParam("min_p", "min_p must be between 0 and 1, got %v", *p.minP)
+		}
+		j.sampling.MinP = *p.minP
+	}
+	if p.repetition != nil {
+		if !(*p.repetition > 0 && *p.repetition <= 10) {
+			return invalidParam("repetition_penalty", "repetition_penalty must be above 0 and at most 10, got %v", *p.repetition)
+		}
+		j.sampling.RepetitionPenalty = *p.repetition
+	}
+	if len(p.logitBias) > maxLogitBias {
+		return invalidParam("logit_bias", "logit_bias may hold at most %d entries, got %d", maxLogitBias, len(p.logitBias))
+	}
+	for k, v := range p.logitBias {
+		id, err := strconv.ParseInt(k, 10, 32)
+		if err != nil || id < 0 || (j.model.vocabSize > 0 && int(id) >= j.model.vocabSize) {
+			return invalidParam("logit_bias", "logit_bias key %q is not a token id of this model (0 to %d)", k, j.model.vocabSize-1)
+		}
+		if !(v >= -100 && v <= 100) {
+			return invalidParam("logit_bias", "logit_bias values must be between -100 and 100, got %v for token %s", v, k)
+		}
+		if j.sampling.LogitBias == nil {
+			j.sampling.LogitBias = make(map[int32]float32, len(p.logitBias))
+		}
+		j.sampling.LogitBias[int32(id)] = float32(v)
+	}
+	return nil
+}
+
+// maxLogitBias bounds logit_bias entries per request.
+const maxLogitBias = 1024
 
 // check validates p against the OpenAI ranges and fills j's sampling.
 func (s *Server) check(p params, j *job) error {
@@ -219,6 +266,15 @@ func (s *Server) check(p params, j *job) error {
 		if pen.v != nil && !(*pen.v >= -2 && *pen.v <= 2) {
 			return invalidParam(pen.name, "%s must be between -2 and 2, got %v", pen.name, *pen.v)
 		}
+	}
+	if p.presence != nil {
+		j.sampling.PresencePenalty = *p.presence
+	}
+	if p.freq != nil {
+		j.sampling.FrequencyPenalty = *p.freq
+	}
+	if err := s.checkExtra(p, j); err != nil {
+		return err
 	}
 	if len(p.stop) > maxStopStrings {
 		return invalidParam("stop", "stop may hold at most %d strings, got %d", maxStopStrings, len(p.stop))
@@ -339,7 +395,8 @@ func (s *Server) chatJob(w http.ResponseWriter, r *http.Request, rl *reqLog, req
 	}
 	j := &job{model: m, prompt: prompt}
 	if err := s.check(params{temperature: req.Temperature, topP: req.TopP, n: req.N, presence: req.PresencePenalty,
-		freq: req.FrequencyPenalty, stop: req.Stop, seed: req.Seed}, j); err != nil {
+		freq: req.FrequencyPenalty, stop: req.Stop, seed: req.Seed, topK: req.TopK, minP: req.MinP,
+		repetition: req.RepetitionPenalty, logitBias: req.LogitBias}, j); err != nil {
 		return nil, err
 	}
 	return j, fit(j, maxTokens, 0, "messages")
@@ -390,7 +447,8 @@ func (s *Server) completionJob(w http.ResponseWriter, r *http.Request, rl *reqLo
 		return nil, invalidParam("prompt", "prompt must not be empty")
 	}
 	if err := s.check(params{temperature: req.Temperature, topP: req.TopP, n: req.N, presence: req.PresencePenalty,
-		freq: req.FrequencyPenalty, stop: req.Stop, seed: req.Seed}, j); err != nil {
+		freq: req.FrequencyPenalty, stop: req.Stop, seed: req.Seed, topK: req.TopK, minP: req.MinP,
+		repetition: req.RepetitionPenalty, logitBias: req.LogitBias}, j); err != nil {
 		return nil, err
 	}
 	return j, fit(j, req.MaxTokens, defaultCompletionMaxTokens, "prompt")
@@ -468,7 +526,8 @@ func (s *Server) nativeJob(w http.ResponseWriter, r *http.Request, rl *reqLog, r
 		return nil, err
 	}
 	j := &job{model: m, prompt: prompt}
-	if err := s.check(params{temperature: req.Temperature, topP: req.TopP, stop: req.Stop, seed: req.Seed}, j); err != nil {
+	if err := s.check(params{temperature: req.Temperature, topP: req.TopP, stop: req.Stop, seed: req.Seed,
+		topK: req.TopK, minP: req.MinP}, j); err != nil {
 		return nil, err
 	}
 	if req.Priority != "" {
