@@ -1,0 +1,318 @@
+package cpu
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+	"unsafe"
+
+	"github.com/llmd/llmd/engine/model"
+)
+
+// Weight is a 2-D weight matrix as stored in a GGUF file: Rows rows of Cols
+// elements each, each row quantized independently in Type's blocks (row
+// bytes = Type.RowBytes(Cols)). Data aliases the mapped file.
+//
+// The kernels read F32, F16 and BF16 data in place, as the host's words:
+// like GGUF itself they assume a little-endian host.
+type Weight struct {
+	Type       model.TensorType
+	Rows, Cols int
+	Data       []byte
+}
+
+// NewWeight checks that data holds exactly rows x cols of typ and returns the
+// Weight. It fails for a type model does not support, negative sizes, a
+// cols that is not a whole number of typ's blocks, or the wrong number of
+// bytes.
+func NewWeight(typ model.TensorType, rows, cols int, data []byte) (Weight, error) {
+	if rows < 0 || cols < 0 {
+		return Weight{}, fmt.Errorf("cpu: weight of %d x %d: negative size", rows, cols)
+	}
+	rb, err := typ.RowBytes(cols)
+	if err != nil {
+		return Weight{}, fmt.Errorf("cpu: weight of %d x %d %s: %w", rows, cols, typ, err)
+	}
+	hi, need := bits.Mul64(uint64(rows), uint64(rb))
+	if hi != 0 || need != uint64(len(data)) {
+		return Weight{}, fmt.Errorf("cpu: weight of %d x %d %s needs %d x %d bytes, got %d", rows, cols, typ, rows, rb, len(data))
+	}
+	return Weight{Type: typ, Rows: rows, Cols: cols, Data: data}, nil
+}
+
+// rowBytes returns the size of one row, checking that w is well formed (as
+// NewWeight makes it); a malformed Weight is a programming error and panics.
+func (w Weight) rowBytes() int {
+	rb, err := w.Type.RowBytes(w.Cols)
+	if err != nil || w.Rows < 0 || (w.Rows > 0 && len(w.Data)/w.Rows != rb) || len(w.Data) != w.Rows*rb {
+		panic(fmt.Sprintf("cpu: malformed weight: %d x %d %s in %d bytes", w.Rows, w.Cols, w.Type, len(w.Data)))
+	}
+	return rb
+}
+
+// Row dequantizes row r of w into dst (len w.Cols) — for embedding lookups.
+// It panics if r is out of range or dst is shorter than w.Cols; only
+// dst[:w.Cols] is written.
+func (w Weight) Row(dst []float32, r int) {
+	rb := w.rowBytes()
+	if r < 0 || r >= w.Rows {
+		panic(fmt.Sprintf("cpu: row %d of a %d-row weight", r, w.Rows))
+	}
+	if len(dst) < w.Cols {
+		panic(fmt.Sprintf("cpu: row of %d values into %d", w.Cols, len(dst)))
+	}
+	if err := model.Dequantize(w.Type, w.Data[r*rb:(r+1)*rb], dst[:w.Cols]); err != nil {
+		panic(err) // unreachable: rowBytes checked the sizes
+	}
+}
+
+// kernQK is the activation block size: activations are quantized to int8
+// per 32 values for the quantized weight types, whose blocks (32) and
+// sub-blocks (Q4_K 32, Q6_K 16) line up with it.
+const kernQK = 32
+
+// kernTileBytes bounds the working set of one tile: the weight rows of a
+// row tile, or the activations of a token group, stay under it so that
+// they are reused from cache (a core's L2 holds both with room to spare).
+var kernTileBytes = 256 << 10
+
+// kernFloatChunk is how many weight values of an F16 or BF16 row are
+// converted to float32 at a time, on the stack, before being dotted with
+// every token of the group.
+const kernFloatChunk = 2048
+
+// MatMul computes out[t*w.Rows + r] = sum_c W[r][c] * x[t*w.Cols + c] for t
+// in [0, n): x is n rows of w.Cols activations (row-major), out is n rows of
+// w.Rows outputs. Each weight row is read once for all n tokens
+// (matrix-matrix), and rows are split across the pool's workers (p may be
+// nil: one thread). Supports every type model supports (F32, F16, BF16,
+// Q4_0, Q5_0, Q8_0, Q4_K, Q6_K).
+//
+// For the quantized types the activations are first quantized to int8 per
+// 32 values with a float32 scale (as llama.cpp's Q8 activations), and each
+// weight block is dotted in integers; for F32, F16 and BF16 the dot
+// products are float32. x and out may be longer than needed; only their
+// first n rows are used. MatMul panics if they are shorter or w is
+// malformed.
+func MatMul(p *Pool, out []float32, w Weight, x []float32, n int) {
+	kernMatMul(p, kernSetFor(kernUse), out, w, x, n)
+}
+
+// kernMatMul is MatMul with the kernels of ks.
+func kernMatMul(p *Pool, ks *kernSet, out []float32, w Weight, x []float32, n int) {
+	rb := w.rowBytes()
+	if n <= 0 || w.Rows == 0 {
+		return
+	}
+	if len(x) < n*w.Cols || len(out) < n*w.Rows {
+		panic(fmt.Sprintf("cpu: matmul of %d x %d with %d tokens: len(x) %d, len(out) %d", w.Rows, w.Cols, n, len(x), len(out)))
+	}
+	switch w.Type {
+	case model.TypeF32, model.TypeF16, model.TypeBF16:
+		kernMatMulFloat(p, ks, out, w, rb, x, n)
+	default:
+		kernMatMulQuant(p, ks, out, w, rb, x, n)
+	}
+}
+
+// kernScratch holds a MatMul's quantized activations: n rows of cols int8
+// values, and per 32-value block the scale d and d times the block's sum.
+type kernScratch struct {
+	xq     []int8
+	xd, xs []float32
+}
+
+var kernScratchPool = sync.Pool{New: func() any { return new(kernScratch) }}
+
+func kernGetScratch(values, blocks int) *kernScratch {
+	s := kernScratchPool.Get().(*kernScratch)
+	if cap(s.xq) < values {
+		s.xq = make([]int8, values)
+	}
+	if cap(s.xd) < blocks {
+		s.xd = make([]float32, blocks)
+		s.xs = make([]float32, blocks)
+	}
+	s.xq, s.xd, s.xs = s.xq[:values], s.xd[:blocks], s.xs[:blocks]
+	return s
+}
+
+// kernMatMulQuant is MatMul for the block-quantized types.
+func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []float32, n int) {
+	cols, rows := w.Cols, w.Rows
+	nb := cols / kernQK
+	dot, dot4 := ks.dotQ[w.Type], ks.dotQ4[w.Type]
+	sc := kernGetScratch(n*cols, n*nb)
+	defer kernScratchPool.Put(sc)
+	xq, xd, xs := sc.xq, sc.xd, sc.xs
+
+	quantize := func(t0, t1 int) {
+		for t := t0; t < t1; t++ {
+			ks.quantize(xq[t*cols:(t+1)*cols], xd[t*nb:(t+1)*nb], xs[t*nb:(t+1)*nb], x[t*cols:(t+1)*cols])
+		}
+	}
+	if n*cols >= 1<<15 {
+		p.Run(n, quantize)
+	} else {
+		quantize(0, n)
+	}
+
+	tokTile := max(1, kernTileBytes/(cols+8*nb))
+	rowTile := max(1, kernTileBytes/max(rb, 1))
+	p.Run(rows, func(r0, r1 int) {
+		var res [4]float32
+		for rt := r0; rt < r1; rt += rowTile {
+			re := min(r1, rt+rowTile)
+			for t0 := 0; t0 < n; t0 += tokTile {
+				te := min(n, t0+tokTile)
+				for r := rt; r < re; r++ {
+					wr := w.Data[r*rb : (r+1)*rb]
+					t := t0
+					if dot4 != nil {
+						for ; t+4 <= te; t += 4 {
+							dot4(&res, wr, xq[t*cols:(t+4)*cols], xd[t*nb:(t+4)*nb], xs[t*nb:(t+4)*nb])
+							out[t*rows+r] = res[0]
+							out[(t+1)*rows+r] = res[1]
+							out[(t+2)*rows+r] = res[2]
+							out[(t+3)*rows+r] = res[3]
+						}
+					}
+					for ; t < te; t++ {
+						out[t*rows+r] = dot(wr, xq[t*cols:(t+1)*cols], xd[t*nb:(t+1)*nb], xs[t*nb:(t+1)*nb])
+					}
+				}
+			}
+		}
+	})
+}
+
+// kernMatMulFloat is MatMul for F32, F16 and BF16 weights.
+func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []float32, n int) {
+	cols, rows := w.Cols, w.Rows
+	tokTile := max(1, kernTileBytes/(4*max(cols, 1)))
+	rowTile := max(1, kernTileBytes/max(rb, 1))
+	var fused func(w []byte, x []float32) float32
+	var convert func(dst []float32, w []byte)
+	switch w.Type {
+	case model.TypeF16:
+		fused, convert = ks.dotF16, ks.f16ToF32
+	case model.TypeBF16:
+		fused, convert = ks.dotBF16, ks.bf16ToF32
+	}
+	p.Run(rows, func(r0, r1 int) {
+		var buf [kernFloatChunk]float32
+		for rt := r0; rt < r1; rt += rowTile {
+			re := min(r1, rt+rowTile)
+			for t0 := 0; t0 < n; t0 += tokTile {
+				te := min(n, t0+tokTile)
+				for r := rt; r < re; r++ {
+					wr := w.Data[r*rb : (r+1)*rb]
+					if convert == nil { // F32: dot the row in place
+						wf := kernFloats(wr)
+						for t := t0; t < te; t++ {
+							out[t*rows+r] = ks.dotF32(wf, x[t*cols:(t+1)*cols])
+						}
+						continue
+					}
+					if te-t0 == 1 { // one token: no reuse, convert as we go
+						out[t0*rows+r] = fused(wr, x[t0*cols:(t0+1)*cols])
+						continue
+					}
+					for c0 := 0; c0 < cols; c0 += kernFloatChunk {
+						c1 := min(cols, c0+kernFloatChunk)
+						wf := buf[:c1-c0]
+						convert(wf, wr[2*c0:2*c1])
+						for t := t0; t < te; t++ {
+							d := ks.dotF32(wf, x[t*cols+c0:t*cols+c1])
+							if c0 == 0 {
+								out[t*rows+r] = d
+							} else {
+								out[t*rows+r] += d
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// kernFloats views little-endian float32 bytes as float32s.
+func kernFloats(b []byte) []float32 {
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+// kernSet is one implementation of the kernels. Every function takes
+// exactly sized slices: a weight row and the matching activations.
+type kernSet struct {
+	// quantize turns one row of activations x into int8 values xq, with
+	// per 32-value block the scale xd (x ≈ xd·xq) and xs = xd·Σxq.
+	quantize func(xq []int8, xd, xs []float32, x []float32)
+	// dotQ[t] returns the dot product of a weight row of type t with one
+	// token's quantized activations.
+	dotQ map[model.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32
+	// dotQ4[t], where present, does the same for four tokens at once (xq,
+	// xd and xs hold four rows), reading the weight row once.
+	dotQ4 map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+	// dotF32 returns Σ w[i]·x[i].
+	dotF32 func(w, x []float32) float32
+	// dotF16 and dotBF16 return the dot product of a row of half or bfloat16
+	// values (as bytes) with x; f16ToF32 and bf16ToF32 convert such a row.
+	dotF16, dotBF16     func(w []byte, x []float32) float32
+	f16ToF32, bf16ToF32 func(dst []float32, w []byte)
+}
+
+// kernSets holds the implementation of each level that this build has;
+// levels above kernLevelGo are filled in by the architecture's files, and
+// any function they lack is taken from the level below.
+var kernSets = [kernLevelAVX512 + 1]*kernSet{kernLevelGo: kernGoSet()}
+
+func kernSetFor(l kernLevel) *kernSet {
+	for ; l > kernLevelGo; l-- {
+		if kernSets[l] != nil {
+			return kernSets[l]
+		}
+	}
+	return kernSets[kernLevelGo]
+}
+
+// kernRegister installs s as level l's implementation, completing it from the
+// level below.
+func kernRegister(l kernLevel, s *kernSet) {
+	if l > kernLevelGo {
+		below := kernSetFor(l - 1)
+		if s.quantize == nil {
+			s.quantize = below.quantize
+		}
+		if s.dotF32 == nil {
+			s.dotF32 = below.dotF32
+		}
+		if s.dotF16 == nil {
+			s.dotF16 = below.dotF16
+		}
+		if s.dotBF16 == nil {
+			s.dotBF16 = below.dotBF16
+		}
+		if s.f16ToF32 == nil {
+			s.f16ToF32 = below.f16ToF32
+		}
+		if s.bf16ToF32 == nil {
+			s.bf16ToF32 = below.bf16ToF32
+		}
+		if s.dotQ == nil {
+			s.dotQ = map[model.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{}
+		}
+		if s.dotQ4 == nil {
+			s.dotQ4 = map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){}
+		}
+		for t, f := range below.dotQ {
+			if s.dotQ[t] == nil { // take the pair, never a slower 4-token dot
+				s.dotQ[t], s.dotQ4[t] = f, below.dotQ4[t]
+			}
+		}
+	}
+	kernSets[l] = s
+}

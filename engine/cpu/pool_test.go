@@ -1,0 +1,100 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestPoolRunCoversEachIndexOnce(t *testing.T) {
+	for _, threads := range []int{1, 2, 3, 8} {
+		p := NewPool(threads)
+		for _, n := range []int{0, 1, 2, 3, 5, 7, 8, 9, 101} {
+			t.Run(fmt.Sprintf("threads=%d/n=%d", threads, n), func(t *testing.T) {
+				hits := make([]atomic.Int32, n)
+				var mu sync.Mutex
+				var chunks [][2]int
+				p.Run(n, func(start, end int) {
+					mu.Lock()
+					chunks = append(chunks, [2]int{start, end})
+					mu.Unlock()
+					for i := start; i < end; i++ {
+						hits[i].Add(1)
+					}
+				})
+				for i := range hits {
+					require.Equal(t, int32(1), hits[i].Load(), "index %d", i)
+				}
+				assert.Len(t, chunks, min(n, threads))
+				lo, hi := n, 0
+				for _, c := range chunks {
+					assert.Less(t, c[0], c[1], "empty chunk")
+					lo, hi = min(lo, c[1]-c[0]), max(hi, c[1]-c[0])
+				}
+				if n > 0 {
+					assert.LessOrEqual(t, hi-lo, 1, "chunks of %v are uneven", chunks)
+				}
+			})
+		}
+		p.Close()
+	}
+}
+
+func TestPoolRunsInParallel(t *testing.T) {
+	p := NewPool(3)
+	defer p.Close()
+	// Every chunk waits for the others: this only returns if all three run
+	// at once.
+	var arrived sync.WaitGroup
+	arrived.Add(3)
+	p.Run(3, func(start, end int) {
+		arrived.Done()
+		arrived.Wait()
+	})
+}
+
+func TestPoolRunPropagatesPanic(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	for _, bad := range []int{0, 1} { // the caller's chunk, then a worker's
+		assert.PanicsWithValue(t, "boom", func() {
+			p.Run(2, func(start, end int) {
+				if start == bad {
+					panic("boom")
+				}
+			})
+		})
+	}
+	// The pool still works afterwards.
+	var sum atomic.Int64
+	p.Run(10, func(start, end int) {
+		for i := start; i < end; i++ {
+			sum.Add(int64(i))
+		}
+	})
+	assert.Equal(t, int64(45), sum.Load())
+}
+
+func TestPoolCloseStopsWorkers(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	p := NewPool(4)
+	assert.Equal(t, 4, p.Threads())
+	p.Run(100, func(start, end int) {})
+	p.Close()
+	p.Close() // idempotent
+}
+
+func TestNilPoolRunsInline(t *testing.T) {
+	var p *Pool
+	assert.Equal(t, 1, p.Threads())
+	var got [][2]int
+	p.Run(5, func(start, end int) { got = append(got, [2]int{start, end}) })
+	assert.Equal(t, [][2]int{{0, 5}}, got)
+	p.Close()
+	assert.Equal(t, 1, NewPool(0).Threads())
+}
