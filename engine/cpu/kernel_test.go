@@ -172,7 +172,9 @@ func TestMatMulPanicsOnShortBuffers(t *testing.T) {
 	require.NoError(t, err)
 	assert.Panics(t, func() { MatMul(nil, make([]float32, 4), w, make([]float32, 5), 2) })
 	assert.Panics(t, func() { MatMul(nil, make([]float32, 3), w, make([]float32, 6), 2) })
-	assert.Panics(t, func() { MatMul(nil, make([]float32, 4), Weight{Type: model.TypeF32, Rows: 2, Cols: 3}, make([]float32, 6), 2) })
+	assert.Panics(t, func() {
+		MatMul(nil, make([]float32, 4), Weight{Type: model.TypeF32, Rows: 2, Cols: 3}, make([]float32, 6), 2)
+	})
 	assert.NotPanics(t, func() { MatMul(nil, nil, w, nil, 0) })
 }
 

@@ -12,10 +12,10 @@ import "sync"
 // everything on the caller's goroutine.
 type Pool struct {
 	threads int
-	mu      sync.Mutex        // serializes Run
-	work    []chan poolTask   // one per worker goroutine (threads-1)
-	done    chan any          // a worker's recovered panic, or nil
-	wg      sync.WaitGroup    // the running workers
+	mu      sync.Mutex      // serializes Run
+	work    []chan poolTask // one per worker goroutine (threads-1)
+	done    chan any        // a worker's recovered panic, or nil
+	wg      sync.WaitGroup  // the running workers
 	close   sync.Once
 }
 
