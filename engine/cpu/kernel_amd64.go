@@ -1,0 +1,62 @@
+//go:build amd64 && !purego
+
+package cpu
+
+import "github.com/llmd/llmd/engine/model"
+
+// The AVX2 kernels (kernel_amd64.s). Slices are exactly sized as in kernSet:
+// a weight row and one token's activations, whose block count is len(xd).
+
+//go:noescape
+func kernQuantizeAVX2(xq []int8, xd, xs []float32, x []float32)
+
+//go:noescape
+func kernDotF32AVX2(w, x []float32) float32
+
+//go:noescape
+func kernDotF16AVX2(w []byte, x []float32) float32
+
+//go:noescape
+func kernDotBF16AVX2(w []byte, x []float32) float32
+
+//go:noescape
+func kernF16ToF32AVX2(dst []float32, w []byte)
+
+//go:noescape
+func kernBF16ToF32AVX2(dst []float32, w []byte)
+
+//go:noescape
+func kernDotQ8_0AVX2(w []byte, xq []int8, xd, xs []float32) float32
+
+//go:noescape
+func kernDotQ4_0AVX2(w []byte, xq []int8, xd, xs []float32) float32
+
+//go:noescape
+func kernDotQ5_0AVX2(w []byte, xq []int8, xd, xs []float32) float32
+
+//go:noescape
+func kernDotQ4_KAVX2(w []byte, xq []int8, xd, xs []float32) float32
+
+//go:noescape
+func kernDotQ6_KAVX2(w []byte, xq []int8, xd, xs []float32) float32
+
+func init() {
+	if kernBest < kernLevelAVX2 {
+		return
+	}
+	kernRegister(kernLevelAVX2, &kernSet{
+		quantize: kernQuantizeAVX2,
+		dotQ: map[model.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{
+			model.TypeQ4_0: kernDotQ4_0AVX2,
+			model.TypeQ5_0: kernDotQ5_0AVX2,
+			model.TypeQ8_0: kernDotQ8_0AVX2,
+			model.TypeQ4_K: kernDotQ4_KAVX2,
+			model.TypeQ6_K: kernDotQ6_KAVX2,
+		},
+		dotF32:    kernDotF32AVX2,
+		dotF16:    kernDotF16AVX2,
+		dotBF16:   kernDotBF16AVX2,
+		f16ToF32:  kernF16ToF32AVX2,
+		bf16ToF32: kernBF16ToF32AVX2,
+	})
+}
