@@ -208,10 +208,7 @@ func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 				for r := rt; r < re; r++ {
 					wr := w.Data[r*rb : (r+1)*rb]
 					if convert == nil { // F32: dot the row in place
-						wf := kernFloats(wr)
-						for t := t0; t < te; t++ {
-							out[t*rows+r] = ks.dotF32(wf, x[t*cols:(t+1)*cols])
-						}
+						kernDotTokens(ks, out, rows, r, kernFloats(wr), x, cols, 0, t0, te, false)
 						continue
 					}
 					if te-t0 == 1 { // one token: no reuse, convert as we go
@@ -222,19 +219,41 @@ func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 						c1 := min(cols, c0+kernFloatChunk)
 						wf := buf[:c1-c0]
 						convert(wf, wr[2*c0:2*c1])
-						for t := t0; t < te; t++ {
-							d := ks.dotF32(wf, x[t*cols+c0:t*cols+c1])
-							if c0 == 0 {
-								out[t*rows+r] = d
-							} else {
-								out[t*rows+r] += d
-							}
-						}
+						kernDotTokens(ks, out, rows, r, wf, x, cols, c0, t0, te, c0 > 0)
 					}
 				}
 			}
 		}
 	})
+}
+
+// kernDotTokens dots wf, the float values of columns [c0, c0+len(wf)) of
+// weight row r, with those columns of tokens [t0, te) of x, storing into
+// out (adding when add is set), four tokens at a time where it can.
+func kernDotTokens(ks *kernSet, out []float32, rows, r int, wf, x []float32, cols, c0, t0, te int, add bool) {
+	c1 := c0 + len(wf)
+	t := t0
+	if ks.dotF32x4 != nil {
+		var res [4]float32
+		for ; t+4 <= te; t += 4 {
+			ks.dotF32x4(&res, wf, x[t*cols+c0:(t+3)*cols+c1], cols)
+			for i, v := range res {
+				if add {
+					out[(t+i)*rows+r] += v
+				} else {
+					out[(t+i)*rows+r] = v
+				}
+			}
+		}
+	}
+	for ; t < te; t++ {
+		v := ks.dotF32(wf, x[t*cols+c0:t*cols+c1])
+		if add {
+			out[t*rows+r] += v
+		} else {
+			out[t*rows+r] = v
+		}
+	}
 }
 
 // kernFloats views little-endian float32 bytes as float32s.
@@ -259,6 +278,9 @@ type kernSet struct {
 	dotQ4 map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 	// dotF32 returns Σ w[i]·x[i].
 	dotF32 func(w, x []float32) float32
+	// dotF32x4, where present, dots w with the four rows of x that start
+	// stride values apart (x holds at least 3·stride+len(w) values).
+	dotF32x4 func(res *[4]float32, w, x []float32, stride int)
 	// dotF16 and dotBF16 return the dot product of a row of half or bfloat16
 	// values (as bytes) with x; f16ToF32 and bf16ToF32 convert such a row.
 	dotF16, dotBF16     func(w []byte, x []float32) float32
@@ -288,7 +310,7 @@ func kernRegister(l kernLevel, s *kernSet) {
 			s.quantize = below.quantize
 		}
 		if s.dotF32 == nil {
-			s.dotF32 = below.dotF32
+			s.dotF32, s.dotF32x4 = below.dotF32, below.dotF32x4
 		}
 		if s.dotF16 == nil {
 			s.dotF16 = below.dotF16

@@ -40,6 +40,29 @@ func kernDotQ4_KAVX2(w []byte, xq []int8, xd, xs []float32) float32
 //go:noescape
 func kernDotQ6_KAVX2(w []byte, xq []int8, xd, xs []float32) float32
 
+// The four-token kernels: xq, xd and xs hold four rows.
+
+//go:noescape
+func kernDotQ8_0x4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+
+//go:noescape
+func kernDotQ4_0x4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+
+//go:noescape
+func kernDotQ5_0x4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+
+//go:noescape
+func kernDotQ4_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+
+//go:noescape
+func kernDotQ6_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+
+// kernDotF32x4AVX2 dots w with four rows of x, stride values apart: x holds
+// at least 3·stride+len(w) values.
+//
+//go:noescape
+func kernDotF32x4AVX2(res *[4]float32, w, x []float32, stride int)
+
 func init() {
 	if kernBest < kernLevelAVX2 {
 		return
@@ -53,7 +76,15 @@ func init() {
 			model.TypeQ4_K: kernDotQ4_KAVX2,
 			model.TypeQ6_K: kernDotQ6_KAVX2,
 		},
+		dotQ4: map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){
+			model.TypeQ4_0: kernDotQ4_0x4AVX2,
+			model.TypeQ5_0: kernDotQ5_0x4AVX2,
+			model.TypeQ8_0: kernDotQ8_0x4AVX2,
+			model.TypeQ4_K: kernDotQ4_Kx4AVX2,
+			model.TypeQ6_K: kernDotQ6_Kx4AVX2,
+		},
 		dotF32:    kernDotF32AVX2,
+		dotF32x4:  kernDotF32x4AVX2,
 		dotF16:    kernDotF16AVX2,
 		dotBF16:   kernDotBF16AVX2,
 		f16ToF32:  kernF16ToF32AVX2,

@@ -43,6 +43,37 @@ DATA kernQ6Dup1<>+16(SB)/8, $0x0000000600000006
 DATA kernQ6Dup1<>+24(SB)/8, $0x0000000700000007
 GLOBL kernQ6Dup1<>(SB), RODATA|NOPTR, $32
 
+// The four-token kernels read each weight block once and dot it with the
+// same block of four activation rows: xq holds four rows of cols values,
+// xd and xs four rows of cols/32 floats. The row strides are kept in
+// R9 (xq, bytes), R10 (3·R9), R11 (xd and xs, bytes) and R12 (3·R11).
+
+// X4SETUP loads the four-row pointers and strides, and CX = blocks per row.
+#define X4SETUP \
+	MOVQ w_base+8(FP), SI; \
+	MOVQ xq_base+32(FP), DI; \
+	MOVQ xq_len+40(FP), R9; \
+	SHRQ $2, R9; \
+	LEAQ (R9)(R9*2), R10; \
+	MOVQ xd_base+56(FP), DX; \
+	MOVQ xd_len+64(FP), CX; \
+	SHRQ $2, CX; \
+	MOVQ CX, R11; \
+	SHLQ $2, R11; \
+	LEAQ (R11)(R11*2), R12; \
+	MOVQ xs_base+80(FP), R8
+
+// HSUM4 stores the horizontal sums of a, b, c and d (clobbered) at res
+// (ax is a's lower half). Uses X13 and AX.
+#define HSUM4(a, ax, b, c, d) \
+	VHADDPS b, a, a; \
+	VHADDPS d, c, c; \
+	VHADDPS c, a, a; \
+	VEXTRACTF128 $1, a, X13; \
+	VADDPS X13, ax, ax; \
+	MOVQ res+0(FP), AX; \
+	VMOVUPS ax, (AX)
+
 // HSUMPS leaves the sum of the eight floats of y in the low lane of x (y's
 // lower half); t is a scratch xmm register.
 #define HSUMPS(y, x, t) \
@@ -567,6 +598,34 @@ q5done:
 	VZEROUPPER
 	RET
 
+// Q4KSCALES unpacks the 6-bit scales of the Q4_K block at SI into the low
+// eight bytes of sx and its mins into mx (llama.cpp's kmask1..3 shuffle).
+// Uses AX and BX.
+#define Q4KSCALES(sx, mx) \
+	MOVL    4(SI), AX; \
+	ANDL    $0x3f3f3f3f, AX; \
+	VMOVD   AX, sx; \
+	MOVL    4(SI), AX; \
+	SHRL    $6, AX; \
+	ANDL    $0x03030303, AX; \
+	SHLL    $4, AX; \
+	MOVL    12(SI), BX; \
+	ANDL    $0x0f0f0f0f, BX; \
+	ORL     BX, AX; \
+	VPINSRD $1, AX, sx, sx; \
+	MOVL    8(SI), AX; \
+	ANDL    $0x3f3f3f3f, AX; \
+	VMOVD   AX, mx; \
+	MOVL    8(SI), AX; \
+	SHRL    $6, AX; \
+	ANDL    $0x03030303, AX; \
+	SHLL    $4, AX; \
+	MOVL    12(SI), BX; \
+	SHRL    $4, BX; \
+	ANDL    $0x0f0f0f0f, BX; \
+	ORL     BX, AX; \
+	VPINSRD $1, AX, mx, mx
+
 // Q4KCHUNK dots 64-value chunk c of the Q4_K block at SI (32 bytes: low
 // nibbles are sub-block 2c, high nibbles 2c+1) with two activation blocks,
 // scaled by the per-block scales stored at 8c(SP). Uses Y15 (ones), Y14
@@ -613,35 +672,12 @@ q4kloop:
 	VBROADCASTSS X3, Y4
 	VMOVSHDUP X3, X5
 	VBROADCASTSS X5, Y5
-	MOVL 4(SI), AX      // utmp[0]
-	MOVL 8(SI), BX      // utmp[1]
-	MOVL 12(SI), R9     // utmp[2]
-	MOVL R9, R10        // mins 4..7: (u2>>4)&0x0f0f0f0f | ((u1>>6)&0x03030303)<<4
-	SHRL $4, R10
-	ANDL $0x0f0f0f0f, R10
-	MOVL BX, R11
-	SHRL $6, R11
-	ANDL $0x03030303, R11
-	SHLL $4, R11
-	ORL  R11, R10
-	MOVL BX, R11        // mins 0..3: u1 & 0x3f3f3f3f
-	ANDL $0x3f3f3f3f, R11
-	ANDL $0x0f0f0f0f, R9 // scales 4..7: u2&0x0f0f0f0f | ((u0>>6)&0x03030303)<<4
-	MOVL AX, R12
-	SHRL $6, R12
-	ANDL $0x03030303, R12
-	SHLL $4, R12
-	ORL  R12, R9
-	ANDL $0x3f3f3f3f, AX // scales 0..3
-	VMOVD AX, X6
-	VPINSRD $1, R9, X6, X6
+	Q4KSCALES(X6, X7)
 	VPMOVZXBD X6, Y6
 	VCVTDQ2PS Y6, Y6
 	VMULPS (DX), Y6, Y6
 	VMULPS Y4, Y6, Y6
 	VMOVUPS Y6, 0(SP)   // d·sc_j·xd_j
-	VMOVD R11, X7
-	VPINSRD $1, R10, X7, X7
 	VPMOVZXBD X7, Y7
 	VCVTDQ2PS Y7, Y7
 	VMULPS (R8), Y7, Y7
@@ -759,5 +795,388 @@ q6kdone:
 	VADDPS Y1, Y0, Y0
 	HSUMPS(Y0, X0, X1)
 	VMOVSS X0, ret+96(FP)
+	VZEROUPPER
+	RET
+
+// DOT4T adds to acc the dot product of one token's activation block at x
+// with the signed weight values in Y2 (|w| in Y3), scaled by the weight
+// scale in Y1 times the activation scale at d. Uses Y15 (ones), Y4, Y5.
+#define DOT4T(x, d, acc) \
+	VMOVDQU    x, Y4; \
+	VPSIGNB    Y2, Y4, Y4; \
+	VPMADDUBSW Y4, Y3, Y4; \
+	VPMADDWD   Y15, Y4, Y4; \
+	VCVTDQ2PS  Y4, Y4; \
+	VBROADCASTSS d, Y5; \
+	VMULPS     Y1, Y5, Y5; \
+	VFMADD231PS Y5, Y4, acc
+
+// DOT4 runs DOT4T for the four tokens into Y8..Y11.
+#define DOT4 \
+	VPABSB Y2, Y3; \
+	DOT4T((DI), (DX), Y8); \
+	DOT4T((DI)(R9*1), (DX)(R11*1), Y9); \
+	DOT4T((DI)(R9*2), (DX)(R11*2), Y10); \
+	DOT4T((DI)(R10*1), (DX)(R12*1), Y11)
+
+#define ZERO4 \
+	VXORPS Y8, Y8, Y8; \
+	VXORPS Y9, Y9, Y9; \
+	VXORPS Y10, Y10, Y10; \
+	VXORPS Y11, Y11, Y11
+
+// func kernDotQ8_0x4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+TEXT ·kernDotQ8_0x4AVX2(SB), NOSPLIT, $0-104
+	X4SETUP
+	ZERO4
+	ONES16(Y15)
+	TESTQ CX, CX
+	JZ   q8x4done
+
+q8x4loop:
+	VCVTPH2PS (SI), X1
+	VBROADCASTSS X1, Y1
+	VMOVDQU 2(SI), Y2
+	DOT4
+	ADDQ $34, SI
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q8x4loop
+
+q8x4done:
+	HSUM4(Y8, X8, Y9, Y10, Y11)
+	VZEROUPPER
+	RET
+
+// func kernDotQ4_0x4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+TEXT ·kernDotQ4_0x4AVX2(SB), NOSPLIT, $0-104
+	X4SETUP
+	ZERO4
+	ONES16(Y15)
+	BCASTB($0x0f, X14, Y14)
+	BCASTB($0x08, X13, Y13)
+	TESTQ CX, CX
+	JZ   q4x4done
+
+q4x4loop:
+	VCVTPH2PS (SI), X1
+	VBROADCASTSS X1, Y1
+	Q4_0VALS(0, Y2, X2, X4)
+	DOT4
+	ADDQ $18, SI
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q4x4loop
+
+q4x4done:
+	HSUM4(Y8, X8, Y9, Y10, Y11)
+	VZEROUPPER
+	RET
+
+// func kernDotQ5_0x4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+//
+// Q5_0VALS wants all ones in Y11, taken here by an accumulator: this one
+// keeps them in Y0 and the accumulators in Y6..Y9.
+TEXT ·kernDotQ5_0x4AVX2(SB), NOSPLIT, $0-104
+	X4SETUP
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	ONES16(Y15)
+	BCASTB($0x0f, X14, Y14)
+	VMOVDQU kernQ5Shuf<>(SB), Y13
+	VMOVDQU kernQ5Bits<>(SB), Y12
+	VPCMPEQB Y0, Y0, Y0
+	BCASTB($0xf0, X10, Y10)
+	TESTQ CX, CX
+	JZ   q5x4done
+
+q5x4loop:
+	VCVTPH2PS (SI), X1
+	VBROADCASTSS X1, Y1
+	VPBROADCASTD 2(SI), Y5
+	VPSHUFB    Y13, Y5, Y5
+	VPOR       Y12, Y5, Y5
+	VPCMPEQB   Y0, Y5, Y5
+	VPANDN     Y10, Y5, Y5
+	VMOVDQU    6(SI), X2
+	VPSRLW     $4, X2, X4
+	VINSERTI128 $1, X4, Y2, Y2
+	VPAND      Y14, Y2, Y2
+	VPOR       Y5, Y2, Y2
+	VPABSB Y2, Y3
+	DOT4T((DI), (DX), Y6)
+	DOT4T((DI)(R9*1), (DX)(R11*1), Y7)
+	DOT4T((DI)(R9*2), (DX)(R11*2), Y8)
+	DOT4T((DI)(R10*1), (DX)(R12*1), Y9)
+	ADDQ $22, SI
+	ADDQ $32, DI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  q5x4loop
+
+q5x4done:
+	HSUM4(Y6, X6, Y7, Y8, Y9)
+	VZEROUPPER
+	RET
+
+// Q4KX4T dots chunk c's nibbles (low in Y12, high in Y13) with token t's
+// two activation blocks at x (x+32), scaled by the floats at s(SP) and
+// s+4(SP). Uses Y15 (ones), Y0..Y3.
+#define Q4KX4T(x, s, acc) \
+	VPMADDUBSW x, Y12, Y0; \
+	VPMADDUBSW 32+x, Y13, Y1; \
+	VPMADDWD   Y15, Y0, Y0; \
+	VPMADDWD   Y15, Y1, Y1; \
+	VCVTDQ2PS  Y0, Y0; \
+	VCVTDQ2PS  Y1, Y1; \
+	VBROADCASTSS s(SP), Y2; \
+	VBROADCASTSS s+4(SP), Y3; \
+	VFMADD231PS Y2, Y0, acc; \
+	VFMADD231PS Y3, Y1, acc
+
+#define Q4KX4CHUNK(c) \
+	VMOVDQU 16+32*c(SI), Y12; \
+	VPSRLW  $4, Y12, Y13; \
+	VPAND   Y14, Y12, Y12; \
+	VPAND   Y14, Y13, Y13; \
+	Q4KX4T(64*c(DI), 8*c, Y8); \
+	Q4KX4T(64*c(DI)(R9*1), 32+8*c, Y9); \
+	Q4KX4T(64*c(DI)(R9*2), 64+8*c, Y10); \
+	Q4KX4T(64*c(DI)(R10*1), 96+8*c, Y11)
+
+// func kernDotQ4_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+//
+// As kernDotQ4_KAVX2, with each token's d·sc_j·xd_j at 32t(SP) and the min
+// terms subtracted straight from its accumulator.
+TEXT ·kernDotQ4_Kx4AVX2(SB), NOSPLIT, $128-104
+	X4SETUP
+	SHRQ $3, CX
+	ZERO4
+	ONES16(Y15)
+	BCASTB($0x0f, X14, Y14)
+	TESTQ CX, CX
+	JZ   q4kx4done
+
+q4kx4loop:
+	VCVTPH2PS (SI), X3
+	VBROADCASTSS X3, Y4
+	VMOVSHDUP X3, X5
+	VBROADCASTSS X5, Y5
+	Q4KSCALES(X6, X7)
+	VPMOVZXBD X6, Y6
+	VCVTDQ2PS Y6, Y6
+	VMULPS Y4, Y6, Y6   // d·sc_j
+	VPMOVZXBD X7, Y7
+	VCVTDQ2PS Y7, Y7
+	VMULPS Y5, Y7, Y7   // dmin·m_j
+	VMULPS (DX), Y6, Y0
+	VMOVUPS Y0, 0(SP)
+	VMULPS (DX)(R11*1), Y6, Y0
+	VMOVUPS Y0, 32(SP)
+	VMULPS (DX)(R11*2), Y6, Y0
+	VMOVUPS Y0, 64(SP)
+	VMULPS (DX)(R12*1), Y6, Y0
+	VMOVUPS Y0, 96(SP)
+	VFNMADD231PS (R8), Y7, Y8
+	VFNMADD231PS (R8)(R11*1), Y7, Y9
+	VFNMADD231PS (R8)(R11*2), Y7, Y10
+	VFNMADD231PS (R8)(R12*1), Y7, Y11
+	Q4KX4CHUNK(0)
+	Q4KX4CHUNK(1)
+	Q4KX4CHUNK(2)
+	Q4KX4CHUNK(3)
+	ADDQ $144, SI
+	ADDQ $256, DI
+	ADDQ $32, DX
+	ADDQ $32, R8
+	DECQ CX
+	JNZ  q4kx4loop
+
+q4kx4done:
+	HSUM4(Y8, X8, Y9, Y10, Y11)
+	VZEROUPPER
+	RET
+
+// Q6KX4T dots the 32 6-bit values in Y4 with token t's activation block
+// at x, minus 32·Σx, scaled by the sub-block scales at s(SP), s+4(SP).
+// Uses Y15 (ones), Y12 (32s), Y0..Y3.
+#define Q6KX4T(x, s, acc) \
+	VMOVDQU    x, Y0; \
+	VPMADDUBSW Y0, Y4, Y1; \
+	VPMADDUBSW Y0, Y12, Y0; \
+	VPSUBW     Y0, Y1, Y1; \
+	VPMADDWD   Y15, Y1, Y1; \
+	VCVTDQ2PS  Y1, Y1; \
+	VBROADCASTSS s(SP), X2; \
+	VBROADCASTSS s+4(SP), Y3; \
+	VBLENDPS   $0x0F, Y2, Y3, Y3; \
+	VFMADD231PS Y3, Y1, acc
+
+// Q6KX4B dots block k of half h, whose values are in Y4, for four tokens.
+#define Q6KX4B(h, k) \
+	Q6KX4T(128*h+32*k(DI), 32*h+8*k, Y8); \
+	Q6KX4T(128*h+32*k(DI)(R9*1), 64+32*h+8*k, Y9); \
+	Q6KX4T(128*h+32*k(DI)(R9*2), 128+32*h+8*k, Y10); \
+	Q6KX4T(128*h+32*k(DI)(R10*1), 192+32*h+8*k, Y11)
+
+#define Q6KX4HALF(h) \
+	VPAND   64*h(SI), Y14, Y4; \
+	VPSLLW  $4, 128+32*h(SI), Y5; \
+	VPAND   Y13, Y5, Y5; \
+	VPOR    Y5, Y4, Y4; \
+	Q6KX4B(h, 0); \
+	VPAND   64*h+32(SI), Y14, Y4; \
+	VPSLLW  $2, 128+32*h(SI), Y5; \
+	VPAND   Y13, Y5, Y5; \
+	VPOR    Y5, Y4, Y4; \
+	Q6KX4B(h, 1); \
+	VPSRLW  $4, 64*h(SI), Y4; \
+	VPAND   Y14, Y4, Y4; \
+	VPAND   128+32*h(SI), Y13, Y5; \
+	VPOR    Y5, Y4, Y4; \
+	Q6KX4B(h, 2); \
+	VPSRLW  $4, 64*h+32(SI), Y4; \
+	VPAND   Y14, Y4, Y4; \
+	VPSRLW  $2, 128+32*h(SI), Y5; \
+	VPAND   Y13, Y5, Y5; \
+	VPOR    Y5, Y4, Y4; \
+	Q6KX4B(h, 3)
+
+// Q6KX4SCALES stores token t's sixteen d·sc·xd at s(SP), from the scales
+// times d in Y6 (0..7) and Y7 (8..15) and the activation scales at d.
+#define Q6KX4SCALES(d, s) \
+	VMOVUPS d, Y0; \
+	VPERMPS Y0, Y5, Y1; \
+	VPERMPS Y0, Y4, Y2; \
+	VMULPS  Y6, Y1, Y1; \
+	VMULPS  Y7, Y2, Y2; \
+	VMOVUPS Y1, s(SP); \
+	VMOVUPS Y2, 32+s(SP)
+
+// func kernDotQ6_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+TEXT ·kernDotQ6_Kx4AVX2(SB), NOSPLIT, $256-104
+	X4SETUP
+	SHRQ $3, CX
+	ZERO4
+	ONES16(Y15)
+	BCASTB($0x0f, X14, Y14)
+	BCASTB($0x30, X13, Y13)
+	BCASTB($0x20, X12, Y12)
+	TESTQ CX, CX
+	JZ   q6kx4done
+
+q6kx4loop:
+	MOVWLZX 208(SI), AX
+	VMOVD AX, X2
+	VCVTPH2PS X2, X2
+	VBROADCASTSS X2, Y2
+	VPMOVSXBD 192(SI), Y6
+	VPMOVSXBD 200(SI), Y7
+	VCVTDQ2PS Y6, Y6
+	VCVTDQ2PS Y7, Y7
+	VMULPS Y2, Y6, Y6
+	VMULPS Y2, Y7, Y7
+	VMOVDQU kernQ6Dup0<>(SB), Y5
+	VMOVDQU kernQ6Dup1<>(SB), Y4
+	Q6KX4SCALES((DX), 0)
+	Q6KX4SCALES((DX)(R11*1), 64)
+	Q6KX4SCALES((DX)(R11*2), 128)
+	Q6KX4SCALES((DX)(R12*1), 192)
+	Q6KX4HALF(0)
+	Q6KX4HALF(1)
+	ADDQ $210, SI
+	ADDQ $256, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  q6kx4loop
+
+q6kx4done:
+	HSUM4(Y8, X8, Y9, Y10, Y11)
+	VZEROUPPER
+	RET
+
+// func kernDotF32x4AVX2(res *[4]float32, w, x []float32, stride int)
+//
+// Dots w with four rows of x, stride floats apart, reading w once.
+TEXT ·kernDotF32x4AVX2(SB), NOSPLIT, $0-64
+	MOVQ w_base+8(FP), SI
+	MOVQ w_len+16(FP), CX
+	MOVQ x_base+32(FP), DI
+	MOVQ stride+56(FP), R9
+	SHLQ $2, R9
+	LEAQ (R9)(R9*2), R10
+	ZERO4
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+f32x4loop16:
+	CMPQ CX, $16
+	JB   f32x4loop8
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VFMADD231PS (DI), Y0, Y8
+	VFMADD231PS (DI)(R9*1), Y0, Y9
+	VFMADD231PS (DI)(R9*2), Y0, Y10
+	VFMADD231PS (DI)(R10*1), Y0, Y11
+	VFMADD231PS 32(DI), Y1, Y4
+	VFMADD231PS 32(DI)(R9*1), Y1, Y5
+	VFMADD231PS 32(DI)(R9*2), Y1, Y6
+	VFMADD231PS 32(DI)(R10*1), Y1, Y7
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JMP  f32x4loop16
+
+f32x4loop8:
+	VADDPS Y4, Y8, Y8
+	VADDPS Y5, Y9, Y9
+	VADDPS Y6, Y10, Y10
+	VADDPS Y7, Y11, Y11
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	CMPQ CX, $8
+	JB   f32x4tail
+	VMOVUPS (SI), Y0
+	VFMADD231PS (DI), Y0, Y8
+	VFMADD231PS (DI)(R9*1), Y0, Y9
+	VFMADD231PS (DI)(R9*2), Y0, Y10
+	VFMADD231PS (DI)(R10*1), Y0, Y11
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+
+f32x4tail:
+	// The last 0..7 values, one lane at a time, in the low lane of the
+	// accumulators (whose other lanes are summed by HSUM4 all the same).
+	TESTQ CX, CX
+	JZ   f32x4done
+	VMOVSS (SI), X0
+	VMOVSS (DI), X1
+	VFMADD231SS X1, X0, X4
+	VMOVSS (DI)(R9*1), X1
+	VFMADD231SS X1, X0, X5
+	VMOVSS (DI)(R9*2), X1
+	VFMADD231SS X1, X0, X6
+	VMOVSS (DI)(R10*1), X1
+	VFMADD231SS X1, X0, X7
+	ADDQ $4, SI
+	ADDQ $4, DI
+	DECQ CX
+	JMP  f32x4tail
+
+f32x4done:
+	VADDPS Y4, Y8, Y8
+	VADDPS Y5, Y9, Y9
+	VADDPS Y6, Y10, Y10
+	VADDPS Y7, Y11, Y11
+	HSUM4(Y8, X8, Y9, Y10, Y11)
 	VZEROUPPER
 	RET

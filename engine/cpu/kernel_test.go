@@ -357,6 +357,20 @@ func TestFloatKernelsAgree(t *testing.T) {
 			}
 			tol := 1e-6*mag + 1e-30
 			require.InDelta(t, want, ks.dotF32(w, x), tol, "kern=%s dotF32 n=%d", level, n)
+			if ks.dotF32x4 != nil {
+				stride := n + 3
+				x4 := kernRandFloats(rng, 3*stride+n, 1)
+				var res [4]float32
+				ks.dotF32x4(&res, w, x4, stride)
+				for tok := range 4 {
+					var want, mag float64
+					for i := range n {
+						want += float64(w[i]) * float64(x4[tok*stride+i])
+						mag += math.Abs(float64(w[i]) * float64(x4[tok*stride+i]))
+					}
+					require.InDelta(t, want, res[tok], 1e-6*mag+1e-30, "kern=%s dotF32x4 n=%d token %d", level, n, tok)
+				}
+			}
 
 			h, bf := make([]byte, 2*n), make([]byte, 2*n)
 			for i, v := range w {

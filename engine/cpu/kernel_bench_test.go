@@ -1,0 +1,153 @@
+package cpu
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/engine/model"
+)
+
+var (
+	kernFlag    = flag.String("kern", "", "kernel level for the benchmarks: go, avx2 or avx512 (default: the best this CPU has)")
+	kernThreads = flag.Int("kern.threads", 2, "worker threads for the benchmarks")
+)
+
+// kernBenchLevel applies -kern for the length of a benchmark.
+func kernBenchLevel(b *testing.B) {
+	if *kernFlag == "" {
+		return
+	}
+	for l := kernLevelGo; l <= kernLevelAVX512; l++ {
+		if l.String() == *kernFlag {
+			if l > kernBest {
+				b.Skipf("this CPU has no %s", l)
+			}
+			old := kernUse
+			kernUse = l
+			b.Cleanup(func() { kernUse = old })
+			return
+		}
+	}
+	b.Fatalf("unknown -kern %q", *kernFlag)
+}
+
+// kernBenchSpan is how many bytes of weights a benchmark cycles through, so
+// that each MatMul reads its weights from memory, not from the last level
+// cache, as a model's layers do.
+const kernBenchSpan = 256 << 20
+
+// BenchmarkMatMul reports weight bandwidth: SetBytes is one matrix's bytes,
+// so MB/s is how fast the weights stream through, whatever n is.
+func BenchmarkMatMul(b *testing.B) {
+	types := []model.TensorType{model.TypeF16, model.TypeQ8_0, model.TypeQ4_0, model.TypeQ4_K, model.TypeQ6_K}
+	shapes := [][2]int{{2048, 2048}, {896, 4864}, {4096, 4096}}
+	for _, typ := range types {
+		for _, shape := range shapes {
+			rows, cols := shape[0], shape[1]
+			for _, n := range []int{1, 8, 32} {
+				name := fmt.Sprintf("type=%s/rows=%d/cols=%d/n=%d", strings.ToLower(typ.String()), rows, cols, n)
+				b.Run(name, func(b *testing.B) {
+					kernBenchLevel(b)
+					ws := kernBenchWeights(b, typ, rows, cols)
+					x := kernRandFloats(rand.New(rand.NewPCG(1, 1)), n*cols, 1)
+					out := make([]float32, n*rows)
+					pool := NewPool(*kernThreads)
+					defer pool.Close()
+					b.SetBytes(int64(len(ws[0].Data)))
+					i := 0
+					for b.Loop() {
+						MatMul(pool, out, ws[i%len(ws)], x, n)
+						i++
+					}
+				})
+			}
+		}
+	}
+}
+
+// kernBenchWeights returns copies of one random matrix spanning
+// kernBenchSpan bytes in all.
+func kernBenchWeights(b *testing.B, typ model.TensorType, rows, cols int) []Weight {
+	w, _ := kernRandWeight(b, rand.New(rand.NewPCG(2, 2)), typ, rows, cols)
+	ws := make([]Weight, max(1, kernBenchSpan/len(w.Data)))
+	for i := range ws {
+		data := make([]byte, len(w.Data))
+		copy(data, w.Data)
+		var err error
+		ws[i], err = NewWeight(typ, rows, cols, data)
+		require.NoError(b, err)
+	}
+	return ws
+}
+
+// BenchmarkMemoryRead is the reference for BenchmarkMatMul's MB/s: the
+// pool's threads each stream through their share of kernBenchSpan bytes
+// with the float dot kernel, as fast as the memory system delivers.
+func BenchmarkMemoryRead(b *testing.B) {
+	b.Run(fmt.Sprintf("threads=%d", *kernThreads), func(b *testing.B) {
+		kernBenchLevel(b)
+		buf := make([]float32, kernBenchSpan/4)
+		for i := range buf {
+			buf[i] = float32(i & 7)
+		}
+		pool := NewPool(*kernThreads)
+		defer pool.Close()
+		ks := kernSetFor(kernUse)
+		const chunk = 1 << 16 // floats per task: 256 KiB
+		sums := make([]float32, len(buf)/chunk)
+		b.SetBytes(kernBenchSpan)
+		for b.Loop() {
+			pool.Run(len(sums), func(start, end int) {
+				for i := start; i < end; i++ {
+					half := buf[i*chunk : (i+1)*chunk]
+					sums[i] = ks.dotF32(half[:chunk/2], half[chunk/2:])
+				}
+			})
+		}
+	})
+}
+
+// BenchmarkKernDot measures one token's dot product with one weight row of
+// 4096 values, in L1: the kernels' compute speed. MB/s is weight bytes.
+func BenchmarkKernDot(b *testing.B) {
+	const cols = 4096
+	rng := rand.New(rand.NewPCG(3, 3))
+	x := kernRandFloats(rng, 4*cols, 1)
+	xq, xd, xs := kernQuantized(x, 4, cols)
+	for _, typ := range kernTestTypes[3:] {
+		w := kernRandBlocks(rng, typ, cols/typ.BlockSize())
+		for _, level := range kernLevels() {
+			ks := kernSetFor(level)
+			b.Run(fmt.Sprintf("type=%s/kern=%s/n=1", strings.ToLower(typ.String()), level), func(b *testing.B) {
+				b.SetBytes(int64(len(w)))
+				dot := ks.dotQ[typ]
+				for b.Loop() {
+					dot(w, xq[:cols], xd[:cols/kernQK], xs[:cols/kernQK])
+				}
+			})
+			if dot4 := ks.dotQ4[typ]; dot4 != nil {
+				b.Run(fmt.Sprintf("type=%s/kern=%s/n=4", strings.ToLower(typ.String()), level), func(b *testing.B) {
+					b.SetBytes(int64(len(w)))
+					var res [4]float32
+					for b.Loop() {
+						dot4(&res, w, xq, xd, xs)
+					}
+				})
+			}
+		}
+	}
+	wf := kernRandFloats(rng, cols, 1)
+	for _, level := range kernLevels() {
+		b.Run(fmt.Sprintf("type=f32/kern=%s/n=1", level), func(b *testing.B) {
+			b.SetBytes(4 * cols)
+			for b.Loop() {
+				kernSetFor(level).dotF32(wf, x[:cols])
+			}
+		})
+	}
+}
