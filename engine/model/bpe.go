@@ -57,19 +57,12 @@ func bpeUnmap(s string) string {
 	return string(b)
 }
 
-// bpeSymbol is a run [start, start+n) of the mapped word, linked to its
-// neighbours; n is 0 once merged into the symbol on its left.
-type bpeSymbol struct {
-	start, n   int32
-	prev, next int32
-}
-
 // bpeScratch is reused across the pieces of one Encode call.
 type bpeScratch struct {
 	pre    pretokText
 	pieces []string
 	word   []byte
-	syms   []bpeSymbol
+	syms   []tokSymbol
 	heap   tokHeap
 	key    []byte
 }
@@ -100,36 +93,12 @@ func (t *Tokenizer) bpeEncodeWord(word []byte, out []int32, sc *bpeScratch) []in
 			return append(out, id)
 		}
 	}
-	sc.syms = sc.syms[:0]
-	for i := 0; i < len(word); {
-		_, w := utf8.DecodeRune(word[i:])
-		n := int32(len(sc.syms))
-		sc.syms = append(sc.syms, bpeSymbol{start: int32(i), n: int32(w), prev: n - 1, next: n + 1})
-		i += w
-	}
-	if len(sc.syms) == 0 {
+	syms := tokMerge(word, sc.syms, &sc.heap, func(syms []tokSymbol, left, right int32) {
+		t.bpeAddBigram(word, syms, sc, left, right)
+	})
+	sc.syms = syms
+	if len(syms) == 0 {
 		return out
-	}
-	sc.syms[len(sc.syms)-1].next = -1
-	sc.heap = sc.heap[:0]
-	for i := 1; i < len(sc.syms); i++ {
-		t.bpeAddBigram(word, sc, int32(i-1), int32(i))
-	}
-	syms := sc.syms
-	for len(sc.heap) > 0 {
-		bg := sc.heap.pop()
-		l, r := &syms[bg.left], &syms[bg.right]
-		if l.n != bg.ln || r.n != bg.rn || l.n == 0 {
-			continue // stale: one side has merged since
-		}
-		l.n += r.n
-		r.n = 0
-		l.next = r.next
-		if r.next >= 0 {
-			syms[r.next].prev = bg.left
-		}
-		t.bpeAddBigram(word, sc, l.prev, bg.left)
-		t.bpeAddBigram(word, sc, bg.left, l.next)
 	}
 	for i := int32(0); i != -1; i = syms[i].next {
 		s := syms[i]
@@ -153,11 +122,11 @@ func (t *Tokenizer) bpeEncodeWord(word []byte, out []int32, sc *bpeScratch) []in
 	return out
 }
 
-func (t *Tokenizer) bpeAddBigram(word []byte, sc *bpeScratch, left, right int32) {
+func (t *Tokenizer) bpeAddBigram(word []byte, syms []tokSymbol, sc *bpeScratch, left, right int32) {
 	if left < 0 || right < 0 {
 		return
 	}
-	l, r := sc.syms[left], sc.syms[right]
+	l, r := syms[left], syms[right]
 	sc.key = append(sc.key[:0], word[l.start:l.start+l.n]...)
 	sc.key = append(sc.key, ' ')
 	sc.key = append(sc.key, word[r.start:r.start+r.n]...)

@@ -3,22 +3,14 @@ package model
 import (
 	"math"
 	"strings"
-	"unicode/utf8"
 )
 
 // spmSpace is SentencePiece's stand-in for a space, U+2581 "▁".
 const spmSpace = "\u2581"
 
-// spmSymbol is a run [start, start+n) of the escaped text, linked to its
-// neighbours; n is 0 once merged into the symbol on its left.
-type spmSymbol struct {
-	start, n   int32
-	prev, next int32
-}
-
 // spmScratch is reused across the runs of one Encode call.
 type spmScratch struct {
-	syms []spmSymbol
+	syms []tokSymbol
 	heap tokHeap
 }
 
@@ -58,40 +50,12 @@ func (t *Tokenizer) spmEncode(text string, spacePrefix bool, out []int32, sc *sp
 
 // spmMerge appends the ids of escaped text.
 func (t *Tokenizer) spmMerge(text string, out []int32, sc *spmScratch) []int32 {
-	sc.syms = sc.syms[:0]
-	for i := 0; i < len(text); {
-		// llama.cpp sizes a character by its first byte alone, so an
-		// invalid byte swallows the bytes after it; here it stands alone,
-		// which changes nothing for valid UTF-8 and keeps the text that
-		// follows an invalid byte intact.
-		_, w := utf8.DecodeRuneInString(text[i:])
-		n := int32(len(sc.syms))
-		sc.syms = append(sc.syms, spmSymbol{start: int32(i), n: int32(w), prev: n - 1, next: n + 1})
-		i += w
-	}
-	if len(sc.syms) == 0 {
+	syms := tokMerge(text, sc.syms, &sc.heap, func(syms []tokSymbol, left, right int32) {
+		t.spmAddBigram(text, syms, sc, left, right)
+	})
+	sc.syms = syms
+	if len(syms) == 0 {
 		return out
-	}
-	sc.syms[len(sc.syms)-1].next = -1
-	sc.heap = sc.heap[:0]
-	for i := 1; i < len(sc.syms); i++ {
-		t.spmAddBigram(text, sc, int32(i-1), int32(i))
-	}
-	syms := sc.syms
-	for len(sc.heap) > 0 {
-		bg := sc.heap.pop()
-		l, r := &syms[bg.left], &syms[bg.right]
-		if l.n != bg.ln || r.n != bg.rn || l.n == 0 {
-			continue // stale: one side has merged since
-		}
-		l.n += r.n
-		r.n = 0
-		l.next = r.next
-		if r.next >= 0 {
-			syms[r.next].prev = bg.left
-		}
-		t.spmAddBigram(text, sc, l.prev, bg.left)
-		t.spmAddBigram(text, sc, bg.left, l.next)
 	}
 	for i := int32(0); i != -1; i = syms[i].next {
 		s := syms[i]
@@ -111,11 +75,11 @@ func (t *Tokenizer) spmMerge(text string, out []int32, sc *spmScratch) []int32 {
 	return out
 }
 
-func (t *Tokenizer) spmAddBigram(text string, sc *spmScratch, left, right int32) {
+func (t *Tokenizer) spmAddBigram(text string, syms []tokSymbol, sc *spmScratch, left, right int32) {
 	if left < 0 || right < 0 {
 		return
 	}
-	l, r := sc.syms[left], sc.syms[right]
+	l, r := syms[left], syms[right]
 	id, ok := t.ids[text[l.start:r.start+r.n]]
 	if !ok {
 		return
