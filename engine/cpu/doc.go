@@ -1,0 +1,20 @@
+// Package cpu is the engine's CPU executor: a real transformer forward pass
+// for the llama and qwen2 architectures over the weights of a GGUF file,
+// with the KV cache in paged blocks that the engine's block pool hands out.
+//
+// It owns the executor ([Executor], [Config], [New]): batch validation, the
+// block operations (swap to and from host memory, copy-on-write copies) on
+// real K/V bytes, the fused forward step of a whole batch (every weight
+// matrix read once per step for all rows), paged attention through each
+// sequence's block table, RoPE, and the matrix kernels and worker [Pool]
+// the forward pass runs on. Choosing tokens from logits belongs to
+// engine/sample.
+//
+// Goroutines: the executor's [Pool] is the only source of goroutines; it is
+// owned by the [Executor] and stopped by [Executor.Close].
+//
+// cpu imports engine and engine/model; it must not import daemon, cluster,
+// store, tui, cmd or net/http (checked by scripts/check-imports.sh), nor
+// engine/kvcache or the scheduler's state: block tables arrive as plain data
+// in [engine.Batch].
+package cpu

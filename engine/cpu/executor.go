@@ -1,0 +1,516 @@
+package cpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/model"
+)
+
+// ErrClosed is returned by Forward once the executor is closed.
+var ErrClosed = errors.New("cpu: executor closed")
+
+// Config configures an Executor. Start from DefaultConfig; zero fields take
+// the defaults named in their comments.
+type Config struct {
+	// Name is the model id reported in Info; default the file's
+	// general.name, else its architecture.
+	Name string
+	// Threads is the number of worker goroutines of the forward pass;
+	// default runtime.NumCPU().
+	Threads int
+	// BlockSize is the number of tokens per KV block, a power of two;
+	// default 16.
+	BlockSize int
+	// KVBlocks is the number of KV blocks; if 0 it is KVCacheBytes over the
+	// bytes of one block, raised to hold one sequence of the model's full
+	// context.
+	KVBlocks int
+	// KVCacheBytes sizes the KV cache when KVBlocks is 0; default 256 MiB.
+	KVCacheBytes int64
+	// KVType is the type the cache stores K and V as: "f16" (default) or
+	// "f32".
+	KVType string
+	// SwapBytes is the host swap space for preempted sequences' blocks, in
+	// bytes; default 256 MiB. NoSwap disables it.
+	SwapBytes int64
+	// NoSwap disables host swap space (preempted sequences recompute).
+	NoSwap bool
+	// EOS lists the token ids that end a generation (the tokenizer's
+	// end-of-generation ids); each must be below the vocabulary size.
+	EOS []int32
+}
+
+// Defaults of Config.
+const (
+	DefaultBlockSize          = 16
+	DefaultKVCacheBytes int64 = 256 << 20
+	DefaultSwapBytes    int64 = 256 << 20
+)
+
+// DefaultConfig returns the documented defaults: runtime.NumCPU() threads,
+// 16-token blocks, a 256 MiB F16 KV cache and 256 MiB of swap space.
+func DefaultConfig() Config {
+	return Config{
+		Threads:      runtime.NumCPU(),
+		BlockSize:    DefaultBlockSize,
+		KVCacheBytes: DefaultKVCacheBytes,
+		KVType:       "f16",
+		SwapBytes:    DefaultSwapBytes,
+	}
+}
+
+// Validate reports the first invalid field. Zero values are valid: they
+// take the defaults.
+func (c Config) Validate() error {
+	switch {
+	case c.Threads < 0:
+		return fmt.Errorf("cpu: threads must not be negative, got %d", c.Threads)
+	case c.BlockSize < 0 || c.BlockSize&(c.BlockSize-1) != 0 || c.BlockSize > 1<<16:
+		return fmt.Errorf("cpu: block size %d is not a power of two up to 65536", c.BlockSize)
+	case c.KVBlocks < 0 || c.KVBlocks > math.MaxInt32:
+		return fmt.Errorf("cpu: KV blocks %d out of range", c.KVBlocks)
+	case c.KVCacheBytes < 0:
+		return fmt.Errorf("cpu: KV cache bytes must not be negative, got %d", c.KVCacheBytes)
+	case c.SwapBytes < 0:
+		return fmt.Errorf("cpu: swap bytes must not be negative, got %d", c.SwapBytes)
+	}
+	_, err := parseKVType(c.KVType)
+	return err
+}
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	if c.Threads == 0 {
+		c.Threads = runtime.NumCPU()
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	if c.KVCacheBytes == 0 {
+		c.KVCacheBytes = DefaultKVCacheBytes
+	}
+	if c.KVType == "" {
+		c.KVType = "f16"
+	}
+	if c.SwapBytes == 0 && !c.NoSwap {
+		c.SwapBytes = DefaultSwapBytes
+	}
+	if c.NoSwap {
+		c.SwapBytes = 0
+	}
+	return c
+}
+
+// Estimates for the cost model before the first measured step.
+const (
+	// memcpyBytesPerSec is the host memory copy rate a swap runs at.
+	memcpyBytesPerSec = 8e9
+	// flopsPerThread is a first guess at one core's matmul rate.
+	flopsPerThread = 4e9
+)
+
+// Executor runs llama and qwen2 models on the CPU. It implements
+// [engine.Executor] and [engine.CostModel].
+//
+// Locking: Forward holds a mutex for the whole step, so concurrent calls are
+// safe though the engine makes none; Info, SwapTime and PrefillTime may be
+// called from any goroutine. The executor reads the model file's tensor
+// data for its whole life: close the file only after Close.
+type Executor struct {
+	cfg  Config
+	spec model.Spec
+	info engine.ExecutorInfo
+	w    *weights
+	rope *rope
+	pool *Pool
+
+	blockBytes int64   // KV bytes of one block, all layers
+	flopsTok   float64 // matmul FLOPs per token
+	flopRate   atomic.Uint64
+
+	mu     sync.Mutex
+	closed bool
+	dev    *kvCache // one block per engine block id
+	host   *kvCache // one block per swap slot; nil without swap
+	buf    stepBuffers
+	// scratch holds one worker scratch space per pool thread.
+	scratch []*scratch
+	// swapUsed marks the host slots that hold a block (a bitset).
+	swapUsed []uint64
+	// Scratch bitsets for validating one batch, all zero between calls:
+	// outMark and inMark over host slots, inDevice and written over device
+	// blocks.
+	outMark, inMark, inDevice, written []uint64
+	// writer[b] is the index+1 of the sequence that writes block b this
+	// step, valid where written is set.
+	writer []int32
+
+	// sample picks a sampled row's token; tests may replace it.
+	sample func(logits []float32, s *engine.SeqInput) int32
+}
+
+var (
+	_ engine.Executor  = (*Executor)(nil)
+	_ engine.CostModel = (*Executor)(nil)
+)
+
+// New returns an executor for the llama or qwen2 model in f with
+// configuration cfg. It reads the spec with model.SpecFromFile, checks
+// every tensor's type and size, and allocates the KV cache and swap space;
+// it starts cfg.Threads worker goroutines, stopped by Close. f must stay
+// open until Close. New needs no tokenizer: EOS ids come in cfg.EOS.
+func New(f *model.File, cfg Config) (*Executor, error) {
+	if f == nil {
+		return nil, errors.New("cpu: nil model file")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	spec, err := model.SpecFromFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
+	}
+	for _, id := range cfg.EOS {
+		if id < 0 || int(id) >= spec.Vocab {
+			return nil, fmt.Errorf("cpu: EOS token %d outside the vocabulary of %d", id, spec.Vocab)
+		}
+	}
+	w, err := loadWeights(f, spec)
+	if err != nil {
+		return nil, err
+	}
+	r, err := newRope(spec, w.ropeFreqs)
+	if err != nil {
+		return nil, err
+	}
+	f16, _ := parseKVType(cfg.KVType)
+	bs := cfg.BlockSize
+	blockBytes := kvBytesPerBlock(spec, bs, f16)
+	blocks := int64(cfg.KVBlocks)
+	if blocks == 0 {
+		blocks = max(cfg.KVCacheBytes/blockBytes, int64((spec.ContextLength+bs-1)/bs))
+	}
+	if blocks > math.MaxInt32 || blocks > math.MaxInt64/blockBytes {
+		return nil, fmt.Errorf("cpu: %d KV blocks of %d bytes is too large", blocks, blockBytes)
+	}
+	swap := cfg.SwapBytes / blockBytes
+	swap = min(swap, math.MaxInt32)
+
+	name := cfg.Name
+	if name == "" {
+		name = spec.Name
+	}
+	if name == "" {
+		name = spec.Arch
+	}
+	e := &Executor{
+		cfg:        cfg,
+		spec:       spec,
+		w:          w,
+		rope:       r,
+		blockBytes: blockBytes,
+		flopsTok:   2 * float64(w.matmulParams),
+		dev:        newKVCache(f16, spec.Layers, int(blocks), bs, spec.KVHeads, spec.HeadDim, spec.ValueDim),
+	}
+	if swap > 0 {
+		e.host = newKVCache(f16, spec.Layers, int(swap), bs, spec.KVHeads, spec.HeadDim, spec.ValueDim)
+	}
+	e.info = engine.ExecutorInfo{
+		Model:         name,
+		NumBlocks:     int(blocks),
+		BlockSize:     bs,
+		ContextLength: spec.ContextLength,
+		EOS:           append([]int32(nil), cfg.EOS...),
+		SwapBlocks:    int(swap),
+	}
+	e.flopRate.Store(math.Float64bits(flopsPerThread * float64(cfg.Threads)))
+	e.swapUsed = make([]uint64, (swap+63)/64)
+	e.outMark = make([]uint64, (swap+63)/64)
+	e.inMark = make([]uint64, (swap+63)/64)
+	e.inDevice = make([]uint64, (blocks+63)/64)
+	e.written = make([]uint64, (blocks+63)/64)
+	e.writer = make([]int32, blocks)
+	e.sample = greedy
+	e.pool = NewPool(cfg.Threads)
+	for range e.pool.Threads() {
+		e.scratch = append(e.scratch, newScratch(&e.spec, bs, r.dims))
+	}
+	return e, nil
+}
+
+// Info describes the model and the KV capacity: NumBlocks device blocks of
+// BlockSize tokens and SwapBlocks host slots. The caller owns the returned
+// EOS slice.
+func (e *Executor) Info() engine.ExecutorInfo {
+	info := e.info
+	info.EOS = append([]int32(nil), e.info.EOS...)
+	return info
+}
+
+// Spec returns the model's spec.
+func (e *Executor) Spec() model.Spec { return e.spec }
+
+// Close stops the worker goroutines. Forward returns ErrClosed afterwards.
+// Close is idempotent.
+func (e *Executor) Close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	e.closed = true
+	e.pool.Close()
+}
+
+// SwapTime estimates copying n blocks one way between the KV cache and host
+// memory at a memory copy rate of 8 GB/s. It implements [engine.CostModel].
+func (e *Executor) SwapTime(blocks int) time.Duration {
+	return seconds(float64(max(blocks, 0)) * float64(e.blockBytes) / memcpyBytesPerSec)
+}
+
+// PrefillTime estimates the compute time of prefilling n tokens: two FLOPs
+// per weight per token at the rate the last steps achieved (a first guess
+// of 4 GFLOP/s per thread before any). Attention is not counted. It
+// implements [engine.CostModel].
+func (e *Executor) PrefillTime(tokens int) time.Duration {
+	rate := math.Float64frombits(e.flopRate.Load())
+	return seconds(float64(max(tokens, 0)) * e.flopsTok / rate)
+}
+
+// observe folds the rate of a step of tokens tokens that took d into the
+// FLOP rate estimate (an exponential moving average).
+func (e *Executor) observe(tokens int, d time.Duration) {
+	if d <= 0 || tokens < 8 {
+		// Decode steps of a few tokens are memory bound: they say
+		// little about prefill.
+		return
+	}
+	rate := float64(tokens) * e.flopsTok / d.Seconds()
+	old := math.Float64frombits(e.flopRate.Load())
+	e.flopRate.Store(math.Float64bits(0.8*old + 0.2*rate))
+}
+
+// maxDuration bounds estimates so absurd inputs cannot overflow.
+const maxDuration = 24 * time.Hour
+
+func seconds(s float64) time.Duration {
+	d := s * float64(time.Second)
+	if !(d < float64(maxDuration)) {
+		return maxDuration
+	}
+	return time.Duration(math.Round(d))
+}
+
+// Forward validates b, applies its block operations (SwapOut, then SwapIn,
+// then Copies, on the K/V bytes of every layer), runs one forward step over
+// all of b's tokens and samples a token for every sequence whose Sample is
+// set (-1 elsewhere). Output.Duration is the measured wall time.
+//
+// It returns an error, and changes nothing, when b is malformed: a
+// sequence with no tokens or a token outside the vocabulary, a Context
+// other than Pos+len(Tokens) or beyond the context length, a block table
+// too short for Context or naming a block out of range, two sequences
+// writing one block, a copy or swap naming a block or host slot out of
+// range, two swaps out to one host slot, two swaps in from one slot or to
+// one device block, a swap in from a slot that holds no block or that the
+// same batch swaps out to. If ctx ends during the step it returns ctx's
+// error; the block operations stay applied and the K/V of the step's
+// positions are undefined.
+func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (out *engine.Output, err error) {
+	if b == nil {
+		return nil, errors.New("cpu: nil batch")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	defer func() {
+		// Validation makes a panic a bug; fail the batch, not the
+		// process.
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("cpu: internal error in forward step: %v", r)
+		}
+	}()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cpu: step interrupted: %w", err)
+	}
+	if err := e.validate(b); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	e.applyBlockOps(b)
+	out = &engine.Output{Tokens: make([]int32, len(b.Seqs))}
+	if len(b.Seqs) > 0 {
+		logits, err := e.forward(ctx, b.Seqs)
+		if err != nil {
+			return nil, err
+		}
+		row := 0
+		for i := range b.Seqs {
+			s := &b.Seqs[i]
+			out.Tokens[i] = -1
+			if s.Sample {
+				out.Tokens[i] = e.sample(logits[row*e.spec.Vocab:(row+1)*e.spec.Vocab], s)
+				row++
+			}
+		}
+	}
+	out.Duration = time.Since(start)
+	e.observe(b.NumTokens(), out.Duration)
+	return out, nil
+}
+
+// applyBlockOps runs b's swaps and copies; b is valid.
+func (e *Executor) applyBlockOps(b *engine.Batch) {
+	for _, s := range b.SwapOut {
+		e.host.copyBlock(int(s.Host), e.dev, int(s.Device))
+		setBit(e.swapUsed, s.Host)
+	}
+	for _, s := range b.SwapIn {
+		e.dev.copyBlock(int(s.Device), e.host, int(s.Host))
+		clearBit(e.swapUsed, s.Host)
+	}
+	for _, c := range b.Copies {
+		if c.Src != c.Dst {
+			e.dev.copyBlock(int(c.Dst), e.dev, int(c.Src))
+		}
+	}
+}
+
+// validate checks b against the executor's state without changing it.
+func (e *Executor) validate(b *engine.Batch) error {
+	bs := e.info.BlockSize
+	nb := int32(e.info.NumBlocks)
+	vocab := int32(e.spec.Vocab)
+	defer func() {
+		// Leave the scratch bitsets zero for the next batch.
+		for i := range b.Seqs {
+			s := &b.Seqs[i]
+			if s.Pos < 0 || s.Pos > e.info.ContextLength || s.Context != s.Pos+len(s.Tokens) || s.Context > e.info.ContextLength {
+				continue
+			}
+			hi := min((s.Context+bs-1)/bs, len(s.Blocks))
+			for _, blk := range s.Blocks[min(s.Pos/bs, hi):hi] {
+				if blk >= 0 && blk < nb {
+					clearBit(e.written, blk)
+				}
+			}
+		}
+	}()
+	for i := range b.Seqs {
+		s := &b.Seqs[i]
+		switch {
+		case len(s.Tokens) == 0:
+			return fmt.Errorf("cpu: sequence %d has no tokens", s.SeqID)
+		case s.Pos < 0 || s.Pos > e.info.ContextLength || s.Context != s.Pos+len(s.Tokens):
+			return fmt.Errorf("cpu: sequence %d: context %d is not position %d plus %d tokens", s.SeqID, s.Context, s.Pos, len(s.Tokens))
+		case s.Context > e.info.ContextLength:
+			return fmt.Errorf("cpu: sequence %d: context %d exceeds the context length %d", s.SeqID, s.Context, e.info.ContextLength)
+		case s.Generated < 0:
+			return fmt.Errorf("cpu: sequence %d: negative generated count %d", s.SeqID, s.Generated)
+		case len(s.Blocks) < (s.Context+bs-1)/bs:
+			return fmt.Errorf("cpu: sequence %d: %d blocks cannot hold %d tokens", s.SeqID, len(s.Blocks), s.Context)
+		}
+		for _, t := range s.Tokens {
+			if t < 0 || t >= vocab {
+				return fmt.Errorf("cpu: sequence %d: token %d outside the vocabulary of %d", s.SeqID, t, vocab)
+			}
+		}
+		used := s.Blocks[:(s.Context+bs-1)/bs]
+		for _, blk := range used {
+			if blk < 0 || blk >= nb {
+				return fmt.Errorf("cpu: sequence %d: block %d out of range [0, %d)", s.SeqID, blk, nb)
+			}
+		}
+		// The blocks this step writes: a block written by two sequences
+		// (or twice in one table) would race and mix their K/V.
+		for _, blk := range used[s.Pos/bs:] {
+			if getBit(e.written, blk) && e.writer[blk] != int32(i+1) {
+				return fmt.Errorf("cpu: block %d is written by two sequences in one batch", blk)
+			}
+			if getBit(e.written, blk) {
+				return fmt.Errorf("cpu: sequence %d: block %d appears twice among the blocks it writes", s.SeqID, blk)
+			}
+			setBit(e.written, blk)
+			e.writer[blk] = int32(i + 1)
+		}
+	}
+	for _, c := range b.Copies {
+		if c.Src < 0 || c.Src >= nb || c.Dst < 0 || c.Dst >= nb {
+			return fmt.Errorf("cpu: block copy %d -> %d out of range [0, %d)", c.Src, c.Dst, nb)
+		}
+	}
+	slots := int32(e.info.SwapBlocks)
+	defer func() {
+		for _, s := range b.SwapOut {
+			if s.Host >= 0 && s.Host < slots {
+				clearBit(e.outMark, s.Host)
+			}
+		}
+		for _, s := range b.SwapIn {
+			if s.Host >= 0 && s.Host < slots {
+				clearBit(e.inMark, s.Host)
+			}
+			if s.Device >= 0 && s.Device < nb {
+				clearBit(e.inDevice, s.Device)
+			}
+		}
+	}()
+	for _, s := range b.SwapOut {
+		switch {
+		case s.Device < 0 || s.Device >= nb:
+			return fmt.Errorf("cpu: swap out of block %d out of range [0, %d)", s.Device, nb)
+		case s.Host < 0 || s.Host >= slots:
+			return fmt.Errorf("cpu: swap out to host slot %d outside the swap space of %d slots", s.Host, slots)
+		case getBit(e.outMark, s.Host):
+			return fmt.Errorf("cpu: two swaps out to host slot %d in one batch", s.Host)
+		}
+		setBit(e.outMark, s.Host)
+	}
+	for _, s := range b.SwapIn {
+		switch {
+		case s.Device < 0 || s.Device >= nb:
+			return fmt.Errorf("cpu: swap in to block %d out of range [0, %d)", s.Device, nb)
+		case s.Host < 0 || s.Host >= slots:
+			return fmt.Errorf("cpu: swap in from host slot %d out of range [0, %d)", s.Host, slots)
+		case getBit(e.inMark, s.Host):
+			return fmt.Errorf("cpu: two swaps in from host slot %d in one batch", s.Host)
+		case getBit(e.inDevice, s.Device):
+			return fmt.Errorf("cpu: two swaps in to block %d in one batch", s.Device)
+		case getBit(e.outMark, s.Host):
+			return fmt.Errorf("cpu: swap in from host slot %d, which the same batch swaps out to first", s.Host)
+		case !getBit(e.swapUsed, s.Host):
+			return fmt.Errorf("cpu: swap in from host slot %d, which holds no block", s.Host)
+		}
+		setBit(e.inMark, s.Host)
+		setBit(e.inDevice, s.Device)
+	}
+	return nil
+}
+
+// greedy returns the index of the largest logit (the lowest on ties). It
+// stands in for engine/sample until that lands.
+// TODO(cpu): sample with engine/sample (temperature, top-k/p, penalties).
+func greedy(logits []float32, _ *engine.SeqInput) int32 {
+	best := 0
+	for i, v := range logits {
+		if v > logits[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+func getBit(set []uint64, i int32) bool { return set[i/64]&(1<<(i%64)) != 0 }
+func setBit(set []uint64, i int32)      { set[i/64] |= 1 << (i % 64) }
+func clearBit(set []uint64, i int32)    { set[i/64] &^= 1 << (i % 64) }

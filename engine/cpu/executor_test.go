@@ -1,0 +1,571 @@
+package cpu
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/model"
+)
+
+// testSeq is a sequence driven by hand: its tokens (prompt, then the
+// tokens it generated), its block table, and how many tokens have K/V in
+// the cache.
+type testSeq struct {
+	id     uint64
+	toks   []int32
+	blocks []int32
+	done   int
+	prompt int
+	gen    []int32
+}
+
+func newTestSeq(id uint64, prompt, blocks []int32) *testSeq {
+	return &testSeq{id: id, toks: slices.Clone(prompt), blocks: blocks, prompt: len(prompt)}
+}
+
+// next returns the input that processes the next n tokens (fewer if fewer
+// are pending) and counts them as done.
+func (s *testSeq) next(n int, sample bool) engine.SeqInput {
+	n = min(n, len(s.toks)-s.done)
+	in := engine.SeqInput{
+		SeqID: s.id, Tokens: s.toks[s.done : s.done+n], Pos: s.done, Context: s.done + n,
+		Blocks: s.blocks, Sample: sample, Generated: len(s.gen), History: s.toks[:s.done+n],
+	}
+	s.done += n
+	return in
+}
+
+// accept appends a generated token.
+func (s *testSeq) accept(tok int32) {
+	s.gen = append(s.gen, tok)
+	s.toks = append(s.toks, tok)
+}
+
+// seqBlocks returns sequence i's share of the cache when it is split
+// evenly between n sequences: contiguous block ids.
+func seqBlocks(e *Executor, i, n int) []int32 {
+	per := e.info.NumBlocks / n
+	out := make([]int32, per)
+	for j := range out {
+		out[j] = int32(i*per + j)
+	}
+	return out
+}
+
+// scatteredBlocks returns n distinct block ids in a random order.
+func scatteredBlocks(e *Executor, n int, seed uint64) []int32 {
+	perm := rand.New(rand.NewPCG(seed, 2)).Perm(e.info.NumBlocks)
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(perm[i])
+	}
+	return out
+}
+
+// runGreedy runs seqs together until each has generated gen tokens: every
+// step carries every unfinished sequence, prefilling at most chunk tokens
+// of each, then decoding one token. It returns each sequence's logits of
+// every sampled step.
+func runGreedy(t testing.TB, e *Executor, seqs []*testSeq, chunk, gen int) [][][]float32 {
+	t.Helper()
+	logits := make([][][]float32, len(seqs))
+	for {
+		var b engine.Batch
+		var idx []int
+		for i, s := range seqs {
+			if len(s.gen) >= gen {
+				continue
+			}
+			n := min(chunk, len(s.toks)-s.done)
+			b.Seqs = append(b.Seqs, s.next(n, s.done+n == len(s.toks)))
+			idx = append(idx, i)
+		}
+		if len(idx) == 0 {
+			return logits
+		}
+		out, l := forwardLogits(t, e, &b)
+		row := 0
+		for j, i := range idx {
+			if b.Seqs[j].Sample {
+				require.GreaterOrEqual(t, out.Tokens[j], int32(0))
+				seqs[i].accept(out.Tokens[j])
+				logits[i] = append(logits[i], l[row])
+				row++
+			} else {
+				require.Equal(t, int32(-1), out.Tokens[j])
+			}
+		}
+	}
+}
+
+// maxRelDiff is relErr between two float32 logit sets.
+func maxRelDiff(a, b [][]float32) float64 {
+	worst := 0.0
+	for i := range a {
+		w := make([]float64, len(b[i]))
+		for j, v := range b[i] {
+			w[j] = float64(v)
+		}
+		worst = max(worst, relErr(a[i], w))
+	}
+	return worst
+}
+
+// batchTolerance bounds the logit difference between two runs of the same
+// tokens that differ only in how rows are batched: the matrix kernels may
+// sum in a different order when a matrix has a different number of rows.
+const batchTolerance = 1e-5
+
+var prompts = [][]int32{
+	randomTokens(1, 5, 300), randomTokens(2, 17, 300), randomTokens(3, 33, 300),
+	randomTokens(4, 1, 300), randomTokens(5, 48, 300),
+}
+
+// TestExecutorBatchEqualsSingle checks that greedy generation for a batch
+// of sequences (prefills and decodes of many sequences in one step) gives
+// the tokens of the same sequences run one at a time, for both
+// architectures and F16 and Q8_0 weights.
+func TestExecutorBatchEqualsSingle(t *testing.T) {
+	for _, arch := range []string{"llama", "qwen2"} {
+		for _, typ := range []model.TensorType{model.TypeF16, model.TypeQ8_0} {
+			t.Run(arch+"/"+typ.String(), func(t *testing.T) {
+				t.Parallel()
+				f := openModel(t, tinyModel(arch, typ, false), nil)
+				cfg := testConfig()
+				cfg.KVType = "f16"
+				e := newExec(t, f, cfg)
+				batch := make([]*testSeq, len(prompts))
+				for i, p := range prompts {
+					batch[i] = newTestSeq(uint64(i), p, seqBlocks(e, i, len(prompts)))
+				}
+				together := runGreedy(t, e, batch, 1000, 6)
+				for i, p := range prompts {
+					alone := newTestSeq(uint64(i), p, seqBlocks(e, len(prompts)-1-i, len(prompts)))
+					logits := runGreedy(t, e, []*testSeq{alone}, 1000, 6)
+					require.Equal(t, alone.gen, batch[i].gen, "sequence %d", i)
+					require.LessOrEqual(t, maxRelDiff(logits[0], together[i]), batchTolerance, "sequence %d", i)
+				}
+			})
+		}
+	}
+}
+
+// TestExecutorPagedEqualsContiguous checks that a sequence whose block
+// table is scattered over the cache gives exactly the logits of one whose
+// blocks are contiguous and in order, also when the work is split over
+// another number of threads.
+func TestExecutorPagedEqualsContiguous(t *testing.T) {
+	for _, kv := range []string{"f32", "f16"} {
+		t.Run(kv, func(t *testing.T) {
+			f := openModel(t, tinyModel("qwen2", model.TypeQ8_0, false), nil)
+			cfg := testConfig()
+			cfg.KVType = kv
+			cfg.Threads = 1
+			e1 := newExec(t, f, cfg)
+			contiguous := newTestSeq(1, prompts[4], seqBlocks(e1, 0, 1))
+			want := runGreedy(t, e1, []*testSeq{contiguous}, 1000, 20)
+			cfg.Threads = 3
+			e3 := newExec(t, f, cfg)
+			paged := newTestSeq(1, prompts[4], scatteredBlocks(e3, 8, 9))
+			got := runGreedy(t, e3, []*testSeq{paged}, 1000, 20)
+			require.Equal(t, contiguous.gen, paged.gen)
+			require.Equal(t, want, got)
+		})
+	}
+}
+
+// TestExecutorChunkedPrefill checks that a prompt prefilled in chunks that
+// do not line up with blocks gives the logits and tokens of a prompt
+// prefilled in one step.
+func TestExecutorChunkedPrefill(t *testing.T) {
+	f := openModel(t, tinyModel("llama", model.TypeQ4_0, false), nil)
+	e := newExec(t, f, testConfig())
+	whole := newTestSeq(1, prompts[4], scatteredBlocks(e, 8, 1))
+	want := runGreedy(t, e, []*testSeq{whole}, 1000, 8)
+	for _, chunk := range []int{1, 7, 16, 20} {
+		chunked := newTestSeq(1, prompts[4], scatteredBlocks(e, 8, 2))
+		got := runGreedy(t, e, []*testSeq{chunked}, chunk, 8)
+		require.Equal(t, whole.gen, chunked.gen, "chunk %d", chunk)
+		require.LessOrEqual(t, maxRelDiff(got[0], want[0]), batchTolerance, "chunk %d", chunk)
+	}
+}
+
+// TestExecutorPrefixCacheHit checks that a sequence whose block table
+// reuses another's full blocks, starting at the first uncached position,
+// gets the logits of a cold prefill of its whole prompt, while the first
+// sequence decodes on in the same steps.
+func TestExecutorPrefixCacheHit(t *testing.T) {
+	for _, kv := range []string{"f32", "f16"} {
+		t.Run(kv, func(t *testing.T) {
+			f := openModel(t, tinyModel("qwen2", model.TypeF16, true), nil)
+			cfg := testConfig()
+			cfg.KVType = kv
+			e := newExec(t, f, cfg)
+			shared := randomTokens(21, 32, 300) // two full blocks
+			pa := append(slices.Clone(shared), randomTokens(22, 9, 300)...)
+			pb := append(slices.Clone(shared), randomTokens(23, 13, 300)...)
+
+			cold := newTestSeq(2, pb, scatteredBlocks(e, 4, 3))
+			want := runGreedy(t, e, []*testSeq{cold}, 1000, 5)
+
+			a := newTestSeq(1, pa, []int32{40, 41, 42, 43})
+			runGreedy(t, e, []*testSeq{a}, 1000, 2)
+			b := newTestSeq(2, pb, []int32{40, 41, 50, 51})
+			b.done = len(shared) // the prefix cache hit
+			got := runGreedy(t, e, []*testSeq{a, b}, 1000, 5)
+			require.Equal(t, cold.gen, b.gen)
+			require.LessOrEqual(t, maxRelDiff(got[1], want[0]), batchTolerance)
+		})
+	}
+}
+
+// snapshot returns the raw bits of block blk of c: K then V of every
+// layer (F32 values, or the bytes of F16 ones).
+func (c *kvCache) snapshot(blk int) []uint32 {
+	var out []uint32
+	kn, vn := c.kBlockElems(), c.vBlockElems()
+	if c.f16 {
+		kn, vn = 2*kn, 2*vn
+		for l := range c.k16 {
+			for _, b := range c.k16[l][blk*kn : (blk+1)*kn] {
+				out = append(out, uint32(b))
+			}
+			for _, b := range c.v16[l][blk*vn : (blk+1)*vn] {
+				out = append(out, uint32(b))
+			}
+		}
+		return out
+	}
+	for l := range c.k32 {
+		for _, v := range c.k32[l][blk*kn : (blk+1)*kn] {
+			out = append(out, math.Float32bits(v))
+		}
+		for _, v := range c.v32[l][blk*vn : (blk+1)*vn] {
+			out = append(out, math.Float32bits(v))
+		}
+	}
+	return out
+}
+
+// TestExecutorSwapAndCopyPreserveKV checks that swapping blocks out to
+// host memory and back into other device blocks, and copying a block,
+// preserve K/V bit for bit, and that a sequence resumed on the new blocks
+// generates exactly what an uninterrupted one does. It also runs
+// copy-on-write: two sequences sharing a partial last block, each writing
+// its own copy.
+func TestExecutorSwapAndCopyPreserveKV(t *testing.T) {
+	for _, kv := range []string{"f32", "f16"} {
+		t.Run(kv, func(t *testing.T) {
+			f := openModel(t, tinyModel("llama", model.TypeQ8_0, false), nil)
+			cfg := testConfig()
+			cfg.KVType = kv
+			e := newExec(t, f, cfg)
+			prompt := prompts[4] // 48 tokens: three full blocks
+
+			plain := newTestSeq(1, prompt, []int32{0, 1, 2, 3, 4})
+			runGreedy(t, e, []*testSeq{plain}, 1000, 10)
+
+			s := newTestSeq(1, prompt, []int32{10, 11, 12, 13, 14})
+			runGreedy(t, e, []*testSeq{s}, 1000, 3) // 50 tokens with K/V: 4 blocks
+			before := make([][]uint32, 4)
+			for i := range before {
+				before[i] = e.dev.snapshot(int(s.blocks[i]))
+			}
+			swap := engine.Batch{}
+			for i := range 4 {
+				swap.SwapOut = append(swap.SwapOut, engine.BlockSwap{Device: s.blocks[i], Host: int32(7 + i)})
+			}
+			out, err := e.Forward(t.Context(), &swap)
+			require.NoError(t, err)
+			require.Empty(t, out.Tokens)
+			for i := range 4 {
+				require.Equal(t, before[i], e.host.snapshot(7+i), "host slot %d", 7+i)
+			}
+			// Another sequence overwrites the old blocks.
+			other := newTestSeq(2, prompts[2], []int32{10, 11, 12})
+			runGreedy(t, e, []*testSeq{other}, 1000, 1)
+			require.NotEqual(t, before[0], e.dev.snapshot(10))
+
+			// Swap in to other blocks, and resume in the same step.
+			resume := engine.Batch{}
+			s.blocks = []int32{20, 21, 22, 23, 24}
+			for i := range 4 {
+				resume.SwapIn = append(resume.SwapIn, engine.BlockSwap{Device: s.blocks[i], Host: int32(7 + i)})
+			}
+			resume.Seqs = []engine.SeqInput{s.next(1, true)}
+			out, err = e.Forward(t.Context(), &resume)
+			require.NoError(t, err)
+			s.accept(out.Tokens[0])
+			for i := range 3 { // the fourth now holds one more token
+				require.Equal(t, before[i], e.dev.snapshot(int(s.blocks[i])), "block %d", s.blocks[i])
+			}
+			runGreedy(t, e, []*testSeq{s}, 1000, 10)
+			require.Equal(t, plain.gen, s.gen)
+
+			// A block copy is exact.
+			_, err = e.Forward(t.Context(), &engine.Batch{Copies: []engine.BlockCopy{{Src: 21, Dst: 30}}})
+			require.NoError(t, err)
+			require.Equal(t, e.dev.snapshot(21), e.dev.snapshot(30))
+
+			// Copy-on-write: a and b share a 40-token prefix whose last
+			// block is partial; b copies it before writing.
+			shared := prompts[4][:40]
+			a := newTestSeq(3, shared, []int32{40, 41, 42, 43})
+			runGreedy(t, e, []*testSeq{a}, 1000, 1) // fills the prefix and samples
+			b := newTestSeq(4, shared, []int32{40, 41, 44, 45})
+			b.done = 40
+			b.accept(a.gen[0]) // both start from the same first token
+			cow := engine.Batch{Copies: []engine.BlockCopy{{Src: 42, Dst: 44}}}
+			_, err = e.Forward(t.Context(), &cow)
+			require.NoError(t, err)
+			runGreedy(t, e, []*testSeq{a, b}, 1000, 6)
+			require.Equal(t, a.gen, b.gen)
+			alone := newTestSeq(5, shared, []int32{50, 51, 52, 53})
+			runGreedy(t, e, []*testSeq{alone}, 1000, 6)
+			require.Equal(t, alone.gen, a.gen)
+		})
+	}
+}
+
+// TestExecutorRejectsBadBatches checks that malformed batches return an
+// error, never panic, and leave the executor usable.
+func TestExecutorRejectsBadBatches(t *testing.T) {
+	f := openModel(t, tinyModel("llama", model.TypeF32, false), nil)
+	e := newExec(t, f, testConfig())
+	ok := func() engine.SeqInput {
+		return engine.SeqInput{SeqID: 1, Tokens: []int32{1, 2, 3}, Pos: 0, Context: 3, Blocks: []int32{0}, Sample: true}
+	}
+	with := func(edit func(s *engine.SeqInput)) *engine.Batch {
+		s := ok()
+		edit(&s)
+		return &engine.Batch{Seqs: []engine.SeqInput{s}}
+	}
+	cases := map[string]*engine.Batch{
+		"nil":                  nil,
+		"no tokens":            with(func(s *engine.SeqInput) { s.Tokens = nil; s.Context = 0 }),
+		"token out of vocab":   with(func(s *engine.SeqInput) { s.Tokens[1] = 300 }),
+		"negative token":       with(func(s *engine.SeqInput) { s.Tokens[1] = -1 }),
+		"negative position":    with(func(s *engine.SeqInput) { s.Pos = -1; s.Context = 2 }),
+		"huge position":        with(func(s *engine.SeqInput) { s.Pos = math.MaxInt - 1; s.Context = math.MinInt + 1 }),
+		"wrong context":        with(func(s *engine.SeqInput) { s.Context = 4 }),
+		"beyond context":       with(func(s *engine.SeqInput) { s.Pos = 511; s.Context = 514 }),
+		"short block table":    with(func(s *engine.SeqInput) { s.Blocks = nil }),
+		"block out of range":   with(func(s *engine.SeqInput) { s.Blocks = []int32{64} }),
+		"negative block":       with(func(s *engine.SeqInput) { s.Blocks = []int32{-1} }),
+		"negative generated":   with(func(s *engine.SeqInput) { s.Generated = -1 }),
+		"block read of range":  with(func(s *engine.SeqInput) { s.Pos, s.Context, s.Blocks = 16, 19, []int32{99, 1} }),
+		"block written twice":  with(func(s *engine.SeqInput) { s.Tokens = make([]int32, 20); s.Context = 20; s.Blocks = []int32{3, 3} }),
+		"copy out of range":    {Copies: []engine.BlockCopy{{Src: 0, Dst: 64}}},
+		"swap out of range":    {SwapOut: []engine.BlockSwap{{Device: 0, Host: 32}}},
+		"swap out twice":       {SwapOut: []engine.BlockSwap{{Device: 0, Host: 1}, {Device: 1, Host: 1}}},
+		"swap in empty slot":   {SwapIn: []engine.BlockSwap{{Device: 0, Host: 5}}},
+		"swap in block range":  {SwapIn: []engine.BlockSwap{{Device: -1, Host: 5}}},
+		"swap in slot swapped": {SwapOut: []engine.BlockSwap{{Device: 2, Host: 5}}, SwapIn: []engine.BlockSwap{{Device: 0, Host: 5}}},
+		"two seqs one block": {Seqs: []engine.SeqInput{
+			{SeqID: 1, Tokens: []int32{1}, Context: 1, Blocks: []int32{4}},
+			{SeqID: 2, Tokens: []int32{1}, Context: 1, Blocks: []int32{4}},
+		}},
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := e.Forward(t.Context(), b)
+			require.Error(t, err)
+			require.Regexp(t, "^cpu: ", err.Error())
+		})
+	}
+	// A failed batch changes nothing: the same slot is still free, and a
+	// good batch runs.
+	_, err := e.Forward(t.Context(), &engine.Batch{SwapIn: []engine.BlockSwap{{Device: 0, Host: 5}}})
+	require.Error(t, err)
+	out, err := e.Forward(t.Context(), &engine.Batch{Seqs: []engine.SeqInput{ok()}})
+	require.NoError(t, err)
+	require.Len(t, out.Tokens, 1)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = e.Forward(ctx, &engine.Batch{Seqs: []engine.SeqInput{ok()}})
+	require.ErrorIs(t, err, context.Canceled)
+
+	e.Close()
+	_, err = e.Forward(t.Context(), &engine.Batch{Seqs: []engine.SeqInput{ok()}})
+	require.ErrorIs(t, err, ErrClosed)
+}
+
+// TestExecutorConfig checks defaults, Info and config validation.
+func TestExecutorConfig(t *testing.T) {
+	m := tinyModel("llama", model.TypeQ8_0, false)
+	m.Name = "tiny"
+	f := openModel(t, m, nil)
+	e, err := New(f, Config{Threads: 1, EOS: []int32{2}})
+	require.NoError(t, err)
+	defer e.Close()
+	info := e.Info()
+	spec := e.Spec()
+	blockBytes := kvBytesPerBlock(spec, 16, true)
+	require.Equal(t, engine.ExecutorInfo{
+		Model: "tiny", NumBlocks: int(DefaultKVCacheBytes / blockBytes), BlockSize: 16,
+		ContextLength: 512, EOS: []int32{2}, SwapBlocks: int(DefaultSwapBytes / blockBytes),
+	}, info)
+	require.Positive(t, e.SwapTime(10))
+	require.Greater(t, e.PrefillTime(1000), e.PrefillTime(10))
+
+	// A small cache still holds one sequence of the full context.
+	e2, err := New(f, Config{Threads: 1, KVCacheBytes: 1, NoSwap: true, Name: "x"})
+	require.NoError(t, err)
+	defer e2.Close()
+	require.Equal(t, 512/16, e2.Info().NumBlocks)
+	require.Zero(t, e2.Info().SwapBlocks)
+	require.Equal(t, "x", e2.Info().Model)
+
+	for name, cfg := range map[string]Config{
+		"threads":    {Threads: -1},
+		"block size": {BlockSize: 12},
+		"kv type":    {KVType: "q8"},
+		"kv bytes":   {KVCacheBytes: -1},
+		"swap":       {SwapBytes: -1},
+		"eos":        {EOS: []int32{300}},
+	} {
+		_, err := New(f, cfg)
+		require.Error(t, err, name)
+	}
+}
+
+// generateAlone generates n greedy tokens for prompt on e with a fresh
+// sequence in blocks starting at block 0.
+func generateAlone(t testing.TB, e *Executor, prompt []int32, n int) []int32 {
+	s := newTestSeq(1, prompt, seqBlocks(e, 0, 1))
+	runGreedy(t, e, []*testSeq{s}, 1000, n)
+	return s.gen
+}
+
+// TestExecutorEngine runs the engine on the CPU executor end to end:
+// concurrent requests complete with the tokens of the same prompts run
+// alone, including an over-admitted load (four times the sequences the
+// cache holds) that forces preemption by recompute and by swap.
+func TestExecutorEngine(t *testing.T) {
+	f := openModel(t, tinyModel("qwen2", model.TypeQ8_0, true), nil)
+	const seqs, promptLen, maxTok = 12, 20, 40
+	reqPrompts := make([][]int32, seqs)
+	for i := range reqPrompts {
+		reqPrompts[i] = randomTokens(uint64(100+i), promptLen, 300)
+		if i%3 == 1 {
+			// A shared first block: prefix cache hits.
+			copy(reqPrompts[i], reqPrompts[i-1][:16])
+		}
+	}
+	ref := newExec(t, f, Config{Threads: 2, KVBlocks: 8, KVType: "f16", NoSwap: true})
+	want := make([][]int32, seqs)
+	for i, p := range reqPrompts {
+		want[i] = generateAlone(t, ref, p, maxTok)
+	}
+	cases := map[string]Config{
+		"roomy":     {Threads: 2, KVBlocks: 64, KVType: "f16"},
+		"recompute": {Threads: 2, KVBlocks: 10, KVType: "f16", NoSwap: true},
+		"swap":      {Threads: 2, KVBlocks: 10, KVType: "f16"},
+	}
+	for name, cfg := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newExec(t, f, cfg)
+			ecfg := engine.DefaultConfig()
+			ecfg.ExpectedOutputTokens = 1 // admit on the prompt alone
+			eng, err := engine.New(e, engine.RealClock{}, ecfg, nil)
+			require.NoError(t, err)
+			streams := make([]*engine.Stream, seqs)
+			for i, p := range reqPrompts {
+				streams[i], err = eng.Submit(t.Context(), engine.Request{ID: fmt.Sprint("r", i), Prompt: p, MaxTokens: maxTok, N: 1, Seed: uint64(i)})
+				require.NoError(t, err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error)
+			go func() { done <- eng.Run(ctx) }()
+			defer func() {
+				cancel()
+				require.NoError(t, <-done)
+			}()
+			var wg sync.WaitGroup
+			got := make([][]int32, seqs)
+			for i, st := range streams {
+				wg.Go(func() {
+					toks, fin, _, err := engine.Collect(t.Context(), st)
+					if err == nil && fin[0] == engine.FinishLength {
+						got[i] = toks[0]
+					}
+				})
+			}
+			wg.Wait()
+			for i := range want {
+				require.Equal(t, want[i], got[i], "request %d", i)
+			}
+			// A repeated prompt is served from the prefix cache when
+			// there is room to keep it, with the same tokens; its two
+			// choices share the prompt's blocks and copy the partial
+			// last one on write.
+			again, err := eng.Submit(t.Context(), engine.Request{ID: "again", Prompt: reqPrompts[seqs-1], MaxTokens: maxTok, N: 2})
+			require.NoError(t, err)
+			toks, _, usage, err := engine.Collect(t.Context(), again)
+			require.NoError(t, err)
+			require.Equal(t, [][]int32{want[seqs-1], want[seqs-1]}, toks)
+			st := eng.Stats()
+			t.Logf("%+v", st.SchedStats)
+			switch name {
+			case "roomy":
+				require.Zero(t, st.Preemptions)
+				require.Equal(t, 16, usage.CachedTokens)
+			case "recompute":
+				require.Positive(t, st.Preemptions)
+				require.Zero(t, st.PreemptionsSwap)
+			case "swap":
+				require.Positive(t, st.PreemptionsSwap)
+			}
+			require.Eventually(t, func() bool { return eng.Stats().BlocksUsed == 0 }, 5*time.Second, time.Millisecond)
+		})
+	}
+}
+
+// BenchmarkDecodeStep measures one decode step of seqs sequences on a
+// tiny llama (dim 288, 6 layers, 6 heads, FFN 768, vocab 32000, Q8_0):
+// aggregate tokens/s grows with the batch as the weights are read once per
+// step for all rows.
+func BenchmarkDecodeStep(b *testing.B) {
+	m := model.RandomModel{Arch: "llama", Dim: 288, Layers: 6, Heads: 6, KVHeads: 6, FFN: 768, Vocab: 32000, Type: model.TypeQ8_0, Seed: 1}
+	f := openModel(b, m, nil)
+	for _, n := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("model=tiny/seqs=%d", n), func(b *testing.B) {
+			const promptLen, window = 32, 128
+			e := newExec(b, f, Config{BlockSize: 16, KVBlocks: n * (promptLen + window) / 16, KVType: "f16", NoSwap: true})
+			seqs := make([]*testSeq, n)
+			var batch engine.Batch
+			for i := range seqs {
+				seqs[i] = newTestSeq(uint64(i), randomTokens(uint64(i), promptLen, m.Vocab), seqBlocks(e, i, n))
+				batch.Seqs = append(batch.Seqs, seqs[i].next(promptLen, false))
+			}
+			_, err := e.Forward(b.Context(), &batch)
+			require.NoError(b, err)
+			tok := []int32{1}
+			b.ReportAllocs()
+			steps := 0
+			for b.Loop() {
+				pos := promptLen + steps%window
+				for i := range batch.Seqs {
+					batch.Seqs[i] = engine.SeqInput{SeqID: uint64(i), Tokens: tok, Pos: pos, Context: pos + 1, Blocks: seqs[i].blocks, Sample: true}
+				}
+				out, err := e.Forward(b.Context(), &batch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				tok[0] = out.Tokens[0]
+				steps++
+			}
+			b.ReportMetric(float64(n*steps)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}

@@ -1,0 +1,287 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/engine/model"
+)
+
+// refModel is a plain float64 reference of the llama/qwen2 forward pass,
+// written from llama.cpp's description (src/models/llama.cpp, qwen2.cpp and
+// ggml's rope) with none of the executor's machinery: every weight
+// dequantized with model.Dequantize into float64, one token at a time, a
+// contiguous KV cache, no batching, paging or worker pool. The executor is
+// checked against it.
+//
+// With kvHalf set, keys and values are rounded to IEEE half floats as an
+// F16 cache stores them; otherwise the reference is exact math on the
+// stored weights.
+type refModel struct {
+	spec    model.Spec
+	kvHalf  bool
+	embd    []float64 // Vocab x Dim
+	layers  []refLayer
+	outNorm []float64
+	output  []float64 // Vocab x Dim (token_embd when tied)
+	outBias []float64
+	freqs   []float64 // rope_freqs, nil without
+}
+
+type refLayer struct {
+	attnNorm, ffnNorm []float64
+	q, k, v, o        []float64 // rows x cols, row-major
+	qb, kb, vb        []float64
+	gate, up, down    []float64
+}
+
+// newRefModel dequantizes every tensor of f.
+func newRefModel(t testing.TB, f *model.File) *refModel {
+	t.Helper()
+	spec, err := model.SpecFromFile(f)
+	require.NoError(t, err)
+	load := func(name string) []float64 {
+		ti, ok := f.Tensor(name)
+		require.True(t, ok, name)
+		out := make([]float32, ti.Elements())
+		require.NoError(t, model.Dequantize(ti.Type, f.TensorData(ti), out), name)
+		v := make([]float64, len(out))
+		for i, x := range out {
+			v[i] = float64(x)
+		}
+		return v
+	}
+	mat := load
+	m := &refModel{spec: spec, embd: mat("token_embd.weight"), outNorm: load("output_norm.weight")}
+	m.output = m.embd
+	if !spec.TiedOutput {
+		m.output = mat("output.weight")
+	}
+	if spec.OutputBias {
+		m.outBias = load("output.bias")
+	}
+	if spec.RopeFreqs {
+		m.freqs = load("rope_freqs.weight")
+	}
+	for l := range spec.Layers {
+		p := fmt.Sprintf("blk.%d.", l)
+		rl := refLayer{
+			attnNorm: load(p + "attn_norm.weight"), ffnNorm: load(p + "ffn_norm.weight"),
+			q: mat(p + "attn_q.weight"), k: mat(p + "attn_k.weight"), v: mat(p + "attn_v.weight"),
+			o: mat(p + "attn_output.weight"), gate: mat(p + "ffn_gate.weight"),
+			up: mat(p + "ffn_up.weight"), down: mat(p + "ffn_down.weight"),
+		}
+		if spec.QKVBias {
+			rl.qb, rl.kb, rl.vb = load(p+"attn_q.bias"), load(p+"attn_k.bias"), load(p+"attn_v.bias")
+		}
+		m.layers = append(m.layers, rl)
+	}
+	return m
+}
+
+// refSeq is one sequence run through the reference, with its own
+// contiguous KV cache.
+type refSeq struct {
+	m    *refModel
+	k, v [][][]float64 // [layer][pos] KVHeads·HeadDim / KVHeads·ValueDim
+}
+
+func (m *refModel) newSeq() *refSeq {
+	return &refSeq{m: m, k: make([][][]float64, m.spec.Layers), v: make([][][]float64, m.spec.Layers)}
+}
+
+// pos is the number of tokens the sequence holds.
+func (r *refSeq) pos() int { return len(r.k[0]) }
+
+// feed runs tokens and returns the logits after the last one.
+func (r *refSeq) feed(tokens ...int32) []float64 {
+	var logits []float64
+	for i, tok := range tokens {
+		logits = r.step(tok, i == len(tokens)-1)
+	}
+	return logits
+}
+
+// step runs one token at the next position; it returns the logits when
+// want is set.
+func (r *refSeq) step(tok int32, want bool) []float64 {
+	m := r.m
+	s := m.spec
+	pos := r.pos()
+	x := append([]float64(nil), m.embd[int(tok)*s.Dim:(int(tok)+1)*s.Dim]...)
+	for li, l := range m.layers {
+		xn := refRMSNorm(x, l.attnNorm, s.RMSEps)
+		q := refMatVec(l.q, xn)
+		k := refMatVec(l.k, xn)
+		v := refMatVec(l.v, xn)
+		if l.qb != nil {
+			refAdd(q, l.qb)
+			refAdd(k, l.kb)
+			refAdd(v, l.vb)
+		}
+		for h := range s.Heads {
+			m.rope(q[h*s.HeadDim:(h+1)*s.HeadDim], pos)
+		}
+		for h := range s.KVHeads {
+			m.rope(k[h*s.HeadDim:(h+1)*s.HeadDim], pos)
+		}
+		if m.kvHalf {
+			refHalf(k)
+			refHalf(v)
+		}
+		r.k[li] = append(r.k[li], k)
+		r.v[li] = append(r.v[li], v)
+		att := make([]float64, s.Heads*s.ValueDim)
+		group := s.Heads / s.KVHeads
+		for h := range s.Heads {
+			kh := h / group
+			qh := q[h*s.HeadDim : (h+1)*s.HeadDim]
+			scores := make([]float64, pos+1)
+			mx := math.Inf(-1)
+			for p := range pos + 1 {
+				kp := r.k[li][p][kh*s.HeadDim : (kh+1)*s.HeadDim]
+				var d float64
+				for i := range qh {
+					d += qh[i] * kp[i]
+				}
+				scores[p] = d / math.Sqrt(float64(s.HeadDim))
+				mx = max(mx, scores[p])
+			}
+			var sum float64
+			for p := range scores {
+				scores[p] = math.Exp(scores[p] - mx)
+				sum += scores[p]
+			}
+			out := att[h*s.ValueDim : (h+1)*s.ValueDim]
+			for p, w := range scores {
+				vp := r.v[li][p][kh*s.ValueDim : (kh+1)*s.ValueDim]
+				for i := range out {
+					out[i] += w / sum * vp[i]
+				}
+			}
+		}
+		refAdd(x, refMatVec(l.o, att))
+		xn = refRMSNorm(x, l.ffnNorm, s.RMSEps)
+		g := refMatVec(l.gate, xn)
+		u := refMatVec(l.up, xn)
+		for i := range g {
+			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+		}
+		refAdd(x, refMatVec(l.down, g))
+	}
+	if !want {
+		return nil
+	}
+	logits := refMatVec(m.output, refRMSNorm(x, m.outNorm, s.RMSEps))
+	if m.outBias != nil {
+		refAdd(logits, m.outBias)
+	}
+	return logits
+}
+
+// rope rotates one head at pos as ggml_rope_ext does: pair i turns by
+// pos·base^(-2i/n)/freq_factor[i], divided by the factor under linear
+// scaling; YaRN blends the interpolated and trained angles by a ramp over
+// the pairs and scales the magnitude by 1+0.1·ln(factor). NORM pairs are
+// (x[2i], x[2i+1]), NEOX pairs (x[i], x[i+n/2]).
+func (m *refModel) rope(x []float64, pos int) {
+	s := m.spec
+	n := s.RopeDims
+	sc := s.RopeScaling
+	for i := range n / 2 {
+		extrap := float64(pos) * math.Pow(s.RopeBase, -2*float64(i)/float64(n))
+		if m.freqs != nil {
+			extrap /= m.freqs[i]
+		}
+		theta, mag := extrap, 1.0
+		switch sc.Type {
+		case "linear":
+			theta = extrap / sc.Factor
+		case "yarn":
+			orig := float64(sc.OriginalContext)
+			if orig == 0 {
+				orig = float64(s.ContextLength)
+			}
+			corr := func(rot float64) float64 {
+				return float64(n) * math.Log(orig/(rot*2*math.Pi)) / (2 * math.Log(s.RopeBase))
+			}
+			lo := math.Max(0, math.Floor(corr(32)))
+			hi := math.Min(float64(n-1), math.Ceil(corr(1)))
+			ramp := 1 - math.Min(1, math.Max(0, (float64(i)-lo)/math.Max(0.001, hi-lo)))
+			theta = extrap/sc.Factor*(1-ramp) + extrap*ramp
+			mag = 1 + 0.1*math.Log(sc.Factor)
+		}
+		c, sn := math.Cos(theta)*mag, math.Sin(theta)*mag
+		a, b := 2*i, 2*i+1
+		if s.RopeNeox {
+			a, b = i, i+n/2
+		}
+		x0, x1 := x[a], x[b]
+		x[a] = x0*c - x1*sn
+		x[b] = x0*sn + x1*c
+	}
+}
+
+func refRMSNorm(x, w []float64, eps float64) []float64 {
+	var ss float64
+	for _, v := range x {
+		ss += v * v
+	}
+	scale := 1 / math.Sqrt(ss/float64(len(x))+eps)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = v * scale * w[i]
+	}
+	return out
+}
+
+// refHalf rounds x to IEEE half floats, in place.
+func refHalf(x []float64) {
+	for i, v := range x {
+		x[i] = float64(model.HalfToFloat32(model.Float32ToHalf(float32(v))))
+	}
+}
+
+// refMatVec returns W·x for W of len(W)/len(x) rows of len(x).
+func refMatVec(w, x []float64) []float64 {
+	out := make([]float64, len(w)/len(x))
+	for r := range out {
+		row := w[r*len(x) : (r+1)*len(x)]
+		var s float64
+		for c, v := range row {
+			s += v * x[c]
+		}
+		out[r] = s
+	}
+	return out
+}
+
+func refAdd(dst, src []float64) {
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// TestRefRopePairs pins the reference's RoPE pairing on a hand-checked
+// case, so that a wrong reference cannot bless a wrong executor: at
+// position 1 with one pair per half, NORM turns (x0, x1) and NEOX turns
+// (x0, x2) by one radian.
+func TestRefRopePairs(t *testing.T) {
+	for name, neox := range map[string]bool{"norm": false, "neox": true} {
+		t.Run(name, func(t *testing.T) {
+			m := &refModel{spec: model.Spec{RopeDims: 4, HeadDim: 4, RopeBase: 1e30, RopeNeox: neox}}
+			x := []float64{1, 2, 3, 4}
+			m.rope(x, 1)
+			c, s := math.Cos(1), math.Sin(1)
+			// Pair 1 turns by base^(-1/2) ≈ 1e-15 radians: unchanged.
+			want := []float64{c - 2*s, s + 2*c, 3, 4}
+			if neox {
+				want = []float64{c - 3*s, 2, s + 3*c, 4}
+			}
+			require.InDeltaSlice(t, want, x, 1e-12)
+		})
+	}
+}
