@@ -7,7 +7,7 @@
 // real K/V bytes, the fused forward step of a whole batch (every weight
 // matrix read once per step for all rows), paged attention through each
 // sequence's block table, RoPE, and the matrix kernels and worker [Pool]
-// the forward pass runs on. Choosing tokens from logits belongs to
+// the forward pass runs on. Tokens are chosen from the logits by
 // engine/sample.
 //
 // Goroutines: the executor's [Pool] is the only source of goroutines; it is

@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/engine/sample"
 )
 
 // ErrClosed is returned by Forward once the executor is closed.
@@ -153,7 +154,9 @@ type Executor struct {
 	// step, valid where written is set.
 	writer []int32
 
-	// sample picks a sampled row's token; tests may replace it.
+	sampler *sample.Sampler
+	// sample picks a sampled row's token (sampleSeq); tests wrap it to
+	// see the logits.
 	sample func(logits []float32, s *engine.SeqInput) int32
 }
 
@@ -239,7 +242,8 @@ func New(f *model.File, cfg Config) (*Executor, error) {
 	e.inDevice = make([]uint64, (blocks+63)/64)
 	e.written = make([]uint64, (blocks+63)/64)
 	e.writer = make([]int32, blocks)
-	e.sample = greedy
+	e.sampler = sample.NewSampler(spec.Vocab)
+	e.sample = e.sampleSeq
 	e.pool = NewPool(cfg.Threads)
 	for range e.pool.Threads() {
 		e.scratch = append(e.scratch, newScratch(&e.spec, bs, r.dims))
@@ -498,17 +502,13 @@ func (e *Executor) validate(b *engine.Batch) error {
 	return nil
 }
 
-// greedy returns the index of the largest logit (the lowest on ties). It
-// stands in for engine/sample until that lands.
-// TODO(cpu): sample with engine/sample (temperature, top-k/p, penalties).
-func greedy(logits []float32, _ *engine.SeqInput) int32 {
-	best := 0
-	for i, v := range logits {
-		if v > logits[best] {
-			best = i
-		}
-	}
-	return int32(best)
+// sampleSeq chooses s's next token from its logits with s's sampling
+// parameters, seed and history; the draw depends only on (Seed,
+// Generated), so a sequence gets the same tokens whatever batch it runs in
+// and however often it is preempted. It may change logits (bias and
+// penalties are applied in place).
+func (e *Executor) sampleSeq(logits []float32, s *engine.SeqInput) int32 {
+	return e.sampler.Sample(logits, s.Sampling, s.Seed, s.Generated, s.History, s.Generated)
 }
 
 func getBit(set []uint64, i int32) bool { return set[i/64]&(1<<(i%64)) != 0 }

@@ -72,9 +72,9 @@ func forwardLogits(t testing.TB, e *Executor, b *engine.Batch) (*engine.Output, 
 	var logits [][]float32
 	e.sample = func(l []float32, s *engine.SeqInput) int32 {
 		logits = append(logits, slices.Clone(l))
-		return greedy(l, s)
+		return e.sampleSeq(l, s)
 	}
-	defer func() { e.sample = greedy }()
+	defer func() { e.sample = e.sampleSeq }()
 	out, err := e.Forward(t.Context(), b)
 	require.NoError(t, err)
 	return out, logits
