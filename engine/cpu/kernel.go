@@ -76,11 +76,6 @@ const kernQK = 32
 // they are reused from cache (a core's L2 holds both with room to spare).
 var kernTileBytes = 256 << 10
 
-// kernFloatChunk is how many weight values of an F16 or BF16 row are
-// converted to float32 at a time, on the stack, before being dotted with
-// every token of the group.
-const kernFloatChunk = 2048
-
 // MatMul computes out[t*w.Rows + r] = sum_c W[r][c] * x[t*w.Cols + c] for t
 // in [0, n): x is n rows of w.Cols activations (row-major), out is n rows of
 // w.Rows outputs. Each weight row is read once for all n tokens
@@ -157,103 +152,78 @@ func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 		quantize(0, n)
 	}
 
-	tokTile := max(1, kernTileBytes/(cols+8*nb))
+	// Within a tile of rows (which stays in cache), four tokens at a time
+	// sweep the rows: their activations stay in L1 while the weights come
+	// from L2, and from memory only for the first four.
 	rowTile := max(1, kernTileBytes/max(rb, 1))
 	p.Run(rows, func(r0, r1 int) {
 		var res [4]float32
 		for rt := r0; rt < r1; rt += rowTile {
 			re := min(r1, rt+rowTile)
-			for t0 := 0; t0 < n; t0 += tokTile {
-				te := min(n, t0+tokTile)
+			t := 0
+			if dot4 != nil {
+				for ; t+4 <= n; t += 4 {
+					q, d, s := xq[t*cols:(t+4)*cols], xd[t*nb:(t+4)*nb], xs[t*nb:(t+4)*nb]
+					for r := rt; r < re; r++ {
+						dot4(&res, w.Data[r*rb:(r+1)*rb], q, d, s)
+						out[t*rows+r] = res[0]
+						out[(t+1)*rows+r] = res[1]
+						out[(t+2)*rows+r] = res[2]
+						out[(t+3)*rows+r] = res[3]
+					}
+				}
+			}
+			for ; t < n; t++ {
+				q, d, s := xq[t*cols:(t+1)*cols], xd[t*nb:(t+1)*nb], xs[t*nb:(t+1)*nb]
 				for r := rt; r < re; r++ {
-					wr := w.Data[r*rb : (r+1)*rb]
-					t := t0
-					if dot4 != nil {
-						for ; t+4 <= te; t += 4 {
-							dot4(&res, wr, xq[t*cols:(t+4)*cols], xd[t*nb:(t+4)*nb], xs[t*nb:(t+4)*nb])
-							out[t*rows+r] = res[0]
-							out[(t+1)*rows+r] = res[1]
-							out[(t+2)*rows+r] = res[2]
-							out[(t+3)*rows+r] = res[3]
-						}
-					}
-					for ; t < te; t++ {
-						out[t*rows+r] = dot(wr, xq[t*cols:(t+1)*cols], xd[t*nb:(t+1)*nb], xs[t*nb:(t+1)*nb])
-					}
+					out[t*rows+r] = dot(w.Data[r*rb:(r+1)*rb], q, d, s)
 				}
 			}
 		}
 	})
 }
 
-// kernMatMulFloat is MatMul for F32, F16 and BF16 weights.
+// kernMatMulFloat is MatMul for F32, F16 and BF16 weights, organised as
+// kernMatMulQuant is, with F16 and BF16 converted to float32 in registers
+// as the kernels go.
 func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []float32, n int) {
 	cols, rows := w.Cols, w.Rows
-	tokTile := max(1, kernTileBytes/(4*max(cols, 1)))
-	rowTile := max(1, kernTileBytes/max(rb, 1))
-	var fused func(w []byte, x []float32) float32
-	var convert func(dst []float32, w []byte)
+	var dot func(w []byte, x []float32) float32
 	switch w.Type {
+	case model.TypeF32:
+		dot = func(w []byte, x []float32) float32 { return ks.dotF32(kernFloats(w), x) }
 	case model.TypeF16:
-		fused, convert = ks.dotF16, ks.f16ToF32
+		dot = ks.dotF16
 	case model.TypeBF16:
-		fused, convert = ks.dotBF16, ks.bf16ToF32
+		dot = ks.dotBF16
 	}
+	dot4 := ks.dotFloat4[w.Type]
+	rowTile := max(1, kernTileBytes/max(rb, 1))
 	p.Run(rows, func(r0, r1 int) {
-		var buf [kernFloatChunk]float32
+		var res [4]float32
 		for rt := r0; rt < r1; rt += rowTile {
 			re := min(r1, rt+rowTile)
-			for t0 := 0; t0 < n; t0 += tokTile {
-				te := min(n, t0+tokTile)
+			t := 0
+			if dot4 != nil {
+				for ; t+4 <= n; t += 4 {
+					xt := x[t*cols : (t+4)*cols]
+					for r := rt; r < re; r++ {
+						dot4(&res, w.Data[r*rb:(r+1)*rb], xt, cols)
+						out[t*rows+r] = res[0]
+						out[(t+1)*rows+r] = res[1]
+						out[(t+2)*rows+r] = res[2]
+						out[(t+3)*rows+r] = res[3]
+					}
+				}
+			}
+			for ; t < n; t++ {
+				xt := x[t*cols : (t+1)*cols]
 				for r := rt; r < re; r++ {
-					wr := w.Data[r*rb : (r+1)*rb]
-					if convert == nil { // F32: dot the row in place
-						kernDotTokens(ks, out, rows, r, kernFloats(wr), x, cols, 0, t0, te, false)
-						continue
-					}
-					if te-t0 == 1 { // one token: no reuse, convert as we go
-						out[t0*rows+r] = fused(wr, x[t0*cols:(t0+1)*cols])
-						continue
-					}
-					for c0 := 0; c0 < cols; c0 += kernFloatChunk {
-						c1 := min(cols, c0+kernFloatChunk)
-						wf := buf[:c1-c0]
-						convert(wf, wr[2*c0:2*c1])
-						kernDotTokens(ks, out, rows, r, wf, x, cols, c0, t0, te, c0 > 0)
-					}
+					out[t*rows+r] = dot(w.Data[r*rb:(r+1)*rb], xt)
 				}
 			}
 		}
 	})
-}
-
-// kernDotTokens dots wf, the float values of columns [c0, c0+len(wf)) of
-// weight row r, with those columns of tokens [t0, te) of x, storing into
-// out (adding when add is set), four tokens at a time where it can.
-func kernDotTokens(ks *kernSet, out []float32, rows, r int, wf, x []float32, cols, c0, t0, te int, add bool) {
-	c1 := c0 + len(wf)
-	t := t0
-	if ks.dotF32x4 != nil {
-		var res [4]float32
-		for ; t+4 <= te; t += 4 {
-			ks.dotF32x4(&res, wf, x[t*cols+c0:(t+3)*cols+c1], cols)
-			for i, v := range res {
-				if add {
-					out[(t+i)*rows+r] += v
-				} else {
-					out[(t+i)*rows+r] = v
-				}
-			}
-		}
-	}
-	for ; t < te; t++ {
-		v := ks.dotF32(wf, x[t*cols+c0:t*cols+c1])
-		if add {
-			out[t*rows+r] += v
-		} else {
-			out[t*rows+r] = v
-		}
-	}
 }
 
 // kernFloats views little-endian float32 bytes as float32s.
@@ -278,13 +248,14 @@ type kernSet struct {
 	dotQ4 map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 	// dotF32 returns Σ w[i]·x[i].
 	dotF32 func(w, x []float32) float32
-	// dotF32x4, where present, dots w with the four rows of x that start
-	// stride values apart (x holds at least 3·stride+len(w) values).
-	dotF32x4 func(res *[4]float32, w, x []float32, stride int)
 	// dotF16 and dotBF16 return the dot product of a row of half or bfloat16
 	// values (as bytes) with x; f16ToF32 and bf16ToF32 convert such a row.
 	dotF16, dotBF16     func(w []byte, x []float32) float32
 	f16ToF32, bf16ToF32 func(dst []float32, w []byte)
+	// dotFloat4[t], where present, dots a row of F32, F16 or BF16 values
+	// (as bytes) with the four rows of x that start stride values apart (x
+	// holds at least 3·stride+len(w)/size values).
+	dotFloat4 map[model.TensorType]func(res *[4]float32, w []byte, x []float32, stride int)
 }
 
 // kernSets holds the implementation of each level that this build has;
@@ -310,7 +281,7 @@ func kernRegister(l kernLevel, s *kernSet) {
 			s.quantize = below.quantize
 		}
 		if s.dotF32 == nil {
-			s.dotF32, s.dotF32x4 = below.dotF32, below.dotF32x4
+			s.dotF32 = below.dotF32
 		}
 		if s.dotF16 == nil {
 			s.dotF16 = below.dotF16
@@ -323,6 +294,9 @@ func kernRegister(l kernLevel, s *kernSet) {
 		}
 		if s.bf16ToF32 == nil {
 			s.bf16ToF32 = below.bf16ToF32
+		}
+		if s.dotFloat4 == nil {
+			s.dotFloat4 = below.dotFloat4
 		}
 		if s.dotQ == nil {
 			s.dotQ = map[model.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{}

@@ -57,11 +57,17 @@ func kernDotQ4_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 //go:noescape
 func kernDotQ6_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 
-// kernDotF32x4AVX2 dots w with four rows of x, stride values apart: x holds
-// at least 3·stride+len(w) values.
-//
+// The four-token float kernels: w is a row of F32, F16 or BF16 values, x
+// four rows of activations stride values apart.
+
 //go:noescape
-func kernDotF32x4AVX2(res *[4]float32, w, x []float32, stride int)
+func kernDotF32x4AVX2(res *[4]float32, w []byte, x []float32, stride int)
+
+//go:noescape
+func kernDotF16x4AVX2(res *[4]float32, w []byte, x []float32, stride int)
+
+//go:noescape
+func kernDotBF16x4AVX2(res *[4]float32, w []byte, x []float32, stride int)
 
 func init() {
 	if kernBest < kernLevelAVX2 {
@@ -84,10 +90,14 @@ func init() {
 			model.TypeQ6_K: kernDotQ6_Kx4AVX2,
 		},
 		dotF32:    kernDotF32AVX2,
-		dotF32x4:  kernDotF32x4AVX2,
 		dotF16:    kernDotF16AVX2,
 		dotBF16:   kernDotBF16AVX2,
 		f16ToF32:  kernF16ToF32AVX2,
 		bf16ToF32: kernBF16ToF32AVX2,
+		dotFloat4: map[model.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){
+			model.TypeF32:  kernDotF32x4AVX2,
+			model.TypeF16:  kernDotF16x4AVX2,
+			model.TypeBF16: kernDotBF16x4AVX2,
+		},
 	})
 }

@@ -74,6 +74,101 @@ GLOBL kernQ6Dup1<>(SB), RODATA|NOPTR, $32
 	MOVQ res+0(FP), AX; \
 	VMOVUPS ax, (AX)
 
+// Weight loaders for FX4: W8xx converts 8 values at off(SI) into the ymm
+// register y; W1xx converts the one value at (SI) into the xmm register x.
+#define W8F32(off, y) VMOVUPS off*2(SI), y
+#define W1F32(x) VMOVSS (SI), x
+#define W8F16(off, y) VCVTPH2PS off(SI), y
+#define W1F16(x) \
+	MOVWLZX   (SI), AX; \
+	VMOVD     AX, x; \
+	VCVTPH2PS x, x
+#define W8BF16(off, y) \
+	VPMOVZXWD off(SI), y; \
+	VPSLLD    $16, y, y
+#define W1BF16(x) \
+	MOVWLZX (SI), AX; \
+	SHLL    $16, AX; \
+	VMOVD   AX, x
+
+// FX4 is the body of func(res *[4]float32, w []byte, x []float32, stride
+// int): w holds the values of one weight row as es-byte elements (es = 2,
+// or 4 with W8F32, whose offsets are doubled; sh = log2 es), x four rows
+// stride floats apart. Accumulators Y8..Y11 and Y4..Y7.
+#define FX4(w8, w1, es, sh) \
+	MOVQ w_base+8(FP), SI; \
+	MOVQ w_len+16(FP), CX; \
+	SHRQ $sh, CX; \
+	MOVQ x_base+32(FP), DI; \
+	MOVQ stride+56(FP), R9; \
+	SHLQ $2, R9; \
+	LEAQ (R9)(R9*2), R10; \
+	ZERO4; \
+	VXORPS Y4, Y4, Y4; \
+	VXORPS Y5, Y5, Y5; \
+	VXORPS Y6, Y6, Y6; \
+	VXORPS Y7, Y7, Y7; \
+loop16:; \
+	CMPQ CX, $16; \
+	JB   loop8; \
+	w8(0, Y0); \
+	w8(16, Y1); \
+	VFMADD231PS (DI), Y0, Y8; \
+	VFMADD231PS (DI)(R9*1), Y0, Y9; \
+	VFMADD231PS (DI)(R9*2), Y0, Y10; \
+	VFMADD231PS (DI)(R10*1), Y0, Y11; \
+	VFMADD231PS 32(DI), Y1, Y4; \
+	VFMADD231PS 32(DI)(R9*1), Y1, Y5; \
+	VFMADD231PS 32(DI)(R9*2), Y1, Y6; \
+	VFMADD231PS 32(DI)(R10*1), Y1, Y7; \
+	ADDQ $(16*es), SI; \
+	ADDQ $64, DI; \
+	SUBQ $16, CX; \
+	JMP  loop16; \
+loop8:; \
+	VADDPS Y4, Y8, Y8; \
+	VADDPS Y5, Y9, Y9; \
+	VADDPS Y6, Y10, Y10; \
+	VADDPS Y7, Y11, Y11; \
+	VXORPS Y4, Y4, Y4; \
+	VXORPS Y5, Y5, Y5; \
+	VXORPS Y6, Y6, Y6; \
+	VXORPS Y7, Y7, Y7; \
+	CMPQ CX, $8; \
+	JB   tail; \
+	w8(0, Y0); \
+	VFMADD231PS (DI), Y0, Y8; \
+	VFMADD231PS (DI)(R9*1), Y0, Y9; \
+	VFMADD231PS (DI)(R9*2), Y0, Y10; \
+	VFMADD231PS (DI)(R10*1), Y0, Y11; \
+	ADDQ $(8*es), SI; \
+	ADDQ $32, DI; \
+	SUBQ $8, CX; \
+tail:; \
+	TESTQ CX, CX; \
+	JZ   done; \
+	w1(X0); \
+	VMOVSS (DI), X1; \
+	VFMADD231SS X1, X0, X4; \
+	VMOVSS (DI)(R9*1), X1; \
+	VFMADD231SS X1, X0, X5; \
+	VMOVSS (DI)(R9*2), X1; \
+	VFMADD231SS X1, X0, X6; \
+	VMOVSS (DI)(R10*1), X1; \
+	VFMADD231SS X1, X0, X7; \
+	ADDQ $es, SI; \
+	ADDQ $4, DI; \
+	DECQ CX; \
+	JMP  tail; \
+done:; \
+	VADDPS Y4, Y8, Y8; \
+	VADDPS Y5, Y9, Y9; \
+	VADDPS Y6, Y10, Y10; \
+	VADDPS Y7, Y11, Y11; \
+	HSUM4(Y8, X8, Y9, Y10, Y11); \
+	VZEROUPPER; \
+	RET
+
 // HSUMPS leaves the sum of the eight floats of y in the low lane of x (y's
 // lower half); t is a scratch xmm register.
 #define HSUMPS(y, x, t) \
@@ -1099,84 +1194,17 @@ q6kx4done:
 	VZEROUPPER
 	RET
 
-// func kernDotF32x4AVX2(res *[4]float32, w, x []float32, stride int)
+// func kernDotF32x4AVX2(res *[4]float32, w []byte, x []float32, stride int)
 //
-// Dots w with four rows of x, stride floats apart, reading w once.
+// Dots a weight row with four rows of x, stride floats apart, reading the
+// row once; so do the F16 and BF16 versions, converting as they go.
 TEXT ·kernDotF32x4AVX2(SB), NOSPLIT, $0-64
-	MOVQ w_base+8(FP), SI
-	MOVQ w_len+16(FP), CX
-	MOVQ x_base+32(FP), DI
-	MOVQ stride+56(FP), R9
-	SHLQ $2, R9
-	LEAQ (R9)(R9*2), R10
-	ZERO4
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	FX4(W8F32, W1F32, 4, 2)
 
-f32x4loop16:
-	CMPQ CX, $16
-	JB   f32x4loop8
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	VFMADD231PS (DI), Y0, Y8
-	VFMADD231PS (DI)(R9*1), Y0, Y9
-	VFMADD231PS (DI)(R9*2), Y0, Y10
-	VFMADD231PS (DI)(R10*1), Y0, Y11
-	VFMADD231PS 32(DI), Y1, Y4
-	VFMADD231PS 32(DI)(R9*1), Y1, Y5
-	VFMADD231PS 32(DI)(R9*2), Y1, Y6
-	VFMADD231PS 32(DI)(R10*1), Y1, Y7
-	ADDQ $64, SI
-	ADDQ $64, DI
-	SUBQ $16, CX
-	JMP  f32x4loop16
+// func kernDotF16x4AVX2(res *[4]float32, w []byte, x []float32, stride int)
+TEXT ·kernDotF16x4AVX2(SB), NOSPLIT, $0-64
+	FX4(W8F16, W1F16, 2, 1)
 
-f32x4loop8:
-	VADDPS Y4, Y8, Y8
-	VADDPS Y5, Y9, Y9
-	VADDPS Y6, Y10, Y10
-	VADDPS Y7, Y11, Y11
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	CMPQ CX, $8
-	JB   f32x4tail
-	VMOVUPS (SI), Y0
-	VFMADD231PS (DI), Y0, Y8
-	VFMADD231PS (DI)(R9*1), Y0, Y9
-	VFMADD231PS (DI)(R9*2), Y0, Y10
-	VFMADD231PS (DI)(R10*1), Y0, Y11
-	ADDQ $32, SI
-	ADDQ $32, DI
-	SUBQ $8, CX
-
-f32x4tail:
-	// The last 0..7 values, one lane at a time, in the low lane of the
-	// accumulators (whose other lanes are summed by HSUM4 all the same).
-	TESTQ CX, CX
-	JZ   f32x4done
-	VMOVSS (SI), X0
-	VMOVSS (DI), X1
-	VFMADD231SS X1, X0, X4
-	VMOVSS (DI)(R9*1), X1
-	VFMADD231SS X1, X0, X5
-	VMOVSS (DI)(R9*2), X1
-	VFMADD231SS X1, X0, X6
-	VMOVSS (DI)(R10*1), X1
-	VFMADD231SS X1, X0, X7
-	ADDQ $4, SI
-	ADDQ $4, DI
-	DECQ CX
-	JMP  f32x4tail
-
-f32x4done:
-	VADDPS Y4, Y8, Y8
-	VADDPS Y5, Y9, Y9
-	VADDPS Y6, Y10, Y10
-	VADDPS Y7, Y11, Y11
-	HSUM4(Y8, X8, Y9, Y10, Y11)
-	VZEROUPPER
-	RET
+// func kernDotBF16x4AVX2(res *[4]float32, w []byte, x []float32, stride int)
+TEXT ·kernDotBF16x4AVX2(SB), NOSPLIT, $0-64
+	FX4(W8BF16, W1BF16, 2, 1)

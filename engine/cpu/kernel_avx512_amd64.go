@@ -27,7 +27,13 @@ func kernDotF32AVX512(w, x []float32) float32
 func kernDotF16AVX512(w []byte, x []float32) float32
 
 //go:noescape
-func kernDotF32x4AVX512(res *[4]float32, w, x []float32, stride int)
+func kernDotF32x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
+
+//go:noescape
+func kernDotF16x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
+
+//go:noescape
+func kernDotBF16x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
 
 func init() {
 	if kernBest < kernLevelAVX512 {
@@ -42,8 +48,12 @@ func init() {
 			model.TypeQ4_0: kernDotQ4_0x4AVX512,
 			model.TypeQ8_0: kernDotQ8_0x4AVX512,
 		},
-		dotF32:   kernDotF32AVX512,
-		dotF32x4: kernDotF32x4AVX512,
-		dotF16:   kernDotF16AVX512,
+		dotF32: kernDotF32AVX512,
+		dotF16: kernDotF16AVX512,
+		dotFloat4: map[model.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){
+			model.TypeF32:  kernDotF32x4AVX512,
+			model.TypeF16:  kernDotF16x4AVX512,
+			model.TypeBF16: kernDotBF16x4AVX512,
+		},
 	})
 }

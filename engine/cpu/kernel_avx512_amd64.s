@@ -247,6 +247,95 @@ done:; \
 	DECL  AX; \
 	KMOVW AX, K1
 
+// Weight loaders for FX4Z: W16xx converts 16 values at off(SI) (off in
+// units of 2-byte values, doubled for F32) into the zmm register z; T16xx
+// converts the K1 lanes at (SI), zeroing the others.
+#define W16F32Z(off, z) VMOVUPS off*2(SI), z
+#define T16F32Z(z) VMOVUPS.Z (SI), K1, z
+#define W16F16Z(off, z) VCVTPH2PS off(SI), z
+#define T16F16Z(z) \
+	VMOVDQU16.Z (SI), K1, Y0; \
+	VCVTPH2PS   Y0, z
+#define W16BF16Z(off, z) \
+	VPMOVZXWD off(SI), z; \
+	VPSLLD    $16, z, z
+#define T16BF16Z(z) \
+	VMOVDQU16.Z (SI), K1, Y0; \
+	VPMOVZXWD   Y0, z; \
+	VPSLLD      $16, z, z
+
+// FX4Z is FX4 (kernel_amd64.s) in zmm registers, with a masked tail.
+// Accumulators Z16..Z23.
+#define FX4Z(w16, t16, es, sh) \
+	MOVQ w_base+8(FP), SI; \
+	MOVQ w_len+16(FP), CX; \
+	SHRQ $sh, CX; \
+	MOVQ x_base+32(FP), DI; \
+	MOVQ stride+56(FP), R9; \
+	SHLQ $2, R9; \
+	LEAQ (R9)(R9*2), R10; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	VPXORD Z20, Z20, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPXORD Z23, Z23, Z23; \
+loop32:; \
+	CMPQ CX, $32; \
+	JB   loop16; \
+	w16(0, Z0); \
+	w16(32, Z1); \
+	VFMADD231PS (DI), Z0, Z16; \
+	VFMADD231PS (DI)(R9*1), Z0, Z17; \
+	VFMADD231PS (DI)(R9*2), Z0, Z18; \
+	VFMADD231PS (DI)(R10*1), Z0, Z19; \
+	VFMADD231PS 64(DI), Z1, Z20; \
+	VFMADD231PS 64(DI)(R9*1), Z1, Z21; \
+	VFMADD231PS 64(DI)(R9*2), Z1, Z22; \
+	VFMADD231PS 64(DI)(R10*1), Z1, Z23; \
+	ADDQ $(32*es), SI; \
+	ADDQ $128, DI; \
+	SUBQ $32, CX; \
+	JMP  loop32; \
+loop16:; \
+	CMPQ CX, $16; \
+	JB   tail; \
+	w16(0, Z0); \
+	VFMADD231PS (DI), Z0, Z16; \
+	VFMADD231PS (DI)(R9*1), Z0, Z17; \
+	VFMADD231PS (DI)(R9*2), Z0, Z18; \
+	VFMADD231PS (DI)(R10*1), Z0, Z19; \
+	ADDQ $(16*es), SI; \
+	ADDQ $64, DI; \
+	SUBQ $16, CX; \
+tail:; \
+	TESTQ CX, CX; \
+	JZ   sum; \
+	TAILMASK; \
+	t16(Z0); \
+	VMOVUPS.Z (DI), K1, Z1; \
+	VFMADD231PS Z1, Z0, Z20; \
+	VMOVUPS.Z (DI)(R9*1), K1, Z1; \
+	VFMADD231PS Z1, Z0, Z21; \
+	VMOVUPS.Z (DI)(R9*2), K1, Z1; \
+	VFMADD231PS Z1, Z0, Z22; \
+	VMOVUPS.Z (DI)(R10*1), K1, Z1; \
+	VFMADD231PS Z1, Z0, Z23; \
+sum:; \
+	VADDPS Z20, Z16, Z8; \
+	VADDPS Z21, Z17, Z9; \
+	VADDPS Z22, Z18, Z10; \
+	VADDPS Z23, Z19, Z11; \
+	FOLDZ(Z8, Y8, Y0); \
+	FOLDZ(Z9, Y9, Y0); \
+	FOLDZ(Z10, Y10, Y0); \
+	FOLDZ(Z11, Y11, Y0); \
+	HSUM4Z(Y8, X8, Y9, Y10, Y11); \
+	VZEROUPPER; \
+	RET
+
 // func kernDotQ8_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
 TEXT ·kernDotQ8_0AVX512(SB), NOSPLIT, $0-100
 	DOT1(PAIRQ8, ONEQ8, 34)
@@ -373,76 +462,14 @@ f16sum:
 	VZEROUPPER
 	RET
 
-// func kernDotF32x4AVX512(res *[4]float32, w, x []float32, stride int)
+// func kernDotF32x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
 TEXT ·kernDotF32x4AVX512(SB), NOSPLIT, $0-64
-	MOVQ w_base+8(FP), SI
-	MOVQ w_len+16(FP), CX
-	MOVQ x_base+32(FP), DI
-	MOVQ stride+56(FP), R9
-	SHLQ $2, R9
-	LEAQ (R9)(R9*2), R10
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
+	FX4Z(W16F32Z, T16F32Z, 4, 2)
 
-f32x4loop32:
-	CMPQ CX, $32
-	JB   f32x4loop16
-	VMOVUPS (SI), Z0
-	VMOVUPS 64(SI), Z1
-	VFMADD231PS (DI), Z0, Z16
-	VFMADD231PS (DI)(R9*1), Z0, Z17
-	VFMADD231PS (DI)(R9*2), Z0, Z18
-	VFMADD231PS (DI)(R10*1), Z0, Z19
-	VFMADD231PS 64(DI), Z1, Z20
-	VFMADD231PS 64(DI)(R9*1), Z1, Z21
-	VFMADD231PS 64(DI)(R9*2), Z1, Z22
-	VFMADD231PS 64(DI)(R10*1), Z1, Z23
-	ADDQ $128, SI
-	ADDQ $128, DI
-	SUBQ $32, CX
-	JMP  f32x4loop32
+// func kernDotF16x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
+TEXT ·kernDotF16x4AVX512(SB), NOSPLIT, $0-64
+	FX4Z(W16F16Z, T16F16Z, 2, 1)
 
-f32x4loop16:
-	CMPQ CX, $16
-	JB   f32x4tail
-	VMOVUPS (SI), Z0
-	VFMADD231PS (DI), Z0, Z16
-	VFMADD231PS (DI)(R9*1), Z0, Z17
-	VFMADD231PS (DI)(R9*2), Z0, Z18
-	VFMADD231PS (DI)(R10*1), Z0, Z19
-	ADDQ $64, SI
-	ADDQ $64, DI
-	SUBQ $16, CX
-
-f32x4tail:
-	TESTQ CX, CX
-	JZ   f32x4sum
-	TAILMASK
-	VMOVUPS.Z (SI), K1, Z0
-	VMOVUPS.Z (DI), K1, Z1
-	VFMADD231PS Z1, Z0, Z20
-	VMOVUPS.Z (DI)(R9*1), K1, Z1
-	VFMADD231PS Z1, Z0, Z21
-	VMOVUPS.Z (DI)(R9*2), K1, Z1
-	VFMADD231PS Z1, Z0, Z22
-	VMOVUPS.Z (DI)(R10*1), K1, Z1
-	VFMADD231PS Z1, Z0, Z23
-
-f32x4sum:
-	VADDPS Z20, Z16, Z8
-	VADDPS Z21, Z17, Z9
-	VADDPS Z22, Z18, Z10
-	VADDPS Z23, Z19, Z11
-	FOLDZ(Z8, Y8, Y0)
-	FOLDZ(Z9, Y9, Y0)
-	FOLDZ(Z10, Y10, Y0)
-	FOLDZ(Z11, Y11, Y0)
-	HSUM4Z(Y8, X8, Y9, Y10, Y11)
-	VZEROUPPER
-	RET
+// func kernDotBF16x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
+TEXT ·kernDotBF16x4AVX512(SB), NOSPLIT, $0-64
+	FX4Z(W16BF16Z, T16BF16Z, 2, 1)

@@ -1,7 +1,9 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"flag"
+	"math"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -142,12 +144,34 @@ func BenchmarkKernDot(b *testing.B) {
 		}
 	}
 	wf := kernRandFloats(rng, cols, 1)
-	for _, level := range kernLevels() {
-		b.Run(fmt.Sprintf("type=f32/kern=%s/n=1", level), func(b *testing.B) {
-			b.SetBytes(4 * cols)
-			for b.Loop() {
-				kernSetFor(level).dotF32(wf, x[:cols])
+	float := map[model.TensorType][]byte{model.TypeF32: make([]byte, 4*cols), model.TypeF16: make([]byte, 2*cols)}
+	for i, v := range wf {
+		binary.LittleEndian.PutUint32(float[model.TypeF32][4*i:], math.Float32bits(v))
+		binary.LittleEndian.PutUint16(float[model.TypeF16][2*i:], model.Float32ToHalf(v))
+	}
+	for _, typ := range []model.TensorType{model.TypeF32, model.TypeF16} {
+		w := float[typ]
+		for _, level := range kernLevels() {
+			ks := kernSetFor(level)
+			b.Run(fmt.Sprintf("type=%s/kern=%s/n=1", strings.ToLower(typ.String()), level), func(b *testing.B) {
+				b.SetBytes(int64(len(w)))
+				for b.Loop() {
+					if typ == model.TypeF32 {
+						ks.dotF32(wf, x[:cols])
+					} else {
+						ks.dotF16(w, x[:cols])
+					}
+				}
+			})
+			if dot4 := ks.dotFloat4[typ]; dot4 != nil {
+				b.Run(fmt.Sprintf("type=%s/kern=%s/n=4", strings.ToLower(typ.String()), level), func(b *testing.B) {
+					b.SetBytes(int64(len(w)))
+					var res [4]float32
+					for b.Loop() {
+						dot4(&res, w, x, cols)
+					}
+				})
 			}
-		})
+		}
 	}
 }
