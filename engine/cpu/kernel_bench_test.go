@@ -3,8 +3,8 @@ package cpu
 import (
 	"encoding/binary"
 	"flag"
-	"math"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
