@@ -471,7 +471,7 @@ func expNeg(x float32) float32 {
 		ln2hi = 0.693145751953125
 		ln2lo = 1.42860682030941723212e-6
 	)
-	n := float32(math.Round(float64(x * log2e)))
+	n := float32(int32(x*log2e - 0.5)) // round to nearest (x*log2e <= 0)
 	r := (x - n*ln2hi) - n*ln2lo
 	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720))))))
 	return p * math.Float32frombits(uint32(int32(n)+127)<<23)
@@ -480,8 +480,15 @@ func expNeg(x float32) float32 {
 // axpy adds a·x to y.
 func axpy(y []float32, a float32, x []float32) {
 	x = x[:len(y)]
-	for i, v := range x {
-		y[i] += a * v
+	i := 0
+	for ; i+4 <= len(y); i += 4 {
+		y[i] += a * x[i]
+		y[i+1] += a * x[i+1]
+		y[i+2] += a * x[i+2]
+		y[i+3] += a * x[i+3]
+	}
+	for ; i < len(y); i++ {
+		y[i] += a * x[i]
 	}
 }
 
@@ -494,10 +501,18 @@ func addTo(dst, src []float32) {
 	}
 }
 
-// swiglu writes silu(gate)·up into gate.
+// swiglu writes silu(gate)·up into gate, silu(g) = g·sigmoid(g), with the
+// exponential taken of -|g| so that it never overflows.
 func swiglu(gate, up []float32) {
 	up = up[:len(gate)]
 	for i, g := range gate {
-		gate[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
+		var sig float32
+		if g >= 0 {
+			sig = 1 / (1 + expNeg(-g))
+		} else {
+			e := expNeg(g)
+			sig = e / (1 + e)
+		}
+		gate[i] = g * sig * up[i]
 	}
 }
