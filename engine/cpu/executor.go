@@ -32,7 +32,8 @@ type Config struct {
 	BlockSize int
 	// KVBlocks is the number of KV blocks; if 0 it is KVCacheBytes over the
 	// bytes of one block, raised to hold one sequence of the model's full
-	// context.
+	// context when that takes at most MaxAutoKVBytes (beyond, the engine
+	// limits a sequence to the cache).
 	KVBlocks int
 	// KVCacheBytes sizes the KV cache when KVBlocks is 0; default 256 MiB.
 	KVCacheBytes int64
@@ -54,6 +55,10 @@ const (
 	DefaultBlockSize          = 16
 	DefaultKVCacheBytes int64 = 256 << 20
 	DefaultSwapBytes    int64 = 256 << 20
+	// MaxAutoKVBytes bounds how far New raises KVCacheBytes to hold one
+	// sequence of the full context, so that a long-context model cannot
+	// reserve more memory than the machine has.
+	MaxAutoKVBytes int64 = 1 << 30
 )
 
 // DefaultConfig returns the documented defaults: runtime.NumCPU() threads,
@@ -198,10 +203,7 @@ func New(f *model.File, cfg Config) (*Executor, error) {
 	f16, _ := parseKVType(cfg.KVType)
 	bs := cfg.BlockSize
 	blockBytes := kvBytesPerBlock(spec, bs, f16)
-	blocks := int64(cfg.KVBlocks)
-	if blocks == 0 {
-		blocks = max(cfg.KVCacheBytes/blockBytes, int64((spec.ContextLength+bs-1)/bs))
-	}
+	blocks := kvBlocks(cfg, spec.ContextLength, blockBytes)
 	if blocks > math.MaxInt32 || blocks > math.MaxInt64/blockBytes {
 		return nil, fmt.Errorf("cpu: %d KV blocks of %d bytes is too large", blocks, blockBytes)
 	}
@@ -249,6 +251,16 @@ func New(f *model.File, cfg Config) (*Executor, error) {
 		e.scratch = append(e.scratch, newScratch(&e.spec, bs, r.dims))
 	}
 	return e, nil
+}
+
+// kvBlocks is the number of KV blocks cfg (with defaults) asks for, for a
+// model of contextLength tokens whose blocks take blockBytes each.
+func kvBlocks(cfg Config, contextLength int, blockBytes int64) int64 {
+	if cfg.KVBlocks > 0 {
+		return int64(cfg.KVBlocks)
+	}
+	full := int64((contextLength + cfg.BlockSize - 1) / cfg.BlockSize)
+	return max(cfg.KVCacheBytes/blockBytes, min(full, MaxAutoKVBytes/blockBytes), 1)
 }
 
 // Info describes the model and the KV capacity: NumBlocks device blocks of

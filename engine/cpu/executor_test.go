@@ -516,6 +516,17 @@ func TestExecutorConfig(t *testing.T) {
 	require.Zero(t, e2.Info().SwapBlocks)
 	require.Equal(t, "x", e2.Info().Model)
 
+	// The raise to a full context stops at MaxAutoKVBytes; an explicit
+	// budget above it is kept.
+	cfg := Config{BlockSize: 16, KVCacheBytes: 1 << 20}
+	require.EqualValues(t, 1<<20/4096, kvBlocks(cfg, 1000, 4096)) // more than a context
+	require.EqualValues(t, 1<<24/16, kvBlocks(cfg, 1<<24, 16)) // raised to a context
+	require.EqualValues(t, MaxAutoKVBytes/4096, kvBlocks(cfg, 1<<24, 4096)) // raised to the bound
+	cfg.KVCacheBytes = 4 * MaxAutoKVBytes
+	require.EqualValues(t, 4*MaxAutoKVBytes/4096, kvBlocks(cfg, 1<<24, 4096))
+	cfg.KVBlocks = 3
+	require.EqualValues(t, 3, kvBlocks(cfg, 1<<24, 4096))
+
 	for name, cfg := range map[string]Config{
 		"threads":    {Threads: -1},
 		"block size": {BlockSize: 12},
