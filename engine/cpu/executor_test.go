@@ -519,8 +519,8 @@ func TestExecutorConfig(t *testing.T) {
 	// The raise to a full context stops at MaxAutoKVBytes; an explicit
 	// budget above it is kept.
 	cfg := Config{BlockSize: 16, KVCacheBytes: 1 << 20}
-	require.EqualValues(t, 1<<20/4096, kvBlocks(cfg, 1000, 4096)) // more than a context
-	require.EqualValues(t, 1<<24/16, kvBlocks(cfg, 1<<24, 16)) // raised to a context
+	require.EqualValues(t, 1<<20/4096, kvBlocks(cfg, 1000, 4096))           // more than a context
+	require.EqualValues(t, 1<<24/16, kvBlocks(cfg, 1<<24, 16))              // raised to a context
 	require.EqualValues(t, MaxAutoKVBytes/4096, kvBlocks(cfg, 1<<24, 4096)) // raised to the bound
 	cfg.KVCacheBytes = 4 * MaxAutoKVBytes
 	require.EqualValues(t, 4*MaxAutoKVBytes/4096, kvBlocks(cfg, 1<<24, 4096))
