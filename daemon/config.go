@@ -39,6 +39,12 @@ type Config struct {
 	// Resolve is the environment for resolving ModelFiles ($OLLAMA_MODELS,
 	// $HOME), filled in by cmd/llmd.
 	Resolve modelfile.ResolveEnv
+	// CPUThreads is the number of threads of each GGUF model's CPU
+	// executor; 0 means one per core.
+	CPUThreads int
+	// KVCacheBytes sizes each GGUF model's KV cache; 0 means the CPU
+	// executor's default (256 MiB).
+	KVCacheBytes int64
 	// LoadProgress, if set, is called before each GGUF model loads (done of
 	// total loaded so far, and the next one's name) and once at the end
 	// (done == total, name ""). cmd/llmd draws a progress bar with it.
@@ -137,6 +143,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("max body bytes is %d; it must be positive", c.MaxBodyBytes))
+	}
+	if c.CPUThreads < 0 {
+		errs = append(errs, fmt.Errorf("cpu threads is %d; it must not be negative", c.CPUThreads))
+	}
+	if c.KVCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("kv cache size is %d bytes; it must not be negative", c.KVCacheBytes))
 	}
 	if c.MaxN < 1 {
 		errs = append(errs, fmt.Errorf("max n is %d; it must be at least 1", c.MaxN))

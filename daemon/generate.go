@@ -63,11 +63,6 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		rl.fail(writeError(w, rl.id, errDraining), errDraining)
 		return
 	}
-	if j.model.eng == nil {
-		err := noExecutorError(j.model)
-		rl.fail(writeError(w, rl.id, err), err)
-		return
-	}
 	ctx := r.Context()
 	// subCtx is the engine request's lifetime: it ends when the client goes
 	// away, or earlier when stop strings have ended every choice.

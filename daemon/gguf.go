@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/cpu"
 	modelfile "github.com/llmd/llmd/engine/model"
 )
 
@@ -40,24 +41,35 @@ func (g ggufText) ChatPrompt(msgs []api.Message, addGenerationPrompt bool) ([]in
 
 func (g ggufText) Prompt(text string, addSpecial bool) []int32 { return g.tok.Encode(text, addSpecial) }
 func (g ggufText) Decode(toks []int32) string                  { return g.tok.Decode(toks) }
-func (g ggufText) DecodeToken(t int32) string                  { return g.tok.DecodeToken(t) }
-func (g ggufText) VocabSize() int                              { return g.tok.VocabSize() }
+
+// DecodeToken gives a generated token's text. Control and unused tokens
+// (an end-of-turn marker the model emits, a reserved id) are not shown, as
+// llama.cpp and vLLM leave special tokens out of generated text.
+func (g ggufText) DecodeToken(t int32) string {
+	switch g.tok.TokenType(t) {
+	case modelfile.TokenTypeControl, modelfile.TokenTypeUnused:
+		return ""
+	}
+	return g.tok.DecodeToken(t)
+}
+func (g ggufText) VocabSize() int { return g.tok.VocabSize() }
 
 // loadGGUFModels resolves every --model and --models-dir value, opens each
-// GGUF file (memory-mapped) and prepares its tokenizer and chat template.
-// The returned close function unmaps the files.
-func loadGGUFModels(cfg Config, logger *slog.Logger) ([]*modelfile.File, []*model, error) {
+// GGUF file (memory-mapped), prepares its tokenizer and chat template, and
+// builds its CPU executor and engine. The returned closers release them
+// (after the engines stop).
+func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*model, error) {
 	specs := append([]string(nil), cfg.ModelFiles...)
 	if cfg.ModelsDir != "" {
 		specs = append(specs, cfg.ModelsDir)
 	}
 	var (
-		files  []*modelfile.File
-		models []*model
+		closers []func()
+		models  []*model
 	)
-	fail := func(err error) ([]*modelfile.File, []*model, error) {
-		for _, f := range files {
-			_ = f.Close()
+	fail := func(err error) ([]func(), []*model, error) {
+		for _, c := range closers {
+			c()
 		}
 		return nil, nil, err
 	}
@@ -74,23 +86,24 @@ func loadGGUFModels(cfg Config, logger *slog.Logger) ([]*modelfile.File, []*mode
 			cfg.LoadProgress(i, len(refs), ref.Name)
 		}
 		start := time.Now()
-		f, m, err := loadGGUF(ref)
+		closer, m, err := loadGGUF(ref, cfg, logger)
 		if err != nil {
 			return fail(fmt.Errorf("daemon: load %s (%s): %w", ref.Name, ref.Path, err))
 		}
-		files = append(files, f)
+		closers = append(closers, closer)
 		models = append(models, m)
 		logger.Info("model loaded", "model", m.id, "path", ref.Path, "source", ref.Source, "arch", m.arch,
 			"parameters", m.params, "quantization", m.quantization, "context_length", m.limit,
-			"template", m.text.(ggufText).tmpl.Source(), "executor", "none", "load_ms", time.Since(start).Milliseconds())
+			"template", m.text.(ggufText).tmpl.Source(), "executor", "cpu", "kv_blocks", m.info.NumBlocks,
+			"max_seq_tokens", m.limit, "load_ms", time.Since(start).Milliseconds())
 	}
 	if cfg.LoadProgress != nil && len(refs) > 0 {
 		cfg.LoadProgress(len(refs), len(refs), "")
 	}
-	return files, models, nil
+	return closers, models, nil
 }
 
-func loadGGUF(ref modelfile.ModelRef) (*modelfile.File, *model, error) {
+func loadGGUF(ref modelfile.ModelRef, cfg Config, logger *slog.Logger) (func(), *model, error) {
 	f, err := modelfile.Open(ref.Path)
 	if err != nil {
 		return nil, nil, err
@@ -100,7 +113,31 @@ func loadGGUF(ref modelfile.ModelRef) (*modelfile.File, *model, error) {
 		_ = f.Close()
 		return nil, nil, err
 	}
-	return f, m, nil
+	cc := cpu.DefaultConfig()
+	cc.Name = ref.Name
+	cc.EOS = m.text.(ggufText).tok.EndOfGeneration()
+	if cfg.CPUThreads > 0 {
+		cc.Threads = cfg.CPUThreads
+	}
+	if cfg.KVCacheBytes > 0 {
+		cc.KVCacheBytes = cfg.KVCacheBytes
+	}
+	exec, err := cpu.New(f, cc)
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	eng, err := engine.New(exec, engine.RealClock{}, cfg.Engine, logger)
+	if err != nil {
+		exec.Close()
+		_ = f.Close()
+		return nil, nil, err
+	}
+	m.eng = engineReplica{eng}
+	m.info = eng.Info()
+	m.run = eng.Run
+	m.limit = min(m.limit, eng.MaxSeqTokens())
+	return func() { exec.Close(); _ = f.Close() }, m, nil
 }
 
 func ggufModel(ref modelfile.ModelRef, f *modelfile.File) (*model, error) {
@@ -144,15 +181,6 @@ func ggufModel(ref modelfile.ModelRef, f *modelfile.File) (*model, error) {
 		m.eos[id] = true
 	}
 	return m, nil
-}
-
-// noExecutorError answers a generation request for a model llmd has loaded
-// but cannot run yet.
-func noExecutorError(m *model) error {
-	return &requestError{Status: http.StatusNotImplemented, Type: typeInvalidRequest, Code: "model_not_runnable", Param: "model",
-		Message: fmt.Sprintf("model %q (%s, %s) is loaded, but llmd cannot run GGUF models yet: the CPU executor is not built. "+
-			"Its tokenizer and chat template work (POST /tokenize, /detokenize); for generation use a sim/ model.",
-			m.id, m.arch, m.quantization)}
 }
 
 // errDuplicateModel is two served models with one id.

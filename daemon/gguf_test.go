@@ -85,15 +85,34 @@ func TestGGUFModelLoadsAndTokenizes(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 	require.JSONEq(t, `{"prompt":"Hello, world!"}`, string(body))
 
-	// Generation is refused plainly until the CPU executor exists.
-	for _, path := range []string{"/v1/chat/completions", "/v1/chat"} {
-		resp, body = post(t, c, base+path, `{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`)
-		require.Equal(t, http.StatusNotImplemented, resp.StatusCode, string(body))
-		require.Equal(t, "model_not_runnable", errorOf(t, body)["code"])
-	}
+	// The model generates with the CPU executor: the weights are random, so
+	// the text is gibberish, but the token accounting is exact.
+	resp, body = post(t, c, base+"/v1/chat/completions",
+		`{"model":"tiny","max_tokens":12,"temperature":0,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	var cc api.ChatCompletion
+	require.NoError(t, json.Unmarshal(body, &cc))
+	require.Equal(t, len(want), cc.Usage.PromptTokens)
+	require.Positive(t, cc.Usage.CompletionTokens)
+	require.LessOrEqual(t, cc.Usage.CompletionTokens, 12)
+
+	// Greedy decoding is deterministic: the same request gives the same text,
+	// and the second one reuses the cached prompt blocks.
+	resp, body = post(t, c, base+"/v1/chat/completions",
+		`{"model":"tiny","max_tokens":12,"temperature":0,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	var again api.ChatCompletion
+	require.NoError(t, json.Unmarshal(body, &again))
+	require.Equal(t, cc.Choices[0].Message.Content, again.Choices[0].Message.Content)
+
 	resp, body = get(t, c, base+"/v1/stats")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.JSONEq(t, `{"models":[]}`, string(body))
+	var st api.StatsResponse
+	require.NoError(t, json.Unmarshal(body, &st))
+	require.Len(t, st.Models, 1)
+	require.Equal(t, "cpu", st.Models[0].Executor)
+	require.Equal(t, uint64(2), st.Models[0].Completed)
+	requireIdle(t, s)
 }
 
 // TestGGUFModelFromOllamaStore resolves ollama:NAME in an Ollama-style store

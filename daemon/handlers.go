@@ -591,9 +591,6 @@ var tierNames = [engine.NumPriorities]string{"batch", "free", "paid", "enterpris
 func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request, _ *reqLog) {
 	resp := api.StatsResponse{Models: make([]api.EngineStats, 0, len(s.models))}
 	for _, m := range s.models {
-		if m.eng == nil {
-			continue
-		}
 		st := m.eng.Stats()
 		byTier := make(map[string]int, len(tierNames))
 		for p, name := range tierNames {

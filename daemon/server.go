@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/llmd/llmd/engine"
-	modelfile "github.com/llmd/llmd/engine/model"
 )
 
 // replica is the part of a model's engine that the handlers use;
@@ -56,8 +55,6 @@ func (r engineReplica) Stats() engine.Stats       { return r.e.Stats() }
 type model struct {
 	id   string
 	info engine.ExecutorInfo
-	// eng is nil for a model llmd can load but not run (a GGUF model until
-	// the CPU executor exists): generation answers errNoExecutor.
 	eng  replica
 	text textModel
 	eos  map[int32]bool
@@ -97,9 +94,11 @@ type Server struct {
 	log    *slog.Logger
 	models []*model // sim models in Config.Models order, then GGUF models
 	byID   map[string]*model
-	files  []*modelfile.File // mapped GGUF files; Run closes them
-	mux    *http.ServeMux
-	state  atomic.Int32
+	// closers release the GGUF models' executors and mapped files; Run
+	// calls them once its engines have stopped.
+	closers []func()
+	mux     *http.ServeMux
+	state   atomic.Int32
 
 	mu sync.Mutex
 	ln net.Listener
@@ -118,7 +117,7 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	files, ggufs, err := loadGGUFModels(cfg, logger.With("component", "daemon"))
+	closers, ggufs, err := loadGGUFModels(cfg, logger.With("component", "daemon"))
 	if err != nil {
 		return nil, err
 	}
@@ -126,15 +125,15 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	seen := map[string]bool{}
 	for _, m := range models {
 		if seen[m.id] {
-			for _, f := range files {
-				_ = f.Close()
+			for _, c := range closers {
+				c()
 			}
 			return nil, fmt.Errorf("%w: %q", errDuplicateModel, m.id)
 		}
 		seen[m.id] = true
 	}
 	s := newServer(cfg, logger, models)
-	s.files = files
+	s.closers = closers
 	return s, nil
 }
 
@@ -166,9 +165,7 @@ func (s *Server) Models() []string {
 func (s *Server) Stats() []engine.Stats {
 	st := make([]engine.Stats, 0, len(s.models))
 	for _, m := range s.models {
-		if m.eng != nil {
-			st = append(st, m.eng.Stats())
-		}
+		st = append(st, m.eng.Stats())
 	}
 	return st
 }
@@ -205,8 +202,8 @@ func (s *Server) Addr() net.Addr {
 // after a clean stop.
 func (s *Server) Run(ctx context.Context) error {
 	defer func() {
-		for _, f := range s.files {
-			_ = f.Close()
+		for _, c := range s.closers {
+			c()
 		}
 	}()
 	if s.cfg.DataDir != "" {

@@ -60,6 +60,8 @@ type options struct {
 	models     []string
 	modelFiles []string
 	modelsDir  string
+	cpuThreads int
+	kvCacheMiB int
 	dataDir    string
 	logLevel   string
 	logFormat  string
@@ -76,16 +78,18 @@ type options struct {
 // envVars maps each flag to the environment variable that sets it when the
 // flag is not given.
 var envVars = map[string]string{
-	"listen":     "LLMD_LISTEN",
-	"gpu":        "LLMD_GPU",
-	"tp":         "LLMD_TP",
-	"models":     "LLMD_MODELS",
-	"model":      "LLMD_MODEL",
-	"models-dir": "LLMD_MODELS_DIR",
-	"data-dir":   "LLMD_DATA_DIR",
-	"log-level":  "LLMD_LOG_LEVEL",
-	"log-format": "LLMD_LOG_FORMAT",
-	"heartbeat":  "LLMD_HEARTBEAT",
+	"listen":       "LLMD_LISTEN",
+	"gpu":          "LLMD_GPU",
+	"tp":           "LLMD_TP",
+	"models":       "LLMD_MODELS",
+	"model":        "LLMD_MODEL",
+	"models-dir":   "LLMD_MODELS_DIR",
+	"cpu-threads":  "LLMD_CPU_THREADS",
+	"kv-cache-mib": "LLMD_KV_CACHE_MIB",
+	"data-dir":     "LLMD_DATA_DIR",
+	"log-level":    "LLMD_LOG_LEVEL",
+	"log-format":   "LLMD_LOG_FORMAT",
+	"heartbeat":    "LLMD_HEARTBEAT",
 
 	"max-batch-tokens":       "LLMD_MAX_BATCH_TOKENS",
 	"max-running":            "LLMD_MAX_RUNNING",
@@ -106,9 +110,8 @@ func newRootCmd(getenv func(string) string) *cobra.Command {
 With no flags it listens on 127.0.0.1:8700 and serves the SIMULATED executor (a
 roofline cost model of a GPU, no model weights: model ids start with "sim/") on one
 simulated H100 per model, for the small, mid and flagship profiles. --model loads
-GGUF files (or ollama:NAME from the Ollama store) instead: llmd lists them and
-serves their tokenizers and chat templates; generating with them needs the CPU
-executor, which is not built yet.
+GGUF files (or ollama:NAME from the Ollama store) instead and runs them on the
+CPU executor.
 
 Every flag can also be set with its environment variable (LLMD_LISTEN, LLMD_GPU,
 LLMD_TP, LLMD_MODELS, LLMD_MODEL, LLMD_MODELS_DIR, LLMD_DATA_DIR, LLMD_LOG_LEVEL, LLMD_LOG_FORMAT,
@@ -145,6 +148,8 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.modelFiles, "model", nil, "a GGUF model to load: a file, a directory, or ollama:NAME[:TAG] from the Ollama store "+
 		"(repeatable; replaces the default simulated models unless --models is given)")
 	fs.StringVar(&o.modelsDir, "models-dir", "", "a directory of GGUF models to load")
+	fs.IntVar(&o.cpuThreads, "cpu-threads", 0, "threads of each GGUF model's CPU executor (0: one per core)")
+	fs.IntVar(&o.kvCacheMiB, "kv-cache-mib", 0, "KV cache size of each GGUF model in MiB (0: 256)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "data directory (default: $XDG_DATA_HOME/llmd or the platform's user data directory)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
@@ -202,6 +207,8 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.Models = splitList(strings.Join(o.models, ","))
 	cfg.ModelFiles = o.modelFiles
 	cfg.ModelsDir = o.modelsDir
+	cfg.CPUThreads = o.cpuThreads
+	cfg.KVCacheBytes = int64(o.kvCacheMiB) << 20
 	// GGUF models replace the default simulated ones unless --models (or
 	// LLMD_MODELS) asks for simulated ones too.
 	modelsSet := (o.fs != nil && o.fs.Changed("models")) || getenv("LLMD_MODELS") != ""
@@ -292,7 +299,7 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 			cfg.GPU, strconv.Itoa(cfg.TP))
 	}
 	if len(cfg.ModelFiles) > 0 || cfg.ModelsDir != "" {
-		fmt.Fprintln(stdout, "  GGUF models: loaded for /v1/models, /tokenize and /detokenize; generation needs the CPU executor, not built yet")
+		fmt.Fprintln(stdout, "  GGUF models: CPU executor (real weights)")
 	}
 	return srv.Run(ctx)
 }
