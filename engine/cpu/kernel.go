@@ -305,8 +305,11 @@ func kernRegister(l kernLevel, s *kernSet) {
 			s.dotQ4 = map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){}
 		}
 		for t, f := range below.dotQ {
-			if s.dotQ[t] == nil { // take the pair, never a slower 4-token dot
-				s.dotQ[t], s.dotQ4[t] = f, below.dotQ4[t]
+			if s.dotQ[t] == nil {
+				s.dotQ[t] = f
+			}
+			if s.dotQ4[t] == nil {
+				s.dotQ4[t] = below.dotQ4[t]
 			}
 		}
 	}

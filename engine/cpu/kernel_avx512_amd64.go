@@ -5,8 +5,9 @@ package cpu
 import "github.com/llmd/llmd/engine/model"
 
 // The AVX-512 kernels (kernel_avx512_amd64.s), with the same arguments as
-// their AVX2 namesakes. The types and functions without one here use the
-// AVX2 kernels: both levels share the activation layout.
+// their AVX2 namesakes. The functions without one here (BF16's one-token
+// dot, the conversions, activation quantization) use the AVX2 kernels: both
+// levels share the activation layout.
 
 //go:noescape
 func kernDotQ8_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
@@ -19,6 +20,24 @@ func kernDotQ8_0x4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 
 //go:noescape
 func kernDotQ4_0x4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+
+//go:noescape
+func kernDotQ5_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
+
+//go:noescape
+func kernDotQ4_KAVX512(w []byte, xq []int8, xd, xs []float32) float32
+
+//go:noescape
+func kernDotQ6_KAVX512(w []byte, xq []int8, xd, xs []float32) float32
+
+//go:noescape
+func kernDotQ5_0x4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+
+//go:noescape
+func kernDotQ4_Kx4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+
+//go:noescape
+func kernDotQ6_Kx4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 
 //go:noescape
 func kernDotF32AVX512(w, x []float32) float32
@@ -42,11 +61,17 @@ func init() {
 	kernRegister(kernLevelAVX512, &kernSet{
 		dotQ: map[model.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{
 			model.TypeQ4_0: kernDotQ4_0AVX512,
+			model.TypeQ5_0: kernDotQ5_0AVX512,
 			model.TypeQ8_0: kernDotQ8_0AVX512,
+			model.TypeQ4_K: kernDotQ4_KAVX512,
+			model.TypeQ6_K: kernDotQ6_KAVX512,
 		},
 		dotQ4: map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){
 			model.TypeQ4_0: kernDotQ4_0x4AVX512,
+			model.TypeQ5_0: kernDotQ5_0x4AVX512,
 			model.TypeQ8_0: kernDotQ8_0x4AVX512,
+			model.TypeQ4_K: kernDotQ4_Kx4AVX512,
+			model.TypeQ6_K: kernDotQ6_Kx4AVX512,
 		},
 		dotF32: kernDotF32AVX512,
 		dotF16: kernDotF16AVX512,

@@ -10,7 +10,29 @@
 // (Z4) and accumulated with each block's activation scale, broadcast from
 // memory into its half of the lanes (masks K2 and K3).
 //
-// Constant registers: Z31 zero, Z14 0x0F bytes, Z13 8s.
+// Constant registers: Z31 zero, Z14 0x0F bytes, Z13 8s, Z12 16s.
+
+// VPERMPS orders: each of four floats four times (Q6_K sub-block scales
+// over the lanes of two blocks), and each of eight floats twice (activation
+// scales over Q6_K sub-blocks).
+DATA kernQ6Quad<>+0(SB)/8, $0x0000000000000000
+DATA kernQ6Quad<>+8(SB)/8, $0x0000000000000000
+DATA kernQ6Quad<>+16(SB)/8, $0x0000000100000001
+DATA kernQ6Quad<>+24(SB)/8, $0x0000000100000001
+DATA kernQ6Quad<>+32(SB)/8, $0x0000000200000002
+DATA kernQ6Quad<>+40(SB)/8, $0x0000000200000002
+DATA kernQ6Quad<>+48(SB)/8, $0x0000000300000003
+DATA kernQ6Quad<>+56(SB)/8, $0x0000000300000003
+GLOBL kernQ6Quad<>(SB), RODATA|NOPTR, $64
+DATA kernQ6Pair<>+0(SB)/8, $0x0000000000000000
+DATA kernQ6Pair<>+8(SB)/8, $0x0000000100000001
+DATA kernQ6Pair<>+16(SB)/8, $0x0000000200000002
+DATA kernQ6Pair<>+24(SB)/8, $0x0000000300000003
+DATA kernQ6Pair<>+32(SB)/8, $0x0000000400000004
+DATA kernQ6Pair<>+40(SB)/8, $0x0000000500000005
+DATA kernQ6Pair<>+48(SB)/8, $0x0000000600000006
+DATA kernQ6Pair<>+56(SB)/8, $0x0000000700000007
+GLOBL kernQ6Pair<>(SB), RODATA|NOPTR, $64
 
 // X4SETUP512 is X4SETUP (kernel_amd64.s) for this file's frame layout.
 #define X4SETUP512 \
@@ -59,6 +81,8 @@
 	VPBROADCASTB AX, Z14; \
 	MOVL   $0x08, AX; \
 	VPBROADCASTB AX, Z13; \
+	MOVL   $0x10, AX; \
+	VPBROADCASTB AX, Z12; \
 	MOVL   $0x00ff, AX; \
 	KMOVW  AX, K2; \
 	MOVL   $0xff00, AX; \
@@ -143,6 +167,231 @@
 	VPAND       Y14, Y2, Y2; \
 	VPSUBB      Y13, Y2, Y2; \
 	ONEW
+
+// PAIRQ5 loads blocks b, b+1 of Q5_0 at SI as signed values: nibbles as
+// PAIRQ4, minus 16 where the fifth bit (qh, one bit per value) is clear.
+#define PAIRQ5 \
+	VMOVDQU      6(SI), X2; \
+	VINSERTI128  $1, 28(SI), Y2, Y2; \
+	VPSRLW       $4, Y2, Y3; \
+	VINSERTI64X4 $1, Y3, Z2, Z2; \
+	VSHUFI64X2   $0xD8, Z2, Z2, Z2; \
+	VPANDD       Z14, Z2, Z2; \
+	MOVL         2(SI), AX; \
+	MOVL         24(SI), BX; \
+	SHLQ         $32, BX; \
+	ORQ          BX, AX; \
+	NOTQ         AX; \
+	KMOVQ        AX, K4; \
+	VPSUBB       Z12, Z2, K4, Z2; \
+	SIGNW; \
+	DWPAIR(0, 22)
+
+#define ONEQ5 \
+	VMOVDQU     6(SI), X2; \
+	VPSRLW      $4, X2, X3; \
+	VINSERTI128 $1, X3, Y2, Y2; \
+	VPAND       Y14, Y2, Y2; \
+	MOVL        2(SI), AX; \
+	NOTL        AX; \
+	KMOVD       AX, K4; \
+	VPSUBB      Y12, Y2, K4, Y2; \
+	ONEW
+
+// Q4KSCALES512 is Q4KSCALES (kernel_amd64.s).
+#define Q4KSCALES512(sx, mx) \
+	MOVL    4(SI), AX; \
+	ANDL    $0x3f3f3f3f, AX; \
+	VMOVD   AX, sx; \
+	MOVL    4(SI), AX; \
+	SHRL    $6, AX; \
+	ANDL    $0x03030303, AX; \
+	SHLL    $4, AX; \
+	MOVL    12(SI), BX; \
+	ANDL    $0x0f0f0f0f, BX; \
+	ORL     BX, AX; \
+	VPINSRD $1, AX, sx, sx; \
+	MOVL    8(SI), AX; \
+	ANDL    $0x3f3f3f3f, AX; \
+	VMOVD   AX, mx; \
+	MOVL    8(SI), AX; \
+	SHRL    $6, AX; \
+	ANDL    $0x03030303, AX; \
+	SHLL    $4, AX; \
+	MOVL    12(SI), BX; \
+	SHRL    $4, BX; \
+	ANDL    $0x0f0f0f0f, BX; \
+	ORL     BX, AX; \
+	VPINSRD $1, AX, mx, mx
+
+// Q4KHEAD decodes a Q4_K block's header at SI: Y6 = d·sc_j and Y7 =
+// dmin·m_j for its eight sub-blocks. Uses Y3..Y5, AX, BX.
+#define Q4KHEAD \
+	VCVTPH2PS    (SI), X3; \
+	VBROADCASTSS X3, Y4; \
+	VMOVSHDUP    X3, X5; \
+	VBROADCASTSS X5, Y5; \
+	Q4KSCALES512(X6, X7); \
+	VPMOVZXBD    X6, Y6; \
+	VCVTDQ2PS    Y6, Y6; \
+	VMULPS       Y4, Y6, Y6; \
+	VPMOVZXBD    X7, Y7; \
+	VCVTDQ2PS    Y7, Y7; \
+	VMULPS       Y5, Y7, Y7
+
+// Q4KNIB sets Z8 to chunk c's nibbles: sub-block 2c (low) then 2c+1 (high),
+// unsigned 0..15, in the activations' order.
+#define Q4KNIB(c) \
+	VMOVDQU      16+32*c(SI), Y8; \
+	VPSRLW       $4, Y8, Y9; \
+	VINSERTI64X4 $1, Y9, Z8, Z8; \
+	VPANDD       Z14, Z8, Z8
+
+// Q4KTOK adds one token's dot with the nibbles in Z8 (its 64 activation
+// bytes at x, the two sub-blocks' scales at s(SP) and s+4(SP)) to acc.
+// No sign trick: the nibbles are the unsigned operand. Uses Z9.
+#define Q4KTOK(x, s, acc) \
+	VPXORD    Z9, Z9, Z9; \
+	VPDPBUSD  x, Z8, Z9; \
+	VCVTDQ2PS Z9, Z9; \
+	VFMADD231PS.BCST s(SP), Z9, K2, acc; \
+	VFMADD231PS.BCST s+4(SP), Z9, K3, acc
+
+// Q6KSETUP sets Q6_K's constants: Z12 0x30s, Z11 0x20s, Z15 the VPERMPS
+// order kernQ6Pair, and Z10, Z28, Z29, Z30 the orders kernQ6Quad+4q that
+// pick the scales of the q-th pair of blocks.
+#define Q6KSETUP \
+	MOVL      $0x30, AX; \
+	VPBROADCASTB AX, Z12; \
+	MOVL      $0x20, AX; \
+	VPBROADCASTB AX, Z11; \
+	VMOVDQU64 kernQ6Pair<>(SB), Z15; \
+	VMOVDQU64 kernQ6Quad<>(SB), Z10; \
+	MOVL      $4, AX; \
+	VPBROADCASTD AX, Z9; \
+	VPADDD    Z9, Z10, Z28; \
+	VPADDD    Z9, Z28, Z29; \
+	VPADDD    Z9, Z29, Z30
+
+// Q6KHEAD sets Z3 to d·sc for the sixteen sub-blocks of the Q6_K block at
+// SI. Uses Z2, AX.
+#define Q6KHEAD \
+	MOVWLZX      208(SI), AX; \
+	VMOVD        AX, X2; \
+	VCVTPH2PS    X2, X2; \
+	VBROADCASTSS X2, Z2; \
+	VPMOVSXBD    192(SI), Z3; \
+	VCVTDQ2PS    Z3, Z3; \
+	VMULPS       Z2, Z3, Z3
+
+// Q6KSC sets z to one token's sixteen d·sc·xd (its eight activation
+// scales at d, each for two sub-blocks).
+#define Q6KSC(d, z) \
+	VMOVUPS d, Y4; \
+	VPERMPS Z4, Z15, z; \
+	VMULPS  Z3, z, z
+
+// Q6KPAIR01 and Q6KPAIR23 set Z8 to |q-32| and K1 to the signs of q-32 for
+// blocks 0,1 and 2,3 of half h of the Q6_K block at SI. PAIR01 leaves the
+// low bits in Z4 and the high bits in Y5 for PAIR23. Uses Z6, Z7.
+#define Q6KPAIR01(h) \
+	VMOVDQU64    64*h(SI), Z4; \
+	VMOVDQU      128+32*h(SI), Y5; \
+	VPSLLW       $4, Y5, Y6; \
+	VPSLLW       $2, Y5, Y7; \
+	VINSERTI64X4 $1, Y7, Z6, Z6; \
+	VPANDD       Z14, Z4, Z8; \
+	VPANDD       Z12, Z6, Z6; \
+	VPORD        Z6, Z8, Z8; \
+	VPSUBB       Z11, Z8, Z8; \
+	VPMOVB2M     Z8, K1; \
+	VPABSB       Z8, Z8
+
+#define Q6KPAIR23 \
+	VPSRLW       $4, Z4, Z8; \
+	VPANDD       Z14, Z8, Z8; \
+	VPSRLW       $2, Y5, Y7; \
+	VINSERTI64X4 $1, Y7, Z5, Z6; \
+	VPANDD       Z12, Z6, Z6; \
+	VPORD        Z6, Z8, Z8; \
+	VPSUBB       Z11, Z8, Z8; \
+	VPMOVB2M     Z8, K1; \
+	VPABSB       Z8, Z8
+
+// Q6KTOK adds one token's dot with a pair of blocks (Z8, K1; activations at
+// x) to acc, scaled per 16 values by the four scales that the order q picks
+// from sc. Uses Z6, Z7, Z9.
+#define Q6KTOK(x, sc, q, acc) \
+	VMOVDQU64   x, Z6; \
+	VPSUBB      Z6, Z31, K1, Z6; \
+	VPXORD      Z7, Z7, Z7; \
+	VPDPBUSD    Z6, Z8, Z7; \
+	VCVTDQ2PS   Z7, Z7; \
+	VPERMPS     sc, q, Z9; \
+	VFMADD231PS Z9, Z7, acc
+
+// KSETUP1 and KSETUP4 load a K-quant kernel's arguments (one token; four
+// tokens, as X4SETUP512), with CX = 256-value blocks and R8 = xs.
+#define KSETUP1 \
+	MOVQ w_base+0(FP), SI; \
+	MOVQ xq_base+24(FP), DI; \
+	MOVQ xd_base+48(FP), DX; \
+	MOVQ xd_len+56(FP), CX; \
+	SHRQ $3, CX; \
+	MOVQ xs_base+72(FP), R8; \
+	SETUP512
+
+#define KSETUP4 \
+	X4SETUP512; \
+	SHRQ $3, CX; \
+	MOVQ xs_base+80(FP), R8; \
+	SETUP512; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	VPXORD Z20, Z20, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPXORD Z23, Z23, Z23
+
+// KEND1 returns the sum of Z0 and Z1 (less that of Y2, when min is set).
+#define KEND1(min) \
+	VADDPS Z1, Z0, Z0; \
+	FOLDZ(Z0, Y0, Y1); \
+	HSUMPS512(Y0, X0, X1); \
+	min; \
+	VMOVSS X0, ret+96(FP); \
+	VZEROUPPER; \
+	RET
+
+#define SUBMIN1 \
+	HSUMPS512(Y2, X2, X3); \
+	VSUBSS X2, X0, X0
+
+#define NOMIN
+
+// KEND4 stores the sums of each token's Z16+t and Z20+t (less Y24+t,
+// when min is set) at res.
+#define KEND4(min) \
+	VADDPS Z20, Z16, Z8; \
+	VADDPS Z21, Z17, Z9; \
+	VADDPS Z22, Z18, Z10; \
+	VADDPS Z23, Z19, Z11; \
+	FOLDZ(Z8, Y8, Y0); \
+	FOLDZ(Z9, Y9, Y0); \
+	FOLDZ(Z10, Y10, Y0); \
+	FOLDZ(Z11, Y11, Y0); \
+	min; \
+	HSUM4Z(Y8, X8, Y9, Y10, Y11); \
+	VZEROUPPER; \
+	RET
+
+#define SUBMIN4 \
+	VSUBPS Y24, Y8, Y8; \
+	VSUBPS Y25, Y9, Y9; \
+	VSUBPS Y26, Y10, Y10; \
+	VSUBPS Y27, Y11, Y11
 
 // DOT1 is the body of a one-token kernel over blocks of bsz bytes: block
 // pairs, then a last odd block; the sum is returned.
@@ -473,3 +722,163 @@ TEXT ·kernDotF16x4AVX512(SB), NOSPLIT, $0-64
 // func kernDotBF16x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
 TEXT ·kernDotBF16x4AVX512(SB), NOSPLIT, $0-64
 	FX4Z(W16BF16Z, T16BF16Z, 2, 1)
+
+// func kernDotQ5_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
+TEXT ·kernDotQ5_0AVX512(SB), NOSPLIT, $0-100
+	DOT1(PAIRQ5, ONEQ5, 22)
+
+// func kernDotQ5_0x4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+TEXT ·kernDotQ5_0x4AVX512(SB), NOSPLIT, $0-104
+	DOT4(PAIRQ5, ONEQ5, 22)
+
+// func kernDotQ4_KAVX512(w []byte, xq []int8, xd, xs []float32) float32
+//
+// Per 256-value block, d·sc_j·xd_j go to the stack for the nibble dots and
+// dmin·m_j·xs_j accumulate in Y2, as in kernDotQ4_KAVX2.
+TEXT ·kernDotQ4_KAVX512(SB), NOSPLIT, $32-100
+	KSETUP1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VXORPS Y2, Y2, Y2
+	TESTQ CX, CX
+	JZ   done
+
+loop:
+	Q4KHEAD
+	VMULPS  (DX), Y6, Y8
+	VMOVUPS Y8, 0(SP)
+	VFMADD231PS (R8), Y7, Y2
+	Q4KNIB(0)
+	Q4KTOK(0(DI), 0, Z0)
+	Q4KNIB(1)
+	Q4KTOK(64(DI), 8, Z1)
+	Q4KNIB(2)
+	Q4KTOK(128(DI), 16, Z0)
+	Q4KNIB(3)
+	Q4KTOK(192(DI), 24, Z1)
+	ADDQ $144, SI
+	ADDQ $256, DI
+	ADDQ $32, DX
+	ADDQ $32, R8
+	DECQ CX
+	JNZ  loop
+
+done:
+	KEND1(SUBMIN1)
+
+// Q4KX4CHUNKZ dots chunk c with the four tokens, into Z16+t (even c) or
+// Z20+t (odd c): a0..a3.
+#define Q4KX4CHUNKZ(c, a0, a1, a2, a3) \
+	Q4KNIB(c); \
+	Q4KTOK(64*c(DI), 8*c, a0); \
+	Q4KTOK(64*c(DI)(R9*1), 32+8*c, a1); \
+	Q4KTOK(64*c(DI)(R9*2), 64+8*c, a2); \
+	Q4KTOK(64*c(DI)(R10*1), 96+8*c, a3)
+
+// func kernDotQ4_Kx4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+TEXT ·kernDotQ4_Kx4AVX512(SB), NOSPLIT, $128-104
+	KSETUP4
+	VXORPS Y24, Y24, Y24
+	VXORPS Y25, Y25, Y25
+	VXORPS Y26, Y26, Y26
+	VXORPS Y27, Y27, Y27
+	TESTQ CX, CX
+	JZ   done
+
+loop:
+	Q4KHEAD
+	VMULPS  (DX), Y6, Y8
+	VMOVUPS Y8, 0(SP)
+	VMULPS  (DX)(R11*1), Y6, Y8
+	VMOVUPS Y8, 32(SP)
+	VMULPS  (DX)(R11*2), Y6, Y8
+	VMOVUPS Y8, 64(SP)
+	VMULPS  (DX)(R12*1), Y6, Y8
+	VMOVUPS Y8, 96(SP)
+	VFMADD231PS (R8), Y7, Y24
+	VFMADD231PS (R8)(R11*1), Y7, Y25
+	VFMADD231PS (R8)(R11*2), Y7, Y26
+	VFMADD231PS (R8)(R12*1), Y7, Y27
+	Q4KX4CHUNKZ(0, Z16, Z17, Z18, Z19)
+	Q4KX4CHUNKZ(1, Z20, Z21, Z22, Z23)
+	Q4KX4CHUNKZ(2, Z16, Z17, Z18, Z19)
+	Q4KX4CHUNKZ(3, Z20, Z21, Z22, Z23)
+	ADDQ $144, SI
+	ADDQ $256, DI
+	ADDQ $32, DX
+	ADDQ $32, R8
+	DECQ CX
+	JNZ  loop
+
+done:
+	KEND4(SUBMIN4)
+
+// func kernDotQ6_KAVX512(w []byte, xq []int8, xd, xs []float32) float32
+//
+// The sixteen d·sc·xd of each 256-value block are kept in Z24.
+TEXT ·kernDotQ6_KAVX512(SB), NOSPLIT, $0-100
+	KSETUP1
+	Q6KSETUP
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	TESTQ CX, CX
+	JZ   done
+
+loop:
+	Q6KHEAD
+	Q6KSC((DX), Z24)
+	Q6KPAIR01(0)
+	Q6KTOK(0(DI), Z24, Z10, Z0)
+	Q6KPAIR23
+	Q6KTOK(64(DI), Z24, Z28, Z1)
+	Q6KPAIR01(1)
+	Q6KTOK(128(DI), Z24, Z29, Z0)
+	Q6KPAIR23
+	Q6KTOK(192(DI), Z24, Z30, Z1)
+	ADDQ $210, SI
+	ADDQ $256, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  loop
+
+done:
+	KEND1(NOMIN)
+
+// Q6KX4TOKS runs Q6KTOK for the four tokens (scales in Z24..Z27) on the
+// pair of blocks at activation offset xo, with scale order q, into
+// a0..a3.
+#define Q6KX4TOKS(xo, q, a0, a1, a2, a3) \
+	Q6KTOK(xo(DI), Z24, q, a0); \
+	Q6KTOK(xo(DI)(R9*1), Z25, q, a1); \
+	Q6KTOK(xo(DI)(R9*2), Z26, q, a2); \
+	Q6KTOK(xo(DI)(R10*1), Z27, q, a3)
+
+// func kernDotQ6_Kx4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+TEXT ·kernDotQ6_Kx4AVX512(SB), NOSPLIT, $0-104
+	KSETUP4
+	Q6KSETUP
+	TESTQ CX, CX
+	JZ   done
+
+loop:
+	Q6KHEAD
+	Q6KSC((DX), Z24)
+	Q6KSC((DX)(R11*1), Z25)
+	Q6KSC((DX)(R11*2), Z26)
+	Q6KSC((DX)(R12*1), Z27)
+	Q6KPAIR01(0)
+	Q6KX4TOKS(0, Z10, Z16, Z17, Z18, Z19)
+	Q6KPAIR23
+	Q6KX4TOKS(64, Z28, Z20, Z21, Z22, Z23)
+	Q6KPAIR01(1)
+	Q6KX4TOKS(128, Z29, Z16, Z17, Z18, Z19)
+	Q6KPAIR23
+	Q6KX4TOKS(192, Z30, Z20, Z21, Z22, Z23)
+	ADDQ $210, SI
+	ADDQ $256, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  loop
+
+done:
+	KEND4(NOMIN)
