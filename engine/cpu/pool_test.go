@@ -98,3 +98,17 @@ func TestNilPoolRunsInline(t *testing.T) {
 	p.Close()
 	assert.Equal(t, 1, NewPool(0).Threads())
 }
+
+// BenchmarkPoolRun measures the cost of one Run with no work: the hand-off
+// to the workers and back.
+func BenchmarkPoolRun(b *testing.B) {
+	for _, threads := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			p := NewPool(threads)
+			defer p.Close()
+			for b.Loop() {
+				p.Run(threads, func(start, end int) {})
+			}
+		})
+	}
+}
