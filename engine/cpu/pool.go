@@ -1,22 +1,105 @@
 package cpu
 
-import "sync"
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // Pool runs parallel work on a fixed set of worker goroutines. It has
 // Threads() workers, counting the goroutine that calls Run, which always
 // takes a share of the work itself; so a pool of one thread starts no
 // goroutine at all. The executor owns a pool and must Close it.
 //
+// A forward pass calls Run hundreds of times a step, each for well under a
+// millisecond, so hand-offs must be fast: an idle worker spins (yielding
+// its thread now and then) for poolSpin before it parks, and so does Run
+// while it waits for the workers. Handing work to a parked goroutine
+// instead costs a wake-up of tens of microseconds, and Go's scheduler may
+// even run it on the caller's thread only once the caller blocks.
+//
 // Run is safe for concurrent use (calls are serialized), but fn must not call
 // Run on the same pool: that deadlocks. A nil *Pool is valid and runs
 // everything on the caller's goroutine.
 type Pool struct {
 	threads int
-	mu      sync.Mutex      // serializes Run
-	work    []chan poolTask // one per worker goroutine (threads-1)
-	done    chan any        // a worker's recovered panic, or nil
-	wg      sync.WaitGroup  // the running workers
-	close   sync.Once
+	mu      sync.Mutex // serializes Run and Close
+	workers []*poolWorker
+	closed  bool
+	wg      sync.WaitGroup // the running workers
+
+	// Completion of a Run: the worker that brings pending to zero bumps
+	// done, which Run awaits.
+	pending atomic.Int32
+	done    poolSignal
+}
+
+// poolSpin is how long an idle worker, or Run waiting for the workers,
+// spins before parking.
+const poolSpin = 100 * time.Microsecond
+
+// poolSignal is a counter that one goroutine awaits (spinning, then parked
+// on wake) and others bump.
+type poolSignal struct {
+	seq      atomic.Uint64
+	sleeping atomic.Bool
+	wake     chan struct{} // capacity 1
+	_        [40]byte      // keep workers' signals on separate cache lines
+}
+
+// bump increments the counter and wakes the waiter if it is parked.
+func (s *poolSignal) bump() {
+	s.seq.Add(1)
+	if s.sleeping.Load() {
+		select {
+		case s.wake <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+}
+
+// await returns the counter once it differs from old.
+func (s *poolSignal) await(old uint64) uint64 {
+	var deadline time.Time
+	for i := 1; ; i++ {
+		if n := s.seq.Load(); n != old {
+			return n
+		}
+		if i%256 == 0 {
+			runtime.Gosched() // let others on this thread run
+			now := time.Now()
+			if deadline.IsZero() {
+				deadline = now.Add(poolSpin)
+			} else if now.After(deadline) {
+				break
+			}
+		}
+	}
+	for {
+		// Announce the sleep, then look again: bump either sees the
+		// announcement and sends a wake-up, or its increment is seen here.
+		// A stale wake-up left in the channel only costs one more turn.
+		s.sleeping.Store(true)
+		if n := s.seq.Load(); n != old {
+			s.sleeping.Store(false)
+			return n
+		}
+		<-s.wake
+		s.sleeping.Store(false)
+		if n := s.seq.Load(); n != old {
+			return n
+		}
+	}
+}
+
+// poolWorker is one worker goroutine's mailbox: Run writes task (or Close
+// quit) and then bumps signal.
+type poolWorker struct {
+	signal   poolSignal
+	task     poolTask
+	quit     bool
+	panicked any // what the last task panicked with, or nil
 }
 
 // poolTask is one worker's share of a Run.
@@ -29,23 +112,31 @@ type poolTask struct {
 // them). A threads below 1 is taken as 1.
 func NewPool(threads int) *Pool {
 	threads = max(threads, 1)
-	p := &Pool{
-		threads: threads,
-		work:    make([]chan poolTask, threads-1),
-		done:    make(chan any, threads),
-	}
+	p := &Pool{threads: threads}
+	p.done.wake = make(chan struct{}, 1)
 	p.wg.Add(threads - 1)
-	for i := range p.work {
-		p.work[i] = make(chan poolTask)
-		go p.worker(p.work[i])
+	for range threads - 1 {
+		w := &poolWorker{}
+		w.signal.wake = make(chan struct{}, 1)
+		p.workers = append(p.workers, w)
+		go p.work(w)
 	}
 	return p
 }
 
-func (p *Pool) worker(tasks <-chan poolTask) {
+func (p *Pool) work(w *poolWorker) {
 	defer p.wg.Done()
-	for t := range tasks {
-		p.done <- poolCall(t)
+	var seen uint64
+	for {
+		seen = w.signal.await(seen)
+		if w.quit {
+			return
+		}
+		w.panicked = poolCall(w.task)
+		w.task = poolTask{}
+		if p.pending.Add(-1) == 0 {
+			p.done.bump()
+		}
 	}
 }
 
@@ -71,14 +162,17 @@ func (p *Pool) Close() {
 	if p == nil {
 		return
 	}
-	p.close.Do(func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.work {
-			close(c)
-		}
-		p.wg.Wait()
-	})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	for _, w := range p.workers {
+		w.quit = true
+		w.signal.bump()
+	}
+	p.wg.Wait()
 }
 
 // Run calls fn(start, end) over [0, n) split into min(n, Threads())
@@ -98,14 +192,23 @@ func (p *Pool) Run(n int, fn func(start, end int)) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		panic("cpu: Run on a closed Pool")
+	}
+	done := p.done.seq.Load()
+	p.pending.Store(int32(k - 1))
 	for i := 1; i < k; i++ {
-		p.work[i-1] <- poolTask{fn: fn, start: i * n / k, end: (i + 1) * n / k}
+		w := p.workers[i-1]
+		w.task = poolTask{fn: fn, start: i * n / k, end: (i + 1) * n / k}
+		w.signal.bump()
 	}
 	first := poolCall(poolTask{fn: fn, start: 0, end: n / k})
-	for i := 1; i < k; i++ {
-		if v := <-p.done; v != nil && first == nil {
-			first = v
+	p.done.await(done)
+	for _, w := range p.workers[:k-1] {
+		if first == nil {
+			first = w.panicked
 		}
+		w.panicked = nil
 	}
 	if first != nil {
 		panic(first)

@@ -2,9 +2,11 @@ package cpu
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -87,6 +89,28 @@ func TestPoolCloseStopsWorkers(t *testing.T) {
 	p.Run(100, func(start, end int) {})
 	p.Close()
 	p.Close() // idempotent
+}
+
+// TestPoolOnOneProc checks that spinning workers yield: with one P, Run
+// still finishes (a worker that never yielded would hold the P for a
+// preemption slice each time).
+func TestPoolOnOneProc(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	p := NewPool(4)
+	defer p.Close()
+	start := time.Now()
+	var sum atomic.Int64
+	for range 200 {
+		p.Run(8, func(start, end int) { sum.Add(int64(end - start)) })
+	}
+	assert.Equal(t, int64(1600), sum.Load())
+	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+func TestPoolRunAfterClosePanics(t *testing.T) {
+	p := NewPool(2)
+	p.Close()
+	assert.Panics(t, func() { p.Run(2, func(start, end int) {}) })
 }
 
 func TestNilPoolRunsInline(t *testing.T) {
