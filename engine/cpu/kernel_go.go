@@ -60,7 +60,7 @@ func kernQuantizeGo(xq []int8, xd, xs []float32, x []float32) {
 	}
 }
 
-func kernHalf(b []byte) float32 { return model.HalfToFloat32(binary.LittleEndian.Uint16(b)) }
+func kernHalf(b []byte) float32 { return kernHalfToFloat32(binary.LittleEndian.Uint16(b)) }
 
 // kernDotQ8_0Go dots Q8_0 blocks {f16 d; i8 qs[32]} with the activations.
 func kernDotQ8_0Go(w []byte, xq []int8, xd, _ []float32) float32 {
@@ -166,13 +166,17 @@ func kernDotQ6_KGo(w []byte, xq []int8, xd, _ []float32) float32 {
 				b := 8*sb + 4*h + k
 				x := xq[32*b : 32*b+32]
 				qlk := ql[32*(k&1) : 32*(k&1)+32]
-				shift := 4 * uint(k>>1)
-				var s [2]int32
-				for l := range 32 {
-					q := int32(qlk[l]>>shift&15|(qh[l]>>(2*k)&3)<<4) - 32
-					s[l/16] += q * int32(x[l])
+				lo, hi := uint(4*(k>>1)), uint(2*k)
+				var s int32
+				for i := range 2 { // the two 16-value sub-blocks
+					qs, hs, xs := qlk[16*i:16*i+16], qh[16*i:16*i+16], x[16*i:16*i+16]
+					var si int32
+					for l := range 16 {
+						si += (int32(qs[l]>>lo&15|(hs[l]>>hi&3)<<4) - 32) * int32(xs[l])
+					}
+					s += int32(int8(sc[2*k+i])) * si
 				}
-				sum += d * xd[b] * float32(int32(int8(sc[2*k]))*s[0]+int32(int8(sc[2*k+1]))*s[1])
+				sum += d * xd[b] * float32(s)
 			}
 		}
 	}
@@ -205,10 +209,30 @@ func kernHalves(b []byte) []uint16 {
 }
 
 func kernF16ToF32Go(dst []float32, w []byte) {
+	dst = dst[:len(w)/2]
 	for i, h := range kernHalves(w) {
-		dst[i] = model.HalfToFloat32(h)
+		if e := h & 0x7c00; e != 0 && e != 0x7c00 { // kernHalfToFloat32, inlined
+			dst[i] = math.Float32frombits(uint32(h&0x8000)<<16 | (uint32(h&0x7fff)<<13 + 112<<23))
+		} else {
+			dst[i] = kernHalfSpecial(h)
+		}
 	}
 }
+
+// kernHalfToFloat32 is model.HalfToFloat32 with the common case, a normal
+// half, done in a few integer operations instead of a table lookup.
+func kernHalfToFloat32(h uint16) float32 {
+	if e := h & 0x7c00; e != 0 && e != 0x7c00 {
+		return math.Float32frombits(uint32(h&0x8000)<<16 | (uint32(h&0x7fff)<<13 + 112<<23))
+	}
+	return kernHalfSpecial(h)
+}
+
+// kernHalfSpecial converts a zero, subnormal, infinite or NaN half; apart
+// from kernHalfToFloat32 so that that one inlines.
+//
+//go:noinline
+func kernHalfSpecial(h uint16) float32 { return model.HalfToFloat32(h) }
 
 func kernBF16ToF32Go(dst []float32, w []byte) {
 	for i, h := range kernHalves(w) {

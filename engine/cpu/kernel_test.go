@@ -414,6 +414,9 @@ func TestHalfConversionCoversEveryValue(t *testing.T) {
 	}
 	want := make([]float32, 1<<16)
 	kernF16ToF32Go(want, data)
+	for i, v := range want {
+		require.Equal(t, math.Float32bits(model.HalfToFloat32(uint16(i))), math.Float32bits(v), "half %#04x", i)
+	}
 	for _, level := range kernLevels()[1:] {
 		got := make([]float32, 1<<16)
 		kernSetFor(level).f16ToF32(got, data)
