@@ -23,6 +23,24 @@ DATA kernQ5Bits<>+16(SB)/8, $0x7fbfdfeff7fbfdfe
 DATA kernQ5Bits<>+24(SB)/8, $0x7fbfdfeff7fbfdfe
 GLOBL kernQ5Bits<>(SB), RODATA|NOPTR, $32
 
+// Byte constants for operands that the four-token kernels, short of
+// registers, take from memory.
+DATA kernBytes30<>+0(SB)/8, $0x3030303030303030
+DATA kernBytes30<>+8(SB)/8, $0x3030303030303030
+DATA kernBytes30<>+16(SB)/8, $0x3030303030303030
+DATA kernBytes30<>+24(SB)/8, $0x3030303030303030
+GLOBL kernBytes30<>(SB), RODATA|NOPTR, $32
+DATA kernBytesF0<>+0(SB)/8, $0xf0f0f0f0f0f0f0f0
+DATA kernBytesF0<>+8(SB)/8, $0xf0f0f0f0f0f0f0f0
+DATA kernBytesF0<>+16(SB)/8, $0xf0f0f0f0f0f0f0f0
+DATA kernBytesF0<>+24(SB)/8, $0xf0f0f0f0f0f0f0f0
+GLOBL kernBytesF0<>(SB), RODATA|NOPTR, $32
+DATA kernBytesFF<>+0(SB)/8, $0xffffffffffffffff
+DATA kernBytesFF<>+8(SB)/8, $0xffffffffffffffff
+DATA kernBytesFF<>+16(SB)/8, $0xffffffffffffffff
+DATA kernBytesFF<>+24(SB)/8, $0xffffffffffffffff
+GLOBL kernBytesFF<>(SB), RODATA|NOPTR, $32
+
 // VPERMD order that undoes the lane interleaving of VPACKSSDW+VPACKSSWB.
 DATA kernPackPerm<>+0(SB)/8, $0x0000000400000000
 DATA kernPackPerm<>+8(SB)/8, $0x0000000500000001
@@ -169,14 +187,61 @@ done:; \
 	VZEROUPPER; \
 	RET
 
-// HSUMPS leaves the sum of the eight floats of y in the low lane of x (y's
-// lower half); t is a scratch xmm register.
+// FX1 is FX4 for one token: func(w, x) float32 with w as es-byte values
+// (w_len >> sh of them), adding in exactly FX4's order.
+#define FX1(w8, w1, es, sh) \
+	MOVQ w_base+0(FP), SI; \
+	MOVQ w_len+8(FP), CX; \
+	SHRQ $sh, CX; \
+	MOVQ x_base+24(FP), DI; \
+	VXORPS Y8, Y8, Y8; \
+	VXORPS Y4, Y4, Y4; \
+loop16:; \
+	CMPQ CX, $16; \
+	JB   loop8; \
+	w8(0, Y0); \
+	w8(16, Y1); \
+	VFMADD231PS (DI), Y0, Y8; \
+	VFMADD231PS 32(DI), Y1, Y4; \
+	ADDQ $(16*es), SI; \
+	ADDQ $64, DI; \
+	SUBQ $16, CX; \
+	JMP  loop16; \
+loop8:; \
+	VADDPS Y4, Y8, Y8; \
+	VXORPS Y4, Y4, Y4; \
+	CMPQ CX, $8; \
+	JB   tail; \
+	w8(0, Y0); \
+	VFMADD231PS (DI), Y0, Y8; \
+	ADDQ $(8*es), SI; \
+	ADDQ $32, DI; \
+	SUBQ $8, CX; \
+tail:; \
+	TESTQ CX, CX; \
+	JZ   done; \
+	w1(X0); \
+	VMOVSS (DI), X1; \
+	VFMADD231SS X1, X0, X4; \
+	ADDQ $es, SI; \
+	ADDQ $4, DI; \
+	DECQ CX; \
+	JMP  tail; \
+done:; \
+	VADDPS Y4, Y8, Y8; \
+	HSUMPS(Y8, X8, X0); \
+	VMOVSS X8, ret+48(FP); \
+	VZEROUPPER; \
+	RET
+
+// HSUMPS leaves the sum of the eight floats of y (clobbered) in the low
+// lane of x (y's lower half); t is a scratch xmm register. It adds in the
+// order HSUM4 does, ((y0+y1)+(y2+y3))+((y4+y5)+(y6+y7)), so that one-token
+// and four-token kernels agree to the bit.
 #define HSUMPS(y, x, t) \
+	VHADDPS      y, y, y; \
+	VHADDPS      y, y, y; \
 	VEXTRACTF128 $1, y, t; \
-	VADDPS       t, x, x; \
-	VPERMILPS    $0x4E, x, t; \
-	VADDPS       t, x, x; \
-	VPERMILPS    $0xB1, x, t; \
 	VADDPS       t, x, x
 
 // BCASTB broadcasts the byte constant c to every byte of y (x: y's lower half).
@@ -279,187 +344,19 @@ qdone:
 	VZEROUPPER
 	RET
 
+// The one-token float dots: FX1 with the loaders of kernel_amd64.s's FX4.
+
 // func kernDotF32AVX2(w, x []float32) float32
 TEXT ·kernDotF32AVX2(SB), NOSPLIT, $0-52
-	MOVQ w_base+0(FP), SI
-	MOVQ w_len+8(FP), CX
-	MOVQ x_base+24(FP), DI
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-
-f32loop32:
-	CMPQ CX, $32
-	JB   f32loop8
-	VMOVUPS (SI), Y4
-	VMOVUPS 32(SI), Y5
-	VMOVUPS 64(SI), Y6
-	VMOVUPS 96(SI), Y7
-	VFMADD231PS (DI), Y4, Y0
-	VFMADD231PS 32(DI), Y5, Y1
-	VFMADD231PS 64(DI), Y6, Y2
-	VFMADD231PS 96(DI), Y7, Y3
-	ADDQ $128, SI
-	ADDQ $128, DI
-	SUBQ $32, CX
-	JMP  f32loop32
-
-f32loop8:
-	CMPQ CX, $8
-	JB   f32sum
-	VMOVUPS (SI), Y4
-	VFMADD231PS (DI), Y4, Y0
-	ADDQ $32, SI
-	ADDQ $32, DI
-	SUBQ $8, CX
-	JMP  f32loop8
-
-f32sum:
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y2, Y0, Y0
-	HSUMPS(Y0, X0, X1)
-
-f32tail:
-	TESTQ CX, CX
-	JZ   f32done
-	VMOVSS (SI), X4
-	VFMADD231SS (DI), X4, X0
-	ADDQ $4, SI
-	ADDQ $4, DI
-	DECQ CX
-	JMP  f32tail
-
-f32done:
-	VMOVSS X0, ret+48(FP)
-	VZEROUPPER
-	RET
+	FX1(W8F32, W1F32, 4, 0)
 
 // func kernDotF16AVX2(w []byte, x []float32) float32
 TEXT ·kernDotF16AVX2(SB), NOSPLIT, $0-52
-	MOVQ w_base+0(FP), SI
-	MOVQ w_len+8(FP), CX
-	SHRQ $1, CX
-	MOVQ x_base+24(FP), DI
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-
-f16loop32:
-	CMPQ CX, $32
-	JB   f16loop8
-	VCVTPH2PS (SI), Y4
-	VCVTPH2PS 16(SI), Y5
-	VCVTPH2PS 32(SI), Y6
-	VCVTPH2PS 48(SI), Y7
-	VFMADD231PS (DI), Y4, Y0
-	VFMADD231PS 32(DI), Y5, Y1
-	VFMADD231PS 64(DI), Y6, Y2
-	VFMADD231PS 96(DI), Y7, Y3
-	ADDQ $64, SI
-	ADDQ $128, DI
-	SUBQ $32, CX
-	JMP  f16loop32
-
-f16loop8:
-	CMPQ CX, $8
-	JB   f16sum
-	VCVTPH2PS (SI), Y4
-	VFMADD231PS (DI), Y4, Y0
-	ADDQ $16, SI
-	ADDQ $32, DI
-	SUBQ $8, CX
-	JMP  f16loop8
-
-f16sum:
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y2, Y0, Y0
-	HSUMPS(Y0, X0, X1)
-
-f16tail:
-	TESTQ CX, CX
-	JZ   f16done
-	MOVWLZX (SI), AX
-	VMOVD AX, X4
-	VCVTPH2PS X4, X4
-	VFMADD231SS (DI), X4, X0
-	ADDQ $2, SI
-	ADDQ $4, DI
-	DECQ CX
-	JMP  f16tail
-
-f16done:
-	VMOVSS X0, ret+48(FP)
-	VZEROUPPER
-	RET
+	FX1(W8F16, W1F16, 2, 1)
 
 // func kernDotBF16AVX2(w []byte, x []float32) float32
 TEXT ·kernDotBF16AVX2(SB), NOSPLIT, $0-52
-	MOVQ w_base+0(FP), SI
-	MOVQ w_len+8(FP), CX
-	SHRQ $1, CX
-	MOVQ x_base+24(FP), DI
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-
-bf16loop32:
-	CMPQ CX, $32
-	JB   bf16loop8
-	VPMOVZXWD (SI), Y4
-	VPMOVZXWD 16(SI), Y5
-	VPMOVZXWD 32(SI), Y6
-	VPMOVZXWD 48(SI), Y7
-	VPSLLD $16, Y4, Y4
-	VPSLLD $16, Y5, Y5
-	VPSLLD $16, Y6, Y6
-	VPSLLD $16, Y7, Y7
-	VFMADD231PS (DI), Y4, Y0
-	VFMADD231PS 32(DI), Y5, Y1
-	VFMADD231PS 64(DI), Y6, Y2
-	VFMADD231PS 96(DI), Y7, Y3
-	ADDQ $64, SI
-	ADDQ $128, DI
-	SUBQ $32, CX
-	JMP  bf16loop32
-
-bf16loop8:
-	CMPQ CX, $8
-	JB   bf16sum
-	VPMOVZXWD (SI), Y4
-	VPSLLD $16, Y4, Y4
-	VFMADD231PS (DI), Y4, Y0
-	ADDQ $16, SI
-	ADDQ $32, DI
-	SUBQ $8, CX
-	JMP  bf16loop8
-
-bf16sum:
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y2, Y0, Y0
-	HSUMPS(Y0, X0, X1)
-
-bf16tail:
-	TESTQ CX, CX
-	JZ   bf16done
-	MOVWLZX (SI), AX
-	SHLL $16, AX
-	VMOVD AX, X4
-	VFMADD231SS (DI), X4, X0
-	ADDQ $2, SI
-	ADDQ $4, DI
-	DECQ CX
-	JMP  bf16tail
-
-bf16done:
-	VMOVSS X0, ret+48(FP)
-	VZEROUPPER
-	RET
+	FX1(W8BF16, W1BF16, 2, 1)
 
 // func kernF16ToF32AVX2(dst []float32, w []byte)
 TEXT ·kernF16ToF32AVX2(SB), NOSPLIT, $0-48
@@ -721,6 +618,21 @@ q5done:
 	ORL     BX, AX; \
 	VPINSRD $1, AX, mx, mx
 
+// Q4KHEAD decodes the header of the Q4_K block at SI: Y2 = sc_j·d and
+// Y4 = m_j·dmin for its eight sub-blocks. Uses X5, Y3, AX, BX.
+#define Q4KHEAD \
+	VCVTPH2PS    (SI), X5; \
+	Q4KSCALES(X2, X4); \
+	VPMOVZXBD    X2, Y2; \
+	VCVTDQ2PS    Y2, Y2; \
+	VBROADCASTSS X5, Y3; \
+	VMULPS       Y3, Y2, Y2; \
+	VPMOVZXBD    X4, Y4; \
+	VCVTDQ2PS    Y4, Y4; \
+	VMOVSHDUP    X5, X5; \
+	VBROADCASTSS X5, Y3; \
+	VMULPS       Y3, Y4, Y4
+
 // Q4KCHUNK dots 64-value chunk c of the Q4_K block at SI (32 bytes: low
 // nibbles are sub-block 2c, high nibbles 2c+1) with two activation blocks,
 // scaled by the per-block scales stored at 8c(SP). Uses Y15 (ones), Y14
@@ -744,9 +656,9 @@ q5done:
 // func kernDotQ4_KAVX2(w []byte, xq []int8, xd, xs []float32) float32
 //
 // Per 256-value block: the eight 6-bit scales and mins are unpacked as
-// llama.cpp does (kmask1..3), the scales times d and the activation scales
-// are kept on the stack for the nibble dots, and the min term
-// dmin·Σ m_j·xs_j is accumulated separately in Y2.
+// llama.cpp does (kmask1..3); (d·sc_j)·xd_j go to the stack for the nibble
+// dots (low nibbles into Y0, high into Y1), and (dmin·m_j)·xs_j is taken
+// off Y0 first, exactly as the four-token kernel does.
 TEXT ·kernDotQ4_KAVX2(SB), NOSPLIT, $32-100
 	MOVQ w_base+0(FP), SI
 	MOVQ xq_base+24(FP), DI
@@ -756,27 +668,16 @@ TEXT ·kernDotQ4_KAVX2(SB), NOSPLIT, $32-100
 	MOVQ xs_base+72(FP), R8
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
 	ONES16(Y15)
 	BCASTB($0x0f, X14, Y14)
 	TESTQ CX, CX
 	JZ   q4kdone
 
 q4kloop:
-	VCVTPH2PS (SI), X3 // d, dmin
-	VBROADCASTSS X3, Y4
-	VMOVSHDUP X3, X5
-	VBROADCASTSS X5, Y5
-	Q4KSCALES(X6, X7)
-	VPMOVZXBD X6, Y6
-	VCVTDQ2PS Y6, Y6
-	VMULPS (DX), Y6, Y6
-	VMULPS Y4, Y6, Y6
-	VMOVUPS Y6, 0(SP)   // d·sc_j·xd_j
-	VPMOVZXBD X7, Y7
-	VCVTDQ2PS Y7, Y7
-	VMULPS (R8), Y7, Y7
-	VFMADD231PS Y5, Y7, Y2 // += dmin·m_j·xs_j
+	Q4KHEAD
+	VMULPS  (DX), Y2, Y3
+	VMOVUPS Y3, 0(SP)   // (d·sc_j)·xd_j
+	VFNMADD231PS (R8), Y4, Y0 // -= (dmin·m_j)·xs_j
 	Q4KCHUNK(0)
 	Q4KCHUNK(1)
 	Q4KCHUNK(2)
@@ -791,8 +692,6 @@ q4kloop:
 q4kdone:
 	VADDPS Y1, Y0, Y0
 	HSUMPS(Y0, X0, X1)
-	HSUMPS(Y2, X2, X3)
-	VSUBSS X2, X0, X0
 	VMOVSS X0, ret+96(FP)
 	VZEROUPPER
 	RET
@@ -843,8 +742,9 @@ q4kdone:
 
 // func kernDotQ6_KAVX2(w []byte, xq []int8, xd, xs []float32) float32
 //
-// Per 256-value block the sixteen d·sc·xd products (one per 16 values) are
-// kept on the stack.
+// Per 256-value block the sixteen (sc·d)·xd products (one per 16 values)
+// are kept on the stack; blocks 0 and 2 of each half go into Y0, 1 and 3
+// into Y1, as in the four-token kernel.
 TEXT ·kernDotQ6_KAVX2(SB), NOSPLIT, $64-100
 	MOVQ w_base+0(FP), SI
 	MOVQ xq_base+24(FP), DI
@@ -871,10 +771,11 @@ q6kloop:
 	VPMOVSXBD 200(SI), Y4  // scales 8..15
 	VCVTDQ2PS Y3, Y3
 	VCVTDQ2PS Y4, Y4
-	VMULPS (DX), Y2, Y5    // d·xd for the 8 blocks
-	VPERMPS Y5, Y11, Y6
-	VPERMPS Y5, Y10, Y7
-	VMULPS Y6, Y3, Y3
+	VMULPS Y2, Y3, Y3      // sc·d
+	VMULPS Y2, Y4, Y4
+	VPERMPS (DX), Y11, Y6  // xd, one per sub-block
+	VPERMPS (DX), Y10, Y7
+	VMULPS Y6, Y3, Y3      // (sc·d)·xd
 	VMULPS Y7, Y4, Y4
 	VMOVUPS Y3, 0(SP)
 	VMOVUPS Y4, 32(SP)
@@ -895,7 +796,8 @@ q6kdone:
 
 // DOT4T adds to acc the dot product of one token's activation block at x
 // with the signed weight values in Y2 (|w| in Y3), scaled by the weight
-// scale in Y1 times the activation scale at d. Uses Y15 (ones), Y4, Y5.
+// scale in Y1 times the activation scale at d: the same operations as
+// DOTSIGNED and BLOCKSCALE. Uses Y15 (ones), Y4, Y5.
 #define DOT4T(x, d, acc) \
 	VMOVDQU    x, Y4; \
 	VPSIGNB    Y2, Y4, Y4; \
@@ -906,13 +808,13 @@ q6kdone:
 	VMULPS     Y1, Y5, Y5; \
 	VFMADD231PS Y5, Y4, acc
 
-// DOT4 runs DOT4T for the four tokens into Y8..Y11.
-#define DOT4 \
+// DOT4 runs DOT4T for the four tokens, into a0..a3.
+#define DOT4(a0, a1, a2, a3) \
 	VPABSB Y2, Y3; \
-	DOT4T((DI), (DX), Y8); \
-	DOT4T((DI)(R9*1), (DX)(R11*1), Y9); \
-	DOT4T((DI)(R9*2), (DX)(R11*2), Y10); \
-	DOT4T((DI)(R10*1), (DX)(R12*1), Y11)
+	DOT4T((DI), (DX), a0); \
+	DOT4T((DI)(R9*1), (DX)(R11*1), a1); \
+	DOT4T((DI)(R9*2), (DX)(R11*2), a2); \
+	DOT4T((DI)(R10*1), (DX)(R12*1), a3)
 
 #define ZERO4 \
 	VXORPS Y8, Y8, Y8; \
@@ -920,108 +822,107 @@ q6kdone:
 	VXORPS Y10, Y10, Y10; \
 	VXORPS Y11, Y11, Y11
 
+// NEXT1 steps the four-token pointers past one block of bsz bytes.
+#define NEXT1(bsz) \
+	ADDQ $bsz, SI; \
+	ADDQ $32, DI; \
+	ADDQ $4, DX
+
+// QX4 is the loop of the four-token Q8_0, Q4_0 and Q5_0 kernels: vals
+// loads one block's signed values into Y2 and its scale into Y1. As in the
+// one-token kernels, even blocks go into Y8..Y11 and odd blocks into
+// o0..o3, which are added to them at the end.
+#define QX4(vals, bsz, o0, o1, o2, o3) \
+loop2:; \
+	CMPQ CX, $2; \
+	JB   tail; \
+	vals; \
+	DOT4(Y8, Y9, Y10, Y11); \
+	NEXT1(bsz); \
+	vals; \
+	DOT4(o0, o1, o2, o3); \
+	NEXT1(bsz); \
+	SUBQ $2, CX; \
+	JMP  loop2; \
+tail:; \
+	TESTQ CX, CX; \
+	JZ   done; \
+	vals; \
+	DOT4(Y8, Y9, Y10, Y11); \
+done:; \
+	VADDPS o0, Y8, Y8; \
+	VADDPS o1, Y9, Y9; \
+	VADDPS o2, Y10, Y10; \
+	VADDPS o3, Y11, Y11; \
+	HSUM4(Y8, X8, Y9, Y10, Y11); \
+	VZEROUPPER; \
+	RET
+
+#define VALSQ8 \
+	VCVTPH2PS    (SI), X1; \
+	VBROADCASTSS X1, Y1; \
+	VMOVDQU      2(SI), Y2
+
+#define VALSQ4 \
+	VCVTPH2PS    (SI), X1; \
+	VBROADCASTSS X1, Y1; \
+	Q4_0VALS(0, Y2, X2, X4)
+
+// VALSQ5 is Q5_0VALS with its constants from memory. Uses Y4, Y5.
+#define VALSQ5 \
+	VCVTPH2PS    (SI), X1; \
+	VBROADCASTSS X1, Y1; \
+	VPBROADCASTD 2(SI), Y5; \
+	VPSHUFB      kernQ5Shuf<>(SB), Y5, Y5; \
+	VPOR         kernQ5Bits<>(SB), Y5, Y5; \
+	VPCMPEQB     kernBytesFF<>(SB), Y5, Y5; \
+	VPANDN       kernBytesF0<>(SB), Y5, Y5; \
+	VMOVDQU      6(SI), X2; \
+	VPSRLW       $4, X2, X4; \
+	VINSERTI128  $1, X4, Y2, Y2; \
+	VPAND        Y14, Y2, Y2; \
+	VPOR         Y5, Y2, Y2
+
 // func kernDotQ8_0x4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 TEXT ·kernDotQ8_0x4AVX2(SB), NOSPLIT, $0-104
 	X4SETUP
 	ZERO4
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y12, Y12, Y12
+	VXORPS Y13, Y13, Y13
 	ONES16(Y15)
-	TESTQ CX, CX
-	JZ   q8x4done
-
-q8x4loop:
-	VCVTPH2PS (SI), X1
-	VBROADCASTSS X1, Y1
-	VMOVDQU 2(SI), Y2
-	DOT4
-	ADDQ $34, SI
-	ADDQ $32, DI
-	ADDQ $4, DX
-	DECQ CX
-	JNZ  q8x4loop
-
-q8x4done:
-	HSUM4(Y8, X8, Y9, Y10, Y11)
-	VZEROUPPER
-	RET
+	QX4(VALSQ8, 34, Y6, Y7, Y12, Y13)
 
 // func kernDotQ4_0x4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 TEXT ·kernDotQ4_0x4AVX2(SB), NOSPLIT, $0-104
 	X4SETUP
 	ZERO4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y12, Y12, Y12
 	ONES16(Y15)
 	BCASTB($0x0f, X14, Y14)
 	BCASTB($0x08, X13, Y13)
-	TESTQ CX, CX
-	JZ   q4x4done
-
-q4x4loop:
-	VCVTPH2PS (SI), X1
-	VBROADCASTSS X1, Y1
-	Q4_0VALS(0, Y2, X2, X4)
-	DOT4
-	ADDQ $18, SI
-	ADDQ $32, DI
-	ADDQ $4, DX
-	DECQ CX
-	JNZ  q4x4loop
-
-q4x4done:
-	HSUM4(Y8, X8, Y9, Y10, Y11)
-	VZEROUPPER
-	RET
+	QX4(VALSQ4, 18, Y0, Y6, Y7, Y12)
 
 // func kernDotQ5_0x4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
-//
-// Q5_0VALS wants all ones in Y11, taken here by an accumulator: this one
-// keeps them in Y0 and the accumulators in Y6..Y9.
 TEXT ·kernDotQ5_0x4AVX2(SB), NOSPLIT, $0-104
 	X4SETUP
+	ZERO4
+	VXORPS Y0, Y0, Y0
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
+	VXORPS Y12, Y12, Y12
 	ONES16(Y15)
 	BCASTB($0x0f, X14, Y14)
-	VMOVDQU kernQ5Shuf<>(SB), Y13
-	VMOVDQU kernQ5Bits<>(SB), Y12
-	VPCMPEQB Y0, Y0, Y0
-	BCASTB($0xf0, X10, Y10)
-	TESTQ CX, CX
-	JZ   q5x4done
+	QX4(VALSQ5, 22, Y0, Y6, Y7, Y12)
 
-q5x4loop:
-	VCVTPH2PS (SI), X1
-	VBROADCASTSS X1, Y1
-	VPBROADCASTD 2(SI), Y5
-	VPSHUFB    Y13, Y5, Y5
-	VPOR       Y12, Y5, Y5
-	VPCMPEQB   Y0, Y5, Y5
-	VPANDN     Y10, Y5, Y5
-	VMOVDQU    6(SI), X2
-	VPSRLW     $4, X2, X4
-	VINSERTI128 $1, X4, Y2, Y2
-	VPAND      Y14, Y2, Y2
-	VPOR       Y5, Y2, Y2
-	VPABSB Y2, Y3
-	DOT4T((DI), (DX), Y6)
-	DOT4T((DI)(R9*1), (DX)(R11*1), Y7)
-	DOT4T((DI)(R9*2), (DX)(R11*2), Y8)
-	DOT4T((DI)(R10*1), (DX)(R12*1), Y9)
-	ADDQ $22, SI
-	ADDQ $32, DI
-	ADDQ $4, DX
-	DECQ CX
-	JNZ  q5x4loop
-
-q5x4done:
-	HSUM4(Y6, X6, Y7, Y8, Y9)
-	VZEROUPPER
-	RET
-
-// Q4KX4T dots chunk c's nibbles (low in Y12, high in Y13) with token t's
-// two activation blocks at x (x+32), scaled by the floats at s(SP) and
-// s+4(SP). Uses Y15 (ones), Y0..Y3.
-#define Q4KX4T(x, s, acc) \
+// Q4KX4T dots chunk c's nibbles (low in Y12, high in Y13) with one token's
+// two activation blocks at x and x+32, scaled by the floats at s(SP) and
+// s+4(SP), into lo and hi: Q4KCHUNK's operations. Uses Y15 (ones), Y0..Y3.
+#define Q4KX4T(x, s, lo, hi) \
 	VPMADDUBSW x, Y12, Y0; \
 	VPMADDUBSW 32+x, Y13, Y1; \
 	VPMADDWD   Y15, Y0, Y0; \
@@ -1030,56 +931,60 @@ q5x4done:
 	VCVTDQ2PS  Y1, Y1; \
 	VBROADCASTSS s(SP), Y2; \
 	VBROADCASTSS s+4(SP), Y3; \
-	VFMADD231PS Y2, Y0, acc; \
-	VFMADD231PS Y3, Y1, acc
+	VFMADD231PS Y2, Y0, lo; \
+	VFMADD231PS Y3, Y1, hi
 
 #define Q4KX4CHUNK(c) \
 	VMOVDQU 16+32*c(SI), Y12; \
 	VPSRLW  $4, Y12, Y13; \
 	VPAND   Y14, Y12, Y12; \
 	VPAND   Y14, Y13, Y13; \
-	Q4KX4T(64*c(DI), 8*c, Y8); \
-	Q4KX4T(64*c(DI)(R9*1), 32+8*c, Y9); \
-	Q4KX4T(64*c(DI)(R9*2), 64+8*c, Y10); \
-	Q4KX4T(64*c(DI)(R10*1), 96+8*c, Y11)
+	Q4KX4T(64*c(DI), 8*c, Y8, Y4); \
+	Q4KX4T(64*c(DI)(R9*1), 32+8*c, Y9, Y5); \
+	Q4KX4T(64*c(DI)(R9*2), 64+8*c, Y10, Y6); \
+	Q4KX4T(64*c(DI)(R10*1), 96+8*c, Y11, Y7)
 
 // func kernDotQ4_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 //
-// As kernDotQ4_KAVX2, with each token's d·sc_j·xd_j at 32t(SP) and the min
-// terms subtracted straight from its accumulator.
+// kernDotQ4_KAVX2 for four tokens: each token's (d·sc_j)·xd_j at 32t(SP),
+// low nibbles and min terms into Y8+t, high nibbles into Y4+t.
 TEXT ·kernDotQ4_Kx4AVX2(SB), NOSPLIT, $128-104
 	X4SETUP
 	SHRQ $3, CX
 	ZERO4
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
 	ONES16(Y15)
 	BCASTB($0x0f, X14, Y14)
 	TESTQ CX, CX
 	JZ   q4kx4done
 
 q4kx4loop:
-	VCVTPH2PS (SI), X3
-	VBROADCASTSS X3, Y4
-	VMOVSHDUP X3, X5
-	VBROADCASTSS X5, Y5
-	Q4KSCALES(X6, X7)
-	VPMOVZXBD X6, Y6
-	VCVTDQ2PS Y6, Y6
-	VMULPS Y4, Y6, Y6   // d·sc_j
-	VPMOVZXBD X7, Y7
-	VCVTDQ2PS Y7, Y7
-	VMULPS Y5, Y7, Y7   // dmin·m_j
-	VMULPS (DX), Y6, Y0
-	VMOVUPS Y0, 0(SP)
-	VMULPS (DX)(R11*1), Y6, Y0
-	VMOVUPS Y0, 32(SP)
-	VMULPS (DX)(R11*2), Y6, Y0
-	VMOVUPS Y0, 64(SP)
-	VMULPS (DX)(R12*1), Y6, Y0
-	VMOVUPS Y0, 96(SP)
-	VFNMADD231PS (R8), Y7, Y8
-	VFNMADD231PS (R8)(R11*1), Y7, Y9
-	VFNMADD231PS (R8)(R11*2), Y7, Y10
-	VFNMADD231PS (R8)(R12*1), Y7, Y11
+	VCVTPH2PS    (SI), X1
+	Q4KSCALES(X2, X0)
+	VPMOVZXBD    X2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VBROADCASTSS X1, Y3
+	VMULPS       Y3, Y2, Y2 // sc_j·d
+	VMULPS       (DX), Y2, Y3
+	VMOVUPS      Y3, 0(SP)
+	VMULPS       (DX)(R11*1), Y2, Y3
+	VMOVUPS      Y3, 32(SP)
+	VMULPS       (DX)(R11*2), Y2, Y3
+	VMOVUPS      Y3, 64(SP)
+	VMULPS       (DX)(R12*1), Y2, Y3
+	VMOVUPS      Y3, 96(SP)
+	VPMOVZXBD    X0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMOVSHDUP    X1, X1
+	VBROADCASTSS X1, Y3
+	VMULPS       Y3, Y0, Y0 // m_j·dmin
+	VFNMADD231PS (R8), Y0, Y8
+	VFNMADD231PS (R8)(R11*1), Y0, Y9
+	VFNMADD231PS (R8)(R11*2), Y0, Y10
+	VFNMADD231PS (R8)(R12*1), Y0, Y11
 	Q4KX4CHUNK(0)
 	Q4KX4CHUNK(1)
 	Q4KX4CHUNK(2)
@@ -1092,13 +997,17 @@ q4kx4loop:
 	JNZ  q4kx4loop
 
 q4kx4done:
+	VADDPS Y4, Y8, Y8
+	VADDPS Y5, Y9, Y9
+	VADDPS Y6, Y10, Y10
+	VADDPS Y7, Y11, Y11
 	HSUM4(Y8, X8, Y9, Y10, Y11)
 	VZEROUPPER
 	RET
 
-// Q6KX4T dots the 32 6-bit values in Y4 with token t's activation block
-// at x, minus 32·Σx, scaled by the sub-block scales at s(SP), s+4(SP).
-// Uses Y15 (ones), Y12 (32s), Y0..Y3.
+// Q6KX4T dots the 32 6-bit values in Y4 with one token's activation block
+// at x, scaled by the sub-block scales at s(SP) and s+4(SP), into acc:
+// Q6KDOT's operations. Uses Y15 (ones), Y12 (32s), Y0..Y2.
 #define Q6KX4T(x, s, acc) \
 	VMOVDQU    x, Y0; \
 	VPMADDUBSW Y0, Y4, Y1; \
@@ -1106,77 +1015,84 @@ q4kx4done:
 	VPSUBW     Y0, Y1, Y1; \
 	VPMADDWD   Y15, Y1, Y1; \
 	VCVTDQ2PS  Y1, Y1; \
-	VBROADCASTSS s(SP), X2; \
-	VBROADCASTSS s+4(SP), Y3; \
-	VBLENDPS   $0x0F, Y2, Y3, Y3; \
-	VFMADD231PS Y3, Y1, acc
+	VBROADCASTSS s(SP), X0; \
+	VBROADCASTSS s+4(SP), Y2; \
+	VBLENDPS   $0x0F, Y0, Y2, Y2; \
+	VFMADD231PS Y2, Y1, acc
 
-// Q6KX4B dots block k of half h, whose values are in Y4, for four tokens.
-#define Q6KX4B(h, k) \
-	Q6KX4T(128*h+32*k(DI), 32*h+8*k, Y8); \
-	Q6KX4T(128*h+32*k(DI)(R9*1), 64+32*h+8*k, Y9); \
-	Q6KX4T(128*h+32*k(DI)(R9*2), 128+32*h+8*k, Y10); \
-	Q6KX4T(128*h+32*k(DI)(R10*1), 192+32*h+8*k, Y11)
+// Q6KX4B dots block k of half h, whose values are in Y4, with the four
+// tokens into a0..a3.
+#define Q6KX4B(h, k, a0, a1, a2, a3) \
+	Q6KX4T(128*h+32*k(DI), 32*h+8*k, a0); \
+	Q6KX4T(128*h+32*k(DI)(R9*1), 64+32*h+8*k, a1); \
+	Q6KX4T(128*h+32*k(DI)(R9*2), 128+32*h+8*k, a2); \
+	Q6KX4T(128*h+32*k(DI)(R10*1), 192+32*h+8*k, a3)
 
+// Q6KX4HALF dots half h: blocks 0 and 2 into Y8..Y11, 1 and 3 into Y5,
+// Y6, Y7, Y13 (Q6KHALF's split). Uses Y14 (0x0F), Y0.
 #define Q6KX4HALF(h) \
 	VPAND   64*h(SI), Y14, Y4; \
-	VPSLLW  $4, 128+32*h(SI), Y5; \
-	VPAND   Y13, Y5, Y5; \
-	VPOR    Y5, Y4, Y4; \
-	Q6KX4B(h, 0); \
+	VPSLLW  $4, 128+32*h(SI), Y0; \
+	VPAND   kernBytes30<>(SB), Y0, Y0; \
+	VPOR    Y0, Y4, Y4; \
+	Q6KX4B(h, 0, Y8, Y9, Y10, Y11); \
 	VPAND   64*h+32(SI), Y14, Y4; \
-	VPSLLW  $2, 128+32*h(SI), Y5; \
-	VPAND   Y13, Y5, Y5; \
-	VPOR    Y5, Y4, Y4; \
-	Q6KX4B(h, 1); \
+	VPSLLW  $2, 128+32*h(SI), Y0; \
+	VPAND   kernBytes30<>(SB), Y0, Y0; \
+	VPOR    Y0, Y4, Y4; \
+	Q6KX4B(h, 1, Y5, Y6, Y7, Y13); \
 	VPSRLW  $4, 64*h(SI), Y4; \
 	VPAND   Y14, Y4, Y4; \
-	VPAND   128+32*h(SI), Y13, Y5; \
-	VPOR    Y5, Y4, Y4; \
-	Q6KX4B(h, 2); \
+	VMOVDQU 128+32*h(SI), Y0; \
+	VPAND   kernBytes30<>(SB), Y0, Y0; \
+	VPOR    Y0, Y4, Y4; \
+	Q6KX4B(h, 2, Y8, Y9, Y10, Y11); \
 	VPSRLW  $4, 64*h+32(SI), Y4; \
 	VPAND   Y14, Y4, Y4; \
-	VPSRLW  $2, 128+32*h(SI), Y5; \
-	VPAND   Y13, Y5, Y5; \
-	VPOR    Y5, Y4, Y4; \
-	Q6KX4B(h, 3)
+	VPSRLW  $2, 128+32*h(SI), Y0; \
+	VPAND   kernBytes30<>(SB), Y0, Y0; \
+	VPOR    Y0, Y4, Y4; \
+	Q6KX4B(h, 3, Y5, Y6, Y7, Y13)
 
-// Q6KX4SCALES stores token t's sixteen d·sc·xd at s(SP), from the scales
-// times d in Y6 (0..7) and Y7 (8..15) and the activation scales at d.
+// Q6KX4SCALES stores one token's sixteen (sc·d)·xd at s(SP), from sc·d in
+// Y2 (sub-blocks 0..7) and Y3 (8..15) and the activation scales at d.
+// Uses Y0, Y1.
 #define Q6KX4SCALES(d, s) \
-	VMOVUPS d, Y0; \
-	VPERMPS Y0, Y5, Y1; \
-	VPERMPS Y0, Y4, Y2; \
-	VMULPS  Y6, Y1, Y1; \
-	VMULPS  Y7, Y2, Y2; \
+	VMOVDQU kernQ6Dup0<>(SB), Y0; \
+	VPERMPS d, Y0, Y1; \
+	VMULPS  Y1, Y2, Y1; \
 	VMOVUPS Y1, s(SP); \
-	VMOVUPS Y2, 32+s(SP)
+	VMOVDQU kernQ6Dup1<>(SB), Y0; \
+	VPERMPS d, Y0, Y1; \
+	VMULPS  Y1, Y3, Y1; \
+	VMOVUPS Y1, 32+s(SP)
 
 // func kernDotQ6_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 TEXT ·kernDotQ6_Kx4AVX2(SB), NOSPLIT, $256-104
 	X4SETUP
 	SHRQ $3, CX
 	ZERO4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y13, Y13, Y13
 	ONES16(Y15)
 	BCASTB($0x0f, X14, Y14)
-	BCASTB($0x30, X13, Y13)
 	BCASTB($0x20, X12, Y12)
 	TESTQ CX, CX
 	JZ   q6kx4done
 
 q6kx4loop:
 	MOVWLZX 208(SI), AX
-	VMOVD AX, X2
-	VCVTPH2PS X2, X2
-	VBROADCASTSS X2, Y2
-	VPMOVSXBD 192(SI), Y6
-	VPMOVSXBD 200(SI), Y7
-	VCVTDQ2PS Y6, Y6
-	VCVTDQ2PS Y7, Y7
-	VMULPS Y2, Y6, Y6
-	VMULPS Y2, Y7, Y7
-	VMOVDQU kernQ6Dup0<>(SB), Y5
-	VMOVDQU kernQ6Dup1<>(SB), Y4
+	VMOVD AX, X1
+	VCVTPH2PS X1, X1
+	VBROADCASTSS X1, Y1    // d
+	VPMOVSXBD 192(SI), Y2
+	VPMOVSXBD 200(SI), Y3
+	VCVTDQ2PS Y2, Y2
+	VCVTDQ2PS Y3, Y3
+	VMULPS Y1, Y2, Y2      // sc·d
+	VMULPS Y1, Y3, Y3
 	Q6KX4SCALES((DX), 0)
 	Q6KX4SCALES((DX)(R11*1), 64)
 	Q6KX4SCALES((DX)(R11*2), 128)
@@ -1190,6 +1106,10 @@ q6kx4loop:
 	JNZ  q6kx4loop
 
 q6kx4done:
+	VADDPS Y5, Y8, Y8
+	VADDPS Y6, Y9, Y9
+	VADDPS Y7, Y10, Y10
+	VADDPS Y13, Y11, Y11
 	HSUM4(Y8, X8, Y9, Y10, Y11)
 	VZEROUPPER
 	RET

@@ -5,9 +5,10 @@ package cpu
 import "github.com/llmd/llmd/engine/model"
 
 // The AVX-512 kernels (kernel_avx512_amd64.s), with the same arguments as
-// their AVX2 namesakes. The functions without one here (BF16's one-token
-// dot, the conversions, activation quantization) use the AVX2 kernels: both
-// levels share the activation layout.
+// their AVX2 namesakes. The conversions and the activation quantization
+// are AVX2's: both levels share the activation layout. Each type's one-token
+// and four-token dots come from the same level and add in the same order,
+// so that MatMul is batch-invariant.
 
 //go:noescape
 func kernDotQ8_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
@@ -46,6 +47,9 @@ func kernDotF32AVX512(w, x []float32) float32
 func kernDotF16AVX512(w []byte, x []float32) float32
 
 //go:noescape
+func kernDotBF16AVX512(w []byte, x []float32) float32
+
+//go:noescape
 func kernDotF32x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
 
 //go:noescape
@@ -73,8 +77,9 @@ func init() {
 			model.TypeQ4_K: kernDotQ4_Kx4AVX512,
 			model.TypeQ6_K: kernDotQ6_Kx4AVX512,
 		},
-		dotF32: kernDotF32AVX512,
-		dotF16: kernDotF16AVX512,
+		dotF32:  kernDotF32AVX512,
+		dotF16:  kernDotF16AVX512,
+		dotBF16: kernDotBF16AVX512,
 		dotFloat4: map[model.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){
 			model.TypeF32:  kernDotF32x4AVX512,
 			model.TypeF16:  kernDotF16x4AVX512,

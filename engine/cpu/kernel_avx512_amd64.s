@@ -59,12 +59,12 @@ GLOBL kernQ6Pair<>(SB), RODATA|NOPTR, $64
 	MOVQ res+0(FP), AX; \
 	VMOVUPS ax, (AX)
 
+// HSUMPS512 leaves the sum of the eight floats of y (clobbered) in the low
+// lane of x, adding in HSUM4Z's order (see HSUMPS in kernel_amd64.s).
 #define HSUMPS512(y, x, t) \
+	VHADDPS      y, y, y; \
+	VHADDPS      y, y, y; \
 	VEXTRACTF128 $1, y, t; \
-	VADDPS       t, x, x; \
-	VPERMILPS    $0x4E, x, t; \
-	VADDPS       t, x, x; \
-	VPERMILPS    $0xB1, x, t; \
 	VADDPS       t, x, x
 
 // FOLDZ adds the upper half of the zmm register z (whose ymm half is y)
@@ -355,19 +355,19 @@ GLOBL kernQ6Pair<>(SB), RODATA|NOPTR, $64
 	VPXORD Z22, Z22, Z22; \
 	VPXORD Z23, Z23, Z23
 
-// KEND1 returns the sum of Z0 and Z1 (less that of Y2, when min is set).
+// KEND1 returns the sum of Z0 and Z1 (less Y2, when min is set), in
+// KEND4's order.
 #define KEND1(min) \
 	VADDPS Z1, Z0, Z0; \
 	FOLDZ(Z0, Y0, Y1); \
-	HSUMPS512(Y0, X0, X1); \
 	min; \
+	HSUMPS512(Y0, X0, X1); \
 	VMOVSS X0, ret+96(FP); \
 	VZEROUPPER; \
 	RET
 
 #define SUBMIN1 \
-	HSUMPS512(Y2, X2, X3); \
-	VSUBSS X2, X0, X0
+	VSUBPS Y2, Y0, Y0
 
 #define NOMIN
 
@@ -394,7 +394,8 @@ GLOBL kernQ6Pair<>(SB), RODATA|NOPTR, $64
 	VSUBPS Y27, Y11, Y11
 
 // DOT1 is the body of a one-token kernel over blocks of bsz bytes: block
-// pairs, then a last odd block; the sum is returned.
+// pairs, then a last odd block; the sum is returned. It adds in exactly
+// DOT4's order, so that a token gets the same bits from either.
 #define DOT1(pair, one, bsz) \
 	MOVQ w_base+0(FP), SI; \
 	MOVQ xq_base+24(FP), DI; \
@@ -403,21 +404,6 @@ GLOBL kernQ6Pair<>(SB), RODATA|NOPTR, $64
 	SETUP512; \
 	VPXORD Z0, Z0, Z0; \
 	VPXORD Z1, Z1, Z1; \
-	VPXORD Z8, Z8, Z8; \
-	VPXORD Z9, Z9, Z9; \
-loop4:; \
-	CMPQ CX, $4; \
-	JB   loop2; \
-	pair; \
-	TOKPAIR((DI), 0, (DX), Z0, Z1); \
-	ADDQ $(2*bsz), SI; \
-	pair; \
-	TOKPAIR(64(DI), 8, (DX), Z8, Z9); \
-	ADDQ $(2*bsz), SI; \
-	ADDQ $128, DI; \
-	ADDQ $16, DX; \
-	SUBQ $4, CX; \
-	JMP  loop4; \
 loop2:; \
 	CMPQ CX, $2; \
 	JB   tail; \
@@ -427,10 +413,9 @@ loop2:; \
 	ADDQ $64, DI; \
 	ADDQ $8, DX; \
 	SUBQ $2, CX; \
+	JMP  loop2; \
 tail:; \
 	VADDPS Z1, Z0, Z0; \
-	VADDPS Z9, Z8, Z8; \
-	VADDPS Z8, Z0, Z0; \
 	FOLDZ(Z0, Y0, Y1); \
 	TESTQ CX, CX; \
 	JZ   done; \
@@ -512,6 +497,48 @@ done:; \
 	VMOVDQU16.Z (SI), K1, Y0; \
 	VPMOVZXWD   Y0, z; \
 	VPSLLD      $16, z, z
+
+// FX1Z is FX4Z for one token, func(w, x) float32, adding in its order.
+#define FX1Z(w16, t16, es, sh) \
+	MOVQ w_base+0(FP), SI; \
+	MOVQ w_len+8(FP), CX; \
+	SHRQ $sh, CX; \
+	MOVQ x_base+24(FP), DI; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z20, Z20, Z20; \
+loop32:; \
+	CMPQ CX, $32; \
+	JB   loop16; \
+	w16(0, Z0); \
+	w16(32, Z1); \
+	VFMADD231PS (DI), Z0, Z16; \
+	VFMADD231PS 64(DI), Z1, Z20; \
+	ADDQ $(32*es), SI; \
+	ADDQ $128, DI; \
+	SUBQ $32, CX; \
+	JMP  loop32; \
+loop16:; \
+	CMPQ CX, $16; \
+	JB   tail; \
+	w16(0, Z0); \
+	VFMADD231PS (DI), Z0, Z16; \
+	ADDQ $(16*es), SI; \
+	ADDQ $64, DI; \
+	SUBQ $16, CX; \
+tail:; \
+	TESTQ CX, CX; \
+	JZ   sum; \
+	TAILMASK; \
+	t16(Z0); \
+	VMOVUPS.Z (DI), K1, Z1; \
+	VFMADD231PS Z1, Z0, Z20; \
+sum:; \
+	VADDPS Z20, Z16, Z8; \
+	FOLDZ(Z8, Y8, Y0); \
+	HSUMPS512(Y8, X8, X0); \
+	VMOVSS X8, ret+48(FP); \
+	VZEROUPPER; \
+	RET
 
 // FX4Z is FX4 (kernel_amd64.s) in zmm registers, with a masked tail.
 // Accumulators Z16..Z23.
@@ -603,113 +630,15 @@ TEXT ·kernDotQ4_0x4AVX512(SB), NOSPLIT, $0-104
 
 // func kernDotF32AVX512(w, x []float32) float32
 TEXT ·kernDotF32AVX512(SB), NOSPLIT, $0-52
-	MOVQ w_base+0(FP), SI
-	MOVQ w_len+8(FP), CX
-	MOVQ x_base+24(FP), DI
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-
-f32loop64:
-	CMPQ CX, $64
-	JB   f32loop16
-	VMOVUPS (SI), Z4
-	VMOVUPS 64(SI), Z5
-	VMOVUPS 128(SI), Z6
-	VMOVUPS 192(SI), Z7
-	VFMADD231PS (DI), Z4, Z0
-	VFMADD231PS 64(DI), Z5, Z1
-	VFMADD231PS 128(DI), Z6, Z2
-	VFMADD231PS 192(DI), Z7, Z3
-	ADDQ $256, SI
-	ADDQ $256, DI
-	SUBQ $64, CX
-	JMP  f32loop64
-
-f32loop16:
-	CMPQ CX, $16
-	JB   f32tail
-	VMOVUPS (SI), Z4
-	VFMADD231PS (DI), Z4, Z0
-	ADDQ $64, SI
-	ADDQ $64, DI
-	SUBQ $16, CX
-	JMP  f32loop16
-
-f32tail:
-	TESTQ CX, CX
-	JZ   f32sum
-	TAILMASK
-	VMOVUPS.Z (SI), K1, Z4
-	VMOVUPS.Z (DI), K1, Z5
-	VFMADD231PS Z5, Z4, Z1
-
-f32sum:
-	VADDPS Z1, Z0, Z0
-	VADDPS Z3, Z2, Z2
-	VADDPS Z2, Z0, Z0
-	FOLDZ(Z0, Y0, Y1)
-	HSUMPS512(Y0, X0, X1)
-	VMOVSS X0, ret+48(FP)
-	VZEROUPPER
-	RET
+	FX1Z(W16F32Z, T16F32Z, 4, 0)
 
 // func kernDotF16AVX512(w []byte, x []float32) float32
 TEXT ·kernDotF16AVX512(SB), NOSPLIT, $0-52
-	MOVQ w_base+0(FP), SI
-	MOVQ w_len+8(FP), CX
-	SHRQ $1, CX
-	MOVQ x_base+24(FP), DI
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
+	FX1Z(W16F16Z, T16F16Z, 2, 1)
 
-f16loop64:
-	CMPQ CX, $64
-	JB   f16loop16
-	VCVTPH2PS (SI), Z4
-	VCVTPH2PS 32(SI), Z5
-	VCVTPH2PS 64(SI), Z6
-	VCVTPH2PS 96(SI), Z7
-	VFMADD231PS (DI), Z4, Z0
-	VFMADD231PS 64(DI), Z5, Z1
-	VFMADD231PS 128(DI), Z6, Z2
-	VFMADD231PS 192(DI), Z7, Z3
-	ADDQ $128, SI
-	ADDQ $256, DI
-	SUBQ $64, CX
-	JMP  f16loop64
-
-f16loop16:
-	CMPQ CX, $16
-	JB   f16tail
-	VCVTPH2PS (SI), Z4
-	VFMADD231PS (DI), Z4, Z0
-	ADDQ $32, SI
-	ADDQ $64, DI
-	SUBQ $16, CX
-	JMP  f16loop16
-
-f16tail:
-	TESTQ CX, CX
-	JZ   f16sum
-	TAILMASK
-	VMOVDQU16.Z (SI), K1, Y4
-	VCVTPH2PS Y4, Z4
-	VMOVUPS.Z (DI), K1, Z5
-	VFMADD231PS Z5, Z4, Z1
-
-f16sum:
-	VADDPS Z1, Z0, Z0
-	VADDPS Z3, Z2, Z2
-	VADDPS Z2, Z0, Z0
-	FOLDZ(Z0, Y0, Y1)
-	HSUMPS512(Y0, X0, X1)
-	VMOVSS X0, ret+48(FP)
-	VZEROUPPER
-	RET
+// func kernDotBF16AVX512(w []byte, x []float32) float32
+TEXT ·kernDotBF16AVX512(SB), NOSPLIT, $0-52
+	FX1Z(W16BF16Z, T16BF16Z, 2, 1)
 
 // func kernDotF32x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
 TEXT ·kernDotF32x4AVX512(SB), NOSPLIT, $0-64
