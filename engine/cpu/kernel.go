@@ -92,8 +92,11 @@ var kernTileBytes = 256 << 10
 // 0.5% (relative, as a vector) from float64 products with the dequantized
 // weights. F32, F16 and BF16 weights are dotted in float32 (about 1e-7).
 //
-// x and out may be longer than needed; only their first n rows are used.
-// MatMul panics if they are shorter or w is malformed.
+// MatMul is batch-invariant: a token's outputs have the same bits whatever
+// n is and wherever the token sits in x (on a given CPU), so batching,
+// chunked prefill and recomputation never change what a sequence
+// generates. x and out may be longer than needed; only their first n rows
+// are used. MatMul panics if they are shorter or w is malformed.
 func MatMul(p *Pool, out []float32, w Weight, x []float32, n int) {
 	kernMatMul(p, kernSetFor(kernUse), out, w, x, n)
 }
@@ -249,7 +252,8 @@ type kernSet struct {
 	// token's quantized activations.
 	dotQ map[model.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32
 	// dotQ4[t], where present, does the same for four tokens at once (xq,
-	// xd and xs hold four rows), reading the weight row once.
+	// xd and xs hold four rows), reading the weight row once. It must give
+	// each token exactly the bits dotQ[t] gives it (batch invariance).
 	dotQ4 map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 	// dotF32 returns Σ w[i]·x[i].
 	dotF32 func(w, x []float32) float32
@@ -259,7 +263,8 @@ type kernSet struct {
 	f16ToF32, bf16ToF32 func(dst []float32, w []byte)
 	// dotFloat4[t], where present, dots a row of F32, F16 or BF16 values
 	// (as bytes) with the four rows of x that start stride values apart (x
-	// holds at least 3·stride+len(w)/size values).
+	// holds at least 3·stride+len(w)/size values), giving each row the bits
+	// dotF32, dotF16 or dotBF16 gives it.
 	dotFloat4 map[model.TensorType]func(res *[4]float32, w []byte, x []float32, stride int)
 }
 
