@@ -283,21 +283,13 @@ func kernSetFor(l kernLevel) *kernSet {
 }
 
 // kernRegister installs s as level l's implementation, completing it from the
-// level below.
+// level below. A one-token dot and its four-token partner are taken
+// together, never one from each level: they must add in the same order.
 func kernRegister(l kernLevel, s *kernSet) {
 	if l > kernLevelGo {
 		below := kernSetFor(l - 1)
 		if s.quantize == nil {
 			s.quantize = below.quantize
-		}
-		if s.dotF32 == nil {
-			s.dotF32 = below.dotF32
-		}
-		if s.dotF16 == nil {
-			s.dotF16 = below.dotF16
-		}
-		if s.dotBF16 == nil {
-			s.dotBF16 = below.dotBF16
 		}
 		if s.f16ToF32 == nil {
 			s.f16ToF32 = below.f16ToF32
@@ -306,7 +298,16 @@ func kernRegister(l kernLevel, s *kernSet) {
 			s.bf16ToF32 = below.bf16ToF32
 		}
 		if s.dotFloat4 == nil {
-			s.dotFloat4 = below.dotFloat4
+			s.dotFloat4 = map[model.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){}
+		}
+		if s.dotF32 == nil {
+			s.dotF32, s.dotFloat4[model.TypeF32] = below.dotF32, below.dotFloat4[model.TypeF32]
+		}
+		if s.dotF16 == nil {
+			s.dotF16, s.dotFloat4[model.TypeF16] = below.dotF16, below.dotFloat4[model.TypeF16]
+		}
+		if s.dotBF16 == nil {
+			s.dotBF16, s.dotFloat4[model.TypeBF16] = below.dotBF16, below.dotFloat4[model.TypeBF16]
 		}
 		if s.dotQ == nil {
 			s.dotQ = map[model.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{}
@@ -316,10 +317,7 @@ func kernRegister(l kernLevel, s *kernSet) {
 		}
 		for t, f := range below.dotQ {
 			if s.dotQ[t] == nil {
-				s.dotQ[t] = f
-			}
-			if s.dotQ4[t] == nil {
-				s.dotQ4[t] = below.dotQ4[t]
+				s.dotQ[t], s.dotQ4[t] = f, below.dotQ4[t]
 			}
 		}
 	}
