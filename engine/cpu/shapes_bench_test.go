@@ -1,0 +1,89 @@
+package cpu
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/model"
+)
+
+// benchShapes are the model shapes issue 5 compares with llama.cpp: random
+// weights (speed does not depend on them), written like `llmctl model init`.
+var benchShapes = []struct {
+	name string
+	m    model.RandomModel
+}{
+	{"tiny", model.RandomModel{Arch: "llama", Dim: 288, Layers: 6, Heads: 6, KVHeads: 6, FFN: 768, Vocab: 32000}},
+	{"small", model.RandomModel{Arch: "llama", Dim: 768, Layers: 12, Heads: 12, KVHeads: 4, FFN: 2048, Vocab: 128256}},
+	{"0.5B", model.RandomModel{Arch: "qwen2", Dim: 896, Layers: 24, Heads: 14, KVHeads: 2, FFN: 4864, Vocab: 151936, Tied: true}},
+}
+
+var benchTypes = []model.TensorType{model.TypeF16, model.TypeQ8_0, model.TypeQ4_0}
+
+// BenchmarkShapes measures, for each shape and weight type, prompt
+// processing (one 512-token prefill) and generation (decode steps of 1, 8
+// and 32 concurrent sequences at about 128 tokens of context), on the
+// executor alone, every core the machine has. Run it with
+// `go test -run '^$' -bench Shapes -benchtime 20x ./engine/cpu/`.
+func BenchmarkShapes(b *testing.B) {
+	for _, sh := range benchShapes {
+		for _, typ := range benchTypes {
+			m := sh.m
+			m.Type, m.Seed = typ, 1
+			// Written once per shape and type, closed when the whole
+			// benchmark ends (the outer b owns it).
+			var f *model.File
+			outer := b
+			open := func(b *testing.B) *model.File {
+				if f == nil {
+					f = openModel(outer, m, nil)
+				}
+				return f
+			}
+			b.Run(fmt.Sprintf("model=%s/type=%s/prompt=512", sh.name, typ), func(b *testing.B) {
+				const n = 512
+				e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: n / 16, KVType: "f16", NoSwap: true})
+				blocks := seqBlocks(e, 0, 1)
+				toks := randomTokens(1, n, m.Vocab)
+				for b.Loop() {
+					batch := engine.Batch{Seqs: []engine.SeqInput{{SeqID: 1, Tokens: toks, Pos: 0, Context: n, Blocks: blocks, Sample: true, History: toks}}}
+					_, err := e.Forward(b.Context(), &batch)
+					require.NoError(b, err)
+				}
+				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tokens/s")
+			})
+			for _, seqs := range []int{1, 8, 32} {
+				b.Run(fmt.Sprintf("model=%s/type=%s/gen/seqs=%d", sh.name, typ, seqs), func(b *testing.B) {
+					const promptLen, window = 64, 128
+					e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: seqs * (promptLen + window) / 16, KVType: "f16", NoSwap: true})
+					var batch engine.Batch
+					ts := make([]*testSeq, seqs)
+					for i := range ts {
+						ts[i] = newTestSeq(uint64(i), randomTokens(uint64(i), promptLen, m.Vocab), seqBlocks(e, i, seqs))
+						batch.Seqs = append(batch.Seqs, ts[i].next(promptLen, false))
+					}
+					_, err := e.Forward(b.Context(), &batch)
+					require.NoError(b, err)
+					tok := []int32{1}
+					steps := 0
+					for b.Loop() {
+						pos := promptLen + steps%window
+						for i := range batch.Seqs {
+							batch.Seqs[i] = engine.SeqInput{SeqID: uint64(i), Tokens: tok, Pos: pos, Context: pos + 1, Blocks: ts[i].blocks, Sample: true}
+						}
+						out, err := e.Forward(b.Context(), &batch)
+						if err != nil {
+							b.Fatal(err)
+						}
+						tok[0] = out.Tokens[0]
+						steps++
+					}
+					b.ReportMetric(float64(seqs*steps)/b.Elapsed().Seconds(), "tokens/s")
+				})
+			}
+		}
+	}
+}
