@@ -151,13 +151,8 @@ type Executor struct {
 	scratch []*scratch
 	// swapUsed marks the host slots that hold a block (a bitset).
 	swapUsed []uint64
-	// Scratch bitsets for validating one batch, all zero between calls:
-	// outMark and inMark over host slots, inDevice and written over device
-	// blocks.
-	outMark, inMark, inDevice, written []uint64
-	// writer[b] is the index+1 of the sequence that writes block b this
-	// step, valid where written is set.
-	writer []int32
+	// check validates each batch before anything is touched.
+	check *engine.BatchChecker
 
 	sampler *sample.Sampler
 	// sample picks a sampled row's token (sampleSeq); tests wrap it to
@@ -239,11 +234,7 @@ func New(f *model.File, cfg Config) (*Executor, error) {
 	}
 	e.flopRate.Store(math.Float64bits(flopsPerThread * float64(cfg.Threads)))
 	e.swapUsed = make([]uint64, (swap+63)/64)
-	e.outMark = make([]uint64, (swap+63)/64)
-	e.inMark = make([]uint64, (swap+63)/64)
-	e.inDevice = make([]uint64, (blocks+63)/64)
-	e.written = make([]uint64, (blocks+63)/64)
-	e.writer = make([]int32, blocks)
+	e.check = engine.NewBatchChecker(e.info, engine.BatchCheckOptions{Vocab: spec.Vocab, ExclusiveWrites: true})
 	e.sampler = sample.NewSampler(spec.Vocab)
 	e.sample = e.sampleSeq
 	e.pool = NewPool(cfg.Threads)
@@ -360,8 +351,8 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (out *engine.Ou
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cpu: step interrupted: %w", err)
 	}
-	if err := e.validate(b); err != nil {
-		return nil, err
+	if err := e.check.Check(b, func(slot int32) bool { return getBit(e.swapUsed, slot) }); err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
 	}
 	start := time.Now()
 	e.applyBlockOps(b)
@@ -401,117 +392,6 @@ func (e *Executor) applyBlockOps(b *engine.Batch) {
 			e.dev.copyBlock(int(c.Dst), e.dev, int(c.Src))
 		}
 	}
-}
-
-// validate checks b against the executor's state without changing it.
-func (e *Executor) validate(b *engine.Batch) error {
-	bs := e.info.BlockSize
-	nb := int32(e.info.NumBlocks)
-	vocab := int32(e.spec.Vocab)
-	defer func() {
-		// Leave the scratch bitsets zero for the next batch.
-		for i := range b.Seqs {
-			s := &b.Seqs[i]
-			if s.Pos < 0 || s.Pos > e.info.ContextLength || s.Context != s.Pos+len(s.Tokens) || s.Context > e.info.ContextLength {
-				continue
-			}
-			hi := min((s.Context+bs-1)/bs, len(s.Blocks))
-			for _, blk := range s.Blocks[min(s.Pos/bs, hi):hi] {
-				if blk >= 0 && blk < nb {
-					clearBit(e.written, blk)
-				}
-			}
-		}
-	}()
-	for i := range b.Seqs {
-		s := &b.Seqs[i]
-		switch {
-		case len(s.Tokens) == 0:
-			return fmt.Errorf("cpu: sequence %d has no tokens", s.SeqID)
-		case s.Pos < 0 || s.Pos > e.info.ContextLength || s.Context != s.Pos+len(s.Tokens):
-			return fmt.Errorf("cpu: sequence %d: context %d is not position %d plus %d tokens", s.SeqID, s.Context, s.Pos, len(s.Tokens))
-		case s.Context > e.info.ContextLength:
-			return fmt.Errorf("cpu: sequence %d: context %d exceeds the context length %d", s.SeqID, s.Context, e.info.ContextLength)
-		case s.Generated < 0:
-			return fmt.Errorf("cpu: sequence %d: negative generated count %d", s.SeqID, s.Generated)
-		case len(s.Blocks) < (s.Context+bs-1)/bs:
-			return fmt.Errorf("cpu: sequence %d: %d blocks cannot hold %d tokens", s.SeqID, len(s.Blocks), s.Context)
-		}
-		for _, t := range s.Tokens {
-			if t < 0 || t >= vocab {
-				return fmt.Errorf("cpu: sequence %d: token %d outside the vocabulary of %d", s.SeqID, t, vocab)
-			}
-		}
-		used := s.Blocks[:(s.Context+bs-1)/bs]
-		for _, blk := range used {
-			if blk < 0 || blk >= nb {
-				return fmt.Errorf("cpu: sequence %d: block %d out of range [0, %d)", s.SeqID, blk, nb)
-			}
-		}
-		// The blocks this step writes: a block written by two sequences
-		// (or twice in one table) would race and mix their K/V.
-		for _, blk := range used[s.Pos/bs:] {
-			if getBit(e.written, blk) && e.writer[blk] != int32(i+1) {
-				return fmt.Errorf("cpu: block %d is written by two sequences in one batch", blk)
-			}
-			if getBit(e.written, blk) {
-				return fmt.Errorf("cpu: sequence %d: block %d appears twice among the blocks it writes", s.SeqID, blk)
-			}
-			setBit(e.written, blk)
-			e.writer[blk] = int32(i + 1)
-		}
-	}
-	for _, c := range b.Copies {
-		if c.Src < 0 || c.Src >= nb || c.Dst < 0 || c.Dst >= nb {
-			return fmt.Errorf("cpu: block copy %d -> %d out of range [0, %d)", c.Src, c.Dst, nb)
-		}
-	}
-	slots := int32(e.info.SwapBlocks)
-	defer func() {
-		for _, s := range b.SwapOut {
-			if s.Host >= 0 && s.Host < slots {
-				clearBit(e.outMark, s.Host)
-			}
-		}
-		for _, s := range b.SwapIn {
-			if s.Host >= 0 && s.Host < slots {
-				clearBit(e.inMark, s.Host)
-			}
-			if s.Device >= 0 && s.Device < nb {
-				clearBit(e.inDevice, s.Device)
-			}
-		}
-	}()
-	for _, s := range b.SwapOut {
-		switch {
-		case s.Device < 0 || s.Device >= nb:
-			return fmt.Errorf("cpu: swap out of block %d out of range [0, %d)", s.Device, nb)
-		case s.Host < 0 || s.Host >= slots:
-			return fmt.Errorf("cpu: swap out to host slot %d outside the swap space of %d slots", s.Host, slots)
-		case getBit(e.outMark, s.Host):
-			return fmt.Errorf("cpu: two swaps out to host slot %d in one batch", s.Host)
-		}
-		setBit(e.outMark, s.Host)
-	}
-	for _, s := range b.SwapIn {
-		switch {
-		case s.Device < 0 || s.Device >= nb:
-			return fmt.Errorf("cpu: swap in to block %d out of range [0, %d)", s.Device, nb)
-		case s.Host < 0 || s.Host >= slots:
-			return fmt.Errorf("cpu: swap in from host slot %d out of range [0, %d)", s.Host, slots)
-		case getBit(e.inMark, s.Host):
-			return fmt.Errorf("cpu: two swaps in from host slot %d in one batch", s.Host)
-		case getBit(e.inDevice, s.Device):
-			return fmt.Errorf("cpu: two swaps in to block %d in one batch", s.Device)
-		case getBit(e.outMark, s.Host):
-			return fmt.Errorf("cpu: swap in from host slot %d, which the same batch swaps out to first", s.Host)
-		case !getBit(e.swapUsed, s.Host):
-			return fmt.Errorf("cpu: swap in from host slot %d, which holds no block", s.Host)
-		}
-		setBit(e.inMark, s.Host)
-		setBit(e.inDevice, s.Device)
-	}
-	return nil
 }
 
 // sampleSeq chooses s's next token from its logits with s's sampling

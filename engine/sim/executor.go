@@ -38,10 +38,8 @@ type Executor struct {
 	mu sync.Mutex
 	// swapUsed marks the host swap slots that hold a block (a bitset).
 	swapUsed []uint64
-	// outMark and inMark are scratch bitsets over the swap slots, and
-	// inDevice over the device blocks, for validating one batch; all zero
-	// between calls.
-	outMark, inMark, inDevice []uint64
+	// check validates each batch before anything is applied.
+	check *engine.BatchChecker
 }
 
 var (
@@ -84,8 +82,6 @@ func New(cfg Config, clock engine.Clock) (*Executor, error) {
 	e.swapSlots = int(min(slots, math.MaxInt32))
 	words := (e.swapSlots + 63) / 64
 	e.swapUsed = make([]uint64, words)
-	e.outMark = make([]uint64, words)
-	e.inMark = make([]uint64, words)
 	e.info = engine.ExecutorInfo{
 		Model:         m.ID,
 		NumBlocks:     int(min(e.capacity/cfg.blockBytes(), math.MaxInt32)),
@@ -94,7 +90,8 @@ func New(cfg Config, clock engine.Clock) (*Executor, error) {
 		EOS:           []int32{e.tok.EOS()},
 		SwapBlocks:    e.swapSlots,
 	}
-	e.inDevice = make([]uint64, (e.info.NumBlocks+63)/64)
+	// The simulator keeps no K/V, so blocks shared by sequences are harmless.
+	e.check = engine.NewBatchChecker(e.info, engine.BatchCheckOptions{})
 	return e, nil
 }
 
@@ -268,8 +265,8 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (*engine.Output
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.validate(b); err != nil {
-		return nil, err
+	if err := e.check.Check(b, func(slot int32) bool { return getBit(e.swapUsed, slot) }); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
 	}
 	for _, s := range b.SwapOut {
 		setBit(e.swapUsed, s.Host)
@@ -293,84 +290,6 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (*engine.Output
 		}
 	}
 	return out, nil
-}
-
-// validate checks b against the executor's state without changing it.
-func (e *Executor) validate(b *engine.Batch) error {
-	bs := e.cfg.BlockSize
-	nb := int32(e.info.NumBlocks)
-	for i := range b.Seqs {
-		s := &b.Seqs[i]
-		switch {
-		case len(s.Tokens) == 0:
-			return fmt.Errorf("sim: sequence %d has no tokens", s.SeqID)
-		case s.Pos < 0 || s.Context != s.Pos+len(s.Tokens):
-			return fmt.Errorf("sim: sequence %d: context %d is not position %d plus %d tokens", s.SeqID, s.Context, s.Pos, len(s.Tokens))
-		case s.Context > e.info.ContextLength:
-			return fmt.Errorf("sim: sequence %d: context %d exceeds the context length %d", s.SeqID, s.Context, e.info.ContextLength)
-		case s.Generated < 0:
-			return fmt.Errorf("sim: sequence %d: negative generated count %d", s.SeqID, s.Generated)
-		case len(s.Blocks) < (s.Context+bs-1)/bs:
-			return fmt.Errorf("sim: sequence %d: %d blocks cannot hold %d tokens", s.SeqID, len(s.Blocks), s.Context)
-		}
-		for _, blk := range s.Blocks[s.Pos/bs : (s.Context+bs-1)/bs] {
-			if blk < 0 || blk >= nb {
-				return fmt.Errorf("sim: sequence %d: block %d out of range [0, %d)", s.SeqID, blk, nb)
-			}
-		}
-	}
-	for _, c := range b.Copies {
-		if c.Src < 0 || c.Src >= nb || c.Dst < 0 || c.Dst >= nb {
-			return fmt.Errorf("sim: block copy %d -> %d out of range [0, %d)", c.Src, c.Dst, nb)
-		}
-	}
-	slots := int32(e.swapSlots)
-	defer func() {
-		// Leave the scratch bitsets zero for the next batch.
-		for _, s := range b.SwapOut {
-			if s.Host >= 0 && s.Host < slots {
-				clearBit(e.outMark, s.Host)
-			}
-		}
-		for _, s := range b.SwapIn {
-			if s.Host >= 0 && s.Host < slots {
-				clearBit(e.inMark, s.Host)
-			}
-			if s.Device >= 0 && s.Device < nb {
-				clearBit(e.inDevice, s.Device)
-			}
-		}
-	}()
-	for _, s := range b.SwapOut {
-		switch {
-		case s.Device < 0 || s.Device >= nb:
-			return fmt.Errorf("sim: swap out of block %d out of range [0, %d)", s.Device, nb)
-		case s.Host < 0 || s.Host >= slots:
-			return fmt.Errorf("sim: swap out to host slot %d outside the swap space of %d slots", s.Host, slots)
-		case getBit(e.outMark, s.Host):
-			return fmt.Errorf("sim: two swaps out to host slot %d in one batch", s.Host)
-		}
-		setBit(e.outMark, s.Host)
-	}
-	for _, s := range b.SwapIn {
-		switch {
-		case s.Device < 0 || s.Device >= nb:
-			return fmt.Errorf("sim: swap in to block %d out of range [0, %d)", s.Device, nb)
-		case s.Host < 0 || s.Host >= slots:
-			return fmt.Errorf("sim: swap in from host slot %d out of range [0, %d)", s.Host, slots)
-		case getBit(e.inMark, s.Host):
-			return fmt.Errorf("sim: two swaps in from host slot %d in one batch", s.Host)
-		case getBit(e.inDevice, s.Device):
-			return fmt.Errorf("sim: two swaps in to block %d in one batch", s.Device)
-		case getBit(e.outMark, s.Host):
-			return fmt.Errorf("sim: swap in from host slot %d, which the same batch swaps out to first", s.Host)
-		case !getBit(e.swapUsed, s.Host):
-			return fmt.Errorf("sim: swap in from host slot %d, which holds no block", s.Host)
-		}
-		setBit(e.inMark, s.Host)
-		setBit(e.inDevice, s.Device)
-	}
-	return nil
 }
 
 func getBit(set []uint64, i int32) bool { return set[i/64]&(1<<(i%64)) != 0 }
