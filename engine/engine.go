@@ -148,6 +148,7 @@ func New(exec Executor, clock Clock, cfg Config, logger *slog.Logger) (*Engine, 
 		WatermarkBlocks:       int(cfg.WatermarkFraction * float64(info.NumBlocks)),
 		DisablePrefixCache:    cfg.DisablePrefixCache,
 		DefaultExpectedOutput: cfg.ExpectedOutputTokens,
+		Logprobs:              info.Logprobs,
 	}
 	if cm, ok := exec.(CostModel); ok && info.SwapBlocks > 0 {
 		sc.SwapBlocks = info.SwapBlocks

@@ -277,3 +277,10 @@ func TestEngineStopCancelsLiveRequests(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	require.Zero(t, e.Stats().BlocksUsed)
 }
+
+func TestEngineRefusesLogprobsWithoutSupport(t *testing.T) {
+	e := startEngine(t, newFakeExec(8, 16, 100), DefaultConfig())
+	_, err := e.Submit(t.Context(), Request{ID: "x", Prompt: prompt(4, 0), MaxTokens: 2, N: 1, Logprobs: true})
+	var ire *InvalidRequestError
+	require.ErrorAs(t, err, &ire)
+}

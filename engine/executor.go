@@ -37,6 +37,9 @@ type ExecutorInfo struct {
 	// SwapBlocks is the host swap space, in blocks, that the executor can
 	// copy preempted sequences' blocks to. Zero disables swapping.
 	SwapBlocks int
+	// Logprobs reports that the executor computes log-probabilities of the
+	// tokens it samples (SeqInput.Logprobs).
+	Logprobs bool
 }
 
 // CostModel is an optional Executor ability: estimates the scheduler uses to
@@ -102,6 +105,24 @@ type SeqInput struct {
 	Seed uint64
 	// Sampling holds the sampling parameters.
 	Sampling SamplingParams
+	// Logprobs asks for the sampled token's log-probability and the
+	// TopLogprobs most likely alternatives (Output.Logprobs).
+	Logprobs    bool
+	TopLogprobs int
+}
+
+// Logprobs is a sampled token's log-probability and the most likely
+// alternatives, most likely first: the model's distribution after
+// penalties and logit bias, before temperature.
+type Logprobs struct {
+	Logprob float32
+	Top     []TokenLogprob
+}
+
+// TokenLogprob is one token's log-probability.
+type TokenLogprob struct {
+	Token   int32
+	Logprob float32
 }
 
 // SamplingParams controls how the next token is chosen. The zero value is
@@ -146,6 +167,9 @@ type Output struct {
 	// Tokens holds one entry per Batch.Seqs entry: the sampled token, or -1
 	// where Sample was not set.
 	Tokens []int32
+	// Logprobs is nil, or parallel to Tokens with an entry wherever
+	// SeqInput.Logprobs was set.
+	Logprobs []*Logprobs
 	// Duration is the time the step took (simulated or measured).
 	Duration time.Duration
 }

@@ -70,6 +70,11 @@ type Request struct {
 	Seed uint64
 	// Sampling holds the sampling parameters.
 	Sampling SamplingParams
+	// Logprobs asks for each output token's log-probability and the
+	// TopLogprobs most likely alternatives (Event.Logprobs). The executor
+	// must support it (ExecutorInfo.Logprobs).
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // FinishReason says why a choice ended.
@@ -112,6 +117,8 @@ type Event struct {
 	Usage Usage
 	// Err is set when Finish is FinishError.
 	Err error
+	// Logprobs is set on token events of a request that asked for them.
+	Logprobs *Logprobs
 	// Time is the engine clock when the event was produced.
 	Time time.Time
 }

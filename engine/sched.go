@@ -34,6 +34,8 @@ type SchedulerConfig struct {
 	// recompute.
 	SwapCost      func(blocks int) time.Duration
 	RecomputeCost func(tokens int) time.Duration
+	// Logprobs reports that the executor computes logprobs.
+	Logprobs bool
 	// TierWeights are the weighted-fair-queuing weights of the priority
 	// classes, indexed by Priority; zero entries take the defaults (batch 1,
 	// free 2, paid 4, enterprise 8).
@@ -274,6 +276,10 @@ func (s *Scheduler) check(req Request) error {
 		return &InvalidRequestError{Reason: "max tokens must be at least 1"}
 	case req.N < 1:
 		return &InvalidRequestError{Reason: "n must be at least 1"}
+	case req.TopLogprobs < 0:
+		return &InvalidRequestError{Reason: "top logprobs must not be negative"}
+	case req.Logprobs && !s.cfg.Logprobs:
+		return &InvalidRequestError{Reason: "this model's executor does not compute logprobs"}
 	}
 	if limit := s.MaxSeqTokens(); len(req.Prompt)+req.MaxTokens > limit {
 		return &ContextLengthError{PromptTokens: len(req.Prompt), MaxTokens: req.MaxTokens, Limit: limit}
@@ -433,15 +439,17 @@ func (s *Scheduler) reserve(seq *sequence, n int) bool {
 	start := len(s.tokScratch)
 	s.tokScratch = append(s.tokScratch, seq.tokens[seq.computed:end]...)
 	plan.Batch.Seqs = append(plan.Batch.Seqs, SeqInput{
-		SeqID:     seq.id,
-		Tokens:    s.tokScratch[start:len(s.tokScratch):len(s.tokScratch)],
-		Pos:       seq.computed,
-		Context:   end,
-		Sample:    end == len(seq.tokens) && seq.index >= 0,
-		Generated: seq.generated,
-		History:   seq.tokens,
-		Seed:      seq.r.req.Seed + uint64(max(seq.index, 0)),
-		Sampling:  seq.r.req.Sampling,
+		SeqID:       seq.id,
+		Tokens:      s.tokScratch[start:len(s.tokScratch):len(s.tokScratch)],
+		Pos:         seq.computed,
+		Context:     end,
+		Sample:      end == len(seq.tokens) && seq.index >= 0,
+		Generated:   seq.generated,
+		History:     seq.tokens,
+		Seed:        seq.r.req.Seed + uint64(max(seq.index, 0)),
+		Sampling:    seq.r.req.Sampling,
+		Logprobs:    seq.r.req.Logprobs,
+		TopLogprobs: seq.r.req.TopLogprobs,
 	})
 	plan.seqs = append(plan.seqs, seq)
 	seq.planned = s.stepNo
@@ -504,10 +512,14 @@ func (s *Scheduler) Apply(plan *Plan, out *Output, now time.Time) {
 			continue
 		}
 		tok := int32(-1)
+		var lp *Logprobs
 		if out != nil && i < len(out.Tokens) {
 			tok = out.Tokens[i]
+			if i < len(out.Logprobs) {
+				lp = out.Logprobs[i]
+			}
 		}
-		s.appendToken(seq, tok, now)
+		s.appendToken(seq, tok, lp, now)
 	}
 }
 
@@ -571,7 +583,7 @@ func (s *Scheduler) fork(parent *sequence) {
 	parent.state = stateFinished
 }
 
-func (s *Scheduler) appendToken(seq *sequence, tok int32, now time.Time) {
+func (s *Scheduler) appendToken(seq *sequence, tok int32, lp *Logprobs, now time.Time) {
 	r := seq.r
 	if tok < 0 {
 		s.finishSeq(seq, FinishError, fmt.Errorf("engine: executor returned no token for sequence %d", seq.id))
@@ -585,7 +597,7 @@ func (s *Scheduler) appendToken(seq *sequence, tok int32, now time.Time) {
 	seq.generated++
 	r.output++
 	s.stats.GeneratedTokens++
-	s.emit(&r.req, Event{Kind: EventToken, Index: seq.index, Token: tok, Time: now})
+	s.emit(&r.req, Event{Kind: EventToken, Index: seq.index, Token: tok, Time: now, Logprobs: lp})
 	switch {
 	case seq.generated >= r.req.MaxTokens:
 		s.finishSeq(seq, FinishLength, nil)

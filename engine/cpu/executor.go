@@ -231,6 +231,7 @@ func New(f *model.File, cfg Config) (*Executor, error) {
 		ContextLength: spec.ContextLength,
 		EOS:           append([]int32(nil), cfg.EOS...),
 		SwapBlocks:    int(swap),
+		Logprobs:      true,
 	}
 	e.flopRate.Store(math.Float64bits(flopsPerThread * float64(cfg.Threads)))
 	e.swapUsed = make([]uint64, (swap+63)/64)
@@ -367,7 +368,15 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (out *engine.Ou
 			s := &b.Seqs[i]
 			out.Tokens[i] = -1
 			if s.Sample {
-				out.Tokens[i] = e.sample(logits[row*e.spec.Vocab:(row+1)*e.spec.Vocab], s)
+				l := logits[row*e.spec.Vocab : (row+1)*e.spec.Vocab]
+				out.Tokens[i] = e.sample(l, s)
+				if s.Logprobs {
+					if out.Logprobs == nil {
+						out.Logprobs = make([]*engine.Logprobs, len(b.Seqs))
+					}
+					// After Sample: penalties and bias applied, no temperature.
+					out.Logprobs[i] = e.logprobs(l, out.Tokens[i], s.TopLogprobs)
+				}
 				row++
 			}
 		}
@@ -399,6 +408,19 @@ func (e *Executor) applyBlockOps(b *engine.Batch) {
 // Generated), so a sequence gets the same tokens whatever batch it runs in
 // and however often it is preempted. It may change logits (bias and
 // penalties are applied in place).
+// logprobs is the sampled token's log-probability and the top alternatives.
+func (e *Executor) logprobs(logits []float32, tok int32, top int) *engine.Logprobs {
+	lp, tops := e.sampler.Logprobs(logits, tok, min(top, maxTopLogprobs))
+	out := &engine.Logprobs{Logprob: lp, Top: make([]engine.TokenLogprob, len(tops))}
+	for i, t := range tops {
+		out.Top[i] = engine.TokenLogprob{Token: t.Token, Logprob: t.Logprob}
+	}
+	return out
+}
+
+// maxTopLogprobs bounds the alternatives per token (OpenAI allows 20).
+const maxTopLogprobs = 20
+
 func (e *Executor) sampleSeq(logits []float32, s *engine.SeqInput) int32 {
 	return e.sampler.Sample(logits, s.Sampling, s.Seed, s.Generated, s.History, s.Generated)
 }
