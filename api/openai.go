@@ -96,9 +96,13 @@ type ChatCompletionRequest struct {
 	StreamOptions       *StreamOptions `json:"stream_options,omitempty"`
 	Stop                Stop           `json:"stop,omitempty"`
 	Seed                *int64         `json:"seed,omitempty"`
-	PresencePenalty     *float64       `json:"presence_penalty,omitempty"`
-	FrequencyPenalty    *float64       `json:"frequency_penalty,omitempty"`
-	User                string         `json:"user,omitempty"`
+	// Logprobs asks for each output token's log-probability, and
+	// TopLogprobs (0 to 20) for that many alternatives.
+	Logprobs         *bool    `json:"logprobs,omitempty"`
+	TopLogprobs      *int     `json:"top_logprobs,omitempty"`
+	PresencePenalty  *float64 `json:"presence_penalty,omitempty"`
+	FrequencyPenalty *float64 `json:"frequency_penalty,omitempty"`
+	User             string   `json:"user,omitempty"`
 	// vLLM's extra sampling parameters: TopK (0 or -1: off), MinP (0 to
 	// 1), RepetitionPenalty (above 0; 1: off). LogitBias maps token ids (as
 	// strings) to a bias from -100 to 100.
@@ -163,8 +167,31 @@ type ResponseMessage struct {
 type ChatChoice struct {
 	Index        int             `json:"index"`
 	Message      ResponseMessage `json:"message"`
-	Logprobs     *struct{}       `json:"logprobs"`
+	Logprobs     *ChoiceLogprobs `json:"logprobs"`
 	FinishReason string          `json:"finish_reason"`
+}
+
+// ChoiceLogprobs are the log-probabilities of a choice's tokens (of the
+// tokens of one chunk, when streamed).
+type ChoiceLogprobs struct {
+	Content []TokenLogprob `json:"content"`
+}
+
+// TokenLogprob is one output token's log-probability and the most likely
+// alternatives at its position. Bytes are the token's UTF-8 bytes (a token
+// may hold part of a character).
+type TokenLogprob struct {
+	Token       string       `json:"token"`
+	Logprob     float32      `json:"logprob"`
+	Bytes       []int        `json:"bytes"`
+	TopLogprobs []TopLogprob `json:"top_logprobs"`
+}
+
+// TopLogprob is one alternative token at a position.
+type TopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
 }
 
 // ChatCompletion is the non-streamed response of POST /v1/chat/completions.
@@ -186,10 +213,10 @@ type ChunkDelta struct {
 
 // ChunkChoice is one choice of a streamed chat chunk.
 type ChunkChoice struct {
-	Index        int        `json:"index"`
-	Delta        ChunkDelta `json:"delta"`
-	Logprobs     *struct{}  `json:"logprobs"`
-	FinishReason *string    `json:"finish_reason"`
+	Index        int             `json:"index"`
+	Delta        ChunkDelta      `json:"delta"`
+	Logprobs     *ChoiceLogprobs `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
 }
 
 // ChatCompletionChunk is one SSE event of a streamed chat completion.

@@ -33,6 +33,25 @@ type chatStream struct {
 	created      int64
 	n            int
 	includeUsage bool
+	// lps are logprobs waiting for the next chunk of their choice.
+	lps map[int][]api.TokenLogprob
+}
+
+func (c *chatStream) addLogprob(i int, lp api.TokenLogprob) {
+	if c.lps == nil {
+		c.lps = map[int][]api.TokenLogprob{}
+	}
+	c.lps[i] = append(c.lps[i], lp)
+}
+
+// takeLogprobs returns choice i's waiting logprobs, nil if none.
+func (c *chatStream) takeLogprobs(i int) *api.ChoiceLogprobs {
+	lps := c.lps[i]
+	if len(lps) == 0 {
+		return nil
+	}
+	delete(c.lps, i)
+	return &api.ChoiceLogprobs{Content: lps}
 }
 
 func (c *chatStream) sse() *sseWriter { return c.sw }
@@ -56,11 +75,11 @@ func (c *chatStream) begin() error {
 }
 
 func (c *chatStream) text(i int, s string) error {
-	return c.chunk([]api.ChunkChoice{{Index: i, Delta: api.ChunkDelta{Content: &s}}}, nil)
+	return c.chunk([]api.ChunkChoice{{Index: i, Delta: api.ChunkDelta{Content: &s}, Logprobs: c.takeLogprobs(i)}}, nil)
 }
 
 func (c *chatStream) finish(i int, reason string) error {
-	return c.chunk([]api.ChunkChoice{{Index: i, FinishReason: &reason}}, nil)
+	return c.chunk([]api.ChunkChoice{{Index: i, FinishReason: &reason, Logprobs: c.takeLogprobs(i)}}, nil)
 }
 
 func (c *chatStream) end(u engine.Usage) error {
@@ -162,6 +181,7 @@ type collector struct {
 	rl      *reqLog
 	texts   []strings.Builder
 	reasons []string
+	lps     [][]api.TokenLogprob
 	// body builds the response from each choice's text and finish reason.
 	body func(texts, reasons []string, u engine.Usage) any
 }
@@ -171,7 +191,22 @@ func newCollector(w http.ResponseWriter, rl *reqLog, n int, body func(texts, rea
 }
 
 func (c *collector) sse() *sseWriter { return nil }
-func (c *collector) begin() error    { return nil }
+
+func (c *collector) addLogprob(i int, lp api.TokenLogprob) {
+	if c.lps == nil {
+		c.lps = make([][]api.TokenLogprob, len(c.texts))
+	}
+	c.lps[i] = append(c.lps[i], lp)
+}
+
+// takeLogprobs returns choice i's logprobs (never nil, for the JSON body).
+func (c *collector) takeLogprobs(i int) []api.TokenLogprob {
+	if i < len(c.lps) && c.lps[i] != nil {
+		return c.lps[i]
+	}
+	return []api.TokenLogprob{}
+}
+func (c *collector) begin() error { return nil }
 
 func (c *collector) text(i int, s string) error {
 	c.texts[i].WriteString(s)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/engine"
 )
 
@@ -26,6 +27,16 @@ type job struct {
 	seed      uint64
 	sampling  engine.SamplingParams
 	priority  engine.Priority
+	// logprobs asks for each token's log-probability and topLogprobs
+	// alternatives (chat completions).
+	logprobs    bool
+	topLogprobs int
+}
+
+// logprobSink is an emitter that reports logprobs: each token's entry is
+// added before its text, and goes out with the next text or finish.
+type logprobSink interface {
+	addLogprob(i int, lp api.TokenLogprob)
 }
 
 // emitter writes a generation's output in one response format. The relay
@@ -69,14 +80,16 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 	subCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st, err := j.model.eng.Submit(subCtx, engine.Request{
-		ID:        rl.id,
-		Tenant:    localTenant,
-		Prompt:    j.prompt,
-		MaxTokens: j.maxTokens,
-		N:         j.n,
-		Priority:  j.priority,
-		Seed:      j.seed,
-		Sampling:  j.sampling,
+		ID:          rl.id,
+		Tenant:      localTenant,
+		Prompt:      j.prompt,
+		MaxTokens:   j.maxTokens,
+		N:           j.n,
+		Priority:    j.priority,
+		Seed:        j.seed,
+		Sampling:    j.sampling,
+		Logprobs:    j.logprobs,
+		TopLogprobs: j.topLogprobs,
 	})
 	if err != nil {
 		rl.fail(writeError(w, rl.id, err), err)
@@ -144,6 +157,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 			}
 			if j.model.eos[ev.Token] {
 				continue
+			}
+			if sink, ok := em.(logprobSink); ok && ev.Logprobs != nil {
+				sink.addLogprob(ev.Index, tokenLogprob(j.model.text, ev.Token, ev.Logprobs))
 			}
 			txt, stopped := c.ts.push(j.model.text.DecodeToken(ev.Token))
 			if txt != "" {
@@ -309,4 +325,25 @@ func capHeader(v string, n int) string {
 		v = v[:n]
 	}
 	return v
+}
+
+// tokenLogprob is the OpenAI form of a token's logprobs: texts of the
+// tokens as the vocabulary spells them (special tokens included) and their
+// bytes.
+func tokenLogprob(tm textModel, tok int32, lp *engine.Logprobs) api.TokenLogprob {
+	text := tm.TokenText(tok)
+	out := api.TokenLogprob{Token: text, Logprob: lp.Logprob, Bytes: byteInts(text), TopLogprobs: make([]api.TopLogprob, len(lp.Top))}
+	for k, t := range lp.Top {
+		tt := tm.TokenText(t.Token)
+		out.TopLogprobs[k] = api.TopLogprob{Token: tt, Logprob: t.Logprob, Bytes: byteInts(tt)}
+	}
+	return out
+}
+
+func byteInts(s string) []int {
+	b := make([]int, len(s))
+	for i := range len(s) {
+		b[i] = int(s[i])
+	}
+	return b
 }

@@ -52,7 +52,8 @@ func (g ggufText) DecodeToken(t int32) string {
 	}
 	return g.tok.DecodeToken(t)
 }
-func (g ggufText) VocabSize() int { return g.tok.VocabSize() }
+func (g ggufText) TokenText(t int32) string { return g.tok.DecodeToken(t) }
+func (g ggufText) VocabSize() int           { return g.tok.VocabSize() }
 
 // loadGGUFModels resolves every --model and --models-dir value, opens each
 // GGUF file (memory-mapped), prepares its tokenizer and chat template, and

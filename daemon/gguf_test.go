@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -172,4 +173,80 @@ func TestGGUFModelRefusesBadFiles(t *testing.T) {
 			require.Error(t, err)
 		})
 	}
+}
+
+func TestGGUFLogprobs(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tiny.gguf")
+	writeTestGGUF(t, path)
+	cfg := testConfig()
+	cfg.Models = []string{"small"}
+	cfg.Clock = nil
+	cfg.ModelFiles = []string{path}
+	s, err := New(cfg, testLogger(t))
+	require.NoError(t, err)
+	base := startServer(t, s)
+	c := testClient(t)
+
+	// Non-streamed: one entry per output token, with its alternatives.
+	resp, body := post(t, c, base+"/v1/chat/completions",
+		`{"model":"tiny","max_tokens":5,"temperature":0,"logprobs":true,"top_logprobs":2,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	var cc api.ChatCompletion
+	require.NoError(t, json.Unmarshal(body, &cc))
+	lps := cc.Choices[0].Logprobs
+	require.NotNil(t, lps)
+	require.Len(t, lps.Content, cc.Usage.CompletionTokens)
+	for _, e := range lps.Content {
+		require.LessOrEqual(t, e.Logprob, float32(0))
+		require.Len(t, e.TopLogprobs, 2)
+		require.Equal(t, e.Token, e.TopLogprobs[0].Token, "greedy: the chosen token is the most likely")
+		if b := intsToBytes(e.Bytes); utf8.Valid(b) {
+			require.Equal(t, e.Token, string(b)) // a byte token's text is not UTF-8; its bytes say what it is
+		}
+	}
+
+	// Streamed: the entries arrive with the chunks; together they cover
+	// every output token.
+	resp, body = post(t, c, base+"/v1/chat/completions",
+		`{"model":"tiny","max_tokens":5,"temperature":0,"logprobs":true,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	streamed, completion := 0, 0
+	for _, ev := range parseSSE(t, body) {
+		if ev.data == "" || ev.data == "[DONE]" {
+			continue
+		}
+		var ch api.ChatCompletionChunk
+		require.NoError(t, json.Unmarshal([]byte(ev.data), &ch))
+		for _, choice := range ch.Choices {
+			if choice.Logprobs != nil {
+				streamed += len(choice.Logprobs.Content)
+			}
+		}
+		if ch.Usage != nil {
+			completion = ch.Usage.CompletionTokens
+		}
+	}
+	require.Equal(t, completion, streamed)
+
+	// Errors: simulated models have no probabilities; top_logprobs needs
+	// logprobs and stays within 20.
+	for body, param := range map[string]string{
+		`{"model":"sim/small","logprobs":true,"messages":[{"role":"user","content":"hi"}]}`:              "logprobs",
+		`{"model":"tiny","top_logprobs":2,"messages":[{"role":"user","content":"hi"}]}`:                  "top_logprobs",
+		`{"model":"tiny","logprobs":true,"top_logprobs":21,"messages":[{"role":"user","content":"hi"}]}`: "top_logprobs",
+	} {
+		resp, out := post(t, c, base+"/v1/chat/completions", body)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(out))
+		require.Equal(t, param, errorOf(t, out)["param"])
+	}
+	requireIdle(t, s)
+}
+
+func intsToBytes(v []int) []byte {
+	b := make([]byte, len(v))
+	for i, x := range v {
+		b[i] = byte(x)
+	}
+	return b
 }

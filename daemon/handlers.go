@@ -357,15 +357,20 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request, r
 		em = &chatStream{sw: newSSEWriter(w, s.cfg.StreamWriteTimeout), id: rl.id, model: j.model.id,
 			created: time.Now().Unix(), n: j.n, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
 	} else {
-		em = newCollector(w, rl, j.n, func(texts []string, reasons []string, u engine.Usage) any {
+		var col *collector
+		col = newCollector(w, rl, j.n, func(texts []string, reasons []string, u engine.Usage) any {
 			resp := api.ChatCompletion{ID: rl.id, Object: "chat.completion", Created: rl.start.Unix(), Model: j.model.id,
 				Choices: make([]api.ChatChoice, len(texts)), Usage: openaiUsage(u)}
 			for i := range texts {
 				resp.Choices[i] = api.ChatChoice{Index: i, FinishReason: reasons[i],
 					Message: api.ResponseMessage{Role: "assistant", Content: texts[i]}}
+				if j.logprobs {
+					resp.Choices[i].Logprobs = &api.ChoiceLogprobs{Content: col.takeLogprobs(i)}
+				}
 			}
 			return resp
 		})
+		em = col
 	}
 	s.generate(w, r, rl, j, em)
 }
@@ -399,7 +404,31 @@ func (s *Server) chatJob(w http.ResponseWriter, r *http.Request, rl *reqLog, req
 		repetition: req.RepetitionPenalty, logitBias: req.LogitBias}, j); err != nil {
 		return nil, err
 	}
+	if err := checkLogprobs(req.Logprobs, req.TopLogprobs, j); err != nil {
+		return nil, err
+	}
 	return j, fit(j, maxTokens, 0, "messages")
+}
+
+// maxTopLogprobs is OpenAI's limit on top_logprobs.
+const maxTopLogprobs = 20
+
+// checkLogprobs validates logprobs and top_logprobs and fills j.
+func checkLogprobs(logprobs *bool, top *int, j *job) error {
+	j.logprobs = logprobs != nil && *logprobs
+	if top != nil {
+		if *top < 0 || *top > maxTopLogprobs {
+			return invalidParam("top_logprobs", "top_logprobs must be between 0 and %d, got %d", maxTopLogprobs, *top)
+		}
+		if !j.logprobs {
+			return invalidParam("top_logprobs", "top_logprobs requires logprobs to be true")
+		}
+		j.topLogprobs = *top
+	}
+	if j.logprobs && !j.model.info.Logprobs {
+		return invalidParam("logprobs", "model %s does not report logprobs (simulated models have no probabilities)", j.model.id)
+	}
+	return nil
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request, rl *reqLog) {

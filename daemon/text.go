@@ -29,7 +29,10 @@ type textModel interface {
 	// Prompt tokenizes raw text, adding the model's BOS/EOS when addSpecial.
 	Prompt(text string, addSpecial bool) []int32
 	Decode(tokens []int32) string
+	// DecodeToken is a generated token's text as shown (special tokens
+	// hidden); TokenText is its text in the vocabulary (for logprobs).
 	DecodeToken(token int32) string
+	TokenText(token int32) string
 	VocabSize() int
 }
 
@@ -43,6 +46,8 @@ func (p plainText) ChatPrompt(msgs []api.Message, addGenerationPrompt bool) ([]i
 }
 
 func (p plainText) Prompt(text string, _ bool) []int32 { return p.Encode(text) }
+
+func (p plainText) TokenText(t int32) string { return p.DecodeToken(t) }
 
 // renderChat renders messages with llmd's template for simulated models:
 // "<|role|>\ncontent\n" per message, then "<|assistant|>\n" to cue the
