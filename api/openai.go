@@ -128,6 +128,9 @@ type CompletionRequest struct {
 	PresencePenalty  *float64        `json:"presence_penalty,omitempty"`
 	FrequencyPenalty *float64        `json:"frequency_penalty,omitempty"`
 	User             string          `json:"user,omitempty"`
+	// Logprobs (0 to 5 alternatives) is not supported on completions yet;
+	// llmd refuses it rather than ignore it.
+	Logprobs *int `json:"logprobs,omitempty"`
 	// vLLM's extra sampling parameters, as on ChatCompletionRequest.
 	TopK              *int               `json:"top_k,omitempty"`
 	MinP              *float64           `json:"min_p,omitempty"`

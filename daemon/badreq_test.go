@@ -61,6 +61,7 @@ func badRequests(model string, contextLength int, maxBody int64, longText string
 		{name: "logit_bias key not an id", path: cc, body: chat(`,"logit_bias":{"abc":1}`), status: 400, param: "logit_bias"},
 		{name: "logit_bias id past vocab", path: cc, body: chat(`,"logit_bias":{"2000000000":1}`), status: 400, param: "logit_bias"},
 		{name: "logit_bias value high", path: cc, body: chat(`,"logit_bias":{"5":101}`), status: 400, param: "logit_bias"},
+		{name: "completion logprobs", path: co, body: compl(`,"prompt":"hi","logprobs":2`), status: 400, param: "logprobs"},
 		{name: "completion top_k negative", path: co, body: compl(`,"prompt":"hi","top_k":-7`), status: 400, param: "top_k"},
 		{name: "native min_p negative", path: na, body: chat(`,"min_p":-0.5`), status: 400, param: "min_p"},
 		{name: "five stops", path: cc, body: chat(`,"stop":["a","b","c","d","e"]`), status: 400, param: "stop"},

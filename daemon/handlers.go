@@ -467,6 +467,9 @@ func (s *Server) completionJob(w http.ResponseWriter, r *http.Request, rl *reqLo
 	if err := checkMaxTokens("max_tokens", req.MaxTokens); err != nil {
 		return nil, err
 	}
+	if req.Logprobs != nil {
+		return nil, invalidParam("logprobs", "logprobs is not supported on /v1/completions yet; use /v1/chat/completions with logprobs and top_logprobs")
+	}
 	prompt, err := promptText(req.Prompt)
 	if err != nil {
 		return nil, err
