@@ -154,10 +154,13 @@ type Executor struct {
 	// check validates each batch before anything is touched.
 	check *engine.BatchChecker
 
-	sampler *sample.Sampler
-	// sample picks a sampled row's token (sampleSeq); tests wrap it to
-	// see the logits.
-	sample func(logits []float32, s *engine.SeqInput) int32
+	// samplers holds one sampler per pool thread: sampled rows are
+	// sampled in parallel.
+	samplers []*sample.Sampler
+	// sample picks the token of sampled row row with sampler w
+	// (sampleSeq); tests wrap it to see the logits. It is called from the
+	// pool's workers, one row each, rows of a batch in parallel.
+	sample func(w, row int, logits []float32, s *engine.SeqInput) int32
 }
 
 var (
@@ -236,7 +239,10 @@ func New(f *model.File, cfg Config) (*Executor, error) {
 	e.flopRate.Store(math.Float64bits(flopsPerThread * float64(cfg.Threads)))
 	e.swapUsed = make([]uint64, (swap+63)/64)
 	e.check = engine.NewBatchChecker(e.info, engine.BatchCheckOptions{Vocab: spec.Vocab, ExclusiveWrites: true})
-	e.sampler = sample.NewSampler(spec.Vocab)
+	e.samplers = make([]*sample.Sampler, cfg.Threads)
+	for i := range e.samplers {
+		e.samplers[i] = sample.NewSampler(spec.Vocab)
+	}
 	e.sample = e.sampleSeq
 	e.pool = NewPool(cfg.Threads)
 	for range e.pool.Threads() {
@@ -363,23 +369,7 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (out *engine.Ou
 		if err != nil {
 			return nil, err
 		}
-		row := 0
-		for i := range b.Seqs {
-			s := &b.Seqs[i]
-			out.Tokens[i] = -1
-			if s.Sample {
-				l := logits[row*e.spec.Vocab : (row+1)*e.spec.Vocab]
-				out.Tokens[i] = e.sample(l, s)
-				if s.Logprobs {
-					if out.Logprobs == nil {
-						out.Logprobs = make([]*engine.Logprobs, len(b.Seqs))
-					}
-					// After Sample: penalties and bias applied, no temperature.
-					out.Logprobs[i] = e.logprobs(l, out.Tokens[i], s.TopLogprobs)
-				}
-				row++
-			}
-		}
+		e.sampleRows(b, logits, out)
 	}
 	out.Duration = time.Since(start)
 	e.observe(b.NumTokens(), out.Duration)
@@ -408,9 +398,44 @@ func (e *Executor) applyBlockOps(b *engine.Batch) {
 // Generated), so a sequence gets the same tokens whatever batch it runs in
 // and however often it is preempted. It may change logits (bias and
 // penalties are applied in place).
+// sampleRows samples every sampled row of b (row r of logits belongs to
+// the r-th sequence with Sample set), in parallel across the pool, and
+// fills out.Tokens and out.Logprobs.
+func (e *Executor) sampleRows(b *engine.Batch, logits []float32, out *engine.Output) {
+	rows := make([]int, 0, len(b.Seqs))
+	for i := range b.Seqs {
+		out.Tokens[i] = -1
+		if b.Seqs[i].Sample {
+			rows = append(rows, i)
+			if b.Seqs[i].Logprobs && out.Logprobs == nil {
+				out.Logprobs = make([]*engine.Logprobs, len(b.Seqs))
+			}
+		}
+	}
+	k := min(len(rows), e.pool.Threads())
+	e.pool.Run(len(rows), func(start, end int) {
+		// Run hands chunk w the rows [w*n/k, (w+1)*n/k): find w to pick
+		// this worker's own sampler.
+		w := 0
+		for w+1 < k && (w+1)*len(rows)/k <= start {
+			w++
+		}
+		for r := start; r < end; r++ {
+			i := rows[r]
+			s := &b.Seqs[i]
+			l := logits[r*e.spec.Vocab : (r+1)*e.spec.Vocab]
+			out.Tokens[i] = e.sample(w, r, l, s)
+			if s.Logprobs {
+				// After Sample: penalties and bias applied, no temperature.
+				out.Logprobs[i] = e.logprobs(w, l, out.Tokens[i], s.TopLogprobs)
+			}
+		}
+	})
+}
+
 // logprobs is the sampled token's log-probability and the top alternatives.
-func (e *Executor) logprobs(logits []float32, tok int32, top int) *engine.Logprobs {
-	lp, tops := e.sampler.Logprobs(logits, tok, min(top, maxTopLogprobs))
+func (e *Executor) logprobs(w int, logits []float32, tok int32, top int) *engine.Logprobs {
+	lp, tops := e.samplers[w].Logprobs(logits, tok, min(top, maxTopLogprobs))
 	out := &engine.Logprobs{Logprob: lp, Top: make([]engine.TokenLogprob, len(tops))}
 	for i, t := range tops {
 		out.Top[i] = engine.TokenLogprob{Token: t.Token, Logprob: t.Logprob}
@@ -421,8 +446,8 @@ func (e *Executor) logprobs(logits []float32, tok int32, top int) *engine.Logpro
 // maxTopLogprobs bounds the alternatives per token (OpenAI allows 20).
 const maxTopLogprobs = 20
 
-func (e *Executor) sampleSeq(logits []float32, s *engine.SeqInput) int32 {
-	return e.sampler.Sample(logits, s.Sampling, s.Seed, s.Generated, s.History, s.Generated)
+func (e *Executor) sampleSeq(w, _ int, logits []float32, s *engine.SeqInput) int32 {
+	return e.samplers[w].Sample(logits, s.Sampling, s.Seed, s.Generated, s.History, s.Generated)
 }
 
 func getBit(set []uint64, i int32) bool { return set[i/64]&(1<<(i%64)) != 0 }

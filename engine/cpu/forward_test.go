@@ -69,10 +69,16 @@ func newExec(t testing.TB, f *model.File, cfg Config) *Executor {
 // each sampled sequence, in batch order.
 func forwardLogits(t testing.TB, e *Executor, b *engine.Batch) (*engine.Output, [][]float32) {
 	t.Helper()
-	var logits [][]float32
-	e.sample = func(l []float32, s *engine.SeqInput) int32 {
-		logits = append(logits, slices.Clone(l))
-		return e.sampleSeq(l, s)
+	n := 0
+	for _, s := range b.Seqs {
+		if s.Sample {
+			n++
+		}
+	}
+	logits := make([][]float32, n)
+	e.sample = func(w, row int, l []float32, s *engine.SeqInput) int32 {
+		logits[row] = slices.Clone(l) // each row is sampled once, by one worker
+		return e.sampleSeq(w, row, l, s)
 	}
 	defer func() { e.sample = e.sampleSeq }()
 	out, err := e.Forward(t.Context(), b)
