@@ -1,6 +1,10 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/llmd/llmd/engine/internal/bitset"
+)
 
 // BatchChecker validates batches for an executor before it touches any
 // memory, so a malformed batch is an error, never a panic or a corrupted
@@ -9,8 +13,11 @@ import "fmt"
 type BatchChecker struct {
 	numBlocks, blockSize, contextLength, swapSlots int
 	opts                                           BatchCheckOptions
-	// Scratch bitsets, zero between calls.
-	written, outMark, inMark, inDevice []uint64
+	// held marks the host slots that hold a swapped-out block, as the
+	// batches checked so far leave them.
+	held bitset.Set
+	// Scratch, empty between calls.
+	written, outMark, inMark, inDevice bitset.Set
 	writer                             []int32
 }
 
@@ -26,12 +33,11 @@ type BatchCheckOptions struct {
 
 // NewBatchChecker returns a checker for an executor of this shape.
 func NewBatchChecker(info ExecutorInfo, opts BatchCheckOptions) *BatchChecker {
-	words := func(n int) []uint64 { return make([]uint64, (n+63)/64) }
 	return &BatchChecker{
 		numBlocks: info.NumBlocks, blockSize: info.BlockSize, contextLength: info.ContextLength,
 		swapSlots: info.SwapBlocks, opts: opts,
-		written: words(info.NumBlocks), inDevice: words(info.NumBlocks),
-		outMark: words(info.SwapBlocks), inMark: words(info.SwapBlocks),
+		written: bitset.New(info.NumBlocks), inDevice: bitset.New(info.NumBlocks),
+		outMark: bitset.New(info.SwapBlocks), inMark: bitset.New(info.SwapBlocks), held: bitset.New(info.SwapBlocks),
 		writer: make([]int32, info.NumBlocks),
 	}
 }
@@ -39,10 +45,10 @@ func NewBatchChecker(info ExecutorInfo, opts BatchCheckOptions) *BatchChecker {
 // Check returns the first problem of b: a sequence whose positions, tokens
 // or block table do not add up, a block written by two sequences (their K/V
 // would mix), block operations out of range, two swaps to one host slot, or
-// a swap in from a slot that holds nothing (slotUsed reports whether a host
-// slot holds a block, before this batch). Its errors read "batch: ...";
-// the executor wraps them with its own name.
-func (c *BatchChecker) Check(b *Batch, slotUsed func(slot int32) bool) error {
+// a swap in from a slot that holds nothing. A batch that passes is taken to
+// be applied: its swaps update which host slots hold a block. Its errors
+// read "batch: ..."; the executor wraps them with its own name.
+func (c *BatchChecker) Check(b *Batch) error {
 	bs, nb := c.blockSize, int32(c.numBlocks)
 	defer c.clear(b)
 	for i := range b.Seqs {
@@ -76,13 +82,13 @@ func (c *BatchChecker) Check(b *Batch, slotUsed func(slot int32) bool) error {
 			continue
 		}
 		for _, blk := range used[s.Pos/bs:] {
-			if getBit(c.written, blk) {
+			if c.written.Has(blk) {
 				if c.writer[blk] != int32(i+1) {
 					return fmt.Errorf("batch: block %d is written by two sequences in one batch", blk)
 				}
 				return fmt.Errorf("batch: sequence %d: block %d appears twice among the blocks it writes", s.SeqID, blk)
 			}
-			setBit(c.written, blk)
+			c.written.Add(blk)
 			c.writer[blk] = int32(i + 1)
 		}
 	}
@@ -98,10 +104,10 @@ func (c *BatchChecker) Check(b *Batch, slotUsed func(slot int32) bool) error {
 			return fmt.Errorf("batch: swap out of block %d out of range [0, %d)", s.Device, nb)
 		case s.Host < 0 || s.Host >= slots:
 			return fmt.Errorf("batch: swap out to host slot %d outside the swap space of %d slots", s.Host, slots)
-		case getBit(c.outMark, s.Host):
+		case c.outMark.Has(s.Host):
 			return fmt.Errorf("batch: two swaps out to host slot %d in one batch", s.Host)
 		}
-		setBit(c.outMark, s.Host)
+		c.outMark.Add(s.Host)
 	}
 	for _, s := range b.SwapIn {
 		switch {
@@ -109,17 +115,23 @@ func (c *BatchChecker) Check(b *Batch, slotUsed func(slot int32) bool) error {
 			return fmt.Errorf("batch: swap in to block %d out of range [0, %d)", s.Device, nb)
 		case s.Host < 0 || s.Host >= slots:
 			return fmt.Errorf("batch: swap in from host slot %d out of range [0, %d)", s.Host, slots)
-		case getBit(c.inMark, s.Host):
+		case c.inMark.Has(s.Host):
 			return fmt.Errorf("batch: two swaps in from host slot %d in one batch", s.Host)
-		case getBit(c.inDevice, s.Device):
+		case c.inDevice.Has(s.Device):
 			return fmt.Errorf("batch: two swaps in to block %d in one batch", s.Device)
-		case getBit(c.outMark, s.Host):
+		case c.outMark.Has(s.Host):
 			return fmt.Errorf("batch: swap in from host slot %d, which the same batch swaps out to first", s.Host)
-		case slotUsed != nil && !slotUsed(s.Host):
+		case !c.held.Has(s.Host):
 			return fmt.Errorf("batch: swap in from host slot %d, which holds no block", s.Host)
 		}
-		setBit(c.inMark, s.Host)
-		setBit(c.inDevice, s.Device)
+		c.inMark.Add(s.Host)
+		c.inDevice.Add(s.Device)
+	}
+	for _, s := range b.SwapOut {
+		c.held.Add(s.Host)
+	}
+	for _, s := range b.SwapIn {
+		c.held.Remove(s.Host)
 	}
 	return nil
 }
@@ -135,25 +147,21 @@ func (c *BatchChecker) clear(b *Batch) {
 		hi := min((s.Context+bs-1)/bs, len(s.Blocks))
 		for _, blk := range s.Blocks[min(s.Pos/bs, hi):hi] {
 			if blk >= 0 && blk < nb {
-				clearBit(c.written, blk)
+				c.written.Remove(blk)
 			}
 		}
 	}
 	for _, s := range b.SwapOut {
 		if s.Host >= 0 && s.Host < slots {
-			clearBit(c.outMark, s.Host)
+			c.outMark.Remove(s.Host)
 		}
 	}
 	for _, s := range b.SwapIn {
 		if s.Host >= 0 && s.Host < slots {
-			clearBit(c.inMark, s.Host)
+			c.inMark.Remove(s.Host)
 		}
 		if s.Device >= 0 && s.Device < nb {
-			clearBit(c.inDevice, s.Device)
+			c.inDevice.Remove(s.Device)
 		}
 	}
 }
-
-func getBit(set []uint64, i int32) bool { return set[i/64]&(1<<(i%64)) != 0 }
-func setBit(set []uint64, i int32)      { set[i/64] |= 1 << (i % 64) }
-func clearBit(set []uint64, i int32)    { set[i/64] &^= 1 << (i % 64) }

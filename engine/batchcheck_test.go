@@ -11,7 +11,6 @@ func TestBatchChecker(t *testing.T) {
 	seq := func(id uint64, pos, n int, blocks ...int32) SeqInput {
 		return SeqInput{SeqID: id, Tokens: make([]int32, n), Pos: pos, Context: pos + n, Blocks: blocks}
 	}
-	used := func(slot int32) bool { return slot == 2 }
 	for name, tc := range map[string]struct {
 		b         Batch
 		exclusive bool
@@ -34,14 +33,16 @@ func TestBatchChecker(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := NewBatchChecker(info, BatchCheckOptions{Vocab: 10, ExclusiveWrites: tc.exclusive})
-			err := c.Check(&tc.b, used)
+			// Host slot 2 holds a block.
+			require.NoError(t, c.Check(&Batch{SwapOut: []BlockSwap{{Device: 7, Host: 2}}}))
+			err := c.Check(&tc.b)
 			if tc.ok {
 				require.NoError(t, err)
 			} else {
 				require.Error(t, err)
 			}
 			// The scratch is clean afterwards: a valid batch still passes.
-			require.NoError(t, c.Check(&Batch{Seqs: []SeqInput{seq(1, 0, 2, 3), seq(2, 0, 8, 0, 1)}}, used))
+			require.NoError(t, c.Check(&Batch{Seqs: []SeqInput{seq(1, 0, 2, 3), seq(2, 0, 8, 0, 1)}}))
 		})
 	}
 }

@@ -227,23 +227,14 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer e.shutdown()
 	for {
 		e.drainInbox()
-		if e.sched.NumRunning() == 0 && e.sched.NumWaiting() == 0 && e.sched.NumSwapped() == 0 {
-			e.publishStats()
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-e.wake:
-				continue
-			}
+		var plan *Plan
+		if ctx.Err() == nil && e.sched.NumRunning()+e.sched.NumWaiting()+e.sched.NumSwapped() > 0 {
+			plan = e.sched.Step()
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		plan := e.sched.Step()
-		if plan.Empty() {
-			// Waiting work that cannot be admitted and nothing running
-			// cannot happen (admission ignores the watermark when idle),
-			// but never spin if it does.
+		if plan == nil || plan.Empty() {
+			// Idle, or (which admission rules out: it ignores the watermark
+			// when nothing runs) waiting work that cannot be admitted: sleep
+			// until something arrives rather than spin.
 			e.publishStats()
 			select {
 			case <-ctx.Done():

@@ -149,8 +149,6 @@ type Executor struct {
 	buf    stepBuffers
 	// scratch holds one worker scratch space per pool thread.
 	scratch []*scratch
-	// swapUsed marks the host slots that hold a block (a bitset).
-	swapUsed []uint64
 	// check validates each batch before anything is touched.
 	check *engine.BatchChecker
 
@@ -237,7 +235,6 @@ func New(f *model.File, cfg Config) (*Executor, error) {
 		Logprobs:      true,
 	}
 	e.flopRate.Store(math.Float64bits(flopsPerThread * float64(cfg.Threads)))
-	e.swapUsed = make([]uint64, (swap+63)/64)
 	e.check = engine.NewBatchChecker(e.info, engine.BatchCheckOptions{Vocab: spec.Vocab, ExclusiveWrites: true})
 	e.samplers = make([]*sample.Sampler, cfg.Threads)
 	for i := range e.samplers {
@@ -358,7 +355,7 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (out *engine.Ou
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cpu: step interrupted: %w", err)
 	}
-	if err := e.check.Check(b, func(slot int32) bool { return getBit(e.swapUsed, slot) }); err != nil {
+	if err := e.check.Check(b); err != nil {
 		return nil, fmt.Errorf("cpu: %w", err)
 	}
 	start := time.Now()
@@ -380,11 +377,9 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (out *engine.Ou
 func (e *Executor) applyBlockOps(b *engine.Batch) {
 	for _, s := range b.SwapOut {
 		e.host.copyBlock(int(s.Host), e.dev, int(s.Device))
-		setBit(e.swapUsed, s.Host)
 	}
 	for _, s := range b.SwapIn {
 		e.dev.copyBlock(int(s.Device), e.host, int(s.Host))
-		clearBit(e.swapUsed, s.Host)
 	}
 	for _, c := range b.Copies {
 		if c.Src != c.Dst {
@@ -449,7 +444,3 @@ const maxTopLogprobs = 20
 func (e *Executor) sampleSeq(w, _ int, logits []float32, s *engine.SeqInput) int32 {
 	return e.samplers[w].Sample(logits, s.Sampling, s.Seed, s.Generated, s.History, s.Generated)
 }
-
-func getBit(set []uint64, i int32) bool { return set[i/64]&(1<<(i%64)) != 0 }
-func setBit(set []uint64, i int32)      { set[i/64] |= 1 << (i % 64) }
-func clearBit(set []uint64, i int32)    { set[i/64] &^= 1 << (i % 64) }

@@ -36,8 +36,6 @@ type Executor struct {
 	swapSlots   int
 
 	mu sync.Mutex
-	// swapUsed marks the host swap slots that hold a block (a bitset).
-	swapUsed []uint64
 	// check validates each batch before anything is applied.
 	check *engine.BatchChecker
 }
@@ -80,8 +78,6 @@ func New(cfg Config, clock engine.Clock) (*Executor, error) {
 	}
 	slots := cfg.HostSwapBytes / cfg.blockBytes()
 	e.swapSlots = int(min(slots, math.MaxInt32))
-	words := (e.swapSlots + 63) / 64
-	e.swapUsed = make([]uint64, words)
 	e.info = engine.ExecutorInfo{
 		Model:         m.ID,
 		NumBlocks:     int(min(e.capacity/cfg.blockBytes(), math.MaxInt32)),
@@ -265,14 +261,8 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (*engine.Output
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.check.Check(b, func(slot int32) bool { return getBit(e.swapUsed, slot) }); err != nil {
+	if err := e.check.Check(b); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
-	}
-	for _, s := range b.SwapOut {
-		setBit(e.swapUsed, s.Host)
-	}
-	for _, s := range b.SwapIn {
-		clearBit(e.swapUsed, s.Host)
 	}
 	d := e.scale(e.Cost(b).Total())
 	if d > 0 {
@@ -291,7 +281,3 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (*engine.Output
 	}
 	return out, nil
 }
-
-func getBit(set []uint64, i int32) bool { return set[i/64]&(1<<(i%64)) != 0 }
-func setBit(set []uint64, i int32)      { set[i/64] |= 1 << (i % 64) }
-func clearBit(set []uint64, i int32)    { set[i/64] &^= 1 << (i % 64) }
