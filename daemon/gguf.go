@@ -172,7 +172,6 @@ func ggufModel(ref modelfile.ModelRef, f *modelfile.File) (*model, error) {
 		text:         ggufText{tok: tok, tmpl: tmpl, bos: bos},
 		eos:          map[int32]bool{},
 		limit:        spec.ContextLength,
-		vocabSize:    tok.VocabSize(),
 		arch:         spec.Arch,
 		params:       spec.ParamCount,
 		quantization: spec.FileType,

@@ -220,8 +220,8 @@ func (s *Server) checkExtra(p params, j *job) error {
 	}
 	for k, v := range p.logitBias {
 		id, err := strconv.ParseInt(k, 10, 32)
-		if err != nil || id < 0 || (j.model.vocabSize > 0 && int(id) >= j.model.vocabSize) {
-			return invalidParam("logit_bias", "logit_bias key %q is not a token id of this model (0 to %d)", k, j.model.vocabSize-1)
+		if vocab := j.model.text.VocabSize(); err != nil || id < 0 || (vocab > 0 && int(id) >= vocab) {
+			return invalidParam("logit_bias", "logit_bias key %q is not a token id of this model (0 to %d)", k, vocab-1)
 		}
 		if !(v >= -100 && v <= 100) {
 			return invalidParam("logit_bias", "logit_bias values must be between -100 and 100, got %v for token %s", v, k)

@@ -59,8 +59,7 @@ type model struct {
 	text textModel
 	eos  map[int32]bool
 	// limit is the most tokens (prompt plus output) one sequence may hold.
-	limit     int
-	vocabSize int
+	limit int
 	// details reported by /v1/models
 	arch         string
 	params       int64
@@ -73,7 +72,7 @@ type model struct {
 func newModel(eng replica, tok Tokenizer, created time.Time, run func(context.Context) error) *model {
 	info := eng.Info()
 	m := &model{id: info.Model, info: info, eng: eng, text: plainText{tok}, eos: map[int32]bool{},
-		limit: min(info.ContextLength, eng.MaxSeqTokens()), vocabSize: tok.VocabSize(), created: created.Unix(), run: run}
+		limit: min(info.ContextLength, eng.MaxSeqTokens()), created: created.Unix(), run: run}
 	for _, t := range info.EOS {
 		m.eos[t] = true
 	}

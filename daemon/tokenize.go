@@ -55,7 +55,7 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request, rl *re
 	rl.model = capHeader(req.Model, maxLoggedModelLen)
 	m, err := s.lookup(req.Model)
 	if err == nil {
-		err = checkTokens(req.Tokens, m.vocabSize)
+		err = checkTokens(req.Tokens, m.text.VocabSize())
 	}
 	if err != nil {
 		rl.fail(writeError(w, rl.id, err), err)
