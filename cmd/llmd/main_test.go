@@ -149,7 +149,7 @@ func TestModelThatDoesNotFit(t *testing.T) {
 // stops it with SIGTERM: it must exit 0.
 func TestBinary(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the binary")
+		t.Skip("-short: building and running the llmd binary takes seconds; make test runs it")
 	}
 	t.Parallel()
 	dir := t.TempDir()

@@ -57,7 +57,7 @@ func TestPoolProperties(t *testing.T) {
 			},
 			"fork": func(t *rapid.T) {
 				if len(held) == 0 {
-					t.Skip("nothing held")
+					t.Skip("no block is held: this action does not apply yet")
 				}
 				b := held[rapid.IntRange(0, len(held)-1).Draw(t, "i")]
 				p.Ref(b)
@@ -66,7 +66,7 @@ func TestPoolProperties(t *testing.T) {
 			},
 			"commit": func(t *rapid.T) {
 				if len(held) == 0 {
-					t.Skip("nothing held")
+					t.Skip("no block is held: this action does not apply yet")
 				}
 				b := held[rapid.IntRange(0, len(held)-1).Draw(t, "i")]
 				h := hashOf(rapid.IntRange(0, 5).Draw(t, "h"))
@@ -85,7 +85,7 @@ func TestPoolProperties(t *testing.T) {
 			},
 			"release": func(t *rapid.T) {
 				if len(held) == 0 {
-					t.Skip("nothing held")
+					t.Skip("no block is held: this action does not apply yet")
 				}
 				i := rapid.IntRange(0, len(held)-1).Draw(t, "i")
 				b := held[i]
