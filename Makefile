@@ -20,8 +20,10 @@ build: deps
 run: build
 	$(BIN)/llmd --listen $(LISTEN)
 
+# LLMD_REQUIRE_REDIS turns the Redis tests' skip (no redis-server) into a
+# failure: make test installs redis-server, so a skip would hide a problem.
 test: deps lint
-	$(GO) test $(GOTEST_FLAGS) ./...
+	LLMD_REQUIRE_REDIS=1 $(GO) test $(GOTEST_FLAGS) ./...
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/...

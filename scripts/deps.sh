@@ -7,6 +7,9 @@ need_apt=()
 command -v go >/dev/null 2>&1 || { echo "deps: Go is not installed; install Go 1.26 or newer from https://go.dev/dl/" >&2; exit 1; }
 # cgo (go test -race, and SQLite later) needs a C compiler.
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
+# The quota tests run against a real Redis server, which they start
+# themselves on a free loopback port.
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
 	echo "deps: installing ${need_apt[*]} with apt-get" >&2
