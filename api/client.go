@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -93,9 +94,15 @@ func streamErrorFrom(d ErrorDetail) *StreamError {
 // errors.Is(err, syscall.ECONNREFUSED) tells that llmd is not running, and a
 // cancelled context gives an error for which errors.Is(err, context.Canceled)
 // holds.
+//
+// With an API key set (see [Client.SetAPIKey]) every request carries it as
+// "Authorization: Bearer <key>"; the key never appears in an error the
+// client returns.
 type Client struct {
 	base *url.URL
 	hc   *http.Client
+	// apiKey is the key set by SetAPIKey; nil or "" means none.
+	apiKey atomic.Pointer[string]
 }
 
 // NewClient returns a client of the llmd at baseURL, e.g.
@@ -122,6 +129,23 @@ func NewClient(baseURL string, hc *http.Client) (*Client, error) {
 		hc = &http.Client{}
 	}
 	return &Client{base: u, hc: hc}, nil
+}
+
+// SetAPIKey makes every later request, streamed or not, carry key as
+// "Authorization: Bearer <key>"; "" sends none. It is safe to call while
+// other requests are in flight: they keep the key they started with.
+//
+// A key holding characters that an HTTP header cannot (a newline, say)
+// makes requests fail with an error that does not include it.
+func (c *Client) SetAPIKey(key string) {
+	c.apiKey.Store(&key)
+}
+
+func (c *Client) key() string {
+	if k := c.apiKey.Load(); k != nil {
+		return *k
+	}
+	return ""
 }
 
 // BaseURL returns the base URL the client sends requests to, without a
@@ -317,19 +341,30 @@ func (c *Client) do(ctx context.Context, method, path string, body any, accept s
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
+	key := c.key()
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer resp.Body.Close()
-		return nil, readStatusError(resp)
+		se := readStatusError(resp)
+		if key != "" {
+			// A server that echoes the key it refused must not put it
+			// into our error (and from there into logs and terminals).
+			se.Message = strings.ReplaceAll(se.Message, key, "[redacted]")
+			se.Param = strings.ReplaceAll(se.Param, key, "[redacted]")
+		}
+		return nil, se
 	}
 	return resp, nil
 }
 
 // readStatusError turns a non-2xx response into a *StatusError.
-func readStatusError(resp *http.Response) error {
+func readStatusError(resp *http.Response) *StatusError {
 	se := &StatusError{StatusCode: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
 	var eb ErrorBody

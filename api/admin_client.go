@@ -1,0 +1,118 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+)
+
+// The admin methods below call llmd's /v1/admin routes. They need an admin
+// key (see [Client.SetAPIKey]): without one llmd answers 401, with a key
+// that is not an admin key 403, both as a *StatusError. The one exception
+// is bootstrapping: while llmd has no key at all, a client on the loopback
+// interface may call CreateKey without a key.
+
+// CreateKey creates an API key (POST /v1/admin/keys). The returned
+// KeyCreated is the only place the key itself is ever shown.
+func (c *Client) CreateKey(ctx context.Context, req KeyCreateRequest) (*KeyCreated, error) {
+	var kc KeyCreated
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/admin/keys", req, &kc); err != nil {
+		return nil, err
+	}
+	return &kc, nil
+}
+
+// Keys lists the API keys (GET /v1/admin/keys), without the keys
+// themselves.
+func (c *Client) Keys(ctx context.Context) ([]KeyInfo, error) {
+	var list KeyList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/admin/keys", nil, &list); err != nil {
+		return nil, err
+	}
+	return list.Keys, nil
+}
+
+// RevokeKey revokes the key with the given ID (DELETE /v1/admin/keys/{id})
+// and returns it as it is now. An unknown id is a *StatusError with
+// StatusCode 404.
+func (c *Client) RevokeKey(ctx context.Context, id string) (*KeyInfo, error) {
+	p, err := adminPath("/v1/admin/keys", "key id", id)
+	if err != nil {
+		return nil, err
+	}
+	var ki KeyInfo
+	if err := c.doJSON(ctx, http.MethodDelete, p, nil, &ki); err != nil {
+		return nil, err
+	}
+	return &ki, nil
+}
+
+// Tenants lists the tenants (GET /v1/admin/tenants).
+func (c *Client) Tenants(ctx context.Context) ([]TenantInfo, error) {
+	var list TenantList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/admin/tenants", nil, &list); err != nil {
+		return nil, err
+	}
+	return list.Tenants, nil
+}
+
+// Quotas returns every tenant's quota (GET /v1/admin/quotas).
+func (c *Client) Quotas(ctx context.Context) ([]QuotaInfo, error) {
+	var list QuotaList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/admin/quotas", nil, &list); err != nil {
+		return nil, err
+	}
+	return list.Quotas, nil
+}
+
+// Quota returns one tenant's quota and usage
+// (GET /v1/admin/quotas/{tenant}). An unknown tenant is a *StatusError
+// with StatusCode 404.
+func (c *Client) Quota(ctx context.Context, tenant string) (*QuotaInfo, error) {
+	p, err := adminPath("/v1/admin/quotas", "tenant", tenant)
+	if err != nil {
+		return nil, err
+	}
+	var qi QuotaInfo
+	if err := c.doJSON(ctx, http.MethodGet, p, nil, &qi); err != nil {
+		return nil, err
+	}
+	return &qi, nil
+}
+
+// SetQuota changes a tenant's tier or limits (PUT /v1/admin/quotas/{tenant})
+// and returns the resulting quota. Nil fields of u are left as they are; see
+// [QuotaUpdate] for -1 and 0. llmd creates the tenant if it does not exist.
+func (c *Client) SetQuota(ctx context.Context, tenant string, u QuotaUpdate) (*QuotaInfo, error) {
+	p, err := adminPath("/v1/admin/quotas", "tenant", tenant)
+	if err != nil {
+		return nil, err
+	}
+	var qi QuotaInfo
+	if err := c.doJSON(ctx, http.MethodPut, p, u, &qi); err != nil {
+		return nil, err
+	}
+	return &qi, nil
+}
+
+// adminPath appends the path-escaped id to prefix. The empty id and the
+// dot segments are refused: the request path is cleaned, so they would
+// name the collection or its parent rather than one item.
+func adminPath(prefix, what, id string) (string, error) {
+	if id == "" || id == "." || id == ".." {
+		return "", fmt.Errorf("api: invalid %s %q", what, id)
+	}
+	return prefix + "/" + url.PathEscape(id), nil
+}
+
+// doJSON sends body (nil for none) as JSON and decodes a 2xx answer into
+// out.
+func (c *Client) doJSON(ctx context.Context, method, path string, body, out any) error {
+	resp, err := c.do(ctx, method, path, body, "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return decodeJSON(resp, out)
+}
