@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/llmd/llmd/engine/kvcache"
 )
@@ -34,11 +35,15 @@ type Config struct {
 	ExpectedOutputTokens int
 	// DisablePrefixCache turns prefix reuse off (for comparison runs).
 	DisablePrefixCache bool
+	// Ladder sets the degradation ladder (see DegradeLevel). Default
+	// DefaultLadderConfig().
+	Ladder LadderConfig
 }
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
-	return Config{MaxBatchTokens: 2048, MaxRunning: 256, MaxWaiting: 10000, WatermarkFraction: 0.01, ExpectedOutputTokens: 256}
+	return Config{MaxBatchTokens: 2048, MaxRunning: 256, MaxWaiting: 10000, WatermarkFraction: 0.01, ExpectedOutputTokens: 256,
+		Ladder: DefaultLadderConfig()}
 }
 
 // Validate reports the first invalid field.
@@ -55,7 +60,7 @@ func (c Config) Validate() error {
 	case c.ExpectedOutputTokens < 0:
 		return fmt.Errorf("engine: expected output tokens must not be negative, got %d", c.ExpectedOutputTokens)
 	}
-	return nil
+	return c.Ladder.Validate()
 }
 
 // Stats is a snapshot of the engine for metrics and the TUI: the
@@ -82,6 +87,8 @@ type Stats struct {
 	// WaitingByPriority counts queued sequences per class, indexed by
 	// Priority.
 	WaitingByPriority [NumPriorities]int
+	// Degrade is the degradation ladder's level.
+	Degrade DegradeLevel
 }
 
 // Engine runs one model replica: the step loop of a Scheduler over an
@@ -110,10 +117,15 @@ type Engine struct {
 
 	statsMu sync.Mutex
 	stats   Stats
+
+	// Owned by the step goroutine.
+	ladder      ladder
+	lastObserve time.Time
 }
 
 type submission struct {
 	req    Request
+	at     time.Time // submission time, by the engine's clock
 	stream *Stream
 	stop   func() bool // releases the context.AfterFunc
 }
@@ -139,6 +151,7 @@ func New(exec Executor, clock Clock, cfg Config, logger *slog.Logger) (*Engine, 
 		logger:  logger.With("component", "engine", "model", info.Model),
 		wake:    make(chan struct{}, 1),
 		streams: make(map[string]*Stream),
+		ladder:  ladder{cfg: cfg.Ladder},
 	}
 	sc := SchedulerConfig{
 		MaxBatchTokens:        cfg.MaxBatchTokens,
@@ -192,7 +205,7 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	e.pending.Add(1)
 	id := req.ID
 	stop := context.AfterFunc(ctx, func() { e.Cancel(id) })
-	e.submitted = append(e.submitted, submission{req: req, stream: st, stop: stop})
+	e.submitted = append(e.submitted, submission{req: req, at: e.clock.Now(), stream: st, stop: stop})
 	e.signal()
 	return st, nil
 }
@@ -227,6 +240,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer e.shutdown()
 	for {
 		e.drainInbox()
+		e.observeLadder()
 		var plan *Plan
 		if ctx.Err() == nil && e.sched.NumRunning()+e.sched.NumWaiting()+e.sched.NumSwapped() > 0 {
 			plan = e.sched.Step()
@@ -235,11 +249,22 @@ func (e *Engine) Run(ctx context.Context) error {
 			// Idle, or (which admission rules out: it ignores the watermark
 			// when nothing runs) waiting work that cannot be admitted: sleep
 			// until something arrives rather than spin.
+			// While degraded, wake up to let the ladder descend.
+			var descend <-chan time.Time
+			var timer *time.Timer
+			if e.ladder.level > DegradeNone {
+				timer = time.NewTimer(e.cfg.Ladder.Hold)
+				descend = timer.C
+			}
 			e.publishStats()
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-e.wake:
+			case <-descend:
+			}
+			if timer != nil {
+				timer.Stop()
 			}
 			continue
 		}
@@ -272,7 +297,7 @@ func (e *Engine) drainInbox() {
 		}
 		e.streams[s.req.ID] = s.stream
 		s.stream.stop = s.stop
-		if err := e.sched.Add(s.req); err != nil {
+		if err := e.sched.AddAt(s.req, s.at); err != nil {
 			delete(e.streams, s.req.ID)
 			s.stop()
 			e.pending.Add(-1)
@@ -282,6 +307,38 @@ func (e *Engine) drainInbox() {
 	for _, id := range cancels {
 		e.sched.Cancel(id)
 	}
+}
+
+// observeLadder feeds the degradation ladder its signals (at most ten
+// times per hold) and applies a change of level: the batch class is paused
+// from DegradePauseBatch up.
+func (e *Engine) observeLadder() {
+	if e.cfg.Ladder.Disabled {
+		return
+	}
+	now := e.clock.Now()
+	if !e.lastObserve.IsZero() && now.Sub(e.lastObserve) < e.cfg.Ladder.Hold/10 {
+		return
+	}
+	e.lastObserve = now
+	var wait time.Duration
+	if t := e.sched.OldestWaiting(PriorityFree); !t.IsZero() {
+		wait = now.Sub(t)
+	}
+	pool := e.sched.Pool()
+	kv := float64(pool.NumUsed()) / float64(pool.NumBlocks())
+	prev := e.ladder.observe(now, wait, kv)
+	level := e.ladder.level
+	if level == prev {
+		return
+	}
+	e.sched.SetClassPaused(PriorityBatch, level >= DegradePauseBatch)
+	log := e.logger.Info
+	if level > prev {
+		log = e.logger.Warn
+	}
+	log("degradation level changed", "from", prev.String(), "to", level.String(),
+		"queue_wait_ms", wait.Milliseconds(), "kv_used", fmt.Sprintf("%.2f", kv))
 }
 
 // deliver is the scheduler's Emit: it hands an event to the request's
@@ -330,6 +387,7 @@ func (e *Engine) publishStats() {
 		SwapBlocksUsed:    e.sched.Swap().NumUsed(),
 		SwapBlocksTotal:   e.sched.Swap().NumSlots(),
 		WaitingByPriority: e.sched.WaitingByPriority(),
+		Degrade:           e.ladder.level,
 	}
 	e.statsMu.Lock()
 	e.stats = st

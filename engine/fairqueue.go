@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"slices"
 	"sort"
+	"time"
 )
 
 // fairQueue holds the waiting sequences and decides which is admitted next,
@@ -32,6 +33,8 @@ type fairQueue struct {
 	vtime float64
 	// cost is the tokens a sequence is charged when admitted.
 	cost func(*sequence) int
+	// paused classes are skipped by peek (the degradation ladder).
+	paused [NumPriorities]bool
 }
 
 type classQueue struct {
@@ -107,7 +110,8 @@ func seqBefore(a, b *sequence) bool {
 	return a.index < b.index
 }
 
-// peek returns the sequence to admit next, or nil when empty.
+// peek returns the sequence to admit next, or nil when none may be (empty,
+// or only paused classes wait).
 func (q *fairQueue) peek() *sequence {
 	if q.n == 0 {
 		return nil
@@ -116,11 +120,29 @@ func (q *fairQueue) peek() *sequence {
 	var best *classQueue
 	for p := NumPriorities - 1; p >= 0; p-- {
 		c := &q.classes[p]
-		if c.n > 0 && (best == nil || c.pass < best.pass) {
+		if c.n > 0 && !q.paused[p] && (best == nil || c.pass < best.pass) {
 			best = c
 		}
 	}
+	if best == nil {
+		return nil
+	}
 	return best.heap[0].seqs[0]
+}
+
+// oldest returns the earliest submission time among the heads of the
+// tenants of class min and above (each tenant's head is its oldest), or
+// the zero time.
+func (q *fairQueue) oldest(min Priority) time.Time {
+	var t time.Time
+	for p := max(min, 0); p < NumPriorities; p++ {
+		for _, tq := range q.classes[p].heap {
+			if at := tq.seqs[0].r.enqueued; !at.IsZero() && (t.IsZero() || at.Before(t)) {
+				t = at
+			}
+		}
+	}
+	return t
 }
 
 // pop removes seq, which peek returned, and charges its cost to its class

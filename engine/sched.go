@@ -65,6 +65,10 @@ type request struct {
 	admitted bool
 	output   int // tokens generated over all choices
 	arrival  uint64
+	// enqueued is when the request was submitted (from the engine's clock;
+	// zero when the caller gave none): the queue-wait signal of the
+	// degradation ladder.
+	enqueued time.Time
 	finished bool
 }
 
@@ -223,6 +227,19 @@ func (s *Scheduler) WaitingByPriority() [NumPriorities]int {
 	return n
 }
 
+// OldestWaiting returns when the longest-waiting queued request of
+// priority min or higher was submitted (AddAt), or the zero time when none
+// waits. A preempted sequence counts from its request's submission.
+func (s *Scheduler) OldestWaiting(min Priority) time.Time {
+	return s.waiting.oldest(min)
+}
+
+// SetClassPaused stops (or resumes) admitting waiting sequences of class
+// p; they stay queued. The degradation ladder pauses the batch class.
+func (s *Scheduler) SetClassPaused(p Priority, paused bool) {
+	s.waiting.paused[p] = paused
+}
+
 // Live reports whether a request with this id is queued or running.
 func (s *Scheduler) Live(id string) bool { _, ok := s.byID[id]; return ok }
 
@@ -234,14 +251,18 @@ func (s *Scheduler) MaxSeqTokens() int {
 
 // Add queues a request. It fails with *ContextLengthError when the request
 // could never fit and *InvalidRequestError when it is malformed.
-func (s *Scheduler) Add(req Request) error {
+func (s *Scheduler) Add(req Request) error { return s.AddAt(req, time.Time{}) }
+
+// AddAt is Add for a request submitted at now (the caller's clock), which
+// OldestWaiting reports.
+func (s *Scheduler) AddAt(req Request, now time.Time) error {
 	if err := s.check(req); err != nil {
 		return err
 	}
 	if _, ok := s.byID[req.ID]; ok {
 		return ErrDuplicateID
 	}
-	r := &request{req: req, arrival: s.nextArrival}
+	r := &request{req: req, arrival: s.nextArrival, enqueued: now}
 	s.nextArrival++
 	s.byID[req.ID] = r
 	if req.N > 1 && len(req.Prompt) == 1 {
@@ -377,7 +398,7 @@ func (s *Scheduler) Step() *Plan {
 	// free blocks allow.
 	for len(s.swapped) == 0 && s.waiting.Len() > 0 && s.budget > 0 && len(s.running) < s.cfg.MaxRunning {
 		seq := s.waiting.peek()
-		if !s.admit(seq) {
+		if seq == nil || !s.admit(seq) {
 			break
 		}
 		if !s.reserve(seq, min(s.need(seq), s.budget)) {
