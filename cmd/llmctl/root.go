@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -21,8 +25,11 @@ const defaultAddr = "http://127.0.0.1:8700"
 // app holds the state shared by llmctl's commands: the persistent flags and
 // the client built from them before a command runs.
 type app struct {
-	addr   string // --addr as given
-	base   string // addr normalized to a URL
+	addr string // --addr as given
+	base string // addr normalized to a URL
+	// apiKey is --api-key, else $LLMD_API_KEY; "" means none. It must never
+	// be printed, in help or in errors.
+	apiKey string
 	client *api.Client
 }
 
@@ -32,8 +39,10 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "llmctl",
 		Short: "Command-line client of llmd",
-		Long: "llmctl talks to a running llmd: it lists the models llmd serves and chats with them.\n\n" +
-			"The address of llmd is --addr, else $LLMD_ADDR, else " + defaultAddr + ".",
+		Long: "llmctl talks to a running llmd: it lists the models llmd serves and chats with them,\n" +
+			"and manages its API keys, tenants and quotas.\n\n" +
+			"The address of llmd is --addr, else $LLMD_ADDR, else " + defaultAddr + ".\n" +
+			"The API key is --api-key, else $LLMD_API_KEY.",
 		Args: usageArgs(unknownCommand),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cmd.Help()
@@ -54,12 +63,19 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&a.addr, "addr", addr,
 		"address of llmd, a URL or host:port (env LLMD_ADDR)")
+	// No default here: pflag would print $LLMD_API_KEY in --help. connect
+	// reads the environment when the flag is not given.
+	root.PersistentFlags().StringVar(&a.apiKey, "api-key", "",
+		"API key for llmd (env LLMD_API_KEY; prefer it: a flag shows in the process list)")
 
-	root.AddCommand(newModelsCmd(a), newChatCmd(a), newStatsCmd(a), newModelCmd(a))
+	root.AddCommand(newModelsCmd(a), newChatCmd(a), newStatsCmd(a), newModelCmd(a),
+		newKeysCmd(a), newQuotaCmd(a), newTenantsCmd(a))
 	return root
 }
 
-// connect builds the client from --addr.
+// connect builds the client from --addr and --api-key (else
+// $LLMD_API_KEY). An --api-key given as "" sends no key even when the
+// environment has one.
 func (a *app) connect(cmd *cobra.Command) error {
 	base, err := normalizeAddr(a.addr)
 	if err != nil {
@@ -69,6 +85,13 @@ func (a *app) connect(cmd *cobra.Command) error {
 	if err != nil {
 		return usageError(cmd, err)
 	}
+	if !cmd.Flags().Changed("api-key") {
+		a.apiKey = os.Getenv("LLMD_API_KEY")
+	}
+	// A key read from a file with $(cat ...) or pasted may carry spaces or
+	// a newline, which no key has and no HTTP header may hold.
+	a.apiKey = strings.TrimSpace(a.apiKey)
+	c.SetAPIKey(a.apiKey)
 	a.base, a.client = base, c
 	return nil
 }
@@ -117,6 +140,13 @@ func (a *app) apiError(err error) error {
 			"cannot reach llmd at %s: start it with \"make run\" or \"llmd\", or pass --addr", a.base)}
 	case errors.As(err, &oe) && oe.Op == "dial":
 		return &exitError{code: exitFailure, err: fmt.Errorf("cannot reach llmd at %s: %v", a.base, oe.Err)}
+	case errors.As(err, &se) && se.StatusCode == http.StatusUnauthorized:
+		if a.apiKey == "" {
+			return &exitError{code: exitFailure, err: errors.New(
+				"llmd needs an API key: pass --api-key or set LLMD_API_KEY")}
+		}
+		return &exitError{code: exitFailure, err: fmt.Errorf(
+			"llmd refused the API key: %s; pass a valid one with --api-key or set LLMD_API_KEY", se.Message)}
 	case errors.As(err, &se):
 		return &exitError{code: exitFailure, err: errors.New(se.Message)}
 	case errors.As(err, &ste):
@@ -124,6 +154,36 @@ func (a *app) apiError(err error) error {
 	default:
 		return &exitError{code: exitFailure, err: err}
 	}
+}
+
+// adminError is apiError for the /v1/admin routes, where a 403 means that
+// the key is valid but not an admin key.
+func (a *app) adminError(err error) error {
+	var se *api.StatusError
+	if errors.As(err, &se) && se.StatusCode == http.StatusForbidden {
+		return &exitError{code: exitFailure, err: errors.New(
+			"this command needs an admin API key: pass one with --api-key or set LLMD_API_KEY")}
+	}
+	return a.apiError(err)
+}
+
+// isNotFound tells whether llmd answered 404.
+func isNotFound(err error) bool {
+	var se *api.StatusError
+	return errors.As(err, &se) && se.StatusCode == http.StatusNotFound
+}
+
+// writeJSON writes v to w as indented JSON, for --json.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// formatTime writes a time the same way in every table: RFC 3339 in UTC,
+// to the second.
+func formatTime(t time.Time) string {
+	return t.UTC().Format(time.RFC3339)
 }
 
 // usageError marks err as a usage error (exit status 2) of cmd.
