@@ -38,6 +38,10 @@ type Config struct {
 	// Ladder sets the degradation ladder (see DegradeLevel). Default
 	// DefaultLadderConfig().
 	Ladder LadderConfig
+	// TierWeights are the weighted-fair-queuing weights of the priority
+	// classes, indexed by Priority; zero entries take the defaults (batch
+	// 1, free 2, paid 4, enterprise 8).
+	TierWeights [NumPriorities]float64
 }
 
 // DefaultConfig returns the documented defaults.
@@ -59,6 +63,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine: watermark fraction must be in [0, 1), got %g", c.WatermarkFraction)
 	case c.ExpectedOutputTokens < 0:
 		return fmt.Errorf("engine: expected output tokens must not be negative, got %d", c.ExpectedOutputTokens)
+	}
+	for p, w := range c.TierWeights {
+		if w < 0 {
+			return fmt.Errorf("engine: tier weight of %s must not be negative, got %g", Priority(p), w)
+		}
 	}
 	return c.Ladder.Validate()
 }
@@ -162,6 +171,7 @@ func New(exec Executor, clock Clock, cfg Config, logger *slog.Logger) (*Engine, 
 		DisablePrefixCache:    cfg.DisablePrefixCache,
 		DefaultExpectedOutput: cfg.ExpectedOutputTokens,
 		Logprobs:              info.Logprobs,
+		TierWeights:           cfg.TierWeights,
 	}
 	if cm, ok := exec.(CostModel); ok && info.SwapBlocks > 0 {
 		sc.SwapBlocks = info.SwapBlocks

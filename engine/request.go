@@ -52,6 +52,16 @@ const (
 	NumPriorities = 4
 )
 
+var priorityNames = [NumPriorities]string{"batch", "free", "paid", "enterprise"}
+
+// String names the class as the tiers do: batch, free, paid, enterprise.
+func (p Priority) String() string {
+	if p >= 0 && int(p) < NumPriorities {
+		return priorityNames[p]
+	}
+	return "Priority(" + strconv.Itoa(int(p)) + ")"
+}
+
 // Request is one generation submitted to the engine.
 type Request struct {
 	// ID is the server-generated request id; unique among live requests.

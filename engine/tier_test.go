@@ -1,0 +1,68 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// ttft runs reqs then probe on a fresh engine in virtual time and returns
+// the probe's time to first token (virtual).
+func ttft(t *testing.T, flood []Request, probe Request) time.Duration {
+	t.Helper()
+	exec := newFakeExec(8192, 16, 4096)
+	exec.step = 20 * time.Millisecond
+	cfg := DefaultConfig()
+	cfg.MaxRunning = 8
+	e, err := New(exec, exec.clock, cfg, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var streams []*Stream
+	for _, r := range flood {
+		st, err := e.Submit(ctx, r)
+		require.NoError(t, err)
+		streams = append(streams, st)
+	}
+	runEngine(t, e)
+	if len(flood) > 0 {
+		// Let the flood fill the running set first.
+		require.Eventually(t, func() bool { return e.Stats().Running == cfg.MaxRunning }, 5*time.Second, time.Millisecond)
+	}
+	start := exec.clock.Now()
+	st, err := e.Submit(ctx, probe)
+	require.NoError(t, err)
+	ev, err := st.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, EventToken, ev.Kind)
+	got := ev.Time.Sub(start)
+	_, _, _, err = Collect(ctx, st)
+	require.NoError(t, err)
+	for _, s := range streams {
+		_, _, _, err := Collect(ctx, s)
+		require.NoError(t, err)
+	}
+	return got
+}
+
+// TestFreeFloodDoesNotStarvePaidTTFT: with the running set full of a
+// free-tier flood and 200 more free requests queued, a paid request gets
+// the next free slot: its time to first token is bounded by one flood
+// request's run time (a slot must free up), not by the queue ahead of it
+// (FIFO would make it wait for the whole flood, about 25 such runs).
+func TestFreeFloodDoesNotStarvePaidTTFT(t *testing.T) {
+	var flood []Request
+	for i := range 208 {
+		flood = append(flood, Request{ID: fmt.Sprintf("free-%d", i), Tenant: fmt.Sprintf("f%d", i%5), Priority: PriorityFree,
+			Prompt: prompt(32, i*1000), MaxTokens: 50, N: 1, Seed: uint64(i)})
+	}
+	probe := Request{ID: "paid", Tenant: "p", Priority: PriorityPaid, Prompt: prompt(32, 7777777), MaxTokens: 5, N: 1}
+	alone := ttft(t, nil, probe)
+	loaded := ttft(t, flood, probe)
+	oneRun := 51 * 20 * time.Millisecond // prefill plus 50 decode steps of a flood request
+	t.Logf("paid TTFT alone %v, under a free flood %v (one flood request runs %v)", alone, loaded, oneRun)
+	require.LessOrEqual(t, loaded, alone+oneRun+2*20*time.Millisecond)
+}
