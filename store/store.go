@@ -1,0 +1,161 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3" // the "sqlite3" driver
+)
+
+var (
+	// ErrNotFound is returned when a tenant or key does not exist; it is
+	// wrapped with what was looked for.
+	ErrNotFound = errors.New("store: not found")
+	// ErrInvalid is returned, wrapped with the reason, for an argument the
+	// store refuses: a malformed tenant id, an unknown tier, a negative
+	// limit.
+	ErrInvalid = errors.New("store: invalid")
+)
+
+// fileName is the database's name in the data directory.
+const fileName = "llmd.db"
+
+// dsnParams are go-sqlite3's connection parameters, applied to every
+// connection of the pool: WAL, so readers and the writer do not block each
+// other; a 5 s busy timeout, so a writer waits for another (in this process
+// or another) instead of failing; foreign keys enforced; and BEGIN IMMEDIATE
+// for transactions, so a transaction takes the write lock before its first
+// read and cannot fail with SQLITE_BUSY when it later writes.
+const dsnParams = "_journal_mode=WAL&_busy_timeout=5000&_foreign_keys=on&_txlock=immediate"
+
+// maxConns bounds the connection pool. Readers run in parallel in WAL mode;
+// idle connections are kept (database/sql keeps 2 by default) so that
+// Authenticate does not reopen and reconfigure one per request.
+const maxConns = 8
+
+// Store is llmd's durable state. It is safe for concurrent use; several
+// Stores (in one process or several) may open the same directory.
+type Store struct {
+	db   *sql.DB
+	path string
+
+	// now is the clock (tests replace it).
+	now func() time.Time
+
+	// writer is a semaphore of one held around this Store's write
+	// transactions, so that they queue here rather than poll in SQLite's
+	// busy handler; other Stores and processes still meet in the busy
+	// handler.
+	writer chan struct{}
+}
+
+// Open opens the store in dir, creating dir (mode 0700) and the database
+// file when missing, and brings the schema up to date. It fails when the
+// database was written by a newer llmd (its schema version is higher than
+// this build knows). The caller must Close the Store.
+func Open(ctx context.Context, dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: create data directory: %w", err)
+	}
+	path, err := filepath.Abs(filepath.Join(dir, fileName))
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	migrations, err := loadMigrations(migrationFiles)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+
+	db, err := sql.Open("sqlite3", dsn(path))
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	s := &Store{
+		db:     db,
+		path:   path,
+		now:    time.Now,
+		writer: make(chan struct{}, 1),
+	}
+	if err := s.migrate(ctx, migrations); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// dsn is the go-sqlite3 data source name of the database file at path: a
+// file: URI, so that a path holding '?' or '#' is escaped rather than cut.
+func dsn(path string) string {
+	p := filepath.ToSlash(path)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // a Windows drive letter: file:///C:/...
+	}
+	u := url.URL{Scheme: "file", Path: p, RawQuery: dsnParams}
+	return u.String()
+}
+
+// Close closes the database. Calls after the first return nil.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("store: close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// Path returns the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// write runs fn in a write transaction (BEGIN IMMEDIATE) and commits it when
+// fn returns nil.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	select {
+	case s.writer <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.writer }()
+
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// querier is a *sql.DB or a *sql.Tx, so that one read serves inside and
+// outside a transaction.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface {
+	Scan(dest ...any) error
+}
+
+// millis is t as stored: Unix milliseconds.
+func millis(t time.Time) int64 { return t.UnixMilli() }
+
+// fromMillis is a stored time in UTC.
+func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// fromNullMillis is a stored time that may be NULL (the zero time).
+func fromNullMillis(ms sql.NullInt64) time.Time {
+	if !ms.Valid {
+		return time.Time{}
+	}
+	return fromMillis(ms.Int64)
+}
