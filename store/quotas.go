@@ -1,0 +1,279 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// Limits are a tier's or a tenant's limits. 0 means unlimited.
+type Limits struct {
+	// RPM is requests per minute.
+	RPM int64
+	// TPM is tokens (input plus output) per minute.
+	TPM int64
+	// Concurrency is the most requests in flight at once.
+	Concurrency int64
+	// DailyTokens is the tokens per UTC day.
+	DailyTokens int64
+}
+
+// Override is a tenant's own limits: a nil field inherits the tier's
+// limit, a non-nil one replaces it (0: unlimited).
+type Override struct {
+	RPM, TPM, Concurrency, DailyTokens *int64
+}
+
+// apply returns l with o's limits in place of l's.
+func (o Override) apply(l Limits) Limits {
+	pick := func(own *int64, tier int64) int64 {
+		if own != nil {
+			return *own
+		}
+		return tier
+	}
+	return Limits{
+		RPM:         pick(o.RPM, l.RPM),
+		TPM:         pick(o.TPM, l.TPM),
+		Concurrency: pick(o.Concurrency, l.Concurrency),
+		DailyTokens: pick(o.DailyTokens, l.DailyTokens),
+	}
+}
+
+// empty reports whether o overrides nothing.
+func (o Override) empty() bool {
+	return o.RPM == nil && o.TPM == nil && o.Concurrency == nil && o.DailyTokens == nil
+}
+
+// Quota is a tenant's quota.
+type Quota struct {
+	Tenant string
+	Tier   Tier
+	// Limits are the effective limits: the tier's with Override applied.
+	Limits Limits
+	// Override holds the tenant's own limits.
+	Override Override
+}
+
+// TierLimits returns every tier's default limits.
+func (s *Store) TierLimits(ctx context.Context) (map[Tier]Limits, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT tier, rpm, tpm, concurrency, daily_tokens FROM tier_quotas`)
+	if err != nil {
+		return nil, fmt.Errorf("store: read tier limits: %w", err)
+	}
+	defer rows.Close()
+	m := make(map[Tier]Limits, len(Tiers))
+	for rows.Next() {
+		var t Tier
+		var l Limits
+		if err := rows.Scan(&t, &l.RPM, &l.TPM, &l.Concurrency, &l.DailyTokens); err != nil {
+			return nil, fmt.Errorf("store: read tier limits: %w", err)
+		}
+		m[t] = l
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: read tier limits: %w", err)
+	}
+	return m, nil
+}
+
+// SetTierLimits sets a tier's default limits, which apply to its tenants'
+// limits that are not overridden. A negative limit or an unknown tier gives
+// ErrInvalid.
+func (s *Store) SetTierLimits(ctx context.Context, tier Tier, l Limits) error {
+	if err := tier.check(); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"rpm", l.RPM}, {"tpm", l.TPM}, {"concurrency", l.Concurrency}, {"daily_tokens", l.DailyTokens}} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: %s %d: want 0 (unlimited) or more", ErrInvalid, f.name, f.v)
+		}
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE tier_quotas SET rpm = ?, tpm = ?, concurrency = ?, daily_tokens = ?
+			WHERE tier = ?`, l.RPM, l.TPM, l.Concurrency, l.DailyTokens, tier)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: set %s limits: %w", tier, err)
+	}
+	return nil
+}
+
+// quotaQuery selects tenants' quotas; scanQuota reads its rows.
+const quotaQuery = `SELECT t.id, t.tier,
+	d.rpm, d.tpm, d.concurrency, d.daily_tokens,
+	o.rpm, o.tpm, o.concurrency, o.daily_tokens
+	FROM tenants t
+	JOIN tier_quotas d ON d.tier = t.tier
+	LEFT JOIN tenant_quotas o ON o.tenant = t.id`
+
+// scanQuota reads a row of quotaQuery.
+func scanQuota(row scanner) (Quota, error) {
+	var q Quota
+	var tier Limits
+	var own [4]sql.NullInt64
+	err := row.Scan(&q.Tenant, &q.Tier, &tier.RPM, &tier.TPM, &tier.Concurrency, &tier.DailyTokens,
+		&own[0], &own[1], &own[2], &own[3])
+	if err != nil {
+		return Quota{}, err
+	}
+	ptr := func(n sql.NullInt64) *int64 {
+		if !n.Valid {
+			return nil
+		}
+		return &n.Int64
+	}
+	q.Override = Override{RPM: ptr(own[0]), TPM: ptr(own[1]), Concurrency: ptr(own[2]), DailyTokens: ptr(own[3])}
+	q.Limits = q.Override.apply(tier)
+	return q, nil
+}
+
+// readQuota reads tenant's quota through q.
+func readQuota(ctx context.Context, q querier, tenant string) (Quota, error) {
+	quota, err := scanQuota(q.QueryRowContext(ctx, quotaQuery+` WHERE t.id = ?`, tenant))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Quota{}, fmt.Errorf("%w: tenant %q", ErrNotFound, tenant)
+	}
+	return quota, err
+}
+
+// Quota returns tenant's quota, ErrNotFound when the tenant does not exist,
+// ErrInvalid when its id is malformed.
+func (s *Store) Quota(ctx context.Context, tenant string) (Quota, error) {
+	if err := checkTenantID(tenant); err != nil {
+		return Quota{}, err
+	}
+	q, err := readQuota(ctx, s.db, tenant)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Quota{}, fmt.Errorf("store: read quota of %q: %w", tenant, err)
+	}
+	return q, err
+}
+
+// Quotas returns every tenant's quota, ordered by tenant id.
+func (s *Store) Quotas(ctx context.Context) ([]Quota, error) {
+	rows, err := s.db.QueryContext(ctx, quotaQuery+` ORDER BY t.id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list quotas: %w", err)
+	}
+	defer rows.Close()
+	var qs []Quota
+	for rows.Next() {
+		q, err := scanQuota(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: list quotas: %w", err)
+		}
+		qs = append(qs, q)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: list quotas: %w", err)
+	}
+	return qs, nil
+}
+
+// QuotaUpdate changes a tenant's quota. A nil field keeps its value. For
+// the limits, -1 removes the tenant's override (the tier's limit applies
+// again), 0 overrides it to unlimited, a positive value overrides it.
+type QuotaUpdate struct {
+	Tier                               *Tier
+	RPM, TPM, Concurrency, DailyTokens *int64
+}
+
+// clearOverride is the QuotaUpdate limit that removes an override.
+const clearOverride = -1
+
+// check returns an error wrapping ErrInvalid for an unknown tier or a limit
+// below -1.
+func (u QuotaUpdate) check() error {
+	if u.Tier != nil {
+		if err := u.Tier.check(); err != nil {
+			return err
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"rpm", u.RPM}, {"tpm", u.TPM}, {"concurrency", u.Concurrency}, {"daily_tokens", u.DailyTokens}} {
+		if f.v != nil && *f.v < clearOverride {
+			return fmt.Errorf("%w: %s %d: want -1 (tier default), 0 (unlimited) or more", ErrInvalid, f.name, *f.v)
+		}
+	}
+	return nil
+}
+
+// apply returns o changed by u's limits.
+func (u QuotaUpdate) apply(o Override) Override {
+	set := func(own, update *int64) *int64 {
+		switch {
+		case update == nil:
+			return own
+		case *update == clearOverride:
+			return nil
+		default:
+			v := *update
+			return &v
+		}
+	}
+	return Override{
+		RPM:         set(o.RPM, u.RPM),
+		TPM:         set(o.TPM, u.TPM),
+		Concurrency: set(o.Concurrency, u.Concurrency),
+		DailyTokens: set(o.DailyTokens, u.DailyTokens),
+	}
+}
+
+// UpdateQuota changes tenant's tier and overrides as u says, in one
+// transaction, and returns the new quota. A missing tenant is created, with
+// tier u.Tier or else paid. A malformed tenant id, an unknown tier or a limit
+// below -1 gives ErrInvalid.
+func (s *Store) UpdateQuota(ctx context.Context, tenant string, u QuotaUpdate) (Quota, error) {
+	if err := checkTenantID(tenant); err != nil {
+		return Quota{}, err
+	}
+	if err := u.check(); err != nil {
+		return Quota{}, err
+	}
+	var q Quota
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		tier := TierPaid
+		if u.Tier != nil {
+			tier = *u.Tier
+		}
+		if err := s.insertTenant(ctx, tx, tenant, tier); err != nil {
+			return err
+		}
+		if u.Tier != nil {
+			if _, err := tx.ExecContext(ctx, `UPDATE tenants SET tier = ? WHERE id = ?`, tier, tenant); err != nil {
+				return err
+			}
+		}
+		old, err := readQuota(ctx, tx, tenant)
+		if err != nil {
+			return err
+		}
+		o := u.apply(old.Override)
+		if o.empty() {
+			_, err = tx.ExecContext(ctx, `DELETE FROM tenant_quotas WHERE tenant = ?`, tenant)
+		} else {
+			_, err = tx.ExecContext(ctx, `INSERT INTO tenant_quotas (tenant, rpm, tpm, concurrency, daily_tokens)
+				VALUES (?, ?, ?, ?, ?)
+				ON CONFLICT (tenant) DO UPDATE SET rpm = excluded.rpm, tpm = excluded.tpm,
+					concurrency = excluded.concurrency, daily_tokens = excluded.daily_tokens`,
+				tenant, o.RPM, o.TPM, o.Concurrency, o.DailyTokens)
+		}
+		if err != nil {
+			return err
+		}
+		q, err = readQuota(ctx, tx, tenant)
+		return err
+	})
+	if err != nil {
+		return Quota{}, fmt.Errorf("store: update quota of %q: %w", tenant, err)
+	}
+	return q, nil
+}
