@@ -1,6 +1,6 @@
 // Package store keeps llmd's durable state in one SQLite file in the data
-// directory: tenants, tier and tenant quota settings, and the schema's
-// migrations. It imports nothing of llmd's.
+// directory: tenants, API keys (hashed), tier and tenant quota settings, and
+// the schema's migrations. It imports nothing of llmd's.
 //
 // The file is dir/llmd.db in WAL mode, so readers never wait for the writer
 // and two processes (llmd and an offline "llmctl keys create --data-dir")
@@ -25,9 +25,19 @@
 // limit overridden to unlimited), which llmd uses for unauthenticated
 // requests on loopback.
 //
+// # API keys
+//
+// A key's secret is "llmd-", 43 base62 characters encoding 32 random bytes,
+// and 6 base62 characters of the CRC-32 (IEEE) of everything before them, 54
+// characters in all; the checksum lets [Store.Authenticate] reject a mistyped
+// key without reading the database. The key's ID is the secret's first 12
+// characters; it is shown in listings and names the key to revoke. Only the
+// SHA-256 of the secret is stored: a lost secret cannot be recovered, only
+// revoked and replaced.
+//
 // # Errors
 //
-// Callers branch on [ErrNotFound] and [ErrInvalid] (wrapped with the reason)
-// with errors.Is; other errors are the database's and mean the store itself
-// failed.
+// Callers branch on [ErrNotFound], [ErrInvalid] (wrapped with the reason) and
+// [ErrBadKey] with errors.Is; other errors are the database's and mean the
+// store itself failed.
 package store

@@ -2,16 +2,18 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3" // the "sqlite3" driver
+	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
 var (
@@ -22,6 +24,10 @@ var (
 	// store refuses: a malformed tenant id, an unknown tier, a negative
 	// limit.
 	ErrInvalid = errors.New("store: invalid")
+	// ErrBadKey is returned by [Store.Authenticate] for a malformed,
+	// unknown or revoked key, always unwrapped, so that callers (and
+	// clients) cannot tell the cases apart.
+	ErrBadKey = errors.New("store: invalid API key")
 )
 
 // fileName is the database's name in the data directory.
@@ -46,14 +52,21 @@ type Store struct {
 	db   *sql.DB
 	path string
 
-	// now is the clock (tests replace it).
-	now func() time.Time
+	// now is the clock (tests replace it); random is the source of key
+	// secrets (tests replace it to force an ID collision).
+	now    func() time.Time
+	random io.Reader
 
 	// writer is a semaphore of one held around this Store's write
 	// transactions, so that they queue here rather than poll in SQLite's
 	// busy handler; other Stores and processes still meet in the busy
 	// handler.
 	writer chan struct{}
+
+	// auth looks up a key for Authenticate, which runs on every request.
+	auth *sql.Stmt
+
+	touches toucher
 }
 
 // Open opens the store in dir, creating dir (mode 0700) and the database
@@ -83,13 +96,31 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 		db:     db,
 		path:   path,
 		now:    time.Now,
+		random: rand.Reader,
 		writer: make(chan struct{}, 1),
 	}
-	if err := s.migrate(ctx, migrations); err != nil {
+	if err := s.open(ctx, migrations); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// open migrates the schema, prepares the statements and starts the touch
+// writer; on error the caller closes the database.
+func (s *Store) open(ctx context.Context, migrations []migration) error {
+	if err := s.migrate(ctx, migrations); err != nil {
+		return err
+	}
+	var err error
+	if s.auth, err = s.db.PrepareContext(ctx, authQuery); err != nil {
+		return err
+	}
+	if err := s.touches.start(ctx, s); err != nil {
+		s.auth.Close()
+		return err
+	}
+	return nil
 }
 
 // dsn is the go-sqlite3 data source name of the database file at path: a
@@ -103,8 +134,13 @@ func dsn(path string) string {
 	return u.String()
 }
 
-// Close closes the database. Calls after the first return nil.
+// Close writes the last-used times still queued and closes the database.
+// Calls after the first return nil.
 func (s *Store) Close() error {
+	if !s.touches.stop() {
+		return nil
+	}
+	s.auth.Close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("store: close %s: %w", s.path, err)
 	}
@@ -144,6 +180,13 @@ type querier interface {
 // scanner is a *sql.Row or *sql.Rows.
 type scanner interface {
 	Scan(dest ...any) error
+}
+
+// isConstraint reports whether err is SQLite's constraint violation of the
+// given kind (sqlite3.ErrConstraintPrimaryKey, ...).
+func isConstraint(err error, code sqlite3.ErrNoExtended) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && se.ExtendedCode == code
 }
 
 // millis is t as stored: Unix milliseconds.

@@ -1,10 +1,13 @@
 package store
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -247,4 +250,76 @@ func TestCloseTwice(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close())
+}
+
+// TestConcurrentStores runs 16 goroutines that authenticate and update
+// quotas through two Stores on one directory, as llmd and llmctl would:
+// none may see "database is locked".
+func TestConcurrentStores(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	stores := []*Store{openStore(t, dir), openStore(t, dir)}
+	// A clock that moves a minute per reading, so that every use is
+	// written (the worst case for the writers).
+	var ticks atomic.Int64
+	for _, s := range stores {
+		s.now = func() time.Time { return t0.Add(time.Duration(ticks.Add(1)) * time.Minute) }
+	}
+
+	const tenants, goroutines, rounds = 4, 16, 40
+	var secrets []string
+	for i := range tenants {
+		id := fmt.Sprintf("t%d", i)
+		_, err := stores[i%2].EnsureTenant(t.Context(), id, TierFree)
+		require.NoError(t, err)
+		secret, _, err := stores[i%2].CreateKey(t.Context(), id, false, "")
+		require.NoError(t, err)
+		secrets = append(secrets, secret)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines*rounds)
+	for g := range goroutines {
+		wg.Go(func() {
+			for r := range rounds {
+				s := stores[(g+r)%2]
+				i := (g + r) % tenants
+				if _, err := s.Authenticate(ctx, secrets[i]); err != nil {
+					errs <- fmt.Errorf("authenticate: %w", err)
+				}
+				rpm := int64(g*rounds + r)
+				if _, err := s.UpdateQuota(ctx, fmt.Sprintf("t%d", i), QuotaUpdate{RPM: &rpm}); err != nil {
+					errs <- fmt.Errorf("update quota: %w", err)
+				}
+				if r%10 == 0 {
+					if _, _, err := s.CreateKey(ctx, fmt.Sprintf("t%d", i), false, "more"); err != nil {
+						errs <- fmt.Errorf("create key: %w", err)
+					}
+				}
+				if _, err := s.Quota(ctx, fmt.Sprintf("t%d", i)); err != nil {
+					errs <- fmt.Errorf("read quota: %w", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	require.NoError(t, errors.Join(all...))
+
+	total, _, err := stores[0].ActiveKeys(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, tenants+goroutines*rounds/10, total)
+	for _, s := range stores {
+		ks, err := s.Keys(t.Context())
+		require.NoError(t, err)
+		for _, k := range ks[:tenants] {
+			assert.False(t, k.LastUsed.IsZero(), "key %s used", k.ID)
+		}
+	}
 }
