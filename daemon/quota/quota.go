@@ -159,7 +159,10 @@ type Limiter interface {
 	Close() error
 }
 
-var _ Limiter = (*Memory)(nil)
+var (
+	_ Limiter = (*Memory)(nil)
+	_ Limiter = (*Redis)(nil)
+)
 
 var (
 	// ErrInvalid is wrapped by the errors for invalid arguments: an empty

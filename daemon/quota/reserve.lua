@@ -1,0 +1,87 @@
+-- reserve.lua: take one request from the RPM bucket, tokens from the TPM
+-- bucket, one concurrency slot and tokens of the day's budget, or nothing.
+-- Mirrors tenantState.decide in bucket.go.
+--
+-- ARGV: 1 id, 2 tokens, 3 rpm, 4 tpm, 5 concurrency, 6 daily tokens,
+--       7 reservation ttl (ms), 8 state ttl (ms)
+-- Returns {code, retry_ms, remaining_requests, reset_requests_ms,
+--          remaining_tokens, reset_tokens_ms, created}; code 0 is allowed,
+--          6 a duplicate id; created is 1 when the state hash did not exist.
+
+local id = ARGV[1]
+local tokens, rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local conc, daily = tonumber(ARGV[5]), tonumber(ARGV[6])
+local ttl, state_ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
+
+local st = redis.call('HMGET', KEYS[1], 'last', 'rb', 'ra', 'tb', 'ta', 'day', 'used')
+-- Every reserve writes 'last': without it the tenant is new, or Redis lost
+-- its state.
+local created = 0
+if not st[1] then created = 1 end
+local now = tenant_now(st[1])
+purge(now)
+if redis.call('HEXISTS', KEYS[2], id) == 1 then
+  return {6, 0, 0, 0, 0, 0, created}
+end
+
+local rb, ra, tb, ta = st[2], st[3], st[4], st[5]
+if rpm > 0 then rb, ra = refill(rb, ra, rpm, now) end
+if tpm > 0 then tb, ta = refill(tb, ta, tpm, now) end
+local today = day_of(now)
+local used = tonumber(st[7]) or 0
+if tonumber(st[6]) ~= today then used = 0 end
+local inflight = redis.call('HLEN', KEYS[2])
+
+local code, retry = 0, 0
+if tpm > 0 and tokens > tpm then
+  code = 5
+elseif daily > 0 and used + tokens > daily then
+  code = 4
+  if tokens <= daily then retry = (today + 1) * DAY - now end
+else
+  if conc > 0 and inflight >= conc then code, retry = 3, 1000 end
+  if rpm > 0 and rb < UNITS then
+    if code == 0 then code = 1 end
+    local w = wait_ms(rb, rpm, UNITS)
+    if w > retry then retry = w end
+  end
+  if tpm > 0 and tb < tokens * UNITS then
+    if code == 0 then code = 2 end
+    local w = wait_ms(tb, tpm, tokens * UNITS)
+    if w > retry then retry = w end
+  end
+end
+
+if code == 0 then
+  if rpm > 0 then rb = rb - UNITS end
+  if tpm > 0 then tb = tb - tokens * UNITS end
+  used = used + tokens
+  redis.call('HSET', KEYS[2], id, ARGV[2] .. ':' .. ARGV[4] .. ':' .. string.format('%d', today))
+  redis.call('ZADD', KEYS[3], now + ttl, id)
+  -- The reservation keys outlive their newest reservation's expiry.
+  redis.call('PEXPIRE', KEYS[2], ttl + FULL)
+  redis.call('PEXPIRE', KEYS[3], ttl + FULL)
+end
+
+-- Refilled buckets are written even when denied: the same balance as a
+-- function of time, so nothing observable changes.
+local f = {'last', now, 'day', today, 'used', used}
+if rpm > 0 then
+  f[#f + 1] = 'rb'; f[#f + 1] = rb; f[#f + 1] = 'ra'; f[#f + 1] = ra
+end
+if tpm > 0 then
+  f[#f + 1] = 'tb'; f[#f + 1] = tb; f[#f + 1] = 'ta'; f[#f + 1] = ta
+end
+redis.call('HSET', KEYS[1], unpack(f))
+redis.call('PEXPIRE', KEYS[1], state_ttl)
+
+local rem_req, reset_req, rem_tok, reset_tok = 0, 0, 0, 0
+if rpm > 0 then
+  rem_req = math.floor(rb / UNITS)
+  reset_req = wait_ms(rb, rpm, rpm * UNITS)
+end
+if tpm > 0 then
+  rem_tok = math.floor(tb / UNITS)
+  reset_tok = wait_ms(tb, tpm, tpm * UNITS)
+end
+return {code, retry, rem_req, reset_req, rem_tok, reset_tok, created}
