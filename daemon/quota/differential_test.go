@@ -86,7 +86,7 @@ func drawLimits(rt *rapid.T, maxRPM, maxTPM int64) Limits {
 func TestDifferentialSameInstants(t *testing.T) {
 	srv, r := startRedis(t)
 	_ = srv
-	setRapidChecks(t, 60)
+	setRapidChecks(t, 60, 1000)
 	const ttl = 2 * time.Minute
 	rapid.Check(t, func(rt *rapid.T) {
 		// Start ten minutes before a UTC midnight: some cases cross it.
@@ -108,7 +108,7 @@ func TestDifferentialSameInstants(t *testing.T) {
 // reset times may differ by the time the case took.
 func TestDifferentialRedisTime(t *testing.T) {
 	_, r := startRedis(t)
-	setRapidChecks(t, 40)
+	setRapidChecks(t, 40, 500)
 	rapid.Check(t, func(rt *rapid.T) {
 		// Memory's frozen clock starts at Redis's time.
 		now, err := r.client.Time(context.Background()).Result()

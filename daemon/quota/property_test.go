@@ -14,16 +14,17 @@ import (
 )
 
 // rapidChecksEnv, when set (to anything), makes the property tests run
-// 10,000 cases (CI sets it); -rapid.checks=N on the command line wins.
+// their long count of cases (CI sets it); -rapid.checks=N on the command
+// line wins over both counts.
 const rapidChecksEnv = "LLMD_RAPID_CHECKS"
 
-// setRapidChecks runs the property tests of this test with n cases, or
-// 10,000 when LLMD_RAPID_CHECKS is set, unless -rapid.checks was given.
+// setRapidChecks runs the property tests of this test with n cases, or with
+// long cases when LLMD_RAPID_CHECKS is set, unless -rapid.checks was given.
 // rapid reads the flag when Check starts, and tests that call this are not
 // parallel.
-func setRapidChecks(t *testing.T, n int) {
+func setRapidChecks(t *testing.T, n, long int) {
 	if _, ok := os.LookupEnv(rapidChecksEnv); ok {
-		n = 10_000
+		n = long
 	}
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "rapid.checks" })
@@ -135,7 +136,7 @@ func (q *quotaModel) outstanding() int64 {
 // RL-2: random interleavings of reserve, reconcile, cancel, crash-expire and
 // refill against Memory and the model.
 func TestMemoryProperties(t *testing.T) {
-	setRapidChecks(t, 300)
+	setRapidChecks(t, 300, 10_000)
 	rapid.Check(t, func(rt *rapid.T) {
 		start := time.Date(2026, 3, 14, 0, 0, 0, 0, time.UTC) // a day's start: the case stays in one UTC day
 		clock := newFakeClock(start)
