@@ -32,9 +32,30 @@ type EngineStats struct {
 	PreemptionsSwap      uint64 `json:"preemptions_swap"`
 	PreemptionsRecompute uint64 `json:"preemptions_recompute"`
 	Evictions            uint64 `json:"evictions"`
+	// Degrade is the degradation ladder's step ("none", "pause_batch",
+	// "limit_free", "shed_free", "queue_paid") and DegradeLevel its number
+	// (0 to 4).
+	Degrade      string `json:"degrade"`
+	DegradeLevel int    `json:"degrade_level"`
+}
+
+// QuotaStats counts the quota service's decisions since start.
+type QuotaStats struct {
+	// Backend is "memory" or "redis".
+	Backend string `json:"backend"`
+	Allow   uint64 `json:"allow"`
+	Deny    uint64 `json:"deny"`
+	// ErrorAllowed and ErrorDenied count decisions made by the local
+	// fallback while Redis was failing; FallbackActive says it is now.
+	ErrorAllowed   uint64 `json:"error_allowed"`
+	ErrorDenied    uint64 `json:"error_denied"`
+	FallbackActive bool   `json:"fallback_active"`
+	// Resets counts times Redis was found to have lost the quota state.
+	Resets uint64 `json:"resets"`
 }
 
 // StatsResponse is the body of GET /v1/stats.
 type StatsResponse struct {
 	Models []EngineStats `json:"models"`
+	Quota  *QuotaStats   `json:"quota,omitempty"`
 }

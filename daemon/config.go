@@ -15,9 +15,13 @@ import (
 // from flags and the environment.
 type Config struct {
 	// Listen is the TCP address the API listens on. It must be a loopback
-	// address (127.0.0.0/8, ::1 or localhost) until API keys exist. Port 0
-	// picks a free port (see Server.Listen). Default "127.0.0.1:8700".
+	// address (127.0.0.0/8, ::1 or localhost) while no API key exists,
+	// unless Insecure is set. Port 0 picks a free port (see Server.Listen).
+	// Default "127.0.0.1:8700".
 	Listen string
+	// Insecure allows a non-loopback Listen address while no API key
+	// exists: anyone who reaches the port acts as the local tenant.
+	Insecure bool
 	// GPU is the simulated GPU each model replica runs on, e.g. "h100".
 	// Default "h100".
 	GPU string
@@ -49,10 +53,27 @@ type Config struct {
 	// total loaded so far, and the next one's name) and once at the end
 	// (done == total, name ""). cmd/llmd draws a progress bar with it.
 	LoadProgress func(done, total int, name string)
-	// DataDir is llmd's data directory; Run creates it if it is set. It is
-	// unused otherwise for now. Default "" (cmd/llmd resolves the user's
-	// data directory).
+	// DataDir is llmd's data directory, which holds its SQLite store
+	// (tenants, API keys, quotas); New creates it. "" runs without one:
+	// only the local tenant, no keys, no quotas. Default "" (cmd/llmd
+	// resolves the user's data directory).
 	DataDir string
+	// RedisURL, if set, keeps the quota buckets in Redis (shared by every
+	// llmd that uses the same Redis) instead of in memory.
+	RedisURL string
+	// QuotaTimeout bounds each Redis quota call; past it (or with Redis
+	// down) a local bucket decides. Default 25ms.
+	QuotaTimeout time.Duration
+	// QuotaShadow evaluates quotas and logs refusals but admits every
+	// request (to try limits out on live traffic).
+	QuotaShadow bool
+	// DegradeRoutes maps a model to the smaller model that serves its
+	// free-tier requests while its degradation ladder is at limit_free or
+	// above, e.g. {"sim/flagship": "sim/small"}.
+	DegradeRoutes map[string]string
+	// DegradeFreeMaxTokens caps free-tier max_tokens from limit_free up;
+	// 0 leaves it alone. Default 256.
+	DegradeFreeMaxTokens int
 	// HeartbeatInterval is how long a stream may stay silent before the
 	// server writes an SSE comment (": ping"). Default 15s.
 	HeartbeatInterval time.Duration
@@ -87,25 +108,32 @@ type Config struct {
 // serving the small, mid and flagship profiles on 127.0.0.1:8700.
 func DefaultConfig() Config {
 	return Config{
-		Listen:             "127.0.0.1:8700",
-		GPU:                "h100",
-		TP:                 1,
-		Models:             []string{"small", "mid", "flagship"},
-		HeartbeatInterval:  15 * time.Second,
-		StreamWriteTimeout: 10 * time.Second,
-		MaxBodyBytes:       8 << 20,
-		MaxN:               8,
-		ReadHeaderTimeout:  5 * time.Second,
-		ShutdownTimeout:    30 * time.Second,
-		Engine:             engine.DefaultConfig(),
-		StepTimeScale:      1,
+		Listen:               "127.0.0.1:8700",
+		GPU:                  "h100",
+		TP:                   1,
+		Models:               []string{"small", "mid", "flagship"},
+		HeartbeatInterval:    15 * time.Second,
+		StreamWriteTimeout:   10 * time.Second,
+		MaxBodyBytes:         8 << 20,
+		MaxN:                 8,
+		ReadHeaderTimeout:    5 * time.Second,
+		ShutdownTimeout:      30 * time.Second,
+		Engine:               engine.DefaultConfig(),
+		StepTimeScale:        1,
+		QuotaTimeout:         25 * time.Millisecond,
+		DegradeFreeMaxTokens: 256,
 	}
 }
 
 // Validate reports the first problem with c, if any.
 func (c Config) Validate() error {
-	if err := checkLoopback(c.Listen); err != nil {
-		return err
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("daemon: listen address %q: %w", c.Listen, err)
+	}
+	if c.DataDir == "" && !c.Insecure && !isLoopback(c.Listen) {
+		return fmt.Errorf("daemon: listen address %q is not a loopback address and llmd runs without a data "+
+			"directory, so it has no API keys: anyone who reaches the port could use the models; listen on "+
+			"127.0.0.1, set a data directory and create a key, or pass --insecure", c.Listen)
 	}
 	var errs []error
 	if c.GPU == "" {
@@ -150,6 +178,17 @@ func (c Config) Validate() error {
 	if c.KVCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("kv cache size is %d bytes; it must not be negative", c.KVCacheBytes))
 	}
+	if c.QuotaTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("quota timeout is %v; it must be positive", c.QuotaTimeout))
+	}
+	if c.DegradeFreeMaxTokens < 0 {
+		errs = append(errs, fmt.Errorf("degraded free-tier max tokens is %d; it must not be negative", c.DegradeFreeMaxTokens))
+	}
+	for from, to := range c.DegradeRoutes {
+		if from == "" || to == "" || from == to {
+			errs = append(errs, fmt.Errorf("degrade route %q -> %q: both models must be named and differ", from, to))
+		}
+	}
 	if c.MaxN < 1 {
 		errs = append(errs, fmt.Errorf("max n is %d; it must be at least 1", c.MaxN))
 	}
@@ -171,19 +210,16 @@ func ModelName(m string) string {
 	return strings.TrimPrefix(strings.TrimSpace(m), "sim/")
 }
 
-// checkLoopback refuses an address that is not on loopback: without API keys
-// anyone who can reach the port could use the models.
-func checkLoopback(addr string) error {
+// isLoopback reports whether addr's host is a loopback address
+// (127.0.0.0/8, ::1 or localhost).
+func isLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("daemon: listen address %q: %w", addr, err)
+		return false
 	}
 	if host == "localhost" {
-		return nil
+		return true
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("daemon: listen address %q is not a loopback address: llmd has no API keys yet "+
-		"(they come in a later release), so it only listens on 127.0.0.1, ::1 or localhost", addr)
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -52,6 +52,9 @@ type apiError struct {
 	Status     int
 	Detail     api.ErrorDetail
 	RetryAfter time.Duration // 0: no Retry-After header
+	// ShouldRetry, when set, is sent as x-should-retry (false on a spent
+	// budget, so that SDKs do not retry in vain).
+	ShouldRetry *bool
 }
 
 func strPtr(s string) *string {
@@ -72,6 +75,8 @@ func apiErrorFor(err error, requestID string) apiError {
 		ire   *engine.InvalidRequestError
 		syn   *json.SyntaxError
 		typ   *json.UnmarshalTypeError
+		qe    *quotaError
+		oe    *overloadError
 		unavl = func(msg string, retry time.Duration) apiError {
 			return apiError{Status: http.StatusServiceUnavailable, RetryAfter: retry,
 				Detail: api.ErrorDetail{Message: msg, Type: typeServer}}
@@ -81,6 +86,24 @@ func apiErrorFor(err error, requestID string) apiError {
 	case errors.As(err, &re):
 		return apiError{Status: re.Status, Detail: api.ErrorDetail{
 			Message: re.Message, Type: re.Type, Param: strPtr(re.Param), Code: strPtr(re.Code)}}
+	case errors.As(err, &qe):
+		typ, code, retry := "tokens", "rate_limit_exceeded", !qe.d.Hard
+		switch qe.d.Reason {
+		case "requests", "concurrency":
+			typ = "requests"
+		case "daily_tokens":
+			code = "insufficient_quota"
+		}
+		wait := qe.d.RetryAfter
+		if wait <= 0 && retry {
+			wait = time.Second
+		}
+		return apiError{Status: http.StatusTooManyRequests, RetryAfter: wait, ShouldRetry: &retry,
+			Detail: api.ErrorDetail{Message: qe.Error(), Type: typ, Code: strPtr(code)}}
+	case errors.As(err, &oe):
+		retry := true
+		return apiError{Status: http.StatusTooManyRequests, RetryAfter: oe.retry, ShouldRetry: &retry,
+			Detail: api.ErrorDetail{Message: oe.Error(), Type: "requests", Code: strPtr("rate_limit_exceeded")}}
 	case errors.As(err, &mbe):
 		return apiError{Status: http.StatusRequestEntityTooLarge, Detail: api.ErrorDetail{
 			Message: fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit),
@@ -136,7 +159,9 @@ func writeError(w http.ResponseWriter, requestID string, err error) int {
 		return ae.Status
 	}
 	h := w.Header()
-	if ae.RetryAfter > 0 {
+	if ae.ShouldRetry != nil {
+		setRetryHeaders(h, ae.RetryAfter, *ae.ShouldRetry)
+	} else if ae.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int((ae.RetryAfter+time.Second-1)/time.Second)))
 	}
 	writeJSON(w, ae.Status, api.ErrorBody{Error: ae.Detail})

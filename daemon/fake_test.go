@@ -44,6 +44,7 @@ type fakeReplica struct {
 	mu        sync.Mutex
 	submitted []engine.Request
 	cancelled int
+	degrade   engine.DegradeLevel
 }
 
 // newFake returns a fake of model id whose answer to every choice is the
@@ -87,7 +88,17 @@ func (f *fakeReplica) Submit(ctx context.Context, req engine.Request) (eventStre
 
 func (f *fakeReplica) Info() engine.ExecutorInfo { return f.info }
 func (f *fakeReplica) MaxSeqTokens() int         { return f.maxSeq }
-func (f *fakeReplica) Stats() engine.Stats       { return engine.Stats{Model: f.info.Model} }
+func (f *fakeReplica) Stats() engine.Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return engine.Stats{Model: f.info.Model, Degrade: f.degrade}
+}
+
+func (f *fakeReplica) setDegrade(l engine.DegradeLevel) {
+	f.mu.Lock()
+	f.degrade = l
+	f.mu.Unlock()
+}
 
 func (f *fakeReplica) requests() []engine.Request {
 	f.mu.Lock()

@@ -27,6 +27,12 @@ type job struct {
 	seed      uint64
 	sampling  engine.SamplingParams
 	priority  engine.Priority
+	// requested is the priority the request asked for (native API), nil
+	// for its tenant's tier.
+	requested *engine.Priority
+	// degrade is the degradation level of the model the client asked for
+	// (which may differ from model: see degradedLookup).
+	degrade engine.DegradeLevel
 	// logprobs asks for each token's log-probability and topLogprobs
 	// alternatives (chat completions).
 	logprobs    bool
@@ -74,6 +80,20 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		rl.fail(writeError(w, rl.id, errDraining), errDraining)
 		return
 	}
+	settle, err := s.admit(w, r, rl, j)
+	if err != nil {
+		if !isQuotaDenial(err) {
+			var re *requestError
+			if !errors.As(err, &re) {
+				s.log.Error("admission failed", "request_id", rl.id, "err", err)
+			}
+		}
+		rl.fail(writeError(w, rl.id, err), err)
+		return
+	}
+	// The reservation is settled with what the request really used, however
+	// it ends.
+	defer func() { settle(rl.usage) }()
 	ctx := r.Context()
 	// subCtx is the engine request's lifetime: it ends when the client goes
 	// away, or earlier when stop strings have ended every choice.
@@ -81,7 +101,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 	defer cancel()
 	st, err := j.model.eng.Submit(subCtx, engine.Request{
 		ID:          rl.id,
-		Tenant:      localTenant,
+		Tenant:      principalFrom(ctx).tenant,
 		Prompt:      j.prompt,
 		MaxTokens:   j.maxTokens,
 		N:           j.n,
@@ -295,9 +315,6 @@ func (h *heartbeat) stop() {
 		h.ctx, h.cancel = nil, nil
 	}
 }
-
-// localTenant owns every request until API keys and tenants exist.
-const localTenant = "local"
 
 // newID returns prefix followed by 24 random hex digits.
 func newID(prefix string) string {

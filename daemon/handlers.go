@@ -33,6 +33,12 @@ type reqLog struct {
 	id       string
 	clientID string
 	endpoint string
+	tenant   string
+	keyID    string // "" for anonymous requests
+	// tier is the tenant's tier; degraded says how the degradation ladder
+	// changed the request ("" when it did not).
+	tier     string
+	degraded string
 	model    string
 	stream   bool
 	start    time.Time
@@ -62,8 +68,19 @@ var idPrefix = map[string]string{
 // api wraps a handler: it answers a wrong method with 405 and, for the
 // generation endpoints (endpoint != ""), assigns the request id and writes
 // the request's log line.
-func (s *Server) api(method, endpoint string, h handlerFunc) http.Handler {
+func (s *Server) api(method, endpoint string, pol policy, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.authenticate(r, pol)
+		if err != nil {
+			if re := authError(err); re != nil {
+				writeError(w, "", re)
+				return
+			}
+			s.log.Error("authentication failed", "path", r.URL.Path, "err", err)
+			writeError(w, "", err)
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 		if method != "" && r.Method != method && (method != http.MethodGet || r.Method != http.MethodHead) {
 			w.Header().Set("Allow", method)
 			writeError(w, "", &requestError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest,
@@ -78,6 +95,8 @@ func (s *Server) api(method, endpoint string, h handlerFunc) http.Handler {
 			id:       newID(idPrefix[endpoint]),
 			clientID: capHeader(r.Header.Get("X-Request-Id"), maxClientRequestIDLen),
 			endpoint: endpoint,
+			tenant:   p.tenant,
+			keyID:    p.keyID,
 			start:    time.Now(),
 		}
 		w.Header().Set("X-Request-Id", rl.id)
@@ -114,6 +133,8 @@ func (s *Server) logRequest(rl *reqLog) {
 	attrs := []slog.Attr{
 		slog.String("request_id", rl.id),
 		slog.String("endpoint", rl.endpoint),
+		slog.String("tenant", rl.tenant),
+		slog.String("tier", rl.tier),
 		slog.String("model", rl.model),
 		slog.Bool("stream", rl.stream),
 		slog.Int("status", rl.status),
@@ -126,6 +147,12 @@ func (s *Server) logRequest(rl *reqLog) {
 	}
 	if rl.clientID != "" {
 		attrs = append(attrs, slog.String("client_request_id", rl.clientID))
+	}
+	if rl.keyID != "" {
+		attrs = append(attrs, slog.String("key_id", rl.keyID))
+	}
+	if rl.degraded != "" {
+		attrs = append(attrs, slog.String("degraded", rl.degraded))
 	}
 	if rl.err != nil {
 		attrs = append(attrs, slog.String("error", rl.err.Error()))
@@ -290,7 +317,6 @@ func (s *Server) check(p params, j *job) error {
 	} else {
 		j.seed = promptSeed(j.prompt)
 	}
-	j.priority = engine.PriorityPaid
 	return nil
 }
 
@@ -310,7 +336,7 @@ func fit(j *job, requested *int, def int, param string) error {
 	prompt := len(j.prompt)
 	room := limit - prompt
 	if requested != nil {
-		if prompt+*requested > limit {
+		if *requested > limit-prompt { // not prompt+requested: it may overflow
 			return &requestError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param, Code: codeContextLength,
 				Message: contextLengthMessage(limit, prompt, *requested)}
 		}
@@ -384,6 +410,7 @@ func (s *Server) chatJob(w http.ResponseWriter, r *http.Request, rl *reqLog, req
 	if err != nil {
 		return nil, err
 	}
+	m, level := s.degradedLookup(r, rl, m)
 	maxParam, maxTokens := "max_tokens", req.MaxTokens
 	if req.MaxCompletionTokens != nil {
 		maxParam, maxTokens = "max_completion_tokens", req.MaxCompletionTokens
@@ -398,7 +425,7 @@ func (s *Server) chatJob(w http.ResponseWriter, r *http.Request, rl *reqLog, req
 	if err != nil {
 		return nil, err
 	}
-	j := &job{model: m, prompt: prompt}
+	j := &job{model: m, prompt: prompt, degrade: level}
 	if err := s.check(params{temperature: req.Temperature, topP: req.TopP, n: req.N, presence: req.PresencePenalty,
 		freq: req.FrequencyPenalty, stop: req.Stop, seed: req.Seed, topK: req.TopK, minP: req.MinP,
 		repetition: req.RepetitionPenalty, logitBias: req.LogitBias}, j); err != nil {
@@ -464,6 +491,7 @@ func (s *Server) completionJob(w http.ResponseWriter, r *http.Request, rl *reqLo
 	if err != nil {
 		return nil, err
 	}
+	m, level := s.degradedLookup(r, rl, m)
 	if err := checkMaxTokens("max_tokens", req.MaxTokens); err != nil {
 		return nil, err
 	}
@@ -474,7 +502,7 @@ func (s *Server) completionJob(w http.ResponseWriter, r *http.Request, rl *reqLo
 	if err != nil {
 		return nil, err
 	}
-	j := &job{model: m, prompt: m.text.Prompt(prompt, true)}
+	j := &job{model: m, prompt: m.text.Prompt(prompt, true), degrade: level}
 	if len(j.prompt) == 0 {
 		return nil, invalidParam("prompt", "prompt must not be empty")
 	}
@@ -547,6 +575,7 @@ func (s *Server) nativeJob(w http.ResponseWriter, r *http.Request, rl *reqLog, r
 	if err != nil {
 		return nil, err
 	}
+	m, level := s.degradedLookup(r, rl, m)
 	if err := checkMaxTokens("max_tokens", req.MaxTokens); err != nil {
 		return nil, err
 	}
@@ -557,7 +586,7 @@ func (s *Server) nativeJob(w http.ResponseWriter, r *http.Request, rl *reqLog, r
 	if err != nil {
 		return nil, err
 	}
-	j := &job{model: m, prompt: prompt}
+	j := &job{model: m, prompt: prompt, degrade: level}
 	if err := s.check(params{temperature: req.Temperature, topP: req.TopP, stop: req.Stop, seed: req.Seed,
 		topK: req.TopK, minP: req.MinP}, j); err != nil {
 		return nil, err
@@ -567,7 +596,7 @@ func (s *Server) nativeJob(w http.ResponseWriter, r *http.Request, rl *reqLog, r
 		if !ok {
 			return nil, invalidParam("priority", "priority must be one of enterprise, paid, free, batch; got %q", req.Priority)
 		}
-		j.priority = p
+		j.requested = &p
 	}
 	return j, fit(j, req.MaxTokens, 0, "messages")
 }
@@ -636,9 +665,12 @@ func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request, _ *reqLog) 
 			Steps: st.Steps, Completed: st.Completed, GeneratedTokens: st.GeneratedTokens, ComputedTokens: st.ComputedTokens,
 			PrefixQueryTokens: st.PrefixQueryTokens, PrefixHitTokens: st.PrefixHitTokens,
 			Preemptions: st.Preemptions, PreemptionsSwap: st.PreemptionsSwap, PreemptionsRecompute: st.PreemptionsRecompute,
-			Evictions: st.Evictions,
+			Evictions: st.Evictions, Degrade: st.Degrade.String(), DegradeLevel: int(st.Degrade),
 		})
 	}
+	c := s.quota.Counters()
+	resp.Quota = &api.QuotaStats{Allow: c.Allow, Deny: c.Deny, ErrorAllowed: c.ErrorAllowed, ErrorDenied: c.ErrorDenied,
+		Resets: c.Resets, FallbackActive: c.FallbackActive, Backend: s.quotaBackend()}
 	writeJSON(w, http.StatusOK, resp)
 }
 

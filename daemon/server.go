@@ -7,14 +7,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/llmd/llmd/daemon/quota"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/store"
 )
 
 // replica is the part of a model's engine that the handlers use;
@@ -99,6 +100,12 @@ type Server struct {
 	mux     *http.ServeMux
 	state   atomic.Int32
 
+	// store holds tenants, keys and quota settings; nil without a data
+	// directory. quota decides admissions.
+	store    *store.Store
+	quota    quota.Limiter
+	rejected rejections
+
 	mu sync.Mutex
 	ln net.Listener
 }
@@ -116,10 +123,22 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	closers, ggufs, err := loadGGUFModels(cfg, logger.With("component", "daemon"))
+	st, lim, err := openState(cfg, logger)
 	if err != nil {
 		return nil, err
 	}
+	closeState := func() {
+		_ = lim.Close()
+		if st != nil {
+			_ = st.Close()
+		}
+	}
+	closers, ggufs, err := loadGGUFModels(cfg, logger.With("component", "daemon"))
+	if err != nil {
+		closeState()
+		return nil, err
+	}
+	closers = append(closers, closeState)
 	models = append(models, ggufs...)
 	seen := map[string]bool{}
 	for _, m := range models {
@@ -133,14 +152,52 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	}
 	s := newServer(cfg, logger, models)
 	s.closers = closers
+	s.store, s.quota = st, lim
 	return s, nil
+}
+
+// openState opens the store in the data directory and the quota limiter,
+// and refuses a non-loopback listener while no API key exists.
+func openState(cfg Config, logger *slog.Logger) (*store.Store, quota.Limiter, error) {
+	var st *store.Store
+	if cfg.DataDir != "" {
+		var err error
+		st, err = store.Open(context.Background(), cfg.DataDir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("daemon: open the data directory: %w", err)
+		}
+		if !cfg.Insecure && !isLoopback(cfg.Listen) {
+			n, _, err := st.ActiveKeys(context.Background())
+			if err == nil && n == 0 {
+				err = fmt.Errorf("daemon: listen address %q is not a loopback address and no API key exists yet: "+
+					"create one with `llmctl keys create --admin --data-dir %s`, or pass --insecure", cfg.Listen, cfg.DataDir)
+			}
+			if err != nil {
+				_ = st.Close()
+				return nil, nil, err
+			}
+		}
+	}
+	if cfg.RedisURL == "" {
+		return st, quota.NewMemory(quota.MemoryConfig{}), nil
+	}
+	lim, err := quota.NewRedis(quota.RedisConfig{URL: cfg.RedisURL, Timeout: cfg.QuotaTimeout,
+		Logger: logger})
+	if err != nil {
+		if st != nil {
+			_ = st.Close()
+		}
+		return nil, nil, fmt.Errorf("daemon: quota backend: %w", err)
+	}
+	return st, lim, nil
 }
 
 func newServer(cfg Config, logger *slog.Logger, models []*model) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: logger.With("component", "daemon"), models: models, byID: map[string]*model{}}
+	s := &Server{cfg: cfg, log: logger.With("component", "daemon"), models: models, byID: map[string]*model{},
+		quota: quota.NewMemory(quota.MemoryConfig{})}
 	for _, m := range models {
 		s.byID[m.id] = m
 	}
@@ -205,11 +262,6 @@ func (s *Server) Run(ctx context.Context) error {
 			c()
 		}
 	}()
-	if s.cfg.DataDir != "" {
-		if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
-			return fmt.Errorf("daemon: create data dir: %w", err)
-		}
-	}
 	if _, err := s.Listen(); err != nil {
 		return err
 	}
@@ -278,25 +330,69 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-// routes builds the router. Each route checks its method itself so that a
-// wrong method gets 405 and an unknown path 404, both with OpenAI bodies.
+// route is one entry of the route table: the only place routes are
+// registered, each with its access policy.
+type route struct {
+	pattern string
+	// method is the one method allowed ("" any); GET also allows HEAD.
+	method string
+	// endpoint names a generation endpoint (its requests get an id and a
+	// log line); "" for the others.
+	endpoint string
+	policy   policy
+	h        handlerFunc
+}
+
+// routeTable lists every route with its policy.
+func (s *Server) routeTable() []route {
+	const get, post, put, del = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete
+	return []route{
+		{"/v1/chat/completions", post, "chat.completions", policyUser, s.handleChatCompletions},
+		{"/v1/completions", post, "completions", policyUser, s.handleCompletions},
+		{"/v1/chat", post, "chat", policyUser, s.handleNativeChat},
+		{"/v1/models", get, "", policyUser, s.handleModels},
+		{"/v1/models/{id...}", get, "", policyUser, s.handleModel},
+		{"/tokenize", post, "tokenize", policyUser, s.handleTokenize},
+		{"/detokenize", post, "detokenize", policyUser, s.handleDetokenize},
+		{"/v1/stats", get, "", policyAdmin, s.handleStats},
+		{"POST /v1/admin/keys", post, "", policyAdmin, s.handleCreateKey},
+		{"GET /v1/admin/keys", get, "", policyAdmin, s.handleListKeys},
+		{"DELETE /v1/admin/keys/{id}", del, "", policyAdmin, s.handleRevokeKey},
+		{"GET /v1/admin/tenants", get, "", policyAdmin, s.handleListTenants},
+		{"GET /v1/admin/quotas", get, "", policyAdmin, s.handleListQuotas},
+		{"GET /v1/admin/quotas/{tenant}", get, "", policyAdmin, s.handleGetQuota},
+		{"PUT /v1/admin/quotas/{tenant}", put, "", policyAdmin, s.handleSetQuota},
+		{"/healthz", get, "", policyPublic, s.handleHealthz},
+		{"/readyz", get, "", policyPublic, s.handleReadyz},
+		// Anything else: 401 without a key (nothing is revealed), else 404.
+		{"/", "", "", policyUser, func(w http.ResponseWriter, r *http.Request, _ *reqLog) {
+			writeError(w, "", &requestError{Status: http.StatusNotFound, Type: typeInvalidRequest,
+				Message: fmt.Sprintf("unknown route %s %s", r.Method, r.URL.Path)})
+		}},
+	}
+}
+
+// routes builds the router from the route table. Each route checks its
+// method itself so that a wrong method gets 405 and an unknown path 404,
+// both with OpenAI bodies. Admin routes with a method in their pattern
+// answer other methods on their path with 405 through adminMethodNotAllowed.
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/chat/completions", s.api(http.MethodPost, "chat.completions", s.handleChatCompletions))
-	mux.Handle("/v1/completions", s.api(http.MethodPost, "completions", s.handleCompletions))
-	mux.Handle("/v1/chat", s.api(http.MethodPost, "chat", s.handleNativeChat))
-	mux.Handle("/v1/models", s.api(http.MethodGet, "", s.handleModels))
-	mux.Handle("/v1/models/{id...}", s.api(http.MethodGet, "", s.handleModel))
-	mux.Handle("/v1/stats", s.api(http.MethodGet, "", s.handleStats))
-	mux.Handle("/tokenize", s.api(http.MethodPost, "tokenize", s.handleTokenize))
-	mux.Handle("/detokenize", s.api(http.MethodPost, "detokenize", s.handleDetokenize))
-	mux.Handle("/healthz", s.api(http.MethodGet, "", s.handleHealthz))
-	mux.Handle("/readyz", s.api(http.MethodGet, "", s.handleReadyz))
-	mux.Handle("/", s.api("", "", func(w http.ResponseWriter, r *http.Request, _ *reqLog) {
-		writeError(w, "", &requestError{Status: http.StatusNotFound, Type: typeInvalidRequest,
-			Message: fmt.Sprintf("unknown route %s %s", r.Method, r.URL.Path)})
-	}))
+	for _, rt := range s.routeTable() {
+		mux.Handle(rt.pattern, s.api(rt.method, rt.endpoint, rt.policy, rt.h))
+	}
+	for _, p := range []string{"/v1/admin/keys", "/v1/admin/keys/{id}", "/v1/admin/tenants", "/v1/admin/quotas",
+		"/v1/admin/quotas/{tenant}"} {
+		mux.Handle(p, s.api("", "", policyAdmin, adminMethodNotAllowed))
+	}
 	return mux
+}
+
+// adminMethodNotAllowed answers an admin path called with a method it has
+// no route for.
+func adminMethodNotAllowed(w http.ResponseWriter, r *http.Request, _ *reqLog) {
+	writeError(w, "", &requestError{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest,
+		Message: fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path)})
 }
 
 // handlerFunc is an API handler; it fills in the request's log record.

@@ -1,0 +1,169 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/llmd/llmd/store"
+)
+
+// policy says who may call a route. Every route in the table names one;
+// the zero value is refused (fail closed) and fails the route-table test.
+type policy uint8
+
+const (
+	policyUnset policy = iota
+	// policyPublic: anyone, no key read (/healthz, /readyz).
+	policyPublic
+	// policyUser: any valid key, or the local tenant while anonymous use is
+	// allowed.
+	policyUser
+	// policyAdmin: an admin key, or an anonymous loopback client while
+	// anonymous use is allowed (that is how the first admin key is made).
+	policyAdmin
+)
+
+func (p policy) String() string {
+	switch p {
+	case policyPublic:
+		return "public"
+	case policyUser:
+		return "user"
+	case policyAdmin:
+		return "admin"
+	}
+	return "unset"
+}
+
+// principal is who a request acts for.
+type principal struct {
+	tenant string
+	// keyID is the API key's id; "" for anonymous (local) requests.
+	keyID string
+	admin bool
+}
+
+type principalKey struct{}
+
+// principalFrom returns the request's principal; requests that passed the
+// auth check always have one (public routes get the local tenant).
+func principalFrom(ctx context.Context) principal {
+	if p, ok := ctx.Value(principalKey{}).(principal); ok {
+		return p
+	}
+	return principal{tenant: store.LocalTenant}
+}
+
+var (
+	errNoKey      = errors.New("daemon: no API key")
+	errBadKey     = errors.New("daemon: invalid API key")
+	errNotAdmin   = errors.New("daemon: admin key required")
+	errUnsetRoute = errors.New("daemon: route has no access policy")
+)
+
+// authError is the client-facing form of an authentication failure, or
+// nil when err is not one (a store failure: a 500).
+func authError(err error) *requestError {
+	switch {
+	case errors.Is(err, errNotAdmin):
+		return &requestError{Status: http.StatusForbidden, Type: typeInvalidRequest, Code: "permission_denied",
+			Message: "this route needs an admin API key; create one with `llmctl keys create --admin`"}
+	case errors.Is(err, errNoKey):
+		return &requestError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
+			Message: "you must provide an API key: send `Authorization: Bearer <key>` (llmctl: --api-key or LLMD_API_KEY)"}
+	case errors.Is(err, errUnsetRoute):
+		return &requestError{Status: http.StatusForbidden, Type: typeInvalidRequest, Code: "permission_denied",
+			Message: "this route is not open to any caller"}
+	case errors.Is(err, errBadKey):
+		return &requestError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
+			Message: "the API key is not valid (it may have been revoked)"}
+	}
+	return nil
+}
+
+// authenticate decides whether r may call a route of policy pol and returns
+// the principal it acts for. It reads the key from the Authorization header
+// only; the key is never logged or echoed.
+func (s *Server) authenticate(r *http.Request, pol policy) (principal, error) {
+	switch pol {
+	case policyPublic:
+		return principal{tenant: store.LocalTenant}, nil
+	case policyUser, policyAdmin:
+	default:
+		return principal{}, errUnsetRoute
+	}
+	// While no key exists, any key is ignored: the official SDKs insist on
+	// sending one ("EMPTY", "ollama", ...), as with vLLM and Ollama.
+	open, err := s.anonymousAllowed(r.Context())
+	if err != nil {
+		return principal{}, err
+	}
+	secret, present := bearer(r)
+	var p principal
+	switch {
+	case present && !open:
+		if s.store == nil {
+			return principal{}, errBadKey
+		}
+		k, err := s.store.Authenticate(r.Context(), secret)
+		if err != nil {
+			if errors.Is(err, store.ErrBadKey) {
+				return principal{}, errBadKey
+			}
+			return principal{}, err
+		}
+		p = principal{tenant: k.Tenant, keyID: k.ID, admin: k.Admin}
+	case !open:
+		return principal{}, errNoKey
+	default:
+		// Anonymous callers act as the local tenant; they administer only
+		// from loopback (with --insecure the listener may not be).
+		p = principal{tenant: store.LocalTenant, admin: loopbackRemote(r)}
+	}
+	if pol == policyAdmin && !p.admin {
+		return principal{}, errNotAdmin
+	}
+	return p, nil
+}
+
+// anonymousAllowed reports whether requests without a key are served (as
+// the local tenant): while no API key exists. It asks the store each time,
+// so a key created offline (llmctl keys create --data-dir) closes the door
+// at once.
+func (s *Server) anonymousAllowed(ctx context.Context) (bool, error) {
+	if s.store == nil {
+		return true, nil
+	}
+	n, _, err := s.store.ActiveKeys(ctx)
+	if err != nil {
+		return false, err
+	}
+	return n == 0, nil
+}
+
+// bearer returns the token of an "Authorization: Bearer" header and whether
+// an Authorization header was sent at all (a malformed one is a bad key).
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return "", false
+	}
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", true
+	}
+	return strings.TrimSpace(tok), true
+}
+
+// loopbackRemote reports whether r came from a loopback address.
+func loopbackRemote(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
