@@ -73,6 +73,23 @@ func TestResolveConfig(t *testing.T) {
 				c.Engine.DisablePrefixCache, c.Engine.MaxRunning, c.DataDir = true, 8, "/e"
 			},
 		},
+		"access and quota flags": {
+			args: []string{"--data-dir", "/d", "--insecure", "--redis", "redis://127.0.0.1:6379/0", "--quota-shadow",
+				"--quota-timeout", "40ms", "--tier-weights", "enterprise=10,batch=0.5", "--degrade-route", "sim/flagship=sim/small",
+				"--degrade-max-tokens", "64", "--degrade-queue-wait", "4s"},
+			want: func(c *daemon.Config) {
+				c.DataDir, c.Insecure, c.RedisURL, c.QuotaShadow = "/d", true, "redis://127.0.0.1:6379/0", true
+				c.QuotaTimeout = 40 * time.Millisecond
+				c.Engine.TierWeights = [4]float64{0.5, 0, 0, 10}
+				c.DegradeRoutes = map[string]string{"sim/flagship": "sim/small"}
+				c.DegradeFreeMaxTokens = 64
+				c.Engine.Ladder.QueueWaitHigh, c.Engine.Ladder.QueueWaitLow = 4*time.Second, time.Second
+			},
+		},
+		"no degrade": {
+			env:  map[string]string{"LLMD_NO_DEGRADE": "true", "LLMD_DATA_DIR": "/e"},
+			want: func(c *daemon.Config) { c.Engine.Ladder.Disabled, c.DataDir = true, "/e" },
+		},
 		"bad engine flag": {
 			args: []string{"--max-running", "0", "--data-dir", "/d"},
 			err:  "max running",
@@ -81,9 +98,13 @@ func TestResolveConfig(t *testing.T) {
 			env: map[string]string{"LLMD_TP": "many", "LLMD_DATA_DIR": "/e"},
 			err: `LLMD_TP="many"`,
 		},
-		"public address": {
-			args: []string{"--listen", "0.0.0.0:8700", "--data-dir", "/d"},
-			err:  "API keys",
+		"bad tier weight": {
+			args: []string{"--tier-weights", "gold=3"},
+			err:  "--tier-weights",
+		},
+		"bad degrade route": {
+			args: []string{"--degrade-route", "sim/flagship"},
+			err:  "MODEL=SMALLER",
 		},
 	}
 	for name, tc := range cases {
@@ -117,12 +138,11 @@ func TestUsageErrors(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"unknown flag":   {args: []string{"--nope"}, want: "unknown flag: --nope"},
-		"bad int":        {args: []string{"--tp", "x"}, want: "invalid argument"},
-		"argument":       {args: []string{"serve"}, want: "unknown command"},
-		"public address": {args: []string{"--listen", ":8700", "--data-dir", "/tmp/x"}, want: "not a loopback address"},
-		"log level":      {args: []string{"--log-level", "loud"}, want: `log level "loud"`},
-		"bad env":        {env: map[string]string{"LLMD_HEARTBEAT": "soon"}, want: "LLMD_HEARTBEAT"},
+		"unknown flag": {args: []string{"--nope"}, want: "unknown flag: --nope"},
+		"bad int":      {args: []string{"--tp", "x"}, want: "invalid argument"},
+		"argument":     {args: []string{"serve"}, want: "unknown command"},
+		"log level":    {args: []string{"--log-level", "loud"}, want: `log level "loud"`},
+		"bad env":      {env: map[string]string{"LLMD_HEARTBEAT": "soon"}, want: "LLMD_HEARTBEAT"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -134,6 +154,20 @@ func TestUsageErrors(t *testing.T) {
 			require.Empty(t, stdout.String())
 		})
 	}
+}
+
+// TestPublicAddressNeedsAKey: llmd refuses a non-loopback listener while
+// its data directory holds no API key, and says how to make one.
+func TestPublicAddressNeedsAKey(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	dir := t.TempDir()
+	code := execute(t.Context(), []string{"--listen", "0.0.0.0:0", "--models", "small", "--data-dir", dir, "--log-level", "error"},
+		envOf(nil), &stdout, &stderr)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, stderr.String(), "no API key exists yet")
+	require.Contains(t, stderr.String(), "llmctl keys create --admin --data-dir "+dir)
+	require.Contains(t, stderr.String(), "--insecure")
 }
 
 func TestModelThatDoesNotFit(t *testing.T) {

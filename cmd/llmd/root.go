@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -73,6 +74,16 @@ type options struct {
 	maxRunning     int
 	expectedOutput int
 	prefixCache    bool
+	tierWeights    []string
+	// access and quotas
+	insecure      bool
+	redis         string
+	quotaTimeout  time.Duration
+	quotaShadow   bool
+	degradeRoutes []string
+	degradeMax    int
+	degradeWait   time.Duration
+	noDegrade     bool
 }
 
 // envVars maps each flag to the environment variable that sets it when the
@@ -95,6 +106,15 @@ var envVars = map[string]string{
 	"max-running":            "LLMD_MAX_RUNNING",
 	"expected-output-tokens": "LLMD_EXPECTED_OUTPUT_TOKENS",
 	"prefix-cache":           "LLMD_PREFIX_CACHE",
+	"tier-weights":           "LLMD_TIER_WEIGHTS",
+	"insecure":               "LLMD_INSECURE",
+	"redis":                  "LLMD_REDIS",
+	"quota-timeout":          "LLMD_QUOTA_TIMEOUT",
+	"quota-shadow":           "LLMD_QUOTA_SHADOW",
+	"degrade-route":          "LLMD_DEGRADE_ROUTE",
+	"degrade-max-tokens":     "LLMD_DEGRADE_MAX_TOKENS",
+	"degrade-queue-wait":     "LLMD_DEGRADE_QUEUE_WAIT",
+	"no-degrade":             "LLMD_NO_DEGRADE",
 }
 
 // newRootCmd builds the llmd command. getenv is os.Getenv, or a map lookup
@@ -116,7 +136,14 @@ CPU executor.
 Every flag can also be set with its environment variable (LLMD_LISTEN, LLMD_GPU,
 LLMD_TP, LLMD_MODELS, LLMD_MODEL, LLMD_MODELS_DIR, LLMD_DATA_DIR, LLMD_LOG_LEVEL, LLMD_LOG_FORMAT,
 LLMD_HEARTBEAT, LLMD_MAX_BATCH_TOKENS, LLMD_MAX_RUNNING,
-LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE); a flag wins over the environment.`,
+LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE, LLMD_TIER_WEIGHTS, LLMD_INSECURE, LLMD_REDIS,
+LLMD_QUOTA_TIMEOUT, LLMD_QUOTA_SHADOW, LLMD_DEGRADE_ROUTE, LLMD_DEGRADE_MAX_TOKENS,
+LLMD_DEGRADE_QUEUE_WAIT, LLMD_NO_DEGRADE); a flag wins over the environment.
+
+Access: while no API key exists, requests without a key act as the built-in
+"local" tenant, and llmd refuses a non-loopback --listen (unless --insecure).
+Create the first admin key with "llmctl keys create --admin" (against this llmd,
+or offline with --data-dir).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.NoArgs(cmd, args); err != nil {
 				return &usageError{err}
@@ -141,7 +168,7 @@ LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE); a flag wins over the environmen
 func (o *options) bind(fs *pflag.FlagSet) {
 	o.fs = fs
 	def := daemon.DefaultConfig()
-	fs.StringVar(&o.listen, "listen", def.Listen, "address to listen on; loopback only until API keys exist")
+	fs.StringVar(&o.listen, "listen", def.Listen, "address to listen on; loopback only until an API key exists (see --insecure)")
 	fs.StringVar(&o.gpu, "gpu", def.GPU, "simulated GPU of each model replica: h100, h200, a100 or l40s")
 	fs.IntVar(&o.tp, "tp", def.TP, "tensor-parallel degree: GPUs per model replica")
 	fs.StringSliceVar(&o.models, "models", def.Models, "simulated model profiles to serve (comma-separated): small, mid, flagship")
@@ -159,6 +186,18 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&o.expectedOutput, "expected-output-tokens", def.Engine.ExpectedOutputTokens,
 		"output length admission projects for a tenant without history (0: max_tokens); lower admits more and preempts more")
 	fs.BoolVar(&o.prefixCache, "prefix-cache", !def.Engine.DisablePrefixCache, "reuse cached KV blocks of identical prompt prefixes")
+	fs.StringSliceVar(&o.tierWeights, "tier-weights", nil,
+		"weighted-fair-queuing weights of the tiers, e.g. enterprise=8,paid=4,free=2,batch=1 (the default)")
+	fs.BoolVar(&o.insecure, "insecure", false, "allow a non-loopback --listen while no API key exists (anyone can use it)")
+	fs.StringVar(&o.redis, "redis", "", "keep quota buckets in Redis at this URL (redis://host:port/db), shared by every llmd using it")
+	fs.DurationVar(&o.quotaTimeout, "quota-timeout", def.QuotaTimeout, "bound on each Redis quota call; past it a local bucket decides")
+	fs.BoolVar(&o.quotaShadow, "quota-shadow", false, "evaluate quotas and log refusals, but admit every request")
+	fs.StringArrayVar(&o.degradeRoutes, "degrade-route", nil,
+		"MODEL=SMALLER: under overload serve MODEL's free-tier requests with SMALLER (repeatable)")
+	fs.IntVar(&o.degradeMax, "degrade-max-tokens", def.DegradeFreeMaxTokens, "under overload cap free-tier max_tokens at this (0: no cap)")
+	fs.DurationVar(&o.degradeWait, "degrade-queue-wait", def.Engine.Ladder.QueueWaitHigh,
+		"queue wait that counts as overload and starts the degradation ladder")
+	fs.BoolVar(&o.noDegrade, "no-degrade", false, "turn the degradation ladder off")
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -222,6 +261,29 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.Engine.MaxRunning = o.maxRunning
 	cfg.Engine.ExpectedOutputTokens = o.expectedOutput
 	cfg.Engine.DisablePrefixCache = !o.prefixCache
+	if err := parseTierWeights(o.tierWeights, &cfg.Engine.TierWeights); err != nil {
+		return cfg, err
+	}
+	cfg.Insecure = o.insecure
+	cfg.RedisURL = o.redis
+	cfg.QuotaTimeout = o.quotaTimeout
+	cfg.QuotaShadow = o.quotaShadow
+	cfg.DegradeFreeMaxTokens = o.degradeMax
+	for _, r := range o.degradeRoutes {
+		from, to, ok := strings.Cut(r, "=")
+		if !ok || strings.TrimSpace(from) == "" || strings.TrimSpace(to) == "" {
+			return cfg, fmt.Errorf("--degrade-route %q: use MODEL=SMALLER, e.g. sim/flagship=sim/small", r)
+		}
+		if cfg.DegradeRoutes == nil {
+			cfg.DegradeRoutes = map[string]string{}
+		}
+		cfg.DegradeRoutes[strings.TrimSpace(from)] = strings.TrimSpace(to)
+	}
+	cfg.Engine.Ladder.Disabled = o.noDegrade
+	if o.degradeWait != cfg.Engine.Ladder.QueueWaitHigh {
+		cfg.Engine.Ladder.QueueWaitHigh = o.degradeWait
+		cfg.Engine.Ladder.QueueWaitLow = o.degradeWait / 4
+	}
 	cfg.DataDir = o.dataDir
 	if cfg.DataDir == "" {
 		dir, err := defaultDataDir(getenv)
@@ -231,6 +293,25 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 		cfg.DataDir = dir
 	}
 	return cfg, cfg.Validate()
+}
+
+// tierIndex is the engine's index of each tier.
+var tierIndex = map[string]int{"batch": 0, "free": 1, "paid": 2, "enterprise": 3}
+
+// parseTierWeights reads "tier=weight" pairs into w; tiers not named keep
+// their defaults.
+func parseTierWeights(pairs []string, w *[4]float64) error {
+	for _, p := range pairs {
+		name, val, ok := strings.Cut(p, "=")
+		i, known := tierIndex[strings.TrimSpace(name)]
+		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if !ok || !known || err != nil || !(f > 0) {
+			return fmt.Errorf("--tier-weights %q: use TIER=WEIGHT with a tier of enterprise, paid, free, batch "+
+				"and a positive weight", p)
+		}
+		w[i] = f
+	}
+	return nil
 }
 
 // defaultDataDir is $XDG_DATA_HOME/llmd, else ~/.local/share/llmd on Unix,
@@ -280,6 +361,12 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	if err != nil {
 		return &usageError{err}
 	}
+	if cfg.RedisURL != "" {
+		// go-redis reports failed dials through a process-wide logger;
+		// send them to ours, at debug level: the quota service counts and
+		// logs Redis failures itself.
+		redis.SetLogger(redisLogger{logger.With("component", "redis")})
+	}
 	if isTerminal(stderr) {
 		cfg.LoadProgress = progressBar(stderr)
 	}
@@ -302,6 +389,13 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 		fmt.Fprintln(stdout, "  GGUF models: CPU executor (real weights)")
 	}
 	return srv.Run(ctx)
+}
+
+// redisLogger adapts slog to go-redis's logger.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, fmt.Sprintf(format, v...))
 }
 
 // isTerminal reports whether w is a character device (a terminal).
