@@ -46,8 +46,8 @@ func newFakeLLMD(t *testing.T, f *fakeLLMD) *httptest.Server {
 		_ = json.NewEncoder(w).Encode(api.StatsResponse{Models: []api.EngineStats{{
 			Model: "sim/small", Executor: "simulated", BlocksTotal: 200, BlocksUsed: 50, BlocksCached: 10,
 			Running: 3, Waiting: 2, Swapped: 1, Completed: 40, PrefixQueryTokens: 1000, PrefixHitTokens: 250,
-			Preemptions: 5, PreemptionsSwap: 2, PreemptionsRecompute: 3,
-		}}})
+			Preemptions: 5, PreemptionsSwap: 2, PreemptionsRecompute: 3, Degrade: "pause_batch", DegradeLevel: 1,
+		}}, Quota: &api.QuotaStats{Backend: "redis", Allow: 90, Deny: 4, ErrorAllowed: 6, ErrorDenied: 1, FallbackActive: true}})
 	})
 	mux.HandleFunc("POST /v1/chat", func(w http.ResponseWriter, r *http.Request) {
 		var req api.NativeChatRequest
@@ -150,8 +150,11 @@ func TestStatsCmd(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, errOut)
 	require.Equal(t, ""+
-		"MODEL      EXECUTOR   KV USED       CACHED  RUNNING  WAITING  SWAPPED  DONE  PREFIX HIT  PREEMPT (SWAP/RECOMP)\n"+
-		"sim/small  simulated  25.0% of 200  10      3        2        1        40    25.0%       5 (2/3)\n", out)
+		"MODEL      EXECUTOR   KV USED       CACHED  RUNNING  WAITING  SWAPPED  DONE  PREFIX HIT  PREEMPT (SWAP/RECOMP)  DEGRADE\n"+
+		"sim/small  simulated  25.0% of 200  10      3        2        1        40    25.0%       5 (2/3)                pause_batch\n"+
+		"\n"+
+		"quota (redis): 90 allowed, 4 denied, 6 allowed and 1 denied by the fallback, 0 state resets "+
+		"(Redis failing: local fallback active)\n", out)
 }
 
 func TestChatOneShot(t *testing.T) {

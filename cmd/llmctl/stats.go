@@ -11,7 +11,7 @@ import (
 func newStatsCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "stats",
-		Short: "Show each model's KV cache, queues, prefix-cache hits and preemptions",
+		Short: "Show each model's KV cache, queues, prefix-cache hits, preemptions and degradation, and the quota counters",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := a.client.Stats(cmd.Context())
@@ -19,7 +19,7 @@ func newStatsCmd(a *app) *cobra.Command {
 				return a.apiError(err)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 2, ' ', 0)
-			fmt.Fprintln(tw, "MODEL\tEXECUTOR\tKV USED\tCACHED\tRUNNING\tWAITING\tSWAPPED\tDONE\tPREFIX HIT\tPREEMPT (SWAP/RECOMP)")
+			fmt.Fprintln(tw, "MODEL\tEXECUTOR\tKV USED\tCACHED\tRUNNING\tWAITING\tSWAPPED\tDONE\tPREFIX HIT\tPREEMPT (SWAP/RECOMP)\tDEGRADE")
 			for _, m := range st.Models {
 				used, hit := "-", "-"
 				if m.BlocksTotal > 0 {
@@ -28,10 +28,25 @@ func newStatsCmd(a *app) *cobra.Command {
 				if m.PrefixQueryTokens > 0 {
 					hit = fmt.Sprintf("%.1f%%", 100*float64(m.PrefixHitTokens)/float64(m.PrefixQueryTokens))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d (%d/%d)\n", m.Model, m.Executor, used, m.BlocksCached,
-					m.Running, m.Waiting, m.Swapped, m.Completed, hit, m.Preemptions, m.PreemptionsSwap, m.PreemptionsRecompute)
+				degrade := m.Degrade
+				if degrade == "" {
+					degrade = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d (%d/%d)\t%s\n", m.Model, m.Executor, used, m.BlocksCached,
+					m.Running, m.Waiting, m.Swapped, m.Completed, hit, m.Preemptions, m.PreemptionsSwap, m.PreemptionsRecompute, degrade)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if q := st.Quota; q != nil {
+				fallback := ""
+				if q.FallbackActive {
+					fallback = " (Redis failing: local fallback active)"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "\nquota (%s): %d allowed, %d denied, %d allowed and %d denied by the fallback, "+
+					"%d state resets%s\n", q.Backend, q.Allow, q.Deny, q.ErrorAllowed, q.ErrorDenied, q.Resets, fallback)
+			}
+			return nil
 		},
 	}
 }
