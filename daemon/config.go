@@ -64,6 +64,10 @@ type Config struct {
 	// QuotaTimeout bounds each Redis quota call; past it (or with Redis
 	// down) a local bucket decides. Default 25ms.
 	QuotaTimeout time.Duration
+	// QuotaEstimate reserves, instead of max_tokens, the tenant's learned
+	// answer length (the p90 of its last 64 answers, once it has 8) capped
+	// by max_tokens; a longer answer is charged when it ends.
+	QuotaEstimate bool
 	// QuotaShadow evaluates quotas and logs refusals but admits every
 	// request (to try limits out on live traffic).
 	QuotaShadow bool

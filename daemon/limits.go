@@ -181,7 +181,11 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, rl *reqLog, j *jo
 		}
 	}
 
-	tokens := int64(len(j.prompt)) + int64(j.maxTokens)*int64(j.n)
+	expect := j.maxTokens
+	if s.cfg.QuotaEstimate {
+		expect = s.outputs.Expected(p.tenant, j.maxTokens)
+	}
+	tokens := int64(len(j.prompt)) + int64(expect)*int64(j.n)
 	d, err := s.quota.Reserve(r.Context(), quota.Request{ID: rl.id, Tenant: p.tenant, Limits: limits, Tokens: tokens})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: quota reserve: %w", err)
@@ -198,6 +202,9 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, rl *reqLog, j *jo
 	var once sync.Once
 	return func(u engine.Usage) {
 		once.Do(func() {
+			if u.OutputTokens > 0 {
+				s.outputs.Observe(p.tenant, u.OutputTokens/j.n)
+			}
 			actual := int64(u.InputTokens) + int64(u.OutputTokens)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -313,3 +313,33 @@ func TestRedisQuotaSharedByTwoServers(t *testing.T) {
 	resp, b := call(t, c, http.MethodGet, bases[0]+"/v1/stats", keys[0], "")
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s", b)
 }
+
+// TestQuotaEstimateReservesLearnedLength: with QuotaEstimate, once a tenant
+// has answered 8 times, a request reserves its usual answer length rather
+// than max_tokens.
+func TestQuotaEstimateReservesLearnedLength(t *testing.T) {
+	for _, estimate := range []bool{false, true} {
+		f := newFake("m", 4096, "ok") // 2 output tokens
+		cfg := testConfig()
+		cfg.QuotaEstimate = estimate
+		s, base := startFakeWithStore(t, cfg, f)
+		key := makeKey(t, s, "acme", store.TierPaid, false)
+		setQuota(t, s, "acme", store.QuotaUpdate{TPM: i64(100000)})
+		c := testClient(t)
+		var remaining int
+		for range 10 {
+			resp, b := call(t, c, http.MethodPost, base+"/v1/chat/completions", key, chatBody("m", 900))
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+			var err error
+			remaining, err = strconv.Atoi(resp.Header.Get("x-ratelimit-remaining-tokens"))
+			require.NoError(t, err)
+		}
+		// Nine settled requests of 31 tokens, then the tenth's reservation:
+		// 929 tokens (prompt + max_tokens), or 31 with the estimate.
+		if estimate {
+			require.Greater(t, remaining, 99500, "estimate")
+		} else {
+			require.Less(t, remaining, 99000, "max_tokens")
+		}
+	}
+}

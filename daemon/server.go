@@ -105,6 +105,8 @@ type Server struct {
 	store    *store.Store
 	quota    quota.Limiter
 	rejected rejections
+	// outputs learns each tenant's answer lengths (Config.QuotaEstimate).
+	outputs *engine.OutputEstimator
 
 	mu sync.Mutex
 	ln net.Listener
@@ -197,7 +199,7 @@ func newServer(cfg Config, logger *slog.Logger, models []*model) *Server {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: logger.With("component", "daemon"), models: models, byID: map[string]*model{},
-		quota: quota.NewMemory(quota.MemoryConfig{})}
+		quota: quota.NewMemory(quota.MemoryConfig{}), outputs: engine.NewOutputEstimator()}
 	for _, m := range models {
 		s.byID[m.id] = m
 	}

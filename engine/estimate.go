@@ -1,6 +1,10 @@
 package engine
 
-import "slices"
+import (
+	"math"
+	"slices"
+	"sync"
+)
 
 // outputEstimator learns how long each tenant's answers are, so admission
 // can project a request's memory from its likely output rather than its
@@ -58,4 +62,35 @@ func (o *outputEstimator) observe(tenant string, n int) {
 		slices.Sort(v)
 		h.p90 = int(v[(len(v)*9+9)/10-1])
 	}
+}
+
+// OutputEstimator is the scheduler's per-tenant estimate of answer lengths
+// (the p90 of a tenant's last 64 answers once it has 8), safe for
+// concurrent use, for callers outside the step loop: the daemon reserves
+// quota with it.
+type OutputEstimator struct {
+	mu sync.Mutex
+	o  *outputEstimator
+}
+
+// NewOutputEstimator returns an estimator that projects max_tokens for a
+// tenant without enough history.
+func NewOutputEstimator() *OutputEstimator {
+	return &OutputEstimator{o: newOutputEstimator(math.MaxInt)}
+}
+
+// Expected is the output tokens to expect from one choice of a request of
+// tenant with the given max_tokens: the lesser of max_tokens and the
+// tenant's p90.
+func (e *OutputEstimator) Expected(tenant string, maxTokens int) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.o.expected(tenant, maxTokens)
+}
+
+// Observe records an answer of n output tokens.
+func (e *OutputEstimator) Observe(tenant string, n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.o.observe(tenant, n)
 }

@@ -80,6 +80,7 @@ type options struct {
 	redis         string
 	quotaTimeout  time.Duration
 	quotaShadow   bool
+	quotaEstimate bool
 	degradeRoutes []string
 	degradeMax    int
 	degradeWait   time.Duration
@@ -111,6 +112,7 @@ var envVars = map[string]string{
 	"redis":                  "LLMD_REDIS",
 	"quota-timeout":          "LLMD_QUOTA_TIMEOUT",
 	"quota-shadow":           "LLMD_QUOTA_SHADOW",
+	"quota-estimate":         "LLMD_QUOTA_ESTIMATE",
 	"degrade-route":          "LLMD_DEGRADE_ROUTE",
 	"degrade-max-tokens":     "LLMD_DEGRADE_MAX_TOKENS",
 	"degrade-queue-wait":     "LLMD_DEGRADE_QUEUE_WAIT",
@@ -137,7 +139,7 @@ Every flag can also be set with its environment variable (LLMD_LISTEN, LLMD_GPU,
 LLMD_TP, LLMD_MODELS, LLMD_MODEL, LLMD_MODELS_DIR, LLMD_DATA_DIR, LLMD_LOG_LEVEL, LLMD_LOG_FORMAT,
 LLMD_HEARTBEAT, LLMD_MAX_BATCH_TOKENS, LLMD_MAX_RUNNING,
 LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE, LLMD_TIER_WEIGHTS, LLMD_INSECURE, LLMD_REDIS,
-LLMD_QUOTA_TIMEOUT, LLMD_QUOTA_SHADOW, LLMD_DEGRADE_ROUTE, LLMD_DEGRADE_MAX_TOKENS,
+LLMD_QUOTA_TIMEOUT, LLMD_QUOTA_SHADOW, LLMD_QUOTA_ESTIMATE, LLMD_DEGRADE_ROUTE, LLMD_DEGRADE_MAX_TOKENS,
 LLMD_DEGRADE_QUEUE_WAIT, LLMD_NO_DEGRADE); a flag wins over the environment.
 
 Access: while no API key exists, requests without a key act as the built-in
@@ -192,6 +194,8 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.redis, "redis", "", "keep quota buckets in Redis at this URL (redis://host:port/db), shared by every llmd using it")
 	fs.DurationVar(&o.quotaTimeout, "quota-timeout", def.QuotaTimeout, "bound on each Redis quota call; past it a local bucket decides")
 	fs.BoolVar(&o.quotaShadow, "quota-shadow", false, "evaluate quotas and log refusals, but admit every request")
+	fs.BoolVar(&o.quotaEstimate, "quota-estimate", false,
+		"reserve each tenant's learned answer length (p90 of its last 64) instead of max_tokens; longer answers are charged at the end")
 	fs.StringArrayVar(&o.degradeRoutes, "degrade-route", nil,
 		"MODEL=SMALLER: under overload serve MODEL's free-tier requests with SMALLER (repeatable)")
 	fs.IntVar(&o.degradeMax, "degrade-max-tokens", def.DegradeFreeMaxTokens, "under overload cap free-tier max_tokens at this (0: no cap)")
@@ -268,6 +272,7 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.RedisURL = o.redis
 	cfg.QuotaTimeout = o.quotaTimeout
 	cfg.QuotaShadow = o.quotaShadow
+	cfg.QuotaEstimate = o.quotaEstimate
 	cfg.DegradeFreeMaxTokens = o.degradeMax
 	for _, r := range o.degradeRoutes {
 		from, to, ok := strings.Cut(r, "=")
