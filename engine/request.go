@@ -131,6 +131,10 @@ type Event struct {
 	Logprobs *Logprobs
 	// Time is the engine clock when the event was produced.
 	Time time.Time
+	// Queued is set on the request's last event: how long it waited from
+	// submission to the start of the step that first ran it (0 if it never
+	// ran or was submitted without a time).
+	Queued time.Duration
 }
 
 // Last reports whether e is the request's final event.

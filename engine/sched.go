@@ -69,7 +69,10 @@ type request struct {
 	// zero when the caller gave none): the queue-wait signal of the
 	// degradation ladder.
 	enqueued time.Time
-	finished bool
+	// scheduled is when the step that first ran the request began (Apply's
+	// now less the step's duration).
+	scheduled time.Time
+	finished  bool
 }
 
 // sequence is one choice's token stream and its blocks.
@@ -515,9 +518,16 @@ func (s *Scheduler) removeRunning(seq *sequence) {
 func (s *Scheduler) Apply(plan *Plan, out *Output, now time.Time) {
 	s.stats.Steps++
 	bs := s.pool.BlockSize()
+	stepStart := now
+	if out != nil {
+		stepStart = now.Add(-out.Duration)
+	}
 	for i, seq := range plan.seqs {
 		if seq.state != stateRunning {
 			continue // preempted later in the same Step
+		}
+		if seq.r.scheduled.IsZero() {
+			seq.r.scheduled = stepStart
 		}
 		in := &plan.Batch.Seqs[i]
 		seq.computed = in.Context
@@ -696,7 +706,11 @@ func (s *Scheduler) closeRequest(r *request) {
 	r.finished = true
 	delete(s.byID, r.req.ID)
 	s.stats.Completed++
-	s.emit(&r.req, Event{Kind: EventFinish, Index: -1, Usage: Usage{
+	var queued time.Duration
+	if !r.enqueued.IsZero() && !r.scheduled.IsZero() {
+		queued = max(0, r.scheduled.Sub(r.enqueued))
+	}
+	s.emit(&r.req, Event{Kind: EventFinish, Index: -1, Queued: queued, Usage: Usage{
 		InputTokens:  len(r.req.Prompt),
 		CachedTokens: r.cached,
 		OutputTokens: r.output,

@@ -66,3 +66,35 @@ func TestFreeFloodDoesNotStarvePaidTTFT(t *testing.T) {
 	t.Logf("paid TTFT alone %v, under a free flood %v (one flood request runs %v)", alone, loaded, oneRun)
 	require.LessOrEqual(t, loaded, alone+oneRun+2*20*time.Millisecond)
 }
+
+// TestQueuedTime: the final event reports how long a request waited for
+// its first step: nothing for the first of two requests on one slot, the
+// whole run of the first for the second.
+func TestQueuedTime(t *testing.T) {
+	exec := newFakeExec(1024, 16, 1024)
+	exec.step = 10 * time.Millisecond
+	cfg := DefaultConfig()
+	cfg.MaxRunning = 1
+	e, err := New(exec, exec.clock, cfg, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	var streams []*Stream
+	for i := range 2 {
+		st, err := e.Submit(ctx, Request{ID: fmt.Sprint(i), Tenant: "t", Prompt: prompt(8, i*100), MaxTokens: 5, N: 1})
+		require.NoError(t, err)
+		streams = append(streams, st)
+	}
+	runEngine(t, e)
+	var queued []time.Duration
+	for _, st := range streams {
+		for {
+			ev, err := st.Next(ctx)
+			require.NoError(t, err)
+			if ev.Last() {
+				queued = append(queued, ev.Queued)
+				break
+			}
+		}
+	}
+	require.Equal(t, []time.Duration{0, 5 * 10 * time.Millisecond}, queued, "one prefill step (which samples) and 4 decode steps")
+}
