@@ -96,6 +96,56 @@ func (c *Client) SetQuota(ctx context.Context, tenant string, u QuotaUpdate) (*Q
 	return &qi, nil
 }
 
+// UsageQuery selects what [Client.Usage] reports. Empty fields are not
+// sent, so llmd's defaults apply (see [UsageReport]).
+type UsageQuery struct {
+	// Tenant and Model keep only one tenant's or one model's usage.
+	Tenant, Model string
+	// Since is the start of the window: a duration back from now such as
+	// "24h" or "7d", or an RFC 3339 time. Until is its end, RFC 3339.
+	Since, Until string
+	// By groups the rows: "day", "tenant", "model" or "tier".
+	By string
+}
+
+// values returns q as query parameters, without the empty fields.
+func (q UsageQuery) values() url.Values {
+	v := url.Values{}
+	for _, p := range [][2]string{
+		{"tenant", q.Tenant}, {"model", q.Model}, {"since", q.Since}, {"until", q.Until}, {"by", q.By},
+	} {
+		if p[1] != "" {
+			v.Set(p[0], p[1])
+		}
+	}
+	return v
+}
+
+// Usage returns the usage and cost report of the window and filters of q
+// (GET /v1/admin/usage). A parameter llmd does not accept is a
+// *StatusError with StatusCode 400.
+func (c *Client) Usage(ctx context.Context, q UsageQuery) (*UsageReport, error) {
+	var r UsageReport
+	if err := c.withQuery(q.values()).doJSON(ctx, http.MethodGet, "/v1/admin/usage", nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// withQuery returns a client like c, with c's current key, whose requests
+// carry the query v: do builds a request's URL with base.JoinPath, which
+// keeps the base URL's query. NewClient refuses a base URL with a query, so
+// the base of c has none to lose.
+func (c *Client) withQuery(v url.Values) *Client {
+	base := *c.base
+	base.RawQuery = v.Encode()
+	qc := &Client{base: &base, hc: c.hc}
+	if k := c.apiKey.Load(); k != nil {
+		qc.apiKey.Store(k)
+	}
+	return qc
+}
+
 // adminPath appends the path-escaped id to prefix. The empty id and the
 // dot segments are refused: the request path is cleaned, so they would
 // name the collection or its parent rather than one item.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
@@ -280,4 +281,79 @@ func TestAPIKeyNotInErrors(t *testing.T) {
 		require.ErrorIs(t, err, syscall.ECONNREFUSED)
 		require.NotContains(t, err.Error(), testKey)
 	})
+}
+
+func TestUsage(t *testing.T) {
+	cost, perM := 12.5, 0.75
+	report := api.UsageReport{
+		Since: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC), Until: time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC),
+		By: "tenant", Tenant: "a&b c", Currency: "USD",
+		Rows: []api.UsageRow{{Key: "a&b c", Requests: 10, Cancelled: 1, Errors: 2, Rejected: 3,
+			InputTokens: 1000, CachedTokens: 400, OutputTokens: 500, Cost: &cost}},
+		Total:        api.UsageRow{Requests: 10, Cancelled: 1, Errors: 2, Rejected: 3, InputTokens: 1000, CachedTokens: 400, OutputTokens: 500, Cost: &cost},
+		GPUHourPrice: 2.5,
+		OutputCosts:  []api.OutputCost{{Model: "sim/small", Tier: "paid", GPUs: 1, GPUHours: 24, OutputTokens: 500, CostPerMillion: &perM}},
+	}
+	tests := map[string]struct {
+		q         api.UsageQuery
+		wantQuery string // the raw query sent
+	}{
+		"no parameters": {},
+		"every parameter": {
+			q: api.UsageQuery{Tenant: "a&b c", Model: "org/m?x=1", Since: "7d",
+				Until: "2026-03-02T00:00:00+01:00", By: "tenant"},
+			wantQuery: "by=tenant&model=org%2Fm%3Fx%3D1&since=7d&tenant=a%26b+c&until=2026-03-02T00%3A00%3A00%2B01%3A00",
+		},
+		"some parameters": {
+			q:         api.UsageQuery{Since: "24h", By: "day"},
+			wantQuery: "by=day&since=24h",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			type request struct{ method, path, query, auth string }
+			got := make(chan request, 1)
+			mux := http.NewServeMux()
+			mux.HandleFunc("/llmd/v1/admin/usage", func(w http.ResponseWriter, r *http.Request) {
+				got <- request{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Authorization")}
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(report)
+			})
+			srv := httptest.NewServer(mux)
+			t.Cleanup(srv.Close)
+			// A base URL with a path: the query must not end up in it.
+			c, err := api.NewClient(srv.URL+"/llmd/", srv.Client())
+			require.NoError(t, err)
+			c.SetAPIKey(testKey)
+
+			r, err := c.Usage(t.Context(), tc.q)
+			require.NoError(t, err)
+			require.Equal(t, &report, r)
+			require.Equal(t, request{"GET", "/llmd/v1/admin/usage", tc.wantQuery, "Bearer " + testKey}, <-got)
+			require.Equal(t, srv.URL+"/llmd", c.BaseURL(), "the client's own base URL is unchanged")
+		})
+	}
+}
+
+func TestUsageStatusErrors(t *testing.T) {
+	statuses := map[int]string{
+		http.StatusBadRequest:   "invalid_parameter",
+		http.StatusUnauthorized: "invalid_api_key",
+		http.StatusForbidden:    "admin_key_required",
+	}
+	for status, code := range statuses {
+		t.Run(code, func(t *testing.T) {
+			c := newClient(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				writeError(w, status, "invalid_request_error", code, "bad since "+r.URL.Query().Get("since"))
+			}))
+			c.SetAPIKey(testKey)
+			r, err := c.Usage(t.Context(), api.UsageQuery{Since: "yesterday"})
+			require.Nil(t, r)
+			var se *api.StatusError
+			require.ErrorAs(t, err, &se)
+			require.Equal(t, status, se.StatusCode)
+			require.Equal(t, code, se.Code)
+			require.Equal(t, "bad since yesterday", se.Message)
+		})
+	}
 }
