@@ -35,11 +35,14 @@ const fileName = "llmd.db"
 
 // dsnParams are go-sqlite3's connection parameters, applied to every
 // connection of the pool: WAL, so readers and the writer do not block each
-// other; a 5 s busy timeout, so a writer waits for another (in this process
-// or another) instead of failing; foreign keys enforced; and BEGIN IMMEDIATE
-// for transactions, so a transaction takes the write lock before its first
-// read and cannot fail with SQLITE_BUSY when it later writes.
-const dsnParams = "_journal_mode=WAL&_busy_timeout=5000&_foreign_keys=on&_txlock=immediate"
+// other; synchronous=FULL, so that a commit is on disk when it returns (the
+// usage ledger's promise; NORMAL, go-sqlite3's default, may lose the last
+// commits to a power loss); a 5 s busy timeout, so a writer waits for
+// another (in this process or another) instead of failing; foreign keys
+// enforced; and BEGIN IMMEDIATE for transactions, so a transaction takes the
+// write lock before its first read and cannot fail with SQLITE_BUSY when it
+// later writes.
+const dsnParams = "_journal_mode=WAL&_synchronous=FULL&_busy_timeout=5000&_foreign_keys=on&_txlock=immediate"
 
 // maxConns bounds the connection pool. Readers run in parallel in WAL mode;
 // idle connections are kept (database/sql keeps 2 by default) so that

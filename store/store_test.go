@@ -76,6 +76,7 @@ func TestConnectionSettings(t *testing.T) {
 		"journal_mode": "wal",
 		"foreign_keys": "1",
 		"busy_timeout": "5000",
+		"synchronous":  "2", // FULL
 	} {
 		var got string
 		require.NoError(t, s.db.QueryRowContext(t.Context(), "PRAGMA "+pragma).Scan(&got), pragma)
