@@ -1,10 +1,11 @@
 // Package store keeps llmd's durable state in one SQLite file in the data
-// directory: tenants, API keys (hashed), tier and tenant quota settings, and
-// the schema's migrations. It imports nothing of llmd's.
+// directory: tenants, API keys (hashed), tier and tenant quota settings, the
+// usage ledger, and the schema's migrations. It imports nothing of llmd's.
 //
 // The file is dir/llmd.db in WAL mode, so readers never wait for the writer
 // and two processes (llmd and an offline "llmctl keys create --data-dir")
-// may open it at once. Write transactions start with BEGIN IMMEDIATE, so
+// may open it at once, with synchronous=FULL, so that a commit is on disk
+// when it returns. Write transactions start with BEGIN IMMEDIATE, so
 // they take the write lock before reading and wait up to 5 s for another
 // writer instead of failing with "database is locked" half-way through.
 // Times are stored as Unix milliseconds and returned in UTC.
@@ -34,6 +35,26 @@
 // characters; it is shown in listings and names the key to revoke. Only the
 // SHA-256 of the secret is stored: a lost secret cannot be recovered, only
 // revoked and replaced.
+//
+// # Usage ledger
+//
+// The table usage_events holds one row per request, keyed by its request
+// id: [UsageWriter.Begin] writes it as in_flight at admission, and
+// [UsageWriter.Record] (or RecordAsync, for rejections) replaces it with
+// the final event. Writes are idempotent: an in-flight event never
+// replaces a row, and the first final event wins, so an event may be
+// recorded or replayed any number of times. [Store.UsageReport] sums the
+// final rows by day, tenant, model or tier.
+//
+// One [UsageWriter] goroutine writes the events in group commits. When
+// SQLite fails (busy past its timeout, a full disk, an I/O error), the
+// events are appended to an fsynced JSON-lines spool, dir/usage-spool.jsonl,
+// and Record still succeeds: a request is never refused because the ledger
+// is down, and its usage is never dropped silently. The writer replays the
+// spool once SQLite works again; at startup, [Store.RecoverUsage] replays
+// whatever is left and marks the rows that were in flight when llmd died as
+// interrupted. Only when the spool fails too does Record return an error
+// (counted in [UsageWriterStats].Failed).
 //
 // # Errors
 //

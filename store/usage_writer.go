@@ -1,0 +1,721 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrClosed is returned by a [UsageWriter]'s methods once Close has been
+// called.
+var ErrClosed = errors.New("store: usage writer closed")
+
+// The defaults of UsageWriterConfig.
+const (
+	defaultMaxBatch        = 512
+	defaultMaxDelay        = 5 * time.Millisecond
+	defaultQueueLen        = 8192
+	defaultCheckpointPages = 4096
+	defaultCheckpointWait  = time.Second
+)
+
+const (
+	// minBackoff and maxBackoff bound how long the writer sends batches
+	// straight to the spool after a failed commit before it tries SQLite
+	// again; the backoff doubles per failure and resets on a success.
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 5 * time.Second
+	// batchQuiet is how long the writer waits for the next event of a
+	// batch before it commits what it has (within MaxDelay): when every
+	// producer is waiting in Record, none is coming.
+	batchQuiet = 200 * time.Microsecond
+	// checkpointRetry is the least time between two checkpoints that
+	// do not wait for readers, after one found readers in the way.
+	checkpointRetry = 10 * time.Millisecond
+	// walHeader and walFrameHeader are the sizes of the WAL file's header
+	// and of each frame's header, in bytes.
+	walHeader      = 32
+	walFrameHeader = 24
+)
+
+// UsageWriterConfig configures a [UsageWriter]. The zero value holds the
+// defaults.
+type UsageWriterConfig struct {
+	// MaxBatch is the most events written in one transaction; default
+	// 512.
+	MaxBatch int
+	// MaxDelay is the longest an event waits for more events to share its
+	// commit; default 5 ms, negative for no wait (events that arrive
+	// during a commit still share the next one). The writer stops waiting
+	// sooner when no event has come for 200 µs.
+	MaxDelay time.Duration
+	// QueueLen bounds the events queued and being written; producers
+	// block while it is full (backpressure). Default 8192.
+	QueueLen int
+	// SpoolPath is the append-only JSON-lines file that takes the events
+	// that SQLite could not; default dir/usage-spool.jsonl, which
+	// [Store.RecoverUsage] replays. One writer at a time may use a spool.
+	SpoolPath string
+	// CheckpointPages is the WAL size, in pages, past which the writer
+	// checkpoints it with wal_checkpoint(TRUNCATE); default 4096 (16 MiB
+	// of 4 KiB pages). SQLite's own checkpoints keep the WAL near 1000
+	// pages unless readers hold long transactions, which stop them from
+	// starting the WAL over: then the writer's checkpoints, first without
+	// waiting, then, past twice CheckpointPages, waiting up to
+	// CheckpointWait for the readers, bound it.
+	CheckpointPages int
+	// CheckpointWait is the longest a checkpoint stops the writer to wait
+	// for readers once the WAL is past twice CheckpointPages; default 1 s.
+	CheckpointWait time.Duration
+	// Logger receives the writer's warnings (spooling, failures); nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// withDefaults fills in the defaults, the spool under dir, and checks the
+// values.
+func (c UsageWriterConfig) withDefaults(dir string) (UsageWriterConfig, error) {
+	if c.MaxBatch < 0 || c.QueueLen < 0 || c.CheckpointPages < 0 || c.CheckpointWait < 0 {
+		return c, fmt.Errorf("%w: usage writer: negative MaxBatch, QueueLen, CheckpointPages or CheckpointWait", ErrInvalid)
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = defaultMaxBatch
+	}
+	switch {
+	case c.MaxDelay == 0:
+		c.MaxDelay = defaultMaxDelay
+	case c.MaxDelay < 0:
+		c.MaxDelay = 0
+	}
+	if c.QueueLen == 0 {
+		c.QueueLen = defaultQueueLen
+	}
+	if c.SpoolPath == "" {
+		c.SpoolPath = filepath.Join(dir, spoolName)
+	}
+	path, err := filepath.Abs(c.SpoolPath)
+	if err != nil {
+		return c, err
+	}
+	c.SpoolPath = path
+	if c.CheckpointPages == 0 {
+		c.CheckpointPages = defaultCheckpointPages
+	}
+	if c.CheckpointWait == 0 {
+		c.CheckpointWait = defaultCheckpointWait
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// UsageWriterStats is a snapshot of a writer's counters.
+type UsageWriterStats struct {
+	// Queued counts the events queued or being written.
+	Queued int
+	// Committed, Spooled and Failed count the events written to SQLite,
+	// to the spool (SQLite failed), and to neither (both failed: Record
+	// returned an error; a Begin or RecordAsync event is lost and logged).
+	Committed, Spooled, Failed uint64
+	// Commits counts the transactions that wrote events.
+	Commits uint64
+	// LastCommitDuration is the last commit's time, from BEGIN to the
+	// end of COMMIT (its fsyncs).
+	LastCommitDuration time.Duration
+	// Lag is the age of the oldest queued event, 0 when none is.
+	Lag time.Duration
+	// BlockedProducers counts the calls that waited for room in a full
+	// queue.
+	BlockedProducers uint64
+	// Replayed counts the spooled events that the writer wrote to SQLite
+	// once it could again.
+	Replayed uint64
+	// Checkpoints counts the WAL checkpoints (TRUNCATE) that the writer
+	// completed; WALBytes is the WAL file's size at the last look.
+	Checkpoints uint64
+	WALBytes    int64
+}
+
+// usageItem is one queued event; done, for Record, takes the outcome.
+type usageItem struct {
+	ev     UsageEvent
+	queued time.Time
+	done   chan error // nil for Begin and RecordAsync; buffered
+}
+
+// writerHooks replace a writer's parts in tests.
+type writerHooks struct {
+	// db is the database the writer writes to; default the Store's.
+	db *sql.DB
+	// onCommit is called on the writer's goroutine after each commit.
+	onCommit func(events int, d time.Duration)
+}
+
+// UsageWriter writes usage events to the ledger on its one goroutine, in
+// group commits: it takes up to MaxBatch queued events, waiting at most
+// MaxDelay after the first (less when events stop coming), writes them in
+// one transaction, and then wakes the batch's Record calls. The database runs with synchronous=FULL, so a
+// commit is on disk when it returns.
+//
+// When a commit fails (the database busy past its timeout, a full disk, an
+// I/O error), the batch is appended to the spool and fsynced instead, and
+// for a backoff (100 ms doubling to 5 s) later batches go straight to the
+// spool; after the next successful commit the writer replays the spool into
+// the database and empties it. Only when the spool fails too is an event
+// lost: Record returns the error and Stats counts it in Failed.
+//
+// The writer also bounds the WAL (see [UsageWriterConfig.CheckpointPages]).
+// It is safe for concurrent use. The goroutine is started by
+// [Store.NewUsageWriter] and stopped by Close, which the caller must call
+// before closing the Store.
+type UsageWriter struct {
+	s        *Store
+	db       *sql.DB
+	cfg      UsageWriterConfig
+	log      *slog.Logger
+	upsert   *sql.Stmt
+	pageSize int64
+	onCommit func(events int, d time.Duration)
+
+	cancel context.CancelFunc // ends the goroutine's context: Close gave up waiting
+	done   chan struct{}      // closed when run returns
+	wake   chan struct{}      // a token when an event is queued or Close is called
+
+	mu      sync.Mutex
+	queue   []*usageItem  // guarded by mu; oldest first, removed once handled
+	space   chan struct{} // guarded by mu; closed (and replaced) when items are removed
+	closing chan struct{} // closed by Close
+	closed  bool          // guarded by mu
+
+	committed, spooled, failed, commits atomic.Uint64
+	blocked, replayed, checkpoints      atomic.Uint64
+	lastCommit, walBytes                atomic.Int64
+
+	// Only the goroutine uses these.
+	sp             spool
+	spoolPending   bool      // the spool may hold events to replay
+	retryAt        time.Time // no commits before it (backoff)
+	backoff        time.Duration
+	lastErr        error     // the last commit's error, while backing off
+	nextCheckpoint time.Time // no checkpoint without waiting before it
+}
+
+// NewUsageWriter starts a usage writer on the Store's database; see
+// [UsageWriter]. Call [Store.RecoverUsage] first. It fails with ErrInvalid
+// for a negative setting, and when another writer of this process uses the
+// same spool.
+func (s *Store) NewUsageWriter(cfg UsageWriterConfig) (*UsageWriter, error) {
+	return s.newUsageWriter(cfg, writerHooks{})
+}
+
+// newUsageWriter is NewUsageWriter with parts replaced.
+func (s *Store) newUsageWriter(cfg UsageWriterConfig, hooks writerHooks) (*UsageWriter, error) {
+	cfg, err := cfg.withDefaults(filepath.Dir(s.path))
+	if err != nil {
+		return nil, err
+	}
+	db := hooks.db
+	if db == nil {
+		db = s.db
+	}
+	w := &UsageWriter{
+		s:        s,
+		db:       db,
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "usage"),
+		onCommit: hooks.onCommit,
+		done:     make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		space:    make(chan struct{}),
+		closing:  make(chan struct{}),
+		sp:       spool{path: cfg.SpoolPath},
+	}
+	ctx := context.Background()
+	if err := db.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&w.pageSize); err != nil {
+		return nil, fmt.Errorf("store: start usage writer: %w", err)
+	}
+	if err := claimSpool(cfg.SpoolPath); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(cfg.SpoolPath); err == nil && fi.Size() > 0 {
+		w.spoolPending = true // left by an earlier run, not yet recovered
+	}
+	if w.upsert, err = db.PrepareContext(ctx, upsertUsage); err != nil {
+		releaseSpool(cfg.SpoolPath)
+		return nil, fmt.Errorf("store: start usage writer: %w", err)
+	}
+	ctx, w.cancel = context.WithCancel(ctx)
+	go w.run(ctx)
+	return w, nil
+}
+
+// Begin queues the in-flight row of an admitted request (Status "" is
+// taken as in_flight; Started zero is now) and returns once it is queued,
+// not committed. It blocks while the queue is full, until ctx ends. Events
+// that are not valid give ErrInvalid; after Close, ErrClosed.
+func (w *UsageWriter) Begin(ctx context.Context, ev UsageEvent) error {
+	if ev.Status == "" {
+		ev.Status = UsageInFlight
+	}
+	if ev.Status != UsageInFlight || !ev.Ended.IsZero() {
+		return fmt.Errorf("%w: usage event %q: Begin takes an in-flight event (no status, no end)",
+			ErrInvalid, ev.RequestID)
+	}
+	if ev.Started.IsZero() {
+		ev.Started = w.s.now()
+	}
+	if err := checkEvent(ev, true); err != nil {
+		return err
+	}
+	return w.enqueue(ctx, &usageItem{ev: ev})
+}
+
+// Record queues a final event (finished, cancelled, error or rejected;
+// Ended zero is now, Started zero is Ended) and waits until it is durable:
+// committed to SQLite, or, when SQLite fails, appended to the spool and
+// fsynced. It returns an error only when neither worked, or ctx ended first,
+// or the event is not valid (ErrInvalid), or the writer is closed
+// (ErrClosed): then the event must be taken as not recorded (recording it
+// again is harmless: the first final event of a request wins).
+func (w *UsageWriter) Record(ctx context.Context, ev UsageEvent) error {
+	ev, err := w.final(ev)
+	if err != nil {
+		return err
+	}
+	it := &usageItem{ev: ev, done: make(chan error, 1)}
+	if err := w.enqueue(ctx, it); err != nil {
+		return err
+	}
+	select {
+	case err := <-it.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("store: record usage %q: %w", ev.RequestID, ctx.Err())
+	}
+}
+
+// RecordAsync queues a final event, as Record does, without waiting for it
+// to be written (for rejected requests). It blocks while the queue is full,
+// until ctx ends.
+func (w *UsageWriter) RecordAsync(ctx context.Context, ev UsageEvent) error {
+	ev, err := w.final(ev)
+	if err != nil {
+		return err
+	}
+	return w.enqueue(ctx, &usageItem{ev: ev})
+}
+
+// final checks a final event and fills in its times.
+func (w *UsageWriter) final(ev UsageEvent) (UsageEvent, error) {
+	if err := checkEvent(ev, false); err != nil {
+		return ev, err
+	}
+	if ev.Ended.IsZero() {
+		ev.Ended = w.s.now()
+	}
+	if ev.Started.IsZero() {
+		ev.Started = ev.Ended
+	}
+	return ev, nil
+}
+
+// enqueue adds it to the queue, waiting for room until ctx ends.
+func (w *UsageWriter) enqueue(ctx context.Context, it *usageItem) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: queue usage %q: %w", it.ev.RequestID, err)
+	}
+	w.mu.Lock()
+	waited := false
+	for !w.closed && len(w.queue) >= w.cfg.QueueLen {
+		if !waited {
+			w.blocked.Add(1)
+			waited = true
+		}
+		space := w.space
+		w.mu.Unlock()
+		select {
+		case <-space:
+		case <-w.closing:
+		case <-ctx.Done():
+			return fmt.Errorf("store: queue usage %q: %w", it.ev.RequestID, ctx.Err())
+		}
+		w.mu.Lock()
+	}
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	it.queued = time.Now()
+	w.queue = append(w.queue, it)
+	w.mu.Unlock()
+	w.notify()
+	return nil
+}
+
+// notify wakes the goroutine.
+func (w *UsageWriter) notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns the writer's counters.
+func (w *UsageWriter) Stats() UsageWriterStats {
+	w.mu.Lock()
+	queued := len(w.queue)
+	var lag time.Duration
+	if queued > 0 {
+		lag = time.Since(w.queue[0].queued)
+	}
+	w.mu.Unlock()
+	return UsageWriterStats{
+		Queued:             queued,
+		Committed:          w.committed.Load(),
+		Spooled:            w.spooled.Load(),
+		Failed:             w.failed.Load(),
+		Commits:            w.commits.Load(),
+		LastCommitDuration: time.Duration(w.lastCommit.Load()),
+		Lag:                lag,
+		BlockedProducers:   w.blocked.Load(),
+		Replayed:           w.replayed.Load(),
+		Checkpoints:        w.checkpoints.Load(),
+		WALBytes:           w.walBytes.Load(),
+	}
+}
+
+// Close stops accepting events, writes everything queued and stops the
+// goroutine. When ctx ends first, the events still queued (and the batch
+// being committed) go to the spool instead of waiting for SQLite, and Close
+// returns ctx's error once the goroutine has stopped. Calls after the first
+// return nil once the goroutine has stopped.
+func (w *UsageWriter) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.closing)
+	}
+	w.mu.Unlock()
+	w.notify()
+	select {
+	case <-w.done:
+		w.cancel()
+		return nil
+	case <-ctx.Done():
+	}
+	w.cancel()
+	<-w.done
+	return fmt.Errorf("store: close usage writer (queued events were spooled): %w", ctx.Err())
+}
+
+// run is the writer's goroutine: it writes batches until Close, then
+// writes what is left and returns.
+func (w *UsageWriter) run(ctx context.Context) {
+	defer close(w.done)
+	defer w.stop()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	batch := make([]*usageItem, 0, w.cfg.MaxBatch)
+	waited := 0 // the queue's length when the writer last waited for more
+	for {
+		w.mu.Lock()
+		n, closed := len(w.queue), w.closed
+		var oldest time.Time
+		if n > 0 {
+			oldest = w.queue[0].queued
+		}
+		w.mu.Unlock()
+
+		if n == 0 {
+			if closed {
+				return
+			}
+			waited = 0
+			<-w.wake
+			continue
+		}
+		// Wait for more events while they keep coming: until MaxBatch,
+		// MaxDelay after the oldest, or batchQuiet without a new one.
+		if n < w.cfg.MaxBatch && n != waited && !closed && ctx.Err() == nil {
+			if wait := min(time.Until(oldest.Add(w.cfg.MaxDelay)), batchQuiet); wait > 0 {
+				waited = n
+				timer.Reset(wait)
+				select {
+				case <-w.wake:
+				case <-timer.C:
+				case <-ctx.Done():
+				}
+				timer.Stop()
+				continue
+			}
+		}
+		waited = 0
+
+		w.mu.Lock()
+		batch = append(batch[:0], w.queue[:min(len(w.queue), w.cfg.MaxBatch)]...)
+		w.mu.Unlock()
+		w.handle(ctx, batch)
+		w.mu.Lock()
+		k := copy(w.queue, w.queue[len(batch):])
+		clear(w.queue[k:])
+		w.queue = w.queue[:k]
+		close(w.space)
+		w.space = make(chan struct{})
+		w.mu.Unlock()
+		clear(batch)
+	}
+}
+
+// stop releases what the goroutine holds.
+func (w *UsageWriter) stop() {
+	w.upsert.Close()
+	if err := w.sp.close(); err != nil {
+		w.log.Error("close usage spool", "path", w.sp.path, "err", err)
+	}
+	releaseSpool(w.sp.path)
+}
+
+// handle writes a batch to SQLite, or else to the spool, and tells the
+// batch's Record calls the outcome.
+func (w *UsageWriter) handle(ctx context.Context, batch []*usageItem) {
+	n := uint64(len(batch))
+	var dbErr error
+	switch {
+	case ctx.Err() != nil:
+		dbErr = ctx.Err()
+	case time.Now().Before(w.retryAt):
+		dbErr = fmt.Errorf("backing off after: %w", w.lastErr)
+	default:
+		start := time.Now()
+		dbErr = w.commit(ctx, batch)
+		d := time.Since(start)
+		if dbErr == nil {
+			w.commits.Add(1)
+			w.committed.Add(n)
+			w.lastCommit.Store(int64(d))
+			if w.onCommit != nil {
+				w.onCommit(len(batch), d)
+			}
+			w.backoff, w.lastErr = 0, nil
+			deliver(batch, nil)
+			w.afterCommit(ctx)
+			return
+		}
+		w.failedCommit(dbErr)
+		w.log.Warn("usage commit failed: spooling", "events", n, "spool", w.sp.path,
+			"retry_in", w.backoff, "err", dbErr)
+	}
+
+	err := w.spoolBatch(batch)
+	if err != nil {
+		w.failed.Add(n)
+		w.log.Error("usage events not recorded", "events", n, "spool", w.sp.path,
+			"db_err", dbErr, "err", err)
+		deliver(batch, fmt.Errorf("store: usage not recorded: database: %w; spool: %w", dbErr, err))
+		return
+	}
+	w.spooled.Add(n)
+	w.spoolPending = true
+	deliver(batch, nil)
+}
+
+// failedCommit starts or doubles the backoff after a failed write.
+func (w *UsageWriter) failedCommit(err error) {
+	w.backoff = min(max(2*w.backoff, minBackoff), maxBackoff)
+	w.retryAt = time.Now().Add(w.backoff)
+	w.lastErr = err
+}
+
+// deliver tells the batch's Record calls the outcome.
+func deliver(batch []*usageItem, err error) {
+	for _, it := range batch {
+		if it.done != nil {
+			it.done <- err
+		}
+	}
+}
+
+// writeTx runs fn in a write transaction on the writer's database, queued
+// behind the Store's other writes.
+func (w *UsageWriter) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	select {
+	case w.s.writer <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-w.s.writer }()
+	tx, err := w.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// commit writes the batch in one transaction.
+func (w *UsageWriter) commit(ctx context.Context, batch []*usageItem) error {
+	return w.writeTx(ctx, func(tx *sql.Tx) error {
+		st := tx.StmtContext(ctx, w.upsert)
+		for _, it := range batch {
+			if _, err := st.ExecContext(ctx, usageArgs(it.ev)...); err != nil {
+				return fmt.Errorf("write usage event %q: %w", it.ev.RequestID, err)
+			}
+		}
+		return nil
+	})
+}
+
+// spoolBatch appends the batch to the spool and fsyncs it.
+func (w *UsageWriter) spoolBatch(batch []*usageItem) error {
+	var buf []byte
+	for _, it := range batch {
+		var err error
+		if buf, err = appendSpoolLine(buf, it.ev); err != nil {
+			return err
+		}
+	}
+	return w.sp.append(buf)
+}
+
+// afterCommit replays the spool, if it may hold events, and checkpoints
+// the WAL if it has grown past its bound.
+func (w *UsageWriter) afterCommit(ctx context.Context) {
+	if w.spoolPending {
+		w.replay(ctx)
+	}
+	w.checkpoint(ctx)
+}
+
+// replay writes the spool's events to SQLite in one transaction and
+// empties the spool.
+func (w *UsageWriter) replay(ctx context.Context) {
+	data, err := w.sp.contents()
+	if err != nil {
+		w.log.Error("read usage spool", "path", w.sp.path, "err", err)
+		return
+	}
+	evs, err := parseSpool(data)
+	if err != nil {
+		// Leave it to RecoverUsage, which reports the line, at the next
+		// start; retry when more events are spooled.
+		w.spoolPending = false
+		w.log.Error("usage spool unreadable: replay it with RecoverUsage", "path", w.sp.path, "err", err)
+		return
+	}
+	if len(evs) > 0 {
+		err := w.writeTx(ctx, func(tx *sql.Tx) error { return upsertEvents(ctx, tx, w.upsert, evs) })
+		if err != nil {
+			w.failedCommit(err)
+			w.log.Warn("replay usage spool", "path", w.sp.path, "events", len(evs), "err", err)
+			return
+		}
+	}
+	if err := w.sp.clear(); err != nil {
+		// The events are in the database; replaying them again is
+		// harmless.
+		w.log.Error("empty usage spool", "path", w.sp.path, "err", err)
+		return
+	}
+	w.spoolPending = false
+	w.replayed.Add(uint64(len(evs)))
+	if len(evs) > 0 {
+		w.log.Info("usage spool replayed", "path", w.sp.path, "events", len(evs))
+	}
+}
+
+// checkpoint bounds the WAL. Past CheckpointPages it runs
+// wal_checkpoint(TRUNCATE) without waiting (at most every 10 ms): that
+// succeeds unless a reader holds a transaction begun before the last
+// commit. Past twice CheckpointPages, every checkpoint (one after each
+// commit) waits up to CheckpointWait for such readers; meanwhile it holds
+// the write lock, so readers that start anew see the latest commit and,
+// once the WAL is copied back, no longer pin it. Readers that hold their
+// transactions for longer than CheckpointWait, one after another, leave the
+// writer one commit per CheckpointWait: the WAL is bounded before the
+// throughput.
+func (w *UsageWriter) checkpoint(ctx context.Context) {
+	fi, err := os.Stat(w.s.path + "-wal")
+	if err != nil {
+		return
+	}
+	w.walBytes.Store(fi.Size())
+	pages := (fi.Size() - walHeader) / (w.pageSize + walFrameHeader)
+	limit := int64(w.cfg.CheckpointPages)
+	if pages <= limit {
+		return
+	}
+	now := time.Now()
+	var wait time.Duration
+	switch {
+	case pages > 2*limit:
+		wait = w.cfg.CheckpointWait
+	case now.Before(w.nextCheckpoint):
+		return
+	}
+	busy, err := w.walCheckpoint(ctx, wait)
+	switch {
+	case err != nil:
+		w.log.Warn("wal checkpoint", "wal_bytes", fi.Size(), "err", err)
+		w.nextCheckpoint = now.Add(checkpointRetry)
+	case busy:
+		w.nextCheckpoint = now.Add(checkpointRetry)
+		if wait > 0 {
+			w.log.Warn("wal checkpoint: readers outlasted the wait", "wal_bytes", fi.Size(), "waited", wait)
+		}
+	default:
+		w.checkpoints.Add(1)
+		if fi, err := os.Stat(w.s.path + "-wal"); err == nil {
+			w.walBytes.Store(fi.Size())
+		}
+	}
+}
+
+// walCheckpoint runs wal_checkpoint(TRUNCATE) on a connection whose busy
+// timeout is wait for the while, and reports whether readers (or another
+// writer) kept it from completing.
+func (w *UsageWriter) walCheckpoint(ctx context.Context, wait time.Duration) (busy bool, err error) {
+	select {
+	case w.s.writer <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-w.s.writer }()
+	conn, err := w.db.Conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+
+	var timeout int64
+	if err := conn.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&timeout); err != nil {
+		return false, err
+	}
+	defer func() {
+		_, rerr := conn.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf(`PRAGMA busy_timeout = %d`, timeout))
+		if rerr != nil {
+			// Do not return a connection with the wrong timeout to
+			// the pool.
+			conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, wait.Milliseconds())); err != nil {
+		return false, err
+	}
+	var blocked, logPages, done int64
+	if err := conn.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&blocked, &logPages, &done); err != nil {
+		return false, err
+	}
+	return blocked != 0, nil
+}
