@@ -75,6 +75,16 @@ type Config struct {
 	// free-tier requests while its degradation ladder is at limit_free or
 	// above, e.g. {"sim/flagship": "sim/small"}.
 	DegradeRoutes map[string]string
+	// NodeID names this llmd in usage rows and logs. Default: the host
+	// name.
+	NodeID string
+	// Prices are per model, per million tokens, for usage reports' costs.
+	Prices map[string]Price
+	// GPUHourPrice is the price of one GPU for one hour, for the cost per
+	// million output tokens; 0 leaves that figure out.
+	GPUHourPrice float64
+	// Currency names the prices' currency. Default "USD".
+	Currency string
 	// DegradeFreeMaxTokens caps free-tier max_tokens from limit_free up;
 	// 0 leaves it alone. Default 256.
 	DegradeFreeMaxTokens int
@@ -108,6 +118,14 @@ type Config struct {
 	StepTimeScale float64
 }
 
+// Price is what a million tokens of a model cost: input (not served from
+// the prefix cache), cached input, and output.
+type Price struct {
+	Input  float64 `yaml:"input" json:"input"`
+	Cached float64 `yaml:"cached" json:"cached"`
+	Output float64 `yaml:"output" json:"output"`
+}
+
 // DefaultConfig returns the documented defaults: a simulated H100 per model
 // serving the small, mid and flagship profiles on 127.0.0.1:8700.
 func DefaultConfig() Config {
@@ -126,6 +144,7 @@ func DefaultConfig() Config {
 		StepTimeScale:        1,
 		QuotaTimeout:         25 * time.Millisecond,
 		DegradeFreeMaxTokens: 256,
+		Currency:             "USD",
 	}
 }
 
@@ -184,6 +203,14 @@ func (c Config) Validate() error {
 	}
 	if c.QuotaTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("quota timeout is %v; it must be positive", c.QuotaTimeout))
+	}
+	for m, p := range c.Prices {
+		if !(p.Input >= 0 && p.Cached >= 0 && p.Output >= 0) {
+			errs = append(errs, fmt.Errorf("price of model %q must not be negative", m))
+		}
+	}
+	if !(c.GPUHourPrice >= 0) {
+		errs = append(errs, fmt.Errorf("GPU-hour price is %v; it must not be negative", c.GPUHourPrice))
 	}
 	if c.DegradeFreeMaxTokens < 0 {
 		errs = append(errs, fmt.Errorf("degraded free-tier max tokens is %d; it must not be negative", c.DegradeFreeMaxTokens))

@@ -82,7 +82,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 	}
 	settle, err := s.admit(w, r, rl, j)
 	if err != nil {
-		if !isQuotaDenial(err) {
+		if isQuotaDenial(err) {
+			s.recordRejected(rl, j, err)
+		} else {
 			var re *requestError
 			if !errors.As(err, &re) {
 				s.log.Error("admission failed", "request_id", rl.id, "err", err)
@@ -91,9 +93,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		rl.fail(writeError(w, rl.id, err), err)
 		return
 	}
-	// The reservation is settled with what the request really used, however
-	// it ends.
-	defer func() { settle(rl.usage) }()
+	// From here the request is metered: an in_flight row now, its final
+	// row when it ends (before the client sees the end, on the normal
+	// path), and the reservation settled with the same token counts.
+	s.beginUsage(r.Context(), rl, j)
+	defer func() {
+		settle(rl.usage)
+		s.endUsage(rl, j)
+	}()
 	ctx := r.Context()
 	// subCtx is the engine request's lifetime: it ends when the client goes
 	// away, or earlier when stop strings have ended every choice.
@@ -152,7 +159,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 			return
 		}
 		if ev.Last() {
-			rl.usage = ev.Usage
+			rl.usage, rl.queued = ev.Usage, ev.Queued
 			if open > 0 && failure == nil && ctx.Err() != nil {
 				rl.status, rl.finish = statusClientClosed, string(engine.FinishCancelled)
 				return
@@ -174,6 +181,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		case engine.EventToken:
 			if rl.ttft == 0 {
 				rl.ttft = time.Since(rl.start)
+			}
+			if ev.Index == 0 {
+				rl.times.token(ev.Time)
 			}
 			if j.model.eos[ev.Token] {
 				continue
@@ -227,6 +237,18 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		return
 	}
 	rl.finish = choices[0].reason
+	if err := s.recordUsage(ctx, rl, j); err != nil {
+		// Billing must not lose a finished request: without its row the
+		// client gets an error rather than a normal end.
+		rl.err = err
+		if ferr := em.fail(err); ferr != nil {
+			rl.status = statusClientClosed
+		}
+		if em.sse() == nil {
+			rl.status = apiErrorFor(err, rl.id).Status
+		}
+		return
+	}
 	if err := em.end(rl.usage); err != nil {
 		rl.status = statusClientClosed
 		rl.err = err
@@ -272,7 +294,7 @@ func (s *Server) abandon(cancel context.CancelFunc, st eventStream, rl *reqLog, 
 			return
 		}
 		if ev.Last() {
-			rl.usage = ev.Usage
+			rl.usage, rl.queued = ev.Usage, ev.Queued
 			return
 		}
 	}

@@ -49,6 +49,13 @@ type reqLog struct {
 	usage  engine.Usage
 	ttft   time.Duration
 	err    error
+	// metering: whether the request reached the engine's admission
+	// (metered), its queue time, choice 0's token times, and whether its
+	// final usage row is written.
+	metered  bool
+	queued   time.Duration
+	times    tokenTimes
+	recorded bool
 }
 
 func (rl *reqLog) fail(status int, err error) {
@@ -143,6 +150,8 @@ func (s *Server) logRequest(rl *reqLog) {
 		slog.Int("cached_tokens", rl.usage.CachedTokens),
 		slog.Int("output_tokens", rl.usage.OutputTokens),
 		slog.Int64("ttft_ms", rl.ttft.Milliseconds()),
+		slog.Int64("queue_ms", rl.queued.Milliseconds()),
+		slog.Float64("itl_ms", float64(rl.times.meanGap().Microseconds())/1000),
 		slog.Int64("duration_ms", time.Since(rl.start).Milliseconds()),
 	}
 	if rl.clientID != "" {

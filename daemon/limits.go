@@ -206,6 +206,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, rl *reqLog, j *jo
 				s.outputs.Observe(p.tenant, u.OutputTokens/j.n)
 			}
 			actual := int64(u.InputTokens) + int64(u.OutputTokens)
+			s.settled.Add(actual)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := s.quota.Reconcile(ctx, p.tenant, rl.id, actual); err != nil {

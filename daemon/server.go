@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/llmd/llmd/daemon/metrics"
 	"github.com/llmd/llmd/daemon/quota"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/store"
@@ -105,8 +107,16 @@ type Server struct {
 	store    *store.Store
 	quota    quota.Limiter
 	rejected rejections
+	// settled counts the tokens of every settled reservation (they must
+	// equal the usage ledger's).
+	settled atomic.Int64
 	// outputs learns each tenant's answer lengths (Config.QuotaEstimate).
 	outputs *engine.OutputEstimator
+	// usage writes the usage ledger (nil without a store); metrics is
+	// /metrics.
+	usage   *store.UsageWriter
+	metrics *metrics.Metrics
+	started time.Time
 
 	mu sync.Mutex
 	ln net.Listener
@@ -125,11 +135,21 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	st, lim, err := openState(cfg, logger)
+	if cfg.NodeID == "" {
+		cfg.NodeID, _ = os.Hostname()
+	}
+	st, lim, uw, err := openState(cfg, logger)
 	if err != nil {
 		return nil, err
 	}
 	closeState := func() {
+		if uw != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if err := uw.Close(ctx); err != nil {
+				logger.Error("usage writer did not flush", "err", err)
+			}
+			cancel()
+		}
 		_ = lim.Close()
 		if st != nil {
 			_ = st.Close()
@@ -154,19 +174,30 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	}
 	s := newServer(cfg, logger, models)
 	s.closers = closers
-	s.store, s.quota = st, lim
+	s.store, s.quota, s.usage = st, lim, uw
 	return s, nil
 }
 
-// openState opens the store in the data directory and the quota limiter,
-// and refuses a non-loopback listener while no API key exists.
-func openState(cfg Config, logger *slog.Logger) (*store.Store, quota.Limiter, error) {
+// openState opens the store in the data directory (recovering the usage
+// ledger after a crash and starting its writer) and the quota limiter, and
+// refuses a non-loopback listener while no API key exists.
+func openState(cfg Config, logger *slog.Logger) (*store.Store, quota.Limiter, *store.UsageWriter, error) {
 	var st *store.Store
+	var uw *store.UsageWriter
+	fail := func(err error) (*store.Store, quota.Limiter, *store.UsageWriter, error) {
+		if uw != nil {
+			_ = uw.Close(context.Background())
+		}
+		if st != nil {
+			_ = st.Close()
+		}
+		return nil, nil, nil, err
+	}
 	if cfg.DataDir != "" {
 		var err error
 		st, err = store.Open(context.Background(), cfg.DataDir)
 		if err != nil {
-			return nil, nil, fmt.Errorf("daemon: open the data directory: %w", err)
+			return nil, nil, nil, fmt.Errorf("daemon: open the data directory: %w", err)
 		}
 		if !cfg.Insecure && !isLoopback(cfg.Listen) {
 			n, _, err := st.ActiveKeys(context.Background())
@@ -175,23 +206,30 @@ func openState(cfg Config, logger *slog.Logger) (*store.Store, quota.Limiter, er
 					"create one with `llmctl keys create --admin --data-dir %s`, or pass --insecure", cfg.Listen, cfg.DataDir)
 			}
 			if err != nil {
-				_ = st.Close()
-				return nil, nil, err
+				return fail(err)
 			}
+		}
+		replayed, interrupted, err := st.RecoverUsage(context.Background(), cfg.NodeID, time.Now())
+		if err != nil {
+			return fail(fmt.Errorf("daemon: recover the usage ledger: %w", err))
+		}
+		if replayed > 0 || interrupted > 0 {
+			logger.Warn("usage ledger recovered after an unclean stop", "component", "daemon",
+				"replayed_from_spool", replayed, "marked_interrupted", interrupted)
+		}
+		if uw, err = st.NewUsageWriter(store.UsageWriterConfig{}); err != nil {
+			return fail(fmt.Errorf("daemon: usage writer: %w", err))
 		}
 	}
 	if cfg.RedisURL == "" {
-		return st, quota.NewMemory(quota.MemoryConfig{}), nil
+		return st, quota.NewMemory(quota.MemoryConfig{}), uw, nil
 	}
 	lim, err := quota.NewRedis(quota.RedisConfig{URL: cfg.RedisURL, Timeout: cfg.QuotaTimeout,
 		Logger: logger})
 	if err != nil {
-		if st != nil {
-			_ = st.Close()
-		}
-		return nil, nil, fmt.Errorf("daemon: quota backend: %w", err)
+		return fail(fmt.Errorf("daemon: quota backend: %w", err))
 	}
-	return st, lim, nil
+	return st, lim, uw, nil
 }
 
 func newServer(cfg Config, logger *slog.Logger, models []*model) *Server {
@@ -199,10 +237,11 @@ func newServer(cfg Config, logger *slog.Logger, models []*model) *Server {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: logger.With("component", "daemon"), models: models, byID: map[string]*model{},
-		quota: quota.NewMemory(quota.MemoryConfig{}), outputs: engine.NewOutputEstimator()}
+		quota: quota.NewMemory(quota.MemoryConfig{}), outputs: engine.NewOutputEstimator(), started: time.Now()}
 	for _, m := range models {
 		s.byID[m.id] = m
 	}
+	s.metrics = s.newMetrics()
 	s.mux = s.routes()
 	return s
 }
@@ -357,6 +396,8 @@ func (s *Server) routeTable() []route {
 		{"/tokenize", post, "tokenize", policyUser, s.handleTokenize},
 		{"/detokenize", post, "detokenize", policyUser, s.handleDetokenize},
 		{"/v1/stats", get, "", policyAdmin, s.handleStats},
+		{"/metrics", get, "", policyUser, s.handleMetrics},
+		{"GET /v1/admin/usage", get, "", policyAdmin, s.handleUsage},
 		{"POST /v1/admin/keys", post, "", policyAdmin, s.handleCreateKey},
 		{"GET /v1/admin/keys", get, "", policyAdmin, s.handleListKeys},
 		{"DELETE /v1/admin/keys/{id}", del, "", policyAdmin, s.handleRevokeKey},
@@ -384,7 +425,7 @@ func (s *Server) routes() *http.ServeMux {
 		mux.Handle(rt.pattern, s.api(rt.method, rt.endpoint, rt.policy, rt.h))
 	}
 	for _, p := range []string{"/v1/admin/keys", "/v1/admin/keys/{id}", "/v1/admin/tenants", "/v1/admin/quotas",
-		"/v1/admin/quotas/{tenant}"} {
+		"/v1/admin/quotas/{tenant}", "/v1/admin/usage"} {
 		mux.Handle(p, s.api("", "", policyAdmin, adminMethodNotAllowed))
 	}
 	return mux
