@@ -85,6 +85,8 @@ type options struct {
 	degradeMax    int
 	degradeWait   time.Duration
 	noDegrade     bool
+	configFile    string
+	nodeID        string
 }
 
 // envVars maps each flag to the environment variable that sets it when the
@@ -117,6 +119,8 @@ var envVars = map[string]string{
 	"degrade-max-tokens":     "LLMD_DEGRADE_MAX_TOKENS",
 	"degrade-queue-wait":     "LLMD_DEGRADE_QUEUE_WAIT",
 	"no-degrade":             "LLMD_NO_DEGRADE",
+	"config":                 "LLMD_CONFIG",
+	"node-id":                "LLMD_NODE_ID",
 }
 
 // newRootCmd builds the llmd command. getenv is os.Getenv, or a map lookup
@@ -140,7 +144,8 @@ LLMD_TP, LLMD_MODELS, LLMD_MODEL, LLMD_MODELS_DIR, LLMD_DATA_DIR, LLMD_LOG_LEVEL
 LLMD_HEARTBEAT, LLMD_MAX_BATCH_TOKENS, LLMD_MAX_RUNNING,
 LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE, LLMD_TIER_WEIGHTS, LLMD_INSECURE, LLMD_REDIS,
 LLMD_QUOTA_TIMEOUT, LLMD_QUOTA_SHADOW, LLMD_QUOTA_ESTIMATE, LLMD_DEGRADE_ROUTE, LLMD_DEGRADE_MAX_TOKENS,
-LLMD_DEGRADE_QUEUE_WAIT, LLMD_NO_DEGRADE); a flag wins over the environment.
+LLMD_DEGRADE_QUEUE_WAIT, LLMD_NO_DEGRADE, LLMD_CONFIG, LLMD_NODE_ID); a flag wins over the
+environment.
 
 Access: while no API key exists, requests without a key act as the built-in
 "local" tenant, and llmd refuses a non-loopback --listen (unless --insecure).
@@ -202,6 +207,8 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.degradeWait, "degrade-queue-wait", def.Engine.Ladder.QueueWaitHigh,
 		"queue wait that counts as overload and starts the degradation ladder")
 	fs.BoolVar(&o.noDegrade, "no-degrade", false, "turn the degradation ladder off")
+	fs.StringVar(&o.configFile, "config", "", "YAML file with prices per model (prices, gpu_hour_price, currency) for usage reports")
+	fs.StringVar(&o.nodeID, "node-id", "", "this node's name in usage rows and logs (default: the host name)")
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -285,6 +292,12 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 		cfg.DegradeRoutes[strings.TrimSpace(from)] = strings.TrimSpace(to)
 	}
 	cfg.Engine.Ladder.Disabled = o.noDegrade
+	cfg.NodeID = o.nodeID
+	if o.configFile != "" {
+		if err := readConfigFile(o.configFile, &cfg); err != nil {
+			return cfg, err
+		}
+	}
 	if o.degradeWait != cfg.Engine.Ladder.QueueWaitHigh {
 		cfg.Engine.Ladder.QueueWaitHigh = o.degradeWait
 		cfg.Engine.Ladder.QueueWaitLow = o.degradeWait / 4
