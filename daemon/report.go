@@ -171,9 +171,11 @@ func (s *Server) buildReport(rows []store.UsageRow, since, until time.Time, by s
 	if !totalPriced {
 		rep.Total.Cost = nil
 	}
-	// GPU time: each served model's GPUs for the whole window, shared among
-	// its tiers by their tokens.
-	hours := until.Sub(since).Hours()
+	// GPU time: each served model's GPUs over the window, shared among its
+	// tiers by their tokens. The window starts no earlier than this llmd:
+	// time before its start (or while it was down) is not known to have
+	// been spent serving.
+	hours := max(0, until.Sub(later(since, s.started)).Hours())
 	slices.SortFunc(pairs, func(a, b mt) int {
 		if c := strings.Compare(a.model, b.model); c != 0 {
 			return c
@@ -213,4 +215,11 @@ func (s *Server) gpusOf(model string) int {
 		return 0
 	}
 	return s.cfg.TP
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

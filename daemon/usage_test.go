@@ -129,7 +129,7 @@ func TestUsageReportCosts(t *testing.T) {
 	require.InDelta(t, total, *rep.Total.Cost, 1e-12)
 
 	require.Len(t, rep.OutputCosts, 2)
-	window := rep.Until.Sub(rep.Since).Hours()
+	window := rep.Until.Sub(s.started).Hours() // since is an hour ago, before llmd started
 	var hours float64
 	for _, oc := range rep.OutputCosts {
 		require.Equal(t, "sim/small", oc.Model)

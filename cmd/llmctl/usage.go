@@ -184,13 +184,23 @@ func writeUsageCSV(w io.Writer, r *api.UsageReport) error {
 	return cw.Error()
 }
 
-// formatCost writes a cost to four decimals with its currency, "-" when it
-// is unknown.
+// formatCost writes a cost to four decimals with its currency (a small
+// non-zero cost to three significant digits, so it does not read as zero),
+// "-" when it is unknown.
 func formatCost(cost *float64, currency string) string {
 	if cost == nil {
 		return "-"
 	}
 	s := strconv.FormatFloat(*cost, 'f', 4, 64)
+	if c := *cost; c != 0 && c < 0.01 && c > -0.01 {
+		s = strconv.FormatFloat(c, 'g', 3, 64)
+		if strings.ContainsRune(s, 'e') {
+			s = strconv.FormatFloat(c, 'f', -1, 64)
+			if len(s) > 12 {
+				s = s[:12]
+			}
+		}
+	}
 	if currency != "" {
 		s += " " + currency
 	}

@@ -130,8 +130,8 @@ func TestUsageCmdTableVariants(t *testing.T) {
 				"usage from 2026-02-28T23:00:00Z to 2026-03-02T00:00:00Z (UTC) by tier, all tenants, model sim/small\n" +
 				"\n" +
 				"TIER   REQUESTS  REJECTED  CANCELLED  ERRORS  INPUT  CACHED  OUTPUT  COST\n" +
-				"paid   1         0         0          0       0      0       7       0.0001\n" +
-				"TOTAL  1         0         0          0       0      0       7       0.0001\n" +
+				"paid   1         0         0          0       0      0       7       0.00006\n" +
+				"TOTAL  1         0         0          0       0      0       7       0.00006\n" +
 				"\n" +
 				"cost per 1M output tokens (no GPU-hour price configured)\n" +
 				"MODEL      TIER  GPUS  GPU-HOURS  OUTPUT  COST/1M\n" +
