@@ -142,6 +142,7 @@ func (s *Server) logRequest(rl *reqLog) {
 		slog.String("endpoint", rl.endpoint),
 		slog.String("tenant", rl.tenant),
 		slog.String("tier", rl.tier),
+		slog.String("node", s.cfg.NodeID),
 		slog.String("model", rl.model),
 		slog.Bool("stream", rl.stream),
 		slog.Int("status", rl.status),
