@@ -95,6 +95,24 @@ type Config struct {
 	// client; a client that does not take an event within it is dropped
 	// and its request cancelled. Default 10s.
 	StreamWriteTimeout time.Duration
+	// StallTimeout ends a request with an error once it has produced no
+	// new token for this long after its first (heartbeats do not count).
+	// Default 60s.
+	StallTimeout time.Duration
+	// ResumeGrace is how long a resumable stream keeps generating with no
+	// client attached before it is cancelled. Default 60s.
+	ResumeGrace time.Duration
+	// ResumeTTL is how long a resumable stream's events stay readable
+	// after it ends. Default 5m.
+	ResumeTTL time.Duration
+	// ResumeMaxBytes and ResumeMaxEvents bound the events kept per stream;
+	// past them the oldest go (resuming before them is refused). Defaults
+	// 4 MiB and 65536.
+	ResumeMaxBytes  int
+	ResumeMaxEvents int
+	// MaxClientLag is how many bytes of events a client may fall behind
+	// before its connection is closed (it can resume). Default 1 MiB.
+	MaxClientLag int
 	// MaxBodyBytes is the largest request body accepted; larger bodies get
 	// 413. Default 8 MiB.
 	MaxBodyBytes int64
@@ -143,6 +161,12 @@ func DefaultConfig() Config {
 		Engine:               engine.DefaultConfig(),
 		StepTimeScale:        1,
 		QuotaTimeout:         25 * time.Millisecond,
+		StallTimeout:         60 * time.Second,
+		ResumeGrace:          60 * time.Second,
+		ResumeTTL:            5 * time.Minute,
+		ResumeMaxBytes:       4 << 20,
+		ResumeMaxEvents:      65536,
+		MaxClientLag:         1 << 20,
 		DegradeFreeMaxTokens: 256,
 		Currency:             "USD",
 	}
@@ -187,6 +211,9 @@ func (c Config) Validate() error {
 		{"stream write timeout", c.StreamWriteTimeout},
 		{"read header timeout", c.ReadHeaderTimeout},
 		{"shutdown timeout", c.ShutdownTimeout},
+		{"stall timeout", c.StallTimeout},
+		{"resume grace", c.ResumeGrace},
+		{"resume ttl", c.ResumeTTL},
 	} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s is %v; it must be positive", d.name, d.v))
@@ -200,6 +227,9 @@ func (c Config) Validate() error {
 	}
 	if c.KVCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("kv cache size is %d bytes; it must not be negative", c.KVCacheBytes))
+	}
+	if c.ResumeMaxBytes < 1 || c.ResumeMaxEvents < 1 || c.MaxClientLag < 1 {
+		errs = append(errs, errors.New("resume buffer bounds and the client lag must be positive"))
 	}
 	if c.QuotaTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("quota timeout is %v; it must be positive", c.QuotaTimeout))

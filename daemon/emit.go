@@ -57,7 +57,7 @@ func (c *chatStream) takeLogprobs(i int) *api.ChoiceLogprobs {
 func (c *chatStream) sse() *sseWriter { return c.sw }
 
 func (c *chatStream) chunk(choices []api.ChunkChoice, u *api.Usage) error {
-	return c.sw.data(-1, "", api.ChatCompletionChunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created,
+	return c.sw.data("", api.ChatCompletionChunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created,
 		Model: c.model, Choices: choices, Usage: u})
 }
 
@@ -88,17 +88,17 @@ func (c *chatStream) end(u engine.Usage) error {
 			return err
 		}
 	}
-	return c.sw.data(-1, "", doneData)
+	return c.sw.final("", doneData)
 }
 
 func (c *chatStream) fail(err error) error { return streamError(c.sw, c.id, err) }
 
 // streamError ends an OpenAI stream with an in-band error and [DONE].
 func streamError(sw *sseWriter, id string, err error) error {
-	if werr := sw.data(-1, "", api.ErrorBody{Error: apiErrorFor(err, id).Detail}); werr != nil {
+	if werr := sw.data("", api.ErrorBody{Error: apiErrorFor(err, id).Detail}); werr != nil {
 		return werr
 	}
-	return sw.data(-1, "", doneData)
+	return sw.final("", doneData)
 }
 
 // completionStream writes a text completion as OpenAI "text_completion"
@@ -113,7 +113,7 @@ type completionStream struct {
 func (c *completionStream) sse() *sseWriter { return c.sw }
 
 func (c *completionStream) chunk(choices []api.CompletionChoice, u *api.Usage) error {
-	return c.sw.data(-1, "", api.Completion{ID: c.id, Object: "text_completion", Created: c.created,
+	return c.sw.data("", api.Completion{ID: c.id, Object: "text_completion", Created: c.created,
 		Model: c.model, Choices: choices, Usage: u})
 }
 
@@ -133,26 +133,23 @@ func (c *completionStream) end(u engine.Usage) error {
 			return err
 		}
 	}
-	return c.sw.data(-1, "", doneData)
+	return c.sw.final("", doneData)
 }
 
 func (c *completionStream) fail(err error) error { return streamError(c.sw, c.id, err) }
 
 // nativeStream writes llmd's native stream: "id: N" and a delta per piece of
-// text, then "event: done" with the usage (or "event: error").
+// text, then "event: done" with the usage (or "event: error"). Its writer
+// numbers every event.
 type nativeStream struct {
 	sw        *sseWriter
 	id, model string
-	next      int // the next event id
 	reason    string
 }
 
 func (c *nativeStream) sse() *sseWriter { return c.sw }
 
-func (c *nativeStream) event(name string, v any) error {
-	c.next++
-	return c.sw.data(c.next-1, name, v)
-}
+func (c *nativeStream) event(name string, v any) error { return c.sw.data(name, v) }
 
 func (c *nativeStream) begin() error { return c.sw.start() }
 
@@ -168,11 +165,11 @@ func (c *nativeStream) finish(i int, reason string) error {
 }
 
 func (c *nativeStream) end(u engine.Usage) error {
-	return c.event("done", api.NativeDone{ID: c.id, Model: c.model, FinishReason: c.reason, Usage: nativeUsage(u)})
+	return c.sw.final("done", api.NativeDone{ID: c.id, Model: c.model, FinishReason: c.reason, Usage: nativeUsage(u)})
 }
 
 func (c *nativeStream) fail(err error) error {
-	return c.event("error", api.NativeError{Error: apiErrorFor(err, c.id).Detail})
+	return c.sw.final("error", api.NativeError{Error: apiErrorFor(err, c.id).Detail})
 }
 
 // collector gathers a whole answer for a JSON (non-streamed) response.

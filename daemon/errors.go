@@ -30,6 +30,15 @@ const statusClientClosed = 499
 // errDraining is returned for requests that arrive while the server stops.
 var errDraining = errors.New("daemon: server is shutting down")
 
+// errStalled ends a request that produced no token for Config.StallTimeout.
+var errStalled = errors.New("daemon: no new token within the stall timeout; the request was stopped")
+
+// errRequestCancelled is the terminal event of a stream cancelled by
+// DELETE /v1/requests/{id}, by having no reader for too long, or by
+// shutdown.
+var errRequestCancelled = &requestError{Status: statusClientClosed, Type: typeInvalidRequest, Code: "request_cancelled",
+	Message: "the request was cancelled"}
+
 // requestError is a problem with the request itself, found before it reaches
 // an engine. It is sent as is.
 type requestError struct {
@@ -123,6 +132,10 @@ func apiErrorFor(err error, requestID string) apiError {
 	case errors.As(err, &ire):
 		return apiError{Status: http.StatusBadRequest, Detail: api.ErrorDetail{
 			Message: ire.Reason, Type: typeInvalidRequest}}
+	case errors.Is(err, errStalled):
+		return apiError{Status: http.StatusGatewayTimeout, Detail: api.ErrorDetail{
+			Message: "the model produced no new token for too long; the request was stopped (request id " + requestID + ")",
+			Type:    typeServer, Code: strPtr("stalled")}}
 	case errors.Is(err, engine.ErrQueueFull):
 		return unavl("the engine is currently overloaded (queue full); retry later", time.Second)
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, errDraining):

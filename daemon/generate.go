@@ -74,7 +74,14 @@ type choiceState struct {
 const drainTimeout = 2 * time.Second
 
 // generate submits j and relays its events to em. All errors are handled
-// here: before begin as an HTTP error, after it through em.fail.
+// here: before the engine accepts the request as an HTTP error, after it
+// through em.fail.
+//
+// A JSON answer is relayed in the handler, and the client leaving cancels
+// it. A stream is relayed by its own goroutine into the request's event
+// log while the handler copies the log to the client (follow), so nothing
+// waits on the socket; a resumable stream outlives its connection (see
+// Config.ResumeGrace) and others are cancelled when their client leaves.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j *job, em emitter) {
 	if s.state.Load() == stateDraining {
 		rl.fail(writeError(w, rl.id, errDraining), errDraining)
@@ -97,18 +104,22 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 	// row when it ends (before the client sees the end, on the normal
 	// path), and the reservation settled with the same token counts.
 	s.beginUsage(r.Context(), rl, j)
-	defer func() {
+	finish := func() {
 		settle(rl.usage)
 		s.endUsage(rl, j)
-	}()
-	ctx := r.Context()
-	// subCtx is the engine request's lifetime: it ends when the client goes
-	// away, or earlier when stop strings have ended every choice.
-	subCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	}
+	sw := em.sse()
+	// ctx is the request's lifetime. subCtx, the engine request's, also
+	// ends when stop strings have ended every choice.
+	parent := r.Context()
+	if sw != nil {
+		parent = context.WithoutCancel(parent)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	subCtx, subCancel := context.WithCancel(ctx)
 	st, err := j.model.eng.Submit(subCtx, engine.Request{
 		ID:          rl.id,
-		Tenant:      principalFrom(ctx).tenant,
+		Tenant:      principalFrom(r.Context()).tenant,
 		Prompt:      j.prompt,
 		MaxTokens:   j.maxTokens,
 		N:           j.n,
@@ -119,18 +130,64 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		TopLogprobs: j.topLogprobs,
 	})
 	if err != nil {
+		subCancel()
+		cancel()
 		rl.fail(writeError(w, rl.id, err), err)
+		finish()
 		return
 	}
-	if em.sse() != nil {
-		rl.status = http.StatusOK
+	if sw == nil {
+		l := newEventLog(rl.id, rl.tenant, false, 0, 0, cancel)
+		s.logs.add(l) // for DELETE /v1/requests/{id}
+		defer func() {
+			l.end(time.Now())
+			s.logs.remove(rl.id)
+			subCancel()
+			cancel()
+			finish()
+		}()
+		s.relay(ctx, subCancel, st, rl, j, em)
+		return
 	}
+
+	l := sw.log
+	l.cancel = cancel
+	s.logs.add(l)
+	rl.detached = true // the relay writes the log line, not the handler
+	rl.status = http.StatusOK
+	s.relays.Add(1)
+	go func() {
+		defer s.relays.Done()
+		s.relay(ctx, subCancel, st, rl, j, em)
+		if !sw.terminated {
+			// Cancelled (DELETE, no reader, shutdown): still one terminal
+			// event for whoever reads the log.
+			_ = em.fail(errRequestCancelled)
+		}
+		subCancel()
+		cancel()
+		finish()
+		l.end(time.Now())
+		if !l.resumable {
+			s.logs.remove(rl.id)
+		}
+		s.logRequest(rl)
+	}()
+	s.follow(w, r, l, 0)
+	if !l.resumable {
+		cancel() // the client left, or the stream is over
+	}
+}
+
+// relay reads the engine's events for st and writes them to em until the
+// request ends, then records its usage before the normal end.
+func (s *Server) relay(ctx context.Context, cancel context.CancelFunc, st eventStream, rl *reqLog, j *job, em emitter) {
 	if err := em.begin(); err != nil {
 		s.abandon(cancel, st, rl, err)
 		return
 	}
-	hb := heartbeat{sw: em.sse(), interval: s.cfg.HeartbeatInterval}
-	defer hb.stop()
+	wd := watchdog{stall: s.cfg.StallTimeout}
+	defer wd.stop()
 
 	choices := make([]choiceState, j.n)
 	for i := range choices {
@@ -149,9 +206,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		return em.finish(i, reason)
 	}
 	for {
-		ev, err := hb.next(ctx, st)
+		ev, err := wd.next(ctx, st)
 		if errors.Is(err, io.EOF) {
 			failure = errors.New("daemon: event stream ended before its final event")
+			break
+		}
+		if errors.Is(err, errStalled) {
+			failure = err
+			cancel()
+			s.drainFinal(st, rl)
 			break
 		}
 		if err != nil {
@@ -179,6 +242,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		var werr error
 		switch ev.Kind {
 		case engine.EventToken:
+			wd.progress()
 			if rl.ttft == 0 {
 				rl.ttft = time.Since(rl.start)
 			}
@@ -286,6 +350,12 @@ func (s *Server) abandon(cancel context.CancelFunc, st eventStream, rl *reqLog, 
 	if !errors.Is(cause, context.Canceled) {
 		rl.err = cause
 	}
+	s.drainFinal(st, rl)
+}
+
+// drainFinal waits briefly for a cancelled request's final event, for the
+// tokens it really used.
+func (s *Server) drainFinal(st eventStream, rl *reqLog) {
 	ctx, stop := context.WithTimeout(context.Background(), drainTimeout)
 	defer stop()
 	for {
@@ -300,47 +370,48 @@ func (s *Server) abandon(cancel context.CancelFunc, st eventStream, rl *reqLog, 
 	}
 }
 
-// heartbeat waits for a request's next event and, on a stream, writes an
-// SSE comment whenever the stream has been silent for interval.
-type heartbeat struct {
-	sw       *sseWriter
-	interval time.Duration
-	ctx      context.Context
-	cancel   context.CancelFunc
+// watchdog waits for a request's next event and ends a request that
+// stops making progress: once it has produced a token, no new token for
+// stall is an error (errStalled), whatever heartbeats the connection sees.
+// Before the first token the wait (queue, a long prefill) is not bounded.
+type watchdog struct {
+	stall  time.Duration
+	last   time.Time // the last token; zero before the first
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
-func (h *heartbeat) next(ctx context.Context, st eventStream) (engine.Event, error) {
-	if h.sw == nil {
+func (w *watchdog) progress() {
+	w.last = time.Now()
+	w.stop()
+}
+
+func (w *watchdog) next(ctx context.Context, st eventStream) (engine.Event, error) {
+	if w.last.IsZero() || w.stall <= 0 {
 		return st.Next(ctx)
 	}
-	for {
-		if h.ctx == nil {
-			// One timer per silent interval, not one per token.
-			h.ctx, h.cancel = context.WithDeadline(ctx, h.sw.lastWrite.Add(h.interval))
-		}
-		ev, err := st.Next(h.ctx)
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return ev, err
-		}
-		h.stop()
-		if time.Since(h.sw.lastWrite) >= h.interval {
-			if err := h.sw.comment("ping"); err != nil {
-				return engine.Event{}, err
-			}
-		}
+	if w.ctx == nil {
+		// One timer per token, not one per event.
+		w.ctx, w.cancel = context.WithDeadline(ctx, w.last.Add(w.stall))
+	}
+	ev, err := st.Next(w.ctx)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return engine.Event{}, errStalled
+	}
+	return ev, err
+}
+
+func (w *watchdog) stop() {
+	if w.cancel != nil {
+		w.cancel()
+		w.ctx, w.cancel = nil, nil
 	}
 }
 
-func (h *heartbeat) stop() {
-	if h.cancel != nil {
-		h.cancel()
-		h.ctx, h.cancel = nil, nil
-	}
-}
-
-// newID returns prefix followed by 24 random hex digits.
+// newID returns prefix followed by 32 random hex digits (128 bits: ids
+// are unguessable, and the resume and cancel routes rely on that).
 func newID(prefix string) string {
-	var b [12]byte
+	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return prefix + hex.EncodeToString(b[:])
 }

@@ -53,6 +53,9 @@ type reqLog struct {
 	// (metered), its queue time, choice 0's token times, and whether its
 	// final usage row is written.
 	metered  bool
+	// detached is set when a stream's relay goroutine owns the request
+	// and writes its log line.
+	detached bool
 	queued   time.Duration
 	times    tokenTimes
 	recorded bool
@@ -95,6 +98,7 @@ func (s *Server) api(method, endpoint string, pol policy, h handlerFunc) http.Ha
 			return
 		}
 		if endpoint == "" {
+			w.Header().Set("X-Request-Id", newID("req_"))
 			h(w, r, nil)
 			return
 		}
@@ -118,7 +122,9 @@ func (s *Server) api(method, endpoint string, pol policy, h handlerFunc) http.Ha
 				}
 				rl.fail(writeError(w, rl.id, errors.New("daemon: handler panic")), fmt.Errorf("panic: %v", v))
 			}
-			s.logRequest(rl)
+			if !rl.detached {
+				s.logRequest(rl)
+			}
 		}()
 		h(w, r, rl)
 	})
@@ -390,7 +396,7 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request, r
 	}
 	var em emitter
 	if req.Stream {
-		em = &chatStream{sw: newSSEWriter(w, s.cfg.StreamWriteTimeout), id: rl.id, model: j.model.id,
+		em = &chatStream{sw: s.streamWriter(rl, openaiResumable(r)), id: rl.id, model: j.model.id,
 			created: time.Now().Unix(), n: j.n, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
 	} else {
 		var col *collector
@@ -477,7 +483,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request, rl *r
 	}
 	var em emitter
 	if req.Stream {
-		em = &completionStream{sw: newSSEWriter(w, s.cfg.StreamWriteTimeout), id: rl.id, model: j.model.id,
+		em = &completionStream{sw: s.streamWriter(rl, openaiResumable(r)), id: rl.id, model: j.model.id,
 			created: time.Now().Unix(), includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
 	} else {
 		em = newCollector(w, rl, j.n, func(texts []string, reasons []string, u engine.Usage) any {
@@ -559,7 +565,7 @@ func (s *Server) handleNativeChat(w http.ResponseWriter, r *http.Request, rl *re
 	}
 	var em emitter
 	if rl.stream {
-		em = &nativeStream{sw: newSSEWriter(w, s.cfg.StreamWriteTimeout), id: rl.id, model: j.model.id}
+		em = &nativeStream{sw: s.streamWriter(rl, true), id: rl.id, model: j.model.id}
 	} else {
 		em = newCollector(w, rl, j.n, func(texts []string, reasons []string, u engine.Usage) any {
 			return api.NativeDone{ID: rl.id, Model: j.model.id, FinishReason: reasons[0], Usage: nativeUsage(u), Text: texts[0]}

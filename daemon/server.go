@@ -117,6 +117,10 @@ type Server struct {
 	usage   *store.UsageWriter
 	metrics *metrics.Metrics
 	started time.Time
+	// logs finds streams by request id (resume, cancel); relays tracks the
+	// goroutines that relay streams, which Run waits for when it stops.
+	logs   logRegistry
+	relays sync.WaitGroup
 
 	mu sync.Mutex
 	ln net.Listener
@@ -349,21 +353,34 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.state.Store(stateDraining)
 		s.log.Info("draining", "timeout", s.cfg.ShutdownTimeout.String())
+		// Handlers first (readiness already fails and new requests get
+		// 503), then the relays of streams whose client has gone.
 		shCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 		err := srv.Shutdown(shCtx)
+		if err == nil {
+			err = waitGroup(shCtx, &s.relays)
+		}
 		cancel()
 		if err != nil {
 			// Deadline passed: cancel what is left. The engines finish every
-			// live request as cancelled, and its handler ends its stream.
+			// live request as cancelled, and each stream ends with an error
+			// event.
 			s.log.Warn("drain deadline passed; cancelling in-flight requests")
 			stopEngines()
 			shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			if err := srv.Shutdown(shCtx); err != nil {
 				_ = srv.Close()
 			}
+			if err := waitGroup(shCtx, &s.relays); err != nil {
+				s.log.Error("stream relays did not stop", "err", err)
+			}
 			cancel()
 		}
 		stopEngines()
+		return nil
+	})
+	g.Go(func() error {
+		s.sweepStreams(engCtx)
 		return nil
 	})
 	err := g.Wait()
@@ -397,6 +414,8 @@ func (s *Server) routeTable() []route {
 		{"/detokenize", post, "detokenize", policyUser, s.handleDetokenize},
 		{"/v1/stats", get, "", policyAdmin, s.handleStats},
 		{"/metrics", get, "", policyUser, s.handleMetrics},
+		{"GET /v1/requests/{id}/stream", get, "", policyUser, s.handleResume},
+		{"DELETE /v1/requests/{id}", del, "", policyUser, s.handleCancel},
 		{"GET /v1/admin/usage", get, "", policyAdmin, s.handleUsage},
 		{"POST /v1/admin/keys", post, "", policyAdmin, s.handleCreateKey},
 		{"GET /v1/admin/keys", get, "", policyAdmin, s.handleListKeys},
@@ -425,7 +444,7 @@ func (s *Server) routes() *http.ServeMux {
 		mux.Handle(rt.pattern, s.api(rt.method, rt.endpoint, rt.policy, rt.h))
 	}
 	for _, p := range []string{"/v1/admin/keys", "/v1/admin/keys/{id}", "/v1/admin/tenants", "/v1/admin/quotas",
-		"/v1/admin/quotas/{tenant}", "/v1/admin/usage"} {
+		"/v1/admin/quotas/{tenant}", "/v1/admin/usage", "/v1/requests/{id}", "/v1/requests/{id}/stream"} {
 		mux.Handle(p, s.api("", "", policyAdmin, adminMethodNotAllowed))
 	}
 	return mux
@@ -440,3 +459,18 @@ func adminMethodNotAllowed(w http.ResponseWriter, r *http.Request, _ *reqLog) {
 
 // handlerFunc is an API handler; it fills in the request's log record.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, rl *reqLog)
+
+// waitGroup waits for wg until ctx ends.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
