@@ -52,7 +52,7 @@ type reqLog struct {
 	// metering: whether the request reached the engine's admission
 	// (metered), its queue time, choice 0's token times, and whether its
 	// final usage row is written.
-	metered  bool
+	metered bool
 	// detached is set when a stream's relay goroutine owns the request
 	// and writes its log line.
 	detached bool
