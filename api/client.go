@@ -205,11 +205,15 @@ func (c *Client) probe(ctx context.Context, path string) error {
 // delta as it arrives, and returns the final "done" event (usage and finish
 // reason). req.Stream is forced on.
 //
-// If fn returns an error, the stream stops, the connection is closed (so llmd
-// cancels the generation and frees its KV cache) and Chat returns that error
-// unchanged. An "event: error" frame returns a *StreamError; a stream that
-// ends without its "done" event returns an error wrapping
-// ErrIncompleteStream. Heartbeat comments are skipped.
+// A connection that drops mid-answer is resumed (GET
+// /v1/requests/{id}/stream with Last-Event-ID; llmd kept generating), up to
+// 8 times with backoff, so fn sees every delta exactly once. If fn returns
+// an error, or ctx ends, the stream stops, Chat cancels the request (so
+// llmd frees its KV cache at the next step) and returns that error. An
+// "event: error"
+// frame returns a *StreamError; a stream that still ends without its "done"
+// event returns an error wrapping ErrIncompleteStream. Heartbeat comments
+// are skipped.
 func (c *Client) Chat(ctx context.Context, req NativeChatRequest, fn func(NativeDelta) error) (*NativeDone, error) {
 	stream := true
 	req.Stream = &stream
@@ -219,6 +223,93 @@ func (c *Client) Chat(ctx context.Context, req NativeChatRequest, fn func(Native
 	if err != nil {
 		return nil, err
 	}
+	id := resp.Header.Get("X-Request-Id")
+	lastID := ""
+	for attempt := 0; ; attempt++ {
+		done, err := c.readNative(ctx, resp, fn, &lastID)
+		if err != nil && id != "" && (ctx.Err() != nil || errors.Is(err, errCallback)) {
+			// The caller gave up on the answer: stop llmd generating it.
+			cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = c.CancelRequest(cctx, id)
+			stop()
+		}
+		if cb, ok := err.(*callbackError); ok {
+			return nil, cb.err
+		}
+		if err == nil || !errors.Is(err, ErrIncompleteStream) || id == "" || attempt >= maxResumes {
+			return done, err
+		}
+		// The connection dropped mid-answer: llmd kept generating, so pick
+		// the stream up after the last event seen; nothing is lost or shown
+		// twice.
+		if werr := sleepCtx(ctx, resumeBackoff(attempt)); werr != nil {
+			return nil, werr
+		}
+		resp, err = c.resume(ctx, id, lastID)
+		if err != nil {
+			var se *StatusError
+			if errors.As(err, &se) {
+				return nil, err // gone (404, 410): resuming cannot help
+			}
+			resp = nil
+		}
+		if resp == nil {
+			// Could not reconnect this time; try again.
+			resp = &http.Response{Body: io.NopCloser(errReader{}), Header: http.Header{"Content-Type": {"text/event-stream"}}}
+		}
+	}
+}
+
+// maxResumes bounds how often Chat resumes one answer.
+const maxResumes = 8
+
+func resumeBackoff(attempt int) time.Duration {
+	return min(100*time.Millisecond<<attempt, 3*time.Second)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// errReader fails every read: a stream that could not be reopened.
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+
+// resume reopens request id's stream after event lastID ("" for the start).
+func (c *Client) resume(ctx context.Context, id, lastID string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base.JoinPath("/v1/requests", id, "stream").String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("api: new request: %w", err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	if key := c.key(); key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		return nil, readStatusError(resp)
+	}
+	return resp, nil
+}
+
+// readNative reads a native stream to its final event, calling fn for each
+// delta and keeping *lastID at the id of the last event read.
+func (c *Client) readNative(ctx context.Context, resp *http.Response, fn func(NativeDelta) error, lastID *string) (*NativeDone, error) {
 	defer resp.Body.Close()
 	if err := checkEventStream(resp); err != nil {
 		return nil, err
@@ -229,6 +320,9 @@ func (c *Client) Chat(ctx context.Context, req NativeChatRequest, fn func(Native
 		if err != nil {
 			return nil, streamReadError(ctx, err)
 		}
+		if ev.ID != "" {
+			*lastID = ev.ID
+		}
 		switch ev.Event {
 		case "message":
 			var d NativeDelta
@@ -236,7 +330,7 @@ func (c *Client) Chat(ctx context.Context, req NativeChatRequest, fn func(Native
 				return nil, fmt.Errorf("api: decode token event: %w", err)
 			}
 			if err := fn(d); err != nil {
-				return nil, err
+				return nil, &callbackError{err}
 			}
 		case "done":
 			var done NativeDone
@@ -252,6 +346,30 @@ func (c *Client) Chat(ctx context.Context, req NativeChatRequest, fn func(Native
 			return nil, streamErrorFrom(e.Error)
 		}
 	}
+}
+
+// errCallback marks a callbackError.
+var errCallback = errors.New("api: callback error")
+
+// callbackError carries an error returned by a caller's callback, which
+// Chat returns unchanged.
+type callbackError struct{ err error }
+
+func (e *callbackError) Error() string   { return e.err.Error() }
+func (e *callbackError) Is(t error) bool { return t == errCallback }
+
+// CancelRequest cancels a live request of the caller's tenant (DELETE
+// /v1/requests/{id}): it leaves the batch at llmd's next step.
+func (c *Client) CancelRequest(ctx context.Context, id string) error {
+	p, err := adminPath("/v1/requests", "request id", id)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodDelete, p, nil, "application/json")
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
 }
 
 // ChatCompletion sends a non-streamed OpenAI chat completion
