@@ -87,6 +87,9 @@ type options struct {
 	noDegrade     bool
 	configFile    string
 	nodeID        string
+	stallTimeout  time.Duration
+	resumeGrace   time.Duration
+	drainTimeout  time.Duration
 }
 
 // envVars maps each flag to the environment variable that sets it when the
@@ -121,6 +124,9 @@ var envVars = map[string]string{
 	"no-degrade":             "LLMD_NO_DEGRADE",
 	"config":                 "LLMD_CONFIG",
 	"node-id":                "LLMD_NODE_ID",
+	"stall-timeout":          "LLMD_STALL_TIMEOUT",
+	"resume-grace":           "LLMD_RESUME_GRACE",
+	"drain-timeout":          "LLMD_DRAIN_TIMEOUT",
 }
 
 // newRootCmd builds the llmd command. getenv is os.Getenv, or a map lookup
@@ -144,8 +150,8 @@ LLMD_TP, LLMD_MODELS, LLMD_MODEL, LLMD_MODELS_DIR, LLMD_DATA_DIR, LLMD_LOG_LEVEL
 LLMD_HEARTBEAT, LLMD_MAX_BATCH_TOKENS, LLMD_MAX_RUNNING,
 LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE, LLMD_TIER_WEIGHTS, LLMD_INSECURE, LLMD_REDIS,
 LLMD_QUOTA_TIMEOUT, LLMD_QUOTA_SHADOW, LLMD_QUOTA_ESTIMATE, LLMD_DEGRADE_ROUTE, LLMD_DEGRADE_MAX_TOKENS,
-LLMD_DEGRADE_QUEUE_WAIT, LLMD_NO_DEGRADE, LLMD_CONFIG, LLMD_NODE_ID); a flag wins over the
-environment.
+LLMD_DEGRADE_QUEUE_WAIT, LLMD_NO_DEGRADE, LLMD_CONFIG, LLMD_NODE_ID, LLMD_STALL_TIMEOUT,
+LLMD_RESUME_GRACE, LLMD_DRAIN_TIMEOUT); a flag wins over the environment.
 
 Access: while no API key exists, requests without a key act as the built-in
 "local" tenant, and llmd refuses a non-loopback --listen (unless --insecure).
@@ -209,6 +215,12 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.noDegrade, "no-degrade", false, "turn the degradation ladder off")
 	fs.StringVar(&o.configFile, "config", "", "YAML file with prices per model (prices, gpu_hour_price, currency) for usage reports")
 	fs.StringVar(&o.nodeID, "node-id", "", "this node's name in usage rows and logs (default: the host name)")
+	fs.DurationVar(&o.stallTimeout, "stall-timeout", def.StallTimeout,
+		"end a request with an error when it produces no new token for this long after its first")
+	fs.DurationVar(&o.resumeGrace, "resume-grace", def.ResumeGrace,
+		"how long a resumable stream keeps generating with no client attached before it is cancelled")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", def.ShutdownTimeout,
+		"on SIGTERM, how long in-flight requests may take to finish before they are cancelled")
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -293,6 +305,9 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	}
 	cfg.Engine.Ladder.Disabled = o.noDegrade
 	cfg.NodeID = o.nodeID
+	cfg.StallTimeout = o.stallTimeout
+	cfg.ResumeGrace = o.resumeGrace
+	cfg.ShutdownTimeout = o.drainTimeout
 	if o.configFile != "" {
 		if err := readConfigFile(o.configFile, &cfg); err != nil {
 			return cfg, err
