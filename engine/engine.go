@@ -118,6 +118,7 @@ type Engine struct {
 	mu        sync.Mutex
 	submitted []submission
 	cancelled []string
+	queries   []chan []RequestState
 	closed    bool
 	wake      chan struct{}
 
@@ -292,12 +293,45 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 }
 
-// drainInbox moves submissions and cancellations into the scheduler.
+// maxInspect bounds the requests Requests returns.
+const maxInspect = 500
+
+// Requests returns up to 500 live requests (newest first) with where each
+// is: queued, prefill, decode or swapped. The step goroutine answers at its
+// next turn.
+func (e *Engine) Requests(ctx context.Context) ([]RequestState, error) {
+	reply := make(chan []RequestState, 1)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	e.queries = append(e.queries, reply)
+	e.mu.Unlock()
+	e.signal()
+	select {
+	case rs := <-reply:
+		return rs, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// drainInbox moves submissions and cancellations into the scheduler and
+// answers inspection queries.
 func (e *Engine) drainInbox() {
 	e.mu.Lock()
-	subs, cancels := e.submitted, e.cancelled
-	e.submitted, e.cancelled = nil, nil
+	subs, cancels, queries := e.submitted, e.cancelled, e.queries
+	e.submitted, e.cancelled, e.queries = nil, nil, nil
 	e.mu.Unlock()
+	defer func() {
+		if len(queries) > 0 {
+			rs := e.sched.RequestStates(maxInspect)
+			for _, q := range queries {
+				q <- rs
+			}
+		}
+	}()
 	for _, s := range subs {
 		if _, dup := e.streams[s.req.ID]; dup {
 			s.stop()

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -241,6 +242,57 @@ func (s *Scheduler) OldestWaiting(min Priority) time.Time {
 // p; they stay queued. The degradation ladder pauses the batch class.
 func (s *Scheduler) SetClassPaused(p Priority, paused bool) {
 	s.waiting.paused[p] = paused
+}
+
+// RequestState is where one live request is, for inspection (llmctl top).
+type RequestState struct {
+	ID     string
+	Tenant string
+	// State is "queued" (waiting, or preempted by recompute and waiting
+	// again), "prefill" (running, prompt not all computed), "decode" or
+	// "swapped".
+	State     string
+	Prompt    int
+	Cached    int
+	Generated int
+	// Submitted is when it was submitted (zero if unknown).
+	Submitted time.Time
+}
+
+// RequestStates returns up to limit live requests, the most recently
+// submitted first.
+func (s *Scheduler) RequestStates(limit int) []RequestState {
+	out := make([]RequestState, 0, min(limit, len(s.byID)))
+	reqs := make([]*request, 0, len(s.byID))
+	for _, r := range s.byID {
+		reqs = append(reqs, r)
+	}
+	slices.SortFunc(reqs, func(a, b *request) int { return cmp.Compare(b.arrival, a.arrival) })
+	for _, r := range reqs[:min(limit, len(reqs))] {
+		out = append(out, RequestState{ID: r.req.ID, Tenant: r.req.Tenant, State: requestState(r),
+			Prompt: len(r.req.Prompt), Cached: r.cached, Generated: r.output, Submitted: r.enqueued})
+	}
+	return out
+}
+
+// requestState summarises a request's sequences: the most advanced one
+// wins (decode over prefill over swapped over queued).
+func requestState(r *request) string {
+	state := "queued"
+	for _, seq := range r.seqs {
+		switch seq.state {
+		case stateRunning:
+			if seq.computed >= len(r.req.Prompt) || seq.generated > 0 {
+				return "decode"
+			}
+			state = "prefill"
+		case stateSwapped:
+			if state == "queued" {
+				state = "swapped"
+			}
+		}
+	}
+	return state
 }
 
 // Live reports whether a request with this id is queued or running.

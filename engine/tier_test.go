@@ -98,3 +98,32 @@ func TestQueuedTime(t *testing.T) {
 	}
 	require.Equal(t, []time.Duration{0, 5 * 10 * time.Millisecond}, queued, "one prefill step (which samples) and 4 decode steps")
 }
+
+// TestRequests: inspection reports each live request's state, newest first.
+func TestRequests(t *testing.T) {
+	exec := newFakeExec(1024, 16, 1024)
+	exec.step = 10 * time.Millisecond
+	cfg := DefaultConfig()
+	cfg.MaxRunning = 1
+	e, err := New(realPace{exec, time.Millisecond}, exec.clock, cfg, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 3 {
+		_, err := e.Submit(ctx, Request{ID: fmt.Sprint(i), Tenant: "t", Prompt: prompt(8, i*100), MaxTokens: 500, N: 1})
+		require.NoError(t, err)
+	}
+	runEngine(t, e)
+	require.Eventually(t, func() bool {
+		rs, err := e.Requests(ctx)
+		require.NoError(t, err)
+		return len(rs) == 3 && rs[2].State == "decode"
+	}, 5*time.Second, time.Millisecond)
+	rs, err := e.Requests(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"2", "1", "0"}, []string{rs[0].ID, rs[1].ID, rs[2].ID})
+	require.Equal(t, "queued", rs[0].State)
+	require.Equal(t, 8, rs[2].Prompt)
+	require.Positive(t, rs[2].Generated)
+	cancel()
+}
