@@ -74,6 +74,9 @@ type UsageWriterConfig struct {
 	CheckpointPages int
 	// CheckpointWait is the longest a checkpoint stops the writer to wait
 	// for readers once the WAL is past twice CheckpointPages; default 1 s.
+	// The checkpoint waits for the read transactions begun before it, and
+	// then for those begun while it waited: it needs about twice the
+	// longest read transaction.
 	CheckpointWait time.Duration
 	// Logger receives the writer's warnings (spooling, failures); nil
 	// discards them.
@@ -463,7 +466,7 @@ func (w *UsageWriter) run(ctx context.Context) {
 		w.mu.Lock()
 		batch = append(batch[:0], w.queue[:min(len(w.queue), w.cfg.MaxBatch)]...)
 		w.mu.Unlock()
-		w.handle(ctx, batch)
+		committed, err := w.write(ctx, batch)
 		w.mu.Lock()
 		k := copy(w.queue, w.queue[len(batch):])
 		clear(w.queue[k:])
@@ -471,7 +474,17 @@ func (w *UsageWriter) run(ctx context.Context) {
 		close(w.space)
 		w.space = make(chan struct{})
 		w.mu.Unlock()
+		// Out of the queue first, so that Stats after Record does not
+		// count the event.
+		for _, it := range batch {
+			if it.done != nil {
+				it.done <- err
+			}
+		}
 		clear(batch)
+		if committed {
+			w.afterCommit(ctx)
+		}
 	}
 }
 
@@ -484,9 +497,10 @@ func (w *UsageWriter) stop() {
 	releaseSpool(w.sp.path)
 }
 
-// handle writes a batch to SQLite, or else to the spool, and tells the
-// batch's Record calls the outcome.
-func (w *UsageWriter) handle(ctx context.Context, batch []*usageItem) {
+// write writes a batch to SQLite, or else to the spool, and reports whether
+// SQLite took it, and the error for the batch's Record calls: nil unless
+// the spool failed too.
+func (w *UsageWriter) write(ctx context.Context, batch []*usageItem) (committed bool, err error) {
 	n := uint64(len(batch))
 	var dbErr error
 	switch {
@@ -506,26 +520,22 @@ func (w *UsageWriter) handle(ctx context.Context, batch []*usageItem) {
 				w.onCommit(len(batch), d)
 			}
 			w.backoff, w.lastErr = 0, nil
-			deliver(batch, nil)
-			w.afterCommit(ctx)
-			return
+			return true, nil
 		}
 		w.failedCommit(dbErr)
 		w.log.Warn("usage commit failed: spooling", "events", n, "spool", w.sp.path,
 			"retry_in", w.backoff, "err", dbErr)
 	}
 
-	err := w.spoolBatch(batch)
-	if err != nil {
+	if err := w.spoolBatch(batch); err != nil {
 		w.failed.Add(n)
 		w.log.Error("usage events not recorded", "events", n, "spool", w.sp.path,
 			"db_err", dbErr, "err", err)
-		deliver(batch, fmt.Errorf("store: usage not recorded: database: %w; spool: %w", dbErr, err))
-		return
+		return false, fmt.Errorf("store: usage not recorded: database: %w; spool: %w", dbErr, err)
 	}
 	w.spooled.Add(n)
 	w.spoolPending = true
-	deliver(batch, nil)
+	return false, nil
 }
 
 // failedCommit starts or doubles the backoff after a failed write.
@@ -533,15 +543,6 @@ func (w *UsageWriter) failedCommit(err error) {
 	w.backoff = min(max(2*w.backoff, minBackoff), maxBackoff)
 	w.retryAt = time.Now().Add(w.backoff)
 	w.lastErr = err
-}
-
-// deliver tells the batch's Record calls the outcome.
-func deliver(batch []*usageItem, err error) {
-	for _, it := range batch {
-		if it.done != nil {
-			it.done <- err
-		}
-	}
 }
 
 // writeTx runs fn in a write transaction on the writer's database, queued
