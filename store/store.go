@@ -102,6 +102,10 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 		random: rand.Reader,
 		writer: make(chan struct{}, 1),
 	}
+	if err := ping(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
 	if err := s.open(ctx, migrations); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
@@ -124,6 +128,27 @@ func (s *Store) open(ctx context.Context, migrations []migration) error {
 		return err
 	}
 	return nil
+}
+
+// ping opens the pool's first connection. On a new file that another Store
+// (in this process or another) is switching to WAL at the same moment, a
+// new connection's PRAGMA journal_mode fails at once with "database is
+// locked": SQLite does not call the busy handler where waiting could
+// deadlock. So ping retries that error for up to the busy timeout (5 s).
+func ping(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		err := db.PingContext(ctx)
+		var se sqlite3.Error
+		if err == nil || !errors.As(err, &se) || se.Code != sqlite3.ErrBusy || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // dsn is the go-sqlite3 data source name of the database file at path: a
