@@ -3,8 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,19 +27,21 @@ func BenchmarkUsageWriter(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			var seq atomic.Int64
-			b.SetParallelism((producers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			var next atomic.Int64 // the events' numbers, 1 to b.N
+			var wg sync.WaitGroup
 			b.ReportAllocs()
 			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					ev := done(fmt.Sprintf("r%d", seq.Add(1)))
-					if err := w.Record(ctx, ev); err != nil {
-						b.Error(err)
-						return
+			for range producers {
+				wg.Go(func() {
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						if err := w.Record(ctx, done(fmt.Sprintf("r%d", i))); err != nil {
+							b.Error(err)
+							return
+						}
 					}
-				}
-			})
+				})
+			}
+			wg.Wait()
 			b.StopTimer()
 			if err := w.Close(ctx); err != nil {
 				b.Fatal(err)
