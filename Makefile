@@ -5,6 +5,9 @@ GO      ?= go
 BIN     := bin
 LISTEN  ?= 127.0.0.1:8700
 GOTEST_FLAGS ?= -race -timeout 15m
+# go-nvml's header marks some NVML calls deprecated; gcc would warn on every
+# build of its cgo package.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 .PHONY: all deps build run test bench lint fmt clean
 

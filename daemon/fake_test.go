@@ -94,6 +94,8 @@ func (f *fakeReplica) Stats() engine.Stats {
 	return engine.Stats{Model: f.info.Model, Degrade: f.degrade}
 }
 
+func (f *fakeReplica) Requests(context.Context) ([]engine.RequestState, error) { return nil, nil }
+
 func (f *fakeReplica) setDegrade(l engine.DegradeLevel) {
 	f.mu.Lock()
 	f.degrade = l

@@ -138,7 +138,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 	}
 	if sw == nil {
 		l := newEventLog(rl.id, rl.tenant, false, 0, 0, cancel)
-		s.logs.add(l) // for DELETE /v1/requests/{id}
+		l.model, l.tier, l.start = j.model.id, rl.tier, rl.start
+		rl.live = l
+		s.logs.add(l) // for DELETE /v1/requests/{id} and the snapshot
 		defer func() {
 			l.end(time.Now())
 			s.logs.remove(rl.id)
@@ -152,6 +154,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 
 	l := sw.log
 	l.cancel = cancel
+	l.model, l.tier, l.start = j.model.id, rl.tier, rl.start
+	rl.live = l
 	s.logs.add(l)
 	rl.detached = true // the relay writes the log line, not the handler
 	rl.status = http.StatusOK
@@ -245,6 +249,7 @@ func (s *Server) relay(ctx context.Context, cancel context.CancelFunc, st eventS
 			wd.progress()
 			if rl.ttft == 0 {
 				rl.ttft = time.Since(rl.start)
+				rl.live.firstToken.Store(time.Now().UnixNano())
 			}
 			if ev.Index == 0 {
 				rl.times.token(ev.Time)

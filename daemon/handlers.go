@@ -56,6 +56,9 @@ type reqLog struct {
 	// detached is set when a stream's relay goroutine owns the request
 	// and writes its log line.
 	detached bool
+	// live is the request's entry in the registry (resume, cancel,
+	// snapshot).
+	live     *eventLog
 	queued   time.Duration
 	times    tokenTimes
 	recorded bool
@@ -98,7 +101,18 @@ func (s *Server) api(method, endpoint string, pol policy, h handlerFunc) http.Ha
 			return
 		}
 		if endpoint == "" {
-			w.Header().Set("X-Request-Id", newID("req_"))
+			id := newID("req_")
+			w.Header().Set("X-Request-Id", id)
+			defer func() {
+				if v := recover(); v != nil {
+					if v == http.ErrAbortHandler { //nolint:errorlint // sentinel panic value
+						panic(v)
+					}
+					s.log.Error("handler panic", "request_id", id, "path", r.URL.Path, "panic", fmt.Sprint(v),
+						"stack", string(debug.Stack()))
+					writeError(w, id, errors.New("daemon: handler panic"))
+				}
+			}()
 			h(w, r, nil)
 			return
 		}
@@ -668,26 +682,35 @@ var tierNames = [engine.NumPriorities]string{"batch", "free", "paid", "enterpris
 func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request, _ *reqLog) {
 	resp := api.StatsResponse{Models: make([]api.EngineStats, 0, len(s.models))}
 	for _, m := range s.models {
-		st := m.eng.Stats()
-		byTier := make(map[string]int, len(tierNames))
-		for p, name := range tierNames {
-			byTier[name] = st.WaitingByPriority[p]
-		}
-		resp.Models = append(resp.Models, api.EngineStats{
-			Model: m.id, Executor: executorKind(m.id),
-			BlocksTotal: st.BlocksTotal, BlocksUsed: st.BlocksUsed, BlocksCached: st.BlocksCached, BlockSize: st.BlockSize,
-			Running: st.Running, Waiting: st.Waiting, WaitingByTier: byTier,
-			Swapped: st.Swapped, SwapBlocksUsed: st.SwapBlocksUsed, SwapBlocksTotal: st.SwapBlocksTotal,
-			Steps: st.Steps, Completed: st.Completed, GeneratedTokens: st.GeneratedTokens, ComputedTokens: st.ComputedTokens,
-			PrefixQueryTokens: st.PrefixQueryTokens, PrefixHitTokens: st.PrefixHitTokens,
-			Preemptions: st.Preemptions, PreemptionsSwap: st.PreemptionsSwap, PreemptionsRecompute: st.PreemptionsRecompute,
-			Evictions: st.Evictions, Degrade: st.Degrade.String(), DegradeLevel: int(st.Degrade),
-		})
+		resp.Models = append(resp.Models, apiEngineStats(m))
 	}
-	c := s.quota.Counters()
-	resp.Quota = &api.QuotaStats{Allow: c.Allow, Deny: c.Deny, ErrorAllowed: c.ErrorAllowed, ErrorDenied: c.ErrorDenied,
-		Resets: c.Resets, FallbackActive: c.FallbackActive, Backend: s.quotaBackend()}
+	resp.Quota = s.quotaStats()
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// apiEngineStats is m's engine state on the wire.
+func apiEngineStats(m *model) api.EngineStats {
+	st := m.eng.Stats()
+	byTier := make(map[string]int, len(tierNames))
+	for p, name := range tierNames {
+		byTier[name] = st.WaitingByPriority[p]
+	}
+	return api.EngineStats{
+		Model: m.id, Executor: executorKind(m.id),
+		BlocksTotal: st.BlocksTotal, BlocksUsed: st.BlocksUsed, BlocksCached: st.BlocksCached, BlockSize: st.BlockSize,
+		Running: st.Running, Waiting: st.Waiting, WaitingByTier: byTier,
+		Swapped: st.Swapped, SwapBlocksUsed: st.SwapBlocksUsed, SwapBlocksTotal: st.SwapBlocksTotal,
+		Steps: st.Steps, Completed: st.Completed, GeneratedTokens: st.GeneratedTokens, ComputedTokens: st.ComputedTokens,
+		PrefixQueryTokens: st.PrefixQueryTokens, PrefixHitTokens: st.PrefixHitTokens,
+		Preemptions: st.Preemptions, PreemptionsSwap: st.PreemptionsSwap, PreemptionsRecompute: st.PreemptionsRecompute,
+		Evictions: st.Evictions, Degrade: st.Degrade.String(), DegradeLevel: int(st.Degrade),
+	}
+}
+
+func (s *Server) quotaStats() *api.QuotaStats {
+	c := s.quota.Counters()
+	return &api.QuotaStats{Allow: c.Allow, Deny: c.Deny, ErrorAllowed: c.ErrorAllowed, ErrorDenied: c.ErrorDenied,
+		Resets: c.Resets, FallbackActive: c.FallbackActive, Backend: s.quotaBackend()}
 }
 
 // executorKind names the executor behind a model id: every simulated model

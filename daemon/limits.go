@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/llmd/llmd/daemon/quota"
@@ -40,34 +39,54 @@ func limitsOf(l store.Limits) quota.Limits {
 	return quota.Limits{RPM: l.RPM, TPM: l.TPM, Concurrency: l.Concurrency, DailyTokens: l.DailyTokens}
 }
 
-// rejections counts quota refusals per tenant since start, for llmctl quota
-// get.
+// rejections counts quota refusals per tenant since start, and keeps the
+// times of the last minute's (at most 1,000 per tenant) for llmctl top.
 type rejections struct {
-	mu sync.Mutex
-	n  map[string]*atomic.Uint64
+	mu     sync.Mutex
+	n      map[string]uint64
+	recent map[string][]time.Time
 }
 
-func (r *rejections) add(tenant string) {
+const maxRecentRejections = 1000
+
+func (r *rejections) add(tenant string, now time.Time) {
 	r.mu.Lock()
-	c := r.n[tenant]
-	if c == nil {
-		if r.n == nil {
-			r.n = make(map[string]*atomic.Uint64)
-		}
-		c = new(atomic.Uint64)
-		r.n[tenant] = c
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n, r.recent = make(map[string]uint64), make(map[string][]time.Time)
 	}
-	r.mu.Unlock()
-	c.Add(1)
+	r.n[tenant]++
+	rec := trimBefore(r.recent[tenant], now.Add(-time.Minute))
+	if len(rec) >= maxRecentRejections {
+		rec = rec[1:]
+	}
+	r.recent[tenant] = append(rec, now)
 }
 
 func (r *rejections) get(tenant string) uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if c := r.n[tenant]; c != nil {
-		return c.Load()
+	return r.n[tenant]
+}
+
+// lastMinute counts tenant's refusals in the minute before now.
+func (r *rejections) lastMinute(tenant string, now time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := trimBefore(r.recent[tenant], now.Add(-time.Minute))
+	if r.recent != nil {
+		r.recent[tenant] = rec
 	}
-	return 0
+	return len(rec)
+}
+
+// trimBefore drops the times before cutoff from the front of ts (ordered).
+func trimBefore(ts []time.Time, cutoff time.Time) []time.Time {
+	i := 0
+	for i < len(ts) && ts[i].Before(cutoff) {
+		i++
+	}
+	return ts[i:]
 }
 
 // quotaError is a request refused by its tenant's quota (429).
@@ -192,7 +211,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, rl *reqLog, j *jo
 	}
 	setRateHeaders(w.Header(), d)
 	if !d.Allowed {
-		s.rejected.add(p.tenant)
+		s.rejected.add(p.tenant, time.Now())
 		if !s.cfg.QuotaShadow {
 			return nil, &quotaError{tenant: p.tenant, d: d, tokens: tokens}
 		}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,6 +38,12 @@ type eventLog struct {
 	detached time.Time
 	// cancel ends the request (DELETE, or no reader for too long).
 	cancel context.CancelFunc
+
+	// For inspection (the snapshot): set before the log is registered,
+	// then read-only, except firstToken (Unix nanoseconds, 0 before it).
+	model, tier string
+	start       time.Time
+	firstToken  atomic.Int64
 }
 
 func newEventLog(id, tenant string, resumable bool, maxEvents, maxBytes int, cancel context.CancelFunc) *eventLog {
@@ -171,6 +178,14 @@ func (r *logRegistry) get(id, tenant string) *eventLog {
 		return nil
 	}
 	return l
+}
+
+// lookup returns the log of request id whoever owns it (the snapshot is
+// an admin view).
+func (r *logRegistry) lookup(id string) *eventLog {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.logs[id]
 }
 
 func (r *logRegistry) remove(id string) {

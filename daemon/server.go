@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/llmd/llmd/daemon/gpu"
 	"github.com/llmd/llmd/daemon/metrics"
 	"github.com/llmd/llmd/daemon/quota"
 	"github.com/llmd/llmd/engine"
@@ -30,6 +31,8 @@ type replica interface {
 	// can hold: the context length, or less if the KV pool is smaller.
 	MaxSeqTokens() int
 	Stats() engine.Stats
+	// Requests inspects the live requests; see engine.Engine.Requests.
+	Requests(ctx context.Context) ([]engine.RequestState, error)
 }
 
 // eventStream is a request's events; *engine.Stream implements it.
@@ -52,6 +55,9 @@ func (r engineReplica) Submit(ctx context.Context, req engine.Request) (eventStr
 func (r engineReplica) Info() engine.ExecutorInfo { return r.e.Info() }
 func (r engineReplica) MaxSeqTokens() int         { return r.e.MaxSeqTokens() }
 func (r engineReplica) Stats() engine.Stats       { return r.e.Stats() }
+func (r engineReplica) Requests(ctx context.Context) ([]engine.RequestState, error) {
+	return r.e.Requests(ctx)
+}
 
 // model is one served model: its engine, its tokenizer and what the API
 // reports about it.
@@ -70,6 +76,18 @@ type model struct {
 	created      int64 // Unix seconds
 	// run runs the engine's step loop until ctx ends; nil for fakes.
 	run func(ctx context.Context) error
+	// lat holds recent latencies for the snapshot; sim describes the
+	// simulated GPU group of a sim model (nil otherwise).
+	lat latencyWindow
+	sim *simGPU
+}
+
+// simGPU is a sim model's simulated GPU group, for the snapshot.
+type simGPU struct {
+	name       string
+	tp         int
+	memory     int64 // bytes, the whole group
+	kvCapacity int64 // bytes of the KV pool
 }
 
 func newModel(eng replica, tok Tokenizer, created time.Time, run func(context.Context) error) *model {
@@ -121,6 +139,8 @@ type Server struct {
 	// goroutines that relay streams, which Run waits for when it stops.
 	logs   logRegistry
 	relays sync.WaitGroup
+	// gpu reads the node's real GPUs through NVML, when there are any.
+	gpu gpu.Telemetry
 
 	mu sync.Mutex
 	ln net.Listener
@@ -306,6 +326,7 @@ func (s *Server) Run(ctx context.Context) error {
 		for _, c := range s.closers {
 			c()
 		}
+		s.gpu.Close()
 	}()
 	if _, err := s.Listen(); err != nil {
 		return err
@@ -417,6 +438,7 @@ func (s *Server) routeTable() []route {
 		{"GET /v1/requests/{id}/stream", get, "", policyUser, s.handleResume},
 		{"DELETE /v1/requests/{id}", del, "", policyUser, s.handleCancel},
 		{"GET /v1/admin/usage", get, "", policyAdmin, s.handleUsage},
+		{"GET /v1/admin/snapshot", get, "", policyAdmin, s.handleSnapshot},
 		{"POST /v1/admin/keys", post, "", policyAdmin, s.handleCreateKey},
 		{"GET /v1/admin/keys", get, "", policyAdmin, s.handleListKeys},
 		{"DELETE /v1/admin/keys/{id}", del, "", policyAdmin, s.handleRevokeKey},
@@ -444,7 +466,7 @@ func (s *Server) routes() *http.ServeMux {
 		mux.Handle(rt.pattern, s.api(rt.method, rt.endpoint, rt.policy, rt.h))
 	}
 	for _, p := range []string{"/v1/admin/keys", "/v1/admin/keys/{id}", "/v1/admin/tenants", "/v1/admin/quotas",
-		"/v1/admin/quotas/{tenant}", "/v1/admin/usage", "/v1/requests/{id}", "/v1/requests/{id}/stream"} {
+		"/v1/admin/quotas/{tenant}", "/v1/admin/usage", "/v1/admin/snapshot", "/v1/requests/{id}", "/v1/requests/{id}/stream"} {
 		mux.Handle(p, s.api("", "", policyAdmin, adminMethodNotAllowed))
 	}
 	return mux

@@ -50,6 +50,7 @@ func buildSimModels(cfg Config, logger *slog.Logger) ([]*model, error) {
 		}
 		m := newModel(engineReplica{eng}, exec.Tokenizer(), now, eng.Run)
 		m.arch, m.params, m.quantization = "sim", prof.Params, "BF16"
+		m.sim = &simGPU{name: gpu.Name, tp: cfg.TP, memory: gpu.MemoryBytes * int64(cfg.TP), kvCapacity: exec.KVCapacityBytes()}
 		if prof.WeightDTypeBytes == 1 {
 			m.quantization = "FP8"
 		}

@@ -123,6 +123,9 @@ func (s *Server) endUsage(rl *reqLog, j *job) {
 	if !rl.recorded {
 		_ = s.recordUsage(context.Background(), rl, j)
 	}
+	if rl.ttft > 0 {
+		j.model.lat.add(time.Now(), rl.ttft, rl.times.meanGap())
+	}
 	if s.metrics == nil {
 		return
 	}

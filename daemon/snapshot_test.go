@@ -1,0 +1,73 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/store"
+)
+
+// TestSnapshot: the admin snapshot shows a running request with its state
+// and tokens, the models' engine state, tenants' quota burn, and the
+// simulated GPU labelled as such.
+func TestSnapshot(t *testing.T) {
+	s := newStoreServer(t, func(c *Config) { c.StepTimeScale = 1 })
+	admin := makeKey(t, s, "ops", store.TierEnterprise, true)
+	user := makeKey(t, s, "acme", store.TierPaid, false)
+	base := startServer(t, s)
+	c := testClient(t)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat", strings.NewReader(
+		`{"model":"sim/small","max_tokens":3000,"messages":[{"role":"user","content":"go on"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+user)
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	id := resp.Header.Get("X-Request-Id")
+
+	var snap api.Snapshot
+	require.Eventually(t, func() bool {
+		r, b := call(t, c, http.MethodGet, base+"/v1/admin/snapshot", admin, "")
+		require.Equal(t, http.StatusOK, r.StatusCode, "%s", b)
+		require.NoError(t, json.Unmarshal(b, &snap))
+		return len(snap.Requests) == 1 && snap.Requests[0].State == api.StateDecode && snap.Requests[0].GeneratedTokens > 2
+	}, 5*time.Second, 10*time.Millisecond)
+	rq := snap.Requests[0]
+	require.Equal(t, id, rq.ID)
+	require.Equal(t, "acme", rq.Tenant)
+	require.Equal(t, "sim/small", rq.Model)
+	require.Equal(t, "paid", rq.Tier)
+	require.True(t, rq.Resumable)
+	require.Positive(t, rq.TTFT)
+	require.Positive(t, rq.Age)
+	require.Len(t, snap.Models, 1)
+	require.Equal(t, 1, snap.Models[0].Running)
+	require.Len(t, snap.GPUs, 1)
+	require.True(t, snap.GPUs[0].Simulated)
+	require.Contains(t, snap.GPUs[0].Name, "H100")
+	require.Greater(t, snap.GPUs[0].MemoryUsed, int64(0))
+	var acme *api.TenantSnapshot
+	for i := range snap.Tenants {
+		if snap.Tenants[i].Tenant == "acme" {
+			acme = &snap.Tenants[i]
+		}
+	}
+	require.NotNil(t, acme)
+	require.Equal(t, 1, acme.Running)
+	require.EqualValues(t, 1, acme.Usage.InFlight)
+
+	r, _ := call(t, c, http.MethodGet, base+"/v1/admin/snapshot", user, "")
+	require.Equal(t, http.StatusForbidden, r.StatusCode)
+	r, _ = call(t, c, http.MethodDelete, base+"/v1/requests/"+id, user, "")
+	require.Equal(t, http.StatusOK, r.StatusCode)
+}
