@@ -32,6 +32,7 @@ func (s *Server) newMetrics() *metrics.Metrics {
 			return out
 		},
 		Quota: func() quota.Counters { return s.quota.Counters() },
+		GPUs:  s.gpus,
 		Usage: func() metrics.UsageWriterSnapshot {
 			if s.usage == nil {
 				return metrics.UsageWriterSnapshot{}

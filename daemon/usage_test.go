@@ -171,6 +171,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`vllm:time_to_first_token_seconds_bucket{`,
 		`vllm:request_success_total{`,
 		`llmd_quota_decisions_total{result="allow"} 1`,
+		`llmd_gpu_memory_total_bytes{gpu="0",name="H100 SXM 80GB x1 (sim/small)",simulated="true"}`,
 	} {
 		require.True(t, strings.Contains(text, series), "missing %s in:\n%s", series, text)
 	}

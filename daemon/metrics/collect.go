@@ -248,3 +248,39 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- constMetric(descUsageEvents, prometheus.CounterValue, float64(u.Spooled), "spooled")
 	ch <- constMetric(descUsageEvents, prometheus.CounterValue, float64(u.Failed), "failed")
 }
+
+var (
+	gpuLabels       = []string{"gpu", "name", "simulated"}
+	descGPUMemUsed  = prometheus.NewDesc("llmd_gpu_memory_used_bytes", "GPU memory in use (simulated GPUs: the model's weights, reserve and KV blocks in use).", gpuLabels, nil)
+	descGPUMemTotal = prometheus.NewDesc("llmd_gpu_memory_total_bytes", "GPU memory.", gpuLabels, nil)
+	descGPUUtil     = prometheus.NewDesc("llmd_gpu_utilization_ratio", "GPU utilisation, 0 to 1 (real GPUs only).", gpuLabels, nil)
+	descGPUTemp     = prometheus.NewDesc("llmd_gpu_temperature_celsius", "GPU temperature (real GPUs only).", gpuLabels, nil)
+	descGPUPower    = prometheus.NewDesc("llmd_gpu_power_watts", "GPU power draw (real GPUs only).", gpuLabels, nil)
+)
+
+// gpuCollector exposes Source.GPUs.
+type gpuCollector struct{ m *Metrics }
+
+// Describe implements [prometheus.Collector].
+func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descGPUMemUsed, descGPUMemTotal, descGPUUtil, descGPUTemp, descGPUPower} {
+		ch <- d
+	}
+}
+
+// Collect implements [prometheus.Collector].
+func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m.src.GPUs == nil {
+		return
+	}
+	for _, g := range c.m.src.GPUs() {
+		lv := []string{strconv.Itoa(g.Index), g.Name, strconv.FormatBool(g.Simulated)}
+		ch <- constMetric(descGPUMemUsed, prometheus.GaugeValue, float64(g.MemoryUsed), lv...)
+		ch <- constMetric(descGPUMemTotal, prometheus.GaugeValue, float64(g.MemoryTotal), lv...)
+		if !g.Simulated {
+			ch <- constMetric(descGPUUtil, prometheus.GaugeValue, g.Utilization, lv...)
+			ch <- constMetric(descGPUTemp, prometheus.GaugeValue, g.TemperatureC, lv...)
+			ch <- constMetric(descGPUPower, prometheus.GaugeValue, g.PowerW, lv...)
+		}
+	}
+}

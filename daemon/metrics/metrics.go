@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/daemon/quota"
 	"github.com/llmd/llmd/engine"
 )
@@ -54,6 +55,9 @@ type Source struct {
 	// Usage returns the usage writer's state; nil until the usage writer
 	// exists.
 	Usage func() UsageWriterSnapshot
+	// GPUs returns the node's GPU telemetry (NVML, or the simulated
+	// groups); nil exposes none.
+	GPUs func() []api.GPUInfo
 }
 
 // EngineSnapshot is one served model's engine at scrape time.
@@ -165,6 +169,7 @@ func New(src Source) *Metrics {
 		&engineCollector{m: m},
 		&quotaCollector{m: m},
 		&usageCollector{m: m},
+		&gpuCollector{m: m},
 		&requestCollector{m: m},
 		m.rejected,
 	)
