@@ -39,6 +39,11 @@ var errStalled = errors.New("daemon: no new token within the stall timeout; the 
 var errRequestCancelled = &requestError{Status: statusClientClosed, Type: typeInvalidRequest, Code: "request_cancelled",
 	Message: "the request was cancelled"}
 
+// errCancelledJSON answers a non-streamed request cancelled by DELETE
+// /v1/requests/{id} while its client still waits.
+var errCancelledJSON = &requestError{Status: http.StatusConflict, Type: typeInvalidRequest, Code: "request_cancelled",
+	Message: "the request was cancelled (DELETE /v1/requests/{id})"}
+
 // requestError is a problem with the request itself, found before it reaches
 // an engine. It is sent as is.
 type requestError struct {

@@ -149,6 +149,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 			finish()
 		}()
 		s.relay(ctx, subCancel, st, rl, j, em)
+		if ctx.Err() != nil && r.Context().Err() == nil && rl.status == statusClientClosed {
+			// Cancelled by DELETE /v1/requests/{id} while its client waits.
+			rl.status = writeError(w, rl.id, errCancelledJSON)
+		}
 		return
 	}
 

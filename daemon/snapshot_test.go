@@ -71,3 +71,39 @@ func TestSnapshot(t *testing.T) {
 	r, _ = call(t, c, http.MethodDelete, base+"/v1/requests/"+id, user, "")
 	require.Equal(t, http.StatusOK, r.StatusCode)
 }
+
+// TestCancelJSONRequest: DELETE of a non-streamed request in flight ends
+// it at once with a 409, and the engine frees it.
+func TestCancelJSONRequest(t *testing.T) {
+	s := newStoreServer(t, func(c *Config) { c.StepTimeScale = 1 })
+	base := startServer(t, s)
+	c := testClient(t)
+	type result struct {
+		code int
+		body []byte
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, b := call(t, c, http.MethodPost, base+"/v1/chat/completions", "",
+			`{"model":"sim/small","max_tokens":5000,"messages":[{"role":"user","content":"long"}]}`)
+		done <- result{resp.StatusCode, b}
+	}()
+	var id string
+	require.Eventually(t, func() bool {
+		rs, err := s.models[0].eng.Requests(t.Context())
+		require.NoError(t, err)
+		if len(rs) == 1 && rs[0].Generated > 0 {
+			id = rs[0].ID
+			return true
+		}
+		return false
+	}, 5*time.Second, 5*time.Millisecond)
+	r, b := call(t, c, http.MethodDelete, base+"/v1/requests/"+id, "", "")
+	require.Equal(t, http.StatusOK, r.StatusCode, "%s", b)
+	res := <-done
+	require.Equal(t, http.StatusConflict, res.code, "%s", res.body)
+	require.Equal(t, "request_cancelled", errorOf(t, res.body)["code"])
+	require.Eventually(t, func() bool { return s.Stats()[0].Running == 0 }, 5*time.Second, time.Millisecond)
+	r, _ = call(t, c, http.MethodDelete, base+"/v1/requests/"+id, "", "")
+	require.Equal(t, http.StatusNotFound, r.StatusCode, "a finished JSON request is forgotten")
+}
