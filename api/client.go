@@ -285,26 +285,15 @@ func (errReader) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
 
 // resume reopens request id's stream after event lastID ("" for the start).
 func (c *Client) resume(ctx context.Context, id, lastID string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base.JoinPath("/v1/requests", id, "stream").String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("api: new request: %w", err)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	if lastID != "" {
-		req.Header.Set("Last-Event-ID", lastID)
-	}
-	if key := c.key(); key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := c.hc.Do(req)
+	p, err := adminPath("/v1/requests", "request id", id)
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		defer resp.Body.Close()
-		return nil, readStatusError(resp)
+	var extra http.Header
+	if lastID != "" {
+		extra = http.Header{"Last-Event-Id": {lastID}}
 	}
-	return resp, nil
+	return c.doWith(ctx, http.MethodGet, p+"/stream", nil, "text/event-stream", extra)
 }
 
 // readNative reads a native stream to its final event, calling fn for each
@@ -441,6 +430,11 @@ func (c *Client) ChatCompletionStream(ctx context.Context, req ChatCompletionReq
 // do sends one request and returns the response when its status is 2xx;
 // otherwise it reads the body into a *StatusError.
 func (c *Client) do(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {
+	return c.doWith(ctx, method, path, body, accept, nil)
+}
+
+// doWith is do with extra request headers.
+func (c *Client) doWith(ctx context.Context, method, path string, body any, accept string, extra http.Header) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -458,6 +452,9 @@ func (c *Client) do(ctx context.Context, method, path string, body any, accept s
 	}
 	if accept != "" {
 		req.Header.Set("Accept", accept)
+	}
+	for k, vs := range extra {
+		req.Header[k] = vs
 	}
 	key := c.key()
 	if key != "" {
