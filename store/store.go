@@ -181,14 +181,19 @@ func (s *Store) Path() string { return s.path }
 // write runs fn in a write transaction (BEGIN IMMEDIATE) and commits it when
 // fn returns nil.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.writeOn(ctx, s.db, fn)
+}
+
+// writeOn is write on db, one of the store's handles: writers take turns
+// (s.writer) so that they queue here rather than on SQLite's busy timeout.
+func (s *Store) writeOn(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
 	select {
 	case s.writer <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	defer func() { <-s.writer }()
-
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}

@@ -548,21 +548,7 @@ func (w *UsageWriter) failedCommit(err error) {
 // writeTx runs fn in a write transaction on the writer's database, queued
 // behind the Store's other writes.
 func (w *UsageWriter) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	select {
-	case w.s.writer <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-w.s.writer }()
-	tx, err := w.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	return tx.Commit()
+	return w.s.writeOn(ctx, w.db, fn)
 }
 
 // commit writes the batch in one transaction.
