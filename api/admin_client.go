@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -94,6 +95,56 @@ func (c *Client) SetQuota(ctx context.Context, tenant string, u QuotaUpdate) (*Q
 		return nil, err
 	}
 	return &qi, nil
+}
+
+// Snapshot returns the node's live state for llmctl top: each model's
+// engine state and latencies, the live requests, the tenants' quota burn
+// and the GPUs (GET /v1/admin/snapshot).
+func (c *Client) Snapshot(ctx context.Context) (*Snapshot, error) {
+	var s Snapshot
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/admin/snapshot", nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// FollowRequest reads request id's token stream from its start, as another
+// reader next to the client that made the request (GET
+// /v1/requests/{id}/stream), calling fn with each delta, and returns the
+// final "done" event. Following neither changes nor cancels the request;
+// a connection that drops is resumed after the last event read, as in
+// [Client.Chat].
+//
+// Only resumable streams can be followed (native /v1/chat, and OpenAI
+// requests sent with X-Resumable), and only with a key of the request's
+// tenant: for the others, and for a request llmd no longer keeps, llmd
+// answers 404, a *StatusError. If fn returns an error, the stream stops
+// and FollowRequest returns that error.
+func (c *Client) FollowRequest(ctx context.Context, id string, fn func(NativeDelta) error) (*NativeDone, error) {
+	if _, err := adminPath("/v1/requests", "request id", id); err != nil {
+		return nil, err
+	}
+	lastID := ""
+	for attempt := 0; ; attempt++ {
+		resp, err := c.resume(ctx, id, lastID)
+		if err != nil {
+			var se *StatusError
+			if errors.As(err, &se) || ctx.Err() != nil || attempt == 0 || attempt >= maxResumes {
+				return nil, err
+			}
+		} else {
+			done, err := c.readNative(ctx, resp, fn, &lastID)
+			if cb, ok := err.(*callbackError); ok {
+				return nil, cb.err
+			}
+			if err == nil || !errors.Is(err, ErrIncompleteStream) || attempt >= maxResumes {
+				return done, err
+			}
+		}
+		if err := sleepCtx(ctx, resumeBackoff(attempt)); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // UsageQuery selects what [Client.Usage] reports. Empty fields are not
