@@ -1,0 +1,173 @@
+package tui
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/llmd/llmd/api"
+)
+
+// WriteSnapshot writes s as plain text, with no escape sequences, for
+// "llmctl top --once": the node, then tables of models, running/waiting
+// sequences per tier, GPUs, requests and tenants. Request ids are written
+// whole. Tokens per second are not in it: they need two snapshots.
+func WriteSnapshot(w io.Writer, s *api.Snapshot) error {
+	pw := &plainWriter{w: w}
+	node := s.Node
+	if node == "" {
+		node = "(unnamed)"
+	}
+	at := ""
+	if !s.Time.IsZero() {
+		at = "  at " + s.Time.UTC().Format(time.RFC3339)
+	}
+	pw.printf("node %s  up %s%s  (%s)\n", node, fmtAge(s.Uptime), at, notClustered)
+
+	pw.section("MODELS", "MODEL\tEXECUTOR\tKV\tUSED\tCACHED\tFREE\tTOTAL\tRUNNING\tWAITING\tSWAPPED\tDONE\t"+
+		"TTFT P50/P95\tITL P50/P95\tPREEMPT (SWAP/RECOMP)\tPREFIX HIT\tDEGRADE")
+	for _, m := range s.Models {
+		free := max(m.BlocksTotal-m.BlocksUsed-m.BlocksCached, 0)
+		hit := "-"
+		if f, ok := prefixHit(m); ok {
+			hit = fmt.Sprintf("%.1f%%", f*100)
+		}
+		pw.row(m.Model, m.Executor, plainKV(m)+" "+fmtPct(kvFill(m)), m.BlocksUsed, m.BlocksCached, free, m.BlocksTotal,
+			m.Running, m.Waiting, m.Swapped, m.Completed,
+			fmtLatency(m.TTFTP50)+"/"+fmtLatency(m.TTFTP95), fmtLatency(m.ITLP50)+"/"+fmtLatency(m.ITLP95),
+			fmt.Sprintf("%d (%d/%d)", m.Preemptions, m.PreemptionsSwap, m.PreemptionsRecompute), hit, degradeText(m))
+	}
+
+	pw.section("RUNNING/WAITING BY TIER", "MODEL\t"+strings.ToUpper(strings.Join(tiers, "\t")))
+	loads := tierLoads(s)
+	for _, m := range s.Models {
+		cells := []any{m.Model}
+		for _, t := range tiers {
+			cells = append(cells, fmt.Sprintf("%d/%d", loads[m.Model].running[t], loads[m.Model].waiting[t]))
+		}
+		pw.row(cells...)
+	}
+
+	if len(s.GPUs) > 0 {
+		pw.section("GPUS", "GPU\tNAME\tMEMORY GiB\tMEM\tUTIL\tTEMP\tPOWER\tKIND")
+		for _, g := range s.GPUs {
+			kind := "device"
+			if g.Simulated {
+				kind = "simulated"
+			}
+			pw.row(g.Index, g.Name, fmtGiB(g.MemoryUsed)+"/"+fmtGiB(g.MemoryTotal),
+				fmtPct(frac(float64(g.MemoryUsed), float64(g.MemoryTotal))), fmtPct(g.Utilization),
+				optional(g.TemperatureC, "%.0fC"), optional(g.PowerW, "%.0fW"), kind)
+		}
+	}
+
+	pw.section("REQUESTS", "ID\tTENANT\tMODEL\tTIER\tSTATE\tPROMPT\tCACHED\tGEN\tTTFT\tTOK/S\tAGE\tFOLLOW")
+	for _, r := range s.Requests {
+		follow := "no"
+		if r.Resumable {
+			follow = "yes"
+		}
+		pw.row(r.ID, r.Tenant, r.Model, r.Tier, r.State, r.PromptTokens, r.CachedTokens, r.GeneratedTokens,
+			fmtLatency(r.TTFT), fmtRate(r.TokensPerSecond), fmtAge(r.Age), follow)
+	}
+	if len(s.Requests) == 0 {
+		pw.printf("(none)\n")
+	}
+
+	pw.section("TENANTS", "TENANT\tTIER\tRUNNING\tRPM\tTPM\tCONCURRENCY\tDAILY TOKENS\tREJECTED 1M")
+	for _, t := range s.Tenants {
+		l, u := t.Limits, t.Usage
+		pw.row(t.Tenant, t.Tier, t.Running,
+			plainBurn(l.RequestsPerMinute-u.RequestsAvailable, l.RequestsPerMinute),
+			plainBurn(l.TokensPerMinute-u.TokensAvailable, l.TokensPerMinute),
+			plainBurn(u.InFlight, l.Concurrency),
+			plainBurn(u.DailyTokensUsed, l.DailyTokens),
+			t.Rejected1)
+	}
+	if len(s.Tenants) == 0 {
+		pw.printf("(none)\n")
+	}
+	if q := s.Quota; q != nil {
+		fallback := ""
+		if q.FallbackActive {
+			fallback = " (Redis failing: local fallback active)"
+		}
+		pw.printf("\nquota (%s): %d allowed, %d denied%s\n", q.Backend, q.Allow, q.Deny, fallback)
+	}
+	pw.flush()
+	return pw.err
+}
+
+// plainKV draws the KV cache in ASCII: # used, + cached, . free.
+func plainKV(m api.ModelSnapshot) string {
+	const width = 10
+	free := max(m.BlocksTotal-m.BlocksUsed-m.BlocksCached, 0)
+	c := cells(width, float64(m.BlocksUsed), float64(m.BlocksCached), float64(free))
+	if m.BlocksTotal == 0 {
+		c = []int{0, 0, width}
+	}
+	return "[" + strings.Repeat("#", c[0]) + strings.Repeat("+", c[1]) + strings.Repeat(".", c[2]) + "]"
+}
+
+// plainBurn writes the use of a limit: "54/60 90%", or "unlimited".
+func plainBurn(used, limit int64) string {
+	if limit <= 0 {
+		return "unlimited"
+	}
+	used = max(used, 0)
+	return fmt.Sprintf("%d/%d %s", used, limit, fmtPct(frac(float64(used), float64(limit))))
+}
+
+func optional(v float64, format string) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// plainWriter writes sections of tab-separated rows aligned by a
+// tabwriter, keeping the first error.
+type plainWriter struct {
+	w   io.Writer
+	tw  *tabwriter.Writer
+	err error
+}
+
+func (p *plainWriter) printf(format string, args ...any) {
+	if p.tw != nil {
+		p.flush()
+	}
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format, args...)
+	}
+}
+
+// section starts a new table under title with the tab-separated header.
+func (p *plainWriter) section(title, header string) {
+	p.printf("\n%s\n", title)
+	p.tw = tabwriter.NewWriter(p.w, 0, 8, 2, ' ', 0)
+	p.line(header)
+}
+
+func (p *plainWriter) row(cells ...any) {
+	s := make([]string, len(cells))
+	for i, c := range cells {
+		s[i] = fmt.Sprint(c)
+	}
+	p.line(strings.Join(s, "\t"))
+}
+
+func (p *plainWriter) line(s string) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintln(p.tw, s)
+	}
+}
+
+func (p *plainWriter) flush() {
+	if p.tw != nil && p.err == nil {
+		p.err = p.tw.Flush()
+	}
+	p.tw = nil
+}
