@@ -1,0 +1,735 @@
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/llmd/llmd/engine/kvcache"
+)
+
+// Member statuses.
+const (
+	StatusAlive   = "alive"
+	StatusSuspect = "suspect"
+	StatusDead    = "dead"
+	StatusLeft    = "left"
+)
+
+// maxNodes bounds the member table: records about unknown nodes are
+// dropped once it is full.
+const maxNodes = 4096
+
+// ModelLoad is one model's load on a node.
+type ModelLoad struct {
+	// Running and Waiting count sequences in the batch and in the queue.
+	Running, Waiting int
+	// KVUsage is the fraction of KV cache blocks in use, 0..1.
+	KVUsage float64
+	// TokensPerSecond is the recent output rate.
+	TokensPerSecond float64
+}
+
+// State is what a node gossips about itself.
+type State struct {
+	// Load is per model.
+	Load map[string]ModelLoad
+	// Prefixes is per model a bounded summary of cached prefixes: chained
+	// block hashes, the most valuable (most recently used) first; for
+	// example the first-block and depth-4/8/16 hashes of the most recently
+	// used prefixes. Holding the hash of block i claims blocks 0..i. The
+	// first MaxPrefixKeys per model are kept; the first BroadcastPrefixKeys
+	// in all (one per model in turn) travel in every gossip message, the
+	// rest in push/pull. Remote summaries carry 64 bits per hash: in a
+	// remote Member's State only Hi is set.
+	Prefixes map[string][]kvcache.Hash
+	// Draining is set while the node finishes its work before leaving; it
+	// gets no new requests.
+	Draining bool
+}
+
+// Member is one node as this node sees it.
+type Member struct {
+	ID, APIAddr, Version string
+	Models               []string
+	// Status is "alive", "suspect", "dead" or "left" (see the package doc).
+	Status string
+	// Local is set for this node.
+	Local bool
+	// State is the latest gossiped state, zero until the first arrives. Its
+	// maps are shared and must not be modified.
+	State State
+	// Updated is when State arrived (for the local node: when it was
+	// sampled), on this node's clock.
+	Updated time.Time
+}
+
+// Cluster is this node's membership in a cluster. Its methods are safe for
+// concurrent use.
+type Cluster struct {
+	cfg   Config
+	id    string
+	log   *slog.Logger
+	meta  []byte
+	ml    *memberlist.Memberlist // set once Start's memberlist.Create returns
+	queue *memberlist.TransmitLimitedQueue
+
+	// numLive counts nodes memberlist has not reported gone, for the
+	// queue's retransmit limit; atomic so the queue reads it lock-free.
+	numLive atomic.Int64
+	// badMsgs counts undecodable messages and metadata.
+	badMsgs atomic.Uint64
+
+	// Locking: mu guards everything below. Delegates hold it only to merge
+	// decoded data; nothing does I/O or blocks under it.
+	mu    sync.RWMutex
+	nodes map[string]*entry
+	ring  *ring
+	// ver is the version of the latest local publication; refuteEpoch, when
+	// above ver.Epoch, is the epoch the next one must use.
+	ver         version
+	refuteEpoch uint64
+	last        State     // the last published local state
+	lastSent    time.Time // when a local state was last gossiped
+	left        bool      // memberlist Leave done
+
+	leaving bool // set by Leave: every later publication says so
+
+	lifeMu sync.Mutex // serialises Leave and Close
+	closed bool
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// entry is the table's record of one node.
+type entry struct {
+	id     string
+	meta   *nodeMeta // nil until memberlist reports the node
+	local  bool
+	gone   bool      // memberlist reported it dead or left
+	seen   time.Time // last join or metadata update
+	goneAt time.Time
+
+	evictedUntil time.Time
+
+	// The state register: load, flags, the gossiped keys.
+	stateVer version
+	flags    byte
+	load     map[string]ModelLoad
+	hot      map[string][]uint64
+	heard    time.Time // when a newer state arrived
+	// The summary register: every key.
+	sumVer version
+	full   map[string][]uint64
+
+	// Derived on each change: the union of hot and full per model, and
+	// the same as hashes for Member.State. localHashes keeps the local
+	// node's full 128-bit hashes.
+	keys        map[string]map[uint64]struct{}
+	prefixes    map[string][]kvcache.Hash
+	localHashes map[string][]kvcache.Hash
+}
+
+// Start creates this node's memberlist, joins cfg.Join and starts the
+// goroutine that gossips the local state; Close stops both. It returns an
+// error, never panics, on a bad Config (see Config.Validate), when the
+// address cannot be bound, or when none of cfg.Join can be joined (joining
+// some is fine).
+func Start(cfg Config) (*Cluster, error) {
+	cfg.setDefaults()
+	meta, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	c := newCluster(cfg, meta)
+	mc, err := cfg.memberlistConfig(c.log)
+	if err != nil {
+		return nil, err
+	}
+	c.queue.RetransmitMult = mc.RetransmitMult
+	mc.Delegate = &delegate{c}
+	mc.Events = &eventDelegate{c}
+	logger := c.log
+
+	// The first state is published before anyone can ask for it.
+	c.tick(time.Now())
+
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start memberlist on %s: %w", cfg.BindAddr, err)
+	}
+	c.ml = ml
+	if len(cfg.Join) > 0 {
+		n, err := ml.Join(cfg.Join)
+		if n == 0 {
+			_ = ml.Shutdown()
+			return nil, fmt.Errorf("cluster: join %v: %w", cfg.Join, err)
+		}
+		if err != nil {
+			logger.Warn("some join addresses failed", "joined", n, "err", err)
+		}
+	}
+	go c.run()
+	logger.Info("cluster started", "addr", c.Addr(), "joined", len(cfg.Join) > 0, "insecure", len(cfg.Key) == 0)
+	return c, nil
+}
+
+// newCluster builds the Cluster of a validated cfg, without memberlist.
+func newCluster(cfg Config, meta []byte) *Cluster {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "cluster", "node", cfg.NodeID)
+	epoch := cfg.epoch
+	if epoch == 0 {
+		epoch = uint64(time.Now().UnixNano())
+	}
+	c := &Cluster{
+		cfg:   cfg,
+		id:    cfg.NodeID,
+		log:   logger,
+		meta:  meta,
+		nodes: make(map[string]*entry),
+		ver:   version{Epoch: epoch},
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	c.nodes[c.id] = &entry{
+		id:    c.id,
+		local: true,
+		meta:  &nodeMeta{ID: c.id, APIAddr: cfg.APIAddr, Version: cfg.Version, Models: slices.Clone(cfg.Models)},
+		seen:  time.Now(),
+	}
+	c.ring = newRing([]string{c.id})
+	c.numLive.Store(1)
+	c.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return int(c.numLive.Load()) },
+		RetransmitMult: memberlist.DefaultLANConfig().RetransmitMult,
+	}
+	return c
+}
+
+// ID returns this node's id.
+func (c *Cluster) ID() string { return c.id }
+
+// Addr returns the gossip host:port this node advertises (with the port
+// memberlist picked when BindAddr had port 0).
+func (c *Cluster) Addr() string {
+	return c.ml.LocalNode().Address()
+}
+
+// run publishes the local state every StateInterval until Close.
+func (c *Cluster) run() {
+	defer close(c.done)
+	t := time.NewTicker(c.cfg.StateInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case now := <-t.C:
+			c.tick(now)
+		}
+	}
+}
+
+// tick samples the local state, gossips it when it changed or is due as a
+// heartbeat, and prunes the table.
+func (c *Cluster) tick(now time.Time) {
+	var st State
+	if c.cfg.LocalState != nil {
+		st = c.cfg.LocalState()
+	}
+	c.publish(now, st, false)
+	c.prune(now)
+}
+
+// publish records st as the local state and queues it for gossip when it
+// changed, when leaving, or when the last one is a heartbeat old.
+func (c *Cluster) publish(now time.Time, st State, leaving bool) *broadcast {
+	c.mu.Lock()
+	if leaving {
+		c.leaving = true
+	}
+	if c.leaving {
+		st.Draining = true
+	}
+	e := c.nodes[c.id]
+	due := now.Sub(c.lastSent) >= heartbeatIntervals*c.cfg.StateInterval
+	if !leaving && !due && c.refuteEpoch <= c.ver.Epoch && c.ver.Seq > 0 && sameState(st, c.last) {
+		e.heard = now
+		c.mu.Unlock()
+		return nil
+	}
+	if c.refuteEpoch > c.ver.Epoch {
+		c.ver = version{Epoch: c.refuteEpoch}
+	}
+	c.ver.Seq++
+	v := c.ver
+	c.last = cloneState(st)
+	c.lastSent = now
+	stRec, sumRec := stateRecords(c.id, v, st, BroadcastPrefixKeys)
+	if c.leaving {
+		stRec.Flags |= flagLeaving | flagDraining
+	}
+	e.stateVer, e.sumVer = v, v
+	e.flags = stRec.Flags
+	e.heard = now
+	e.load = make(map[string]ModelLoad, len(stRec.Models))
+	e.hot = make(map[string][]uint64, len(stRec.Models))
+	e.full = make(map[string][]uint64, len(sumRec.Models))
+	e.localHashes = make(map[string][]kvcache.Hash, len(sumRec.Models))
+	for i, m := range stRec.Models {
+		e.load[m.Name] = m.Load
+		e.hot[m.Name] = m.Keys
+		keys := sumRec.Models[i].Keys
+		e.full[m.Name] = keys
+		e.localHashes[m.Name] = slices.Clone(st.Prefixes[m.Name][:len(keys)])
+	}
+	e.derive()
+	c.mu.Unlock()
+
+	b := &broadcast{node: c.id, msg: encodeGossip(stRec), notify: make(chan struct{}, 1)}
+	c.queue.QueueBroadcast(b)
+	return b
+}
+
+// prune forgets nodes gone for longer than memberlist gossips about the
+// dead, and records of nodes that never joined.
+func (c *Cluster) prune(now time.Time) {
+	retain := 30 * time.Second
+	if c.cfg.Profile == ProfileLocal {
+		retain = 2 * time.Second
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	changed := false
+	for id, e := range c.nodes {
+		switch {
+		case e.local:
+		case e.meta == nil && now.Sub(e.heard) > retain+c.cfg.SuspectAfter:
+			delete(c.nodes, id)
+		case e.gone && now.Sub(e.goneAt) > retain:
+			delete(c.nodes, id)
+			changed = true
+		}
+	}
+	if changed {
+		c.rebuildRingLocked()
+	}
+}
+
+func (c *Cluster) rebuildRingLocked() {
+	ids := make([]string, 0, len(c.nodes))
+	for id, e := range c.nodes {
+		if e.meta != nil {
+			ids = append(ids, id)
+		}
+	}
+	c.ring = newRing(ids)
+}
+
+// derive rebuilds e's key sets and Member prefixes from hot and full.
+func (e *entry) derive() {
+	e.keys = make(map[string]map[uint64]struct{}, len(e.full)+len(e.hot))
+	e.prefixes = make(map[string][]kvcache.Hash, len(e.full)+len(e.hot))
+	add := func(model string, ks []uint64) {
+		set := e.keys[model]
+		if set == nil {
+			set = make(map[uint64]struct{}, len(ks))
+			e.keys[model] = set
+		}
+		for _, k := range ks {
+			if _, ok := set[k]; !ok {
+				set[k] = struct{}{}
+				if !e.local {
+					e.prefixes[model] = append(e.prefixes[model], kvcache.Hash{Hi: k})
+				}
+			}
+		}
+	}
+	for m, ks := range e.hot {
+		add(m, ks)
+	}
+	for m, ks := range e.full {
+		add(m, ks)
+	}
+	if e.local {
+		e.prefixes = e.localHashes
+	}
+}
+
+// statusLocked derives e's status at now.
+func (c *Cluster) statusLocked(e *entry, now time.Time) string {
+	switch {
+	case e.local && c.left:
+		return StatusLeft
+	case e.local:
+		return StatusAlive
+	case e.gone && e.flags&flagLeaving != 0:
+		return StatusLeft
+	case e.gone:
+		return StatusDead
+	case now.Before(e.evictedUntil):
+		return StatusSuspect
+	}
+	last := e.seen
+	if e.heard.After(last) {
+		last = e.heard
+	}
+	if now.Sub(last) > c.cfg.SuspectAfter {
+		return StatusSuspect
+	}
+	return StatusAlive
+}
+
+// memberLocked returns e as a Member at now. The maps are shared.
+func (c *Cluster) memberLocked(e *entry, now time.Time) Member {
+	m := Member{
+		ID:      e.id,
+		APIAddr: e.meta.APIAddr,
+		Version: e.meta.Version,
+		Models:  e.meta.Models,
+		Status:  c.statusLocked(e, now),
+		Local:   e.local,
+	}
+	if !e.stateVer.IsZero() || len(e.prefixes) > 0 {
+		m.State = State{Load: e.load, Prefixes: e.prefixes, Draining: e.flags&flagDraining != 0}
+		m.Updated = e.heard
+	}
+	return m
+}
+
+// Members returns every node memberlist has reported (including this one
+// and those dead or left in the last while), sorted by ID. The returned
+// Members are copies, but their State maps and slices are shared and must
+// not be modified.
+func (c *Cluster) Members() []Member {
+	now := time.Now()
+	c.mu.RLock()
+	out := make([]Member, 0, len(c.nodes))
+	for _, e := range c.nodes {
+		if e.meta != nil {
+			out = append(out, c.memberLocked(e, now))
+		}
+	}
+	c.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// NumAlive returns how many nodes, this one included, memberlist has not
+// declared dead or left (so suspect ones count): the live_nodes of the
+// quota fallback's limit/live_nodes.
+func (c *Cluster) NumAlive() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := 0
+	for _, e := range c.nodes {
+		if e.meta != nil && !e.gone && !(e.local && c.left) {
+			n++
+		}
+	}
+	return n
+}
+
+// MarkFailed marks member id suspect on this node for SuspectAfter, so
+// Route skips it at once after a failed forward (local eviction) while
+// gossip confirms or refutes. Unknown ids and the local node are ignored.
+func (c *Cluster) MarkFailed(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.nodes[id]; e != nil && !e.local {
+		e.evictedUntil = time.Now().Add(c.cfg.SuspectAfter)
+	}
+}
+
+// BadMessages returns how many undecodable messages and metadata this node
+// has received and ignored.
+func (c *Cluster) BadMessages() uint64 { return c.badMsgs.Load() }
+
+// Route orders the candidates for one request. The pool is the members
+// that are alive (not suspect, not draining, not gone) and serve
+// req.Model. First comes the member holding the longest prefix of
+// req.Prefix (exact for the local node through localPrefix, which returns
+// how many leading blocks of the prefix the local cache holds; nil uses the
+// local summary; it is called without locks held), ties going to the ring
+// order; then the owner on the consistent-hash ring of req.AffinityKey (or,
+// with no key, of the first block hash); both skip a member whose load
+// (running+waiting of the model) reaches ceil(LoadBound x mean) with the
+// mean counting this request. Then every other member, least loaded first
+// (KV usage, then ID, breaking ties), the overloaded ones last: the list is
+// for retries. An empty pool returns nil. The order is deterministic for a
+// given table.
+func (c *Cluster) Route(req RouteRequest, localPrefix func([]kvcache.Hash) int) []Candidate {
+	now := time.Now()
+	c.mu.RLock()
+	pool := make([]routeMember, 0, len(c.nodes))
+	for _, e := range c.nodes {
+		if e.meta == nil || !slices.Contains(e.meta.Models, req.Model) || e.flags&flagDraining != 0 {
+			continue
+		}
+		if c.statusLocked(e, now) != StatusAlive {
+			continue
+		}
+		pool = append(pool, routeMember{Member: c.memberLocked(e, now), keys: e.keys[req.Model]})
+	}
+	r := c.ring
+	c.mu.RUnlock()
+	sort.Slice(pool, func(i, j int) bool { return pool[i].Member.ID < pool[j].Member.ID })
+	return route(pool, r, req, localPrefix)
+}
+
+// Leave announces that this node is leaving: it gossips a final state
+// marked leaving and draining, waits for it to go out (at most half of
+// timeout), then leaves memberlist, waiting at most the rest of timeout
+// for the leave to be broadcast. Afterwards the node is "left" everywhere;
+// call Close to stop it. Leave after Close returns ErrClosed.
+func (c *Cluster) Leave(timeout time.Duration) error {
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	start := time.Now()
+	c.mu.RLock()
+	last := c.last
+	c.mu.RUnlock()
+	last.Draining = true
+	b := c.publish(start, last, true)
+	if c.NumAlive() > 1 {
+		t := time.NewTimer(timeout / 2)
+		select {
+		case <-b.notify:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	err := c.ml.Leave(max(timeout-time.Since(start), time.Millisecond))
+	c.mu.Lock()
+	c.left = true
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("cluster: leave: %w", err)
+	}
+	c.log.Info("left the cluster")
+	return nil
+}
+
+// Close stops the state goroutine and shuts memberlist down without a
+// leave (peers see the node fail unless Leave came first). It is
+// idempotent.
+func (c *Cluster) Close() error {
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	close(c.stop)
+	<-c.done
+	if err := c.ml.Shutdown(); err != nil {
+		return fmt.Errorf("cluster: shutdown: %w", err)
+	}
+	return nil
+}
+
+// mergeLocked merges a decoded record about another node and reports
+// whether it was news.
+func (c *Cluster) mergeLocked(r *record, now time.Time) bool {
+	if r.Node == c.id {
+		c.seeSelfLocked(r.Version)
+		return false
+	}
+	e := c.nodes[r.Node]
+	if e == nil {
+		if len(c.nodes) >= maxNodes {
+			return false
+		}
+		e = &entry{id: r.Node}
+		c.nodes[r.Node] = e
+	}
+	switch r.Kind {
+	case kindState:
+		if !r.Version.newer(e.stateVer) {
+			return false
+		}
+		e.stateVer = r.Version
+		e.flags = r.Flags
+		e.heard = now
+		e.load = make(map[string]ModelLoad, len(r.Models))
+		e.hot = make(map[string][]uint64, len(r.Models))
+		for _, m := range r.Models {
+			e.load[m.Name] = m.Load
+			if len(m.Keys) > 0 {
+				e.hot[m.Name] = m.Keys
+			}
+		}
+	case kindSummary:
+		if !r.Version.newer(e.sumVer) {
+			return false
+		}
+		e.sumVer = r.Version
+		e.full = make(map[string][]uint64, len(r.Models))
+		for _, m := range r.Models {
+			if len(m.Keys) > 0 {
+				e.full[m.Name] = m.Keys
+			}
+		}
+		// A summary newer than the gossiped keys supersedes them.
+		if !e.stateVer.newer(e.sumVer) {
+			e.hot = nil
+		}
+	default:
+		return false
+	}
+	e.derive()
+	return true
+}
+
+// seeSelfLocked handles a record about this node: one at or above the
+// current version (from this node's previous life, restarted with a
+// clock behind) makes the next publication jump past it, like memberlist's
+// refute.
+func (c *Cluster) seeSelfLocked(v version) {
+	if v.Epoch >= c.ver.Epoch && v.Epoch >= c.refuteEpoch && !c.ver.newer(v) {
+		c.refuteEpoch = v.Epoch + 1
+	}
+}
+
+// stateRecordsLocked returns the push/pull records: for every node with a
+// state, its state record and its summary record.
+func (c *Cluster) stateRecordsLocked() []*record {
+	ids := slices.Sorted(maps.Keys(c.nodes))
+	recs := make([]*record, 0, 2*len(ids))
+	// This node first, so a size cap never leaves it out.
+	if i := slices.Index(ids, c.id); i > 0 {
+		ids[0], ids[i] = ids[i], ids[0]
+	}
+	for _, id := range ids {
+		e := c.nodes[id]
+		if !e.stateVer.IsZero() {
+			r := &record{Kind: kindState, Node: id, Version: e.stateVer, Flags: e.flags}
+			for _, name := range slices.Sorted(maps.Keys(e.load)) {
+				r.Models = append(r.Models, modelRecord{Name: name, Load: e.load[name], Keys: e.hot[name]})
+			}
+			recs = append(recs, r)
+		}
+		if !e.sumVer.IsZero() {
+			r := &record{Kind: kindSummary, Node: id, Version: e.sumVer}
+			for _, name := range slices.Sorted(maps.Keys(e.full)) {
+				r.Models = append(r.Models, modelRecord{Name: name, Keys: e.full[name]})
+			}
+			recs = append(recs, r)
+		}
+	}
+	return recs
+}
+
+// handleJoin records a node memberlist reports alive (joined or updated).
+func (c *Cluster) handleJoin(n *memberlist.Node) {
+	if n.Name == c.id {
+		return
+	}
+	meta, err := decodeMeta(n.Name, n.Meta)
+	if err != nil {
+		c.badMsgs.Add(1)
+		c.log.Warn("ignoring node with malformed metadata", "peer", n.Name, "addr", n.Address())
+		c.forget(n.Name)
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.nodes[n.Name]
+	if e == nil {
+		if len(c.nodes) >= maxNodes {
+			return
+		}
+		e = &entry{id: n.Name}
+		c.nodes[n.Name] = e
+	}
+	if e.gone {
+		// Back from dead or left: it may have restarted with any version.
+		e.stateVer, e.sumVer = version{}, version{}
+		e.flags &^= flagLeaving
+	}
+	newMember := e.meta == nil
+	e.meta = meta
+	e.gone = false
+	e.seen = now
+	if newMember {
+		c.rebuildRingLocked()
+	}
+	c.countLiveLocked()
+}
+
+// handleLeave records a node memberlist reports dead or left.
+func (c *Cluster) handleLeave(n *memberlist.Node) {
+	if n.Name == c.id {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.nodes[n.Name]
+	if e == nil || e.meta == nil {
+		return
+	}
+	e.gone = true
+	e.goneAt = time.Now()
+	c.countLiveLocked()
+}
+
+// forget removes a node (one with malformed metadata) from the table.
+func (c *Cluster) forget(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.nodes[id]; e != nil && !e.local {
+		delete(c.nodes, id)
+		c.rebuildRingLocked()
+		c.countLiveLocked()
+	}
+}
+
+func (c *Cluster) countLiveLocked() {
+	n := 0
+	for _, e := range c.nodes {
+		if e.meta != nil && !e.gone {
+			n++
+		}
+	}
+	c.numLive.Store(int64(n))
+}
+
+// sameState reports whether a and b would publish the same records.
+func sameState(a, b State) bool {
+	if a.Draining != b.Draining || !maps.Equal(a.Load, b.Load) || len(a.Prefixes) != len(b.Prefixes) {
+		return false
+	}
+	for k, v := range a.Prefixes {
+		w, ok := b.Prefixes[k]
+		if !ok || !slices.Equal(v, w) {
+			return false
+		}
+	}
+	return true
+}
+
+func cloneState(s State) State {
+	out := State{Draining: s.Draining, Load: maps.Clone(s.Load)}
+	if s.Prefixes != nil {
+		out.Prefixes = make(map[string][]kvcache.Hash, len(s.Prefixes))
+		for k, v := range s.Prefixes {
+			out.Prefixes[k] = slices.Clone(v)
+		}
+	}
+	return out
+}

@@ -1,0 +1,119 @@
+package cluster
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// The delegates are thin adapters: they decode, copy, and merge under
+// Cluster.mu; they never block or do I/O.
+var (
+	_ memberlist.Delegate       = (*delegate)(nil)
+	_ memberlist.EventDelegate  = (*eventDelegate)(nil)
+	_ memberlist.NamedBroadcast = (*broadcast)(nil)
+	_ memberlist.Broadcast      = (*broadcast)(nil)
+)
+
+type delegate struct{ c *Cluster }
+
+// NodeMeta returns the metadata checked at Start; never more than limit.
+func (d *delegate) NodeMeta(limit int) []byte {
+	if len(d.c.meta) > limit {
+		return nil
+	}
+	return d.c.meta
+}
+
+// NotifyMsg merges a gossiped state record and queues it for relay when
+// it is news. buf is reused by memberlist, so the relay gets a copy.
+func (d *delegate) NotifyMsg(buf []byte) {
+	c := d.c
+	kind, node, v, ok := peekHeader(buf)
+	if !ok || kind != kindState {
+		c.badMsgs.Add(1)
+		return
+	}
+	// Cheap drop of what is not newer, before a full decode.
+	c.mu.RLock()
+	e := c.nodes[node]
+	stale := node != c.id && e != nil && !v.newer(e.stateVer)
+	c.mu.RUnlock()
+	if stale {
+		return
+	}
+	r, err := decodeGossip(buf)
+	if err != nil {
+		c.badMsgs.Add(1)
+		return
+	}
+	c.mu.Lock()
+	news := c.mergeLocked(r, time.Now())
+	relay := news && !c.nodes[node].gone
+	c.mu.Unlock()
+	if relay {
+		c.queue.QueueBroadcast(&broadcast{node: node, msg: bytes.Clone(buf)})
+	}
+}
+
+// GetBroadcasts hands memberlist the queued state messages that fit.
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.c.queue.GetBroadcasts(overhead, limit)
+}
+
+// LocalState returns the push/pull state: every known node's state and
+// summary records.
+func (d *delegate) LocalState(join bool) []byte {
+	d.c.mu.RLock()
+	recs := d.c.stateRecordsLocked()
+	d.c.mu.RUnlock()
+	return encodePushPull(recs)
+}
+
+// MergeRemoteState merges a peer's push/pull state.
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	c := d.c
+	recs, err := decodePushPull(buf)
+	if err != nil {
+		c.badMsgs.Add(1)
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range recs {
+		c.mergeLocked(r, now)
+	}
+}
+
+type eventDelegate struct{ c *Cluster }
+
+func (d *eventDelegate) NotifyJoin(n *memberlist.Node)   { d.c.handleJoin(n) }
+func (d *eventDelegate) NotifyUpdate(n *memberlist.Node) { d.c.handleJoin(n) }
+func (d *eventDelegate) NotifyLeave(n *memberlist.Node)  { d.c.handleLeave(n) }
+
+// broadcast is one node's state message in the TransmitLimitedQueue; a
+// newer one about the same node replaces it.
+type broadcast struct {
+	node   string
+	msg    []byte
+	notify chan struct{} // nil, or signalled (without blocking) when done
+}
+
+func (b *broadcast) Invalidates(other memberlist.Broadcast) bool {
+	o, ok := other.(memberlist.NamedBroadcast)
+	return ok && o.Name() == b.node
+}
+
+func (b *broadcast) Name() string    { return b.node }
+func (b *broadcast) Message() []byte { return b.msg }
+
+func (b *broadcast) Finished() {
+	if b.notify != nil {
+		select {
+		case b.notify <- struct{}{}:
+		default:
+		}
+	}
+}

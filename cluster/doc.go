@@ -1,0 +1,61 @@
+// Package cluster joins llmd nodes into one memberlist (SWIM) cluster,
+// gossips each node's load and a compact summary of its cached prefixes,
+// and routes a request to the member best placed to serve it.
+//
+// It owns: the memberlist instance and its delegates, the table of known
+// members with their latest gossiped [State], one goroutine that publishes
+// the local state every [Config.StateInterval], and the router ([Cluster.Route]):
+// prefix affinity first, then a consistent-hash ring with bounded load, then
+// the least loaded members.
+//
+// Forwarding a request to the chosen peer is not done here: the daemon asks
+// Route for an ordered list of candidates and forwards with the api client.
+//
+// Imports: engine/kvcache (the block hash type) and api only; never daemon
+// or store.
+//
+// # Membership status
+//
+// memberlist does not expose whether it suspects a node (its Node.State is
+// not kept up to date), so Status is derived here: "dead" or "left" once
+// memberlist reports the node gone ("left" when the node's last state said
+// it was leaving), "suspect" when no newer state of the node has arrived for
+// [Config.SuspectAfter] or the caller evicted it with [Cluster.MarkFailed],
+// and "alive" otherwise.
+//
+// # Wire formats
+//
+// All integers are unsigned varints (encoding/binary) unless said otherwise;
+// strings are a varint length then the bytes.
+//
+// Node metadata (memberlist NodeMeta, at most 512 bytes, checked by
+// [Config.Validate]): a format byte (1), then id, API address, build version,
+// a count of models and each model name.
+//
+// A state record: a kind byte (1), node id, epoch, seq, a flags byte
+// (1 draining, 2 leaving), a count of models and for each: name, running,
+// waiting, KV usage and tokens per second (IEEE float32, little endian), a
+// count of prefix keys and the keys (8 bytes little endian each: the Hi half
+// of the kvcache.Hash). The pair (epoch, seq) is the version: epoch is the
+// node's start time in nanoseconds (raised past any later version of itself
+// that it hears of, so a restarted node always wins), seq counts
+// publications since start.
+//
+// A summary record: a kind byte (2), node id, epoch, seq, a count of models
+// and for each: name, a count of prefix keys and the keys.
+//
+// A gossip message (a memberlist user message, sent by the TransmitLimitedQueue
+// and relayed once by each receiver that finds it newer): one state record
+// whose prefix keys are capped at [BroadcastPrefixKeys] in all and whose
+// encoding is at most [MaxBroadcastBytes], so it fits one UDP packet.
+//
+// The push/pull state (LocalState/MergeRemoteState, over TCP): a kind byte
+// (3), a count of records, then each record as a length and its bytes: for
+// every known node its latest state record and its latest summary record,
+// which carries up to [MaxPrefixKeys] keys per model.
+//
+// Receivers keep two registers per node, the state (load, flags, the capped
+// keys) and the summary (all keys), each replaced only by a strictly newer
+// version; merging is idempotent and order-independent. Decoding bounds every
+// count and length by the bytes left and by fixed limits, and never panics.
+package cluster

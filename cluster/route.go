@@ -1,0 +1,225 @@
+package cluster
+
+import (
+	"math"
+	"sort"
+	"strconv"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/llmd/llmd/engine/kvcache"
+)
+
+// DefaultLoadBound is RouteRequest.LoadBound's default.
+const DefaultLoadBound = 1.25
+
+// Reasons a Candidate carries.
+const (
+	// ReasonPrefix prefixes the reason of the candidate chosen for its
+	// cached prefix: "prefix:12" (12 blocks).
+	ReasonPrefix = "prefix:"
+	// ReasonAffinity: the owner of the affinity key on the ring.
+	ReasonAffinity = "affinity"
+	// ReasonLeastLoaded: the remaining candidates, least loaded first.
+	ReasonLeastLoaded = "least_loaded"
+	// ReasonOverloaded: a candidate over the load bound, kept at the end of
+	// the list for retries only.
+	ReasonOverloaded = "overloaded_skipped"
+)
+
+// Candidate is one member Route proposes, in order of preference.
+type Candidate struct {
+	// Member is the member as of the call; its State maps are shared and
+	// must not be modified.
+	Member Member
+	// PrefixBlocks is how many leading blocks of the request's prefix the
+	// member is believed to hold: exact for the local node (localPrefix),
+	// from the gossiped summary for the others.
+	PrefixBlocks int
+	// Reason names the rule that placed the candidate: "prefix:N",
+	// "affinity", "least_loaded" or "overloaded_skipped".
+	Reason string
+}
+
+// RouteRequest describes one request to route.
+type RouteRequest struct {
+	// Model is the model the request needs; only members serving it are
+	// candidates.
+	Model string
+	// Prefix holds the prompt's chained block hashes (kvcache.HashChain of
+	// its tokens).
+	Prefix []kvcache.Hash
+	// AffinityKey (a conversation id or user) keeps related requests on
+	// one member; "" uses the prompt's first block hash instead.
+	AffinityKey string
+	// LoadBound skips, for the prefix and affinity picks, a candidate whose
+	// load would exceed LoadBound x the mean load of the pool (see Route).
+	// 0 means DefaultLoadBound; values below 1 count as 1.
+	LoadBound float64
+}
+
+// routeMember is a pool member with what the router needs precomputed.
+type routeMember struct {
+	Member Member
+	// keys holds the member's prefix keys for the request's model.
+	keys map[uint64]struct{}
+}
+
+// route orders pool for req; see Cluster.Route. pool holds only eligible
+// members (alive, not draining, serving req.Model). r may be nil (no
+// affinity ordering beyond the least-loaded order).
+func route(pool []routeMember, r *ring, req RouteRequest, localPrefix func([]kvcache.Hash) int) []Candidate {
+	n := len(pool)
+	if n == 0 {
+		return nil
+	}
+	bound := req.LoadBound
+	if bound == 0 || math.IsNaN(bound) {
+		bound = DefaultLoadBound
+	}
+	bound = max(bound, 1)
+
+	loads := make([]int, n)
+	kv := make([]float64, n)
+	blocks := make([]int, n)
+	total := 0
+	for i, m := range pool {
+		l := m.Member.State.Load[req.Model]
+		loads[i] = max(l.Running, 0) + max(l.Waiting, 0)
+		kv[i] = l.KVUsage
+		total += loads[i]
+		blocks[i] = prefixBlocks(m, req.Prefix, localPrefix)
+	}
+	// Bounded load (consistent hashing with bounded loads): a member may
+	// take the request while its load stays under ceil(bound x mean),
+	// the mean counting the request itself. The least loaded member is
+	// always under it, so the pool is never all overloaded.
+	capacity := int(math.Ceil(bound * float64(total+1) / float64(n)))
+	over := make([]bool, n)
+	for i := range pool {
+		over[i] = loads[i] >= capacity
+	}
+
+	// Ring order from the affinity key, or the first block's hash.
+	rank := make([]int, n)
+	for i := range rank {
+		rank[i] = math.MaxInt
+	}
+	hasKey := req.AffinityKey != "" || len(req.Prefix) > 0
+	if hasKey && r != nil {
+		key := uint64(0)
+		if req.AffinityKey != "" {
+			key = xxh3.HashString(req.AffinityKey)
+		} else {
+			key = prefixKey(req.Prefix[0])
+		}
+		index := make(map[string]int, n)
+		for i, m := range pool {
+			index[m.Member.ID] = i
+		}
+		next, left := 0, n
+		r.walk(key, func(id string) bool {
+			if i, ok := index[id]; ok {
+				rank[i] = next
+				next++
+				left--
+			}
+			return left > 0
+		})
+	}
+	lessLoaded := func(i, j int) bool {
+		if loads[i] != loads[j] {
+			return loads[i] < loads[j]
+		}
+		if kv[i] != kv[j] {
+			return kv[i] < kv[j]
+		}
+		return pool[i].Member.ID < pool[j].Member.ID
+	}
+	// Ring order, members off the ring after, least loaded among them.
+	lessRank := func(i, j int) bool {
+		if rank[i] != rank[j] {
+			return rank[i] < rank[j]
+		}
+		return lessLoaded(i, j)
+	}
+
+	out := make([]Candidate, 0, n)
+	used := make([]bool, n)
+	add := func(i int, reason string) {
+		used[i] = true
+		out = append(out, Candidate{Member: pool[i].Member, PrefixBlocks: blocks[i], Reason: reason})
+	}
+
+	// 1. The longest cached prefix, ties to the ring order.
+	best := -1
+	for i := range pool {
+		if over[i] || blocks[i] == 0 {
+			continue
+		}
+		if best < 0 || blocks[i] > blocks[best] || (blocks[i] == blocks[best] && lessRank(i, best)) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		add(best, ReasonPrefix+strconv.Itoa(blocks[best]))
+	}
+	// 2. The owner of the key on the ring, skipping overloaded members.
+	if hasKey && r != nil {
+		aff := -1
+		for i := range pool {
+			if used[i] || over[i] || rank[i] == math.MaxInt {
+				continue
+			}
+			if aff < 0 || rank[i] < rank[aff] {
+				aff = i
+			}
+		}
+		if aff >= 0 {
+			add(aff, ReasonAffinity)
+		}
+	}
+	// 3. The rest, least loaded first; the overloaded last.
+	rest := make([]int, 0, n)
+	for i := range pool {
+		if !used[i] {
+			rest = append(rest, i)
+		}
+	}
+	sort.Slice(rest, func(a, b int) bool {
+		i, j := rest[a], rest[b]
+		if over[i] != over[j] {
+			return !over[i]
+		}
+		return lessLoaded(i, j)
+	})
+	for _, i := range rest {
+		if over[i] {
+			add(i, ReasonOverloaded)
+		} else {
+			add(i, ReasonLeastLoaded)
+		}
+	}
+	return out
+}
+
+// prefixBlocks returns how many leading blocks of prefix m holds: the
+// local cache's exact answer, or the deepest block whose key m's summary
+// holds (chained hashes: holding block i means holding blocks 0..i).
+func prefixBlocks(m routeMember, prefix []kvcache.Hash, localPrefix func([]kvcache.Hash) int) int {
+	if len(prefix) == 0 {
+		return 0
+	}
+	if m.Member.Local && localPrefix != nil {
+		return min(max(localPrefix(prefix), 0), len(prefix))
+	}
+	if len(m.keys) == 0 {
+		return 0
+	}
+	for i := len(prefix) - 1; i >= 0; i-- {
+		if _, ok := m.keys[prefixKey(prefix[i])]; ok {
+			return i + 1
+		}
+	}
+	return 0
+}
