@@ -255,12 +255,16 @@ func (h *Header) gpuLines() []string {
 	return append(out, line)
 }
 
+// maxGPUName is the most cells of a GPU's name shown: enough for a sim
+// group's "H100 SXM 80GB x1 (sim/flagship)" on an 80-column line.
+const maxGPUName = 32
+
 func (h *Header) gpuEntry(g api.GPUInfo, tagSim bool) string {
 	st := h.st
 	lbl, val := st.Label.Render, st.Value.Render
 	name := g.Name
-	if lipgloss.Width(name) > 24 {
-		name = ansi.Truncate(name, 24, "…")
+	if lipgloss.Width(name) > maxGPUName {
+		name = ansi.Truncate(name, maxGPUName, "…")
 	}
 	s := val(fmt.Sprintf("#%d %s", g.Index, name))
 	if g.MemoryTotal > 0 {
