@@ -44,7 +44,10 @@ stdin is the prompt), llmctl streams the answer to stdout and exits.
 Otherwise it starts an interactive chat that keeps the conversation:
   /clear       forget the conversation
   /bye         quit (or Ctrl-D)
-  Ctrl-C       stop the answer being written`,
+  Ctrl-C       stop the answer being written
+When stdout is a terminal too, the chat is full-screen (Esc also quits) and
+  /model NAME  switches the model
+  /system TEXT sets the system message`,
 		Example: `  llmctl chat "Why is the sky blue?"
   echo "Summarize: ..." | llmctl chat -m sim/mid --max-tokens 200
   llmctl chat --system "You are terse."`,
@@ -93,6 +96,9 @@ func (a *app) chat(cmd *cobra.Command, o *chatOptions, args []string) error {
 		c.req.Seed = &o.seed
 	}
 
+	if interactive && isTerminalWriter(cmd.OutOrStdout()) {
+		return a.chatTUI(cmd, c)
+	}
 	if interactive {
 		interrupts := make(chan os.Signal, 1)
 		signal.Notify(interrupts, os.Interrupt)
