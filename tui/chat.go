@@ -220,7 +220,7 @@ func (m *Chat) onKey(msg tea.KeyMsg) tea.Cmd {
 			m.note = "Esc, Ctrl-D or /bye quits"
 		}
 		return nil
-	case msg.Type == tea.KeyEsc, msg.Type == tea.KeyCtrlD && m.input.Value() == "":
+	case key.Matches(msg, k.Quit) && (msg.Type != tea.KeyCtrlD || m.input.Value() == ""):
 		return tea.Quit
 	case key.Matches(msg, k.PageUp):
 		m.vp.PageUp()
@@ -228,10 +228,10 @@ func (m *Chat) onKey(msg tea.KeyMsg) tea.Cmd {
 	case key.Matches(msg, k.PageDown):
 		m.vp.PageDown()
 		return nil
-	case msg.Type == tea.KeyUp:
+	case key.Matches(msg, k.LineUp):
 		m.vp.ScrollUp(1)
 		return nil
-	case msg.Type == tea.KeyDown:
+	case key.Matches(msg, k.LineDown):
 		m.vp.ScrollDown(1)
 		return nil
 	case key.Matches(msg, k.Send):

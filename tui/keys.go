@@ -23,9 +23,9 @@ type TopKeys struct {
 	Follow key.Binding
 	Back   key.Binding
 	Cancel key.Binding
-	Yes    key.Binding
-	No     key.Binding
-	Apply  key.Binding
+	// Yes confirms a cancel; any other key declines it.
+	Yes   key.Binding
+	Apply key.Binding
 
 	Pause          key.Binding
 	Slower, Faster key.Binding
@@ -35,11 +35,13 @@ type TopKeys struct {
 
 // ChatKeys are the bindings of llmctl chat.
 type ChatKeys struct {
-	Send     key.Binding
-	Stop     key.Binding
-	Quit     key.Binding
-	PageUp   key.Binding
-	PageDown key.Binding
+	Send key.Binding
+	Stop key.Binding
+	// Quit quits; ctrl+d only on an empty line (else it deletes, as in a
+	// shell).
+	Quit             key.Binding
+	PageUp, PageDown key.Binding
+	LineUp, LineDown key.Binding
 }
 
 // DefaultKeyMap returns llmctl's key bindings.
@@ -72,7 +74,6 @@ func DefaultKeyMap() KeyMap {
 			Back:   b("esc", "back/unfilter", "esc"),
 			Cancel: b("K", "cancel", "K"),
 			Yes:    b("y", "yes", "y", "Y"),
-			No:     b("n", "no", "n", "N", "esc"),
 			Apply:  b("enter", "apply", "enter"),
 
 			Pause:  b("p", "pause", "p"),
@@ -83,10 +84,12 @@ func DefaultKeyMap() KeyMap {
 		},
 		Chat: ChatKeys{
 			Send:     b("enter", "send", "enter"),
-			Stop:     b("ctrl+c", "stop the answer", "ctrl+c"),
+			Stop:     b("ctrl+c", "stop answer", "ctrl+c"),
 			Quit:     b("esc/ctrl+d", "quit", "esc", "ctrl+d"),
-			PageUp:   b("pgup", "scroll up", "pgup"),
+			PageUp:   b("pgup/pgdn", "scroll", "pgup"),
 			PageDown: b("pgdn", "scroll down", "pgdown"),
+			LineUp:   b("↑", "scroll up a line", "up"),
+			LineDown: b("↓", "scroll down a line", "down"),
 		},
 	}
 }
@@ -108,10 +111,10 @@ func (k TopKeys) FullHelp() [][]key.Binding {
 
 // ShortHelp implements help.KeyMap.
 func (k ChatKeys) ShortHelp() []key.Binding {
-	return []key.Binding{k.Send, k.Stop, k.Quit, k.PageUp, k.PageDown}
+	return []key.Binding{k.Send, k.Stop, k.Quit, k.PageUp}
 }
 
 // FullHelp implements help.KeyMap.
 func (k ChatKeys) FullHelp() [][]key.Binding {
-	return [][]key.Binding{k.ShortHelp()}
+	return [][]key.Binding{{k.Send, k.Stop, k.Quit}, {k.PageUp, k.PageDown, k.LineUp, k.LineDown}}
 }

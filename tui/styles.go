@@ -67,7 +67,6 @@ type ChatStyles struct {
 	Assistant lipgloss.Style
 	Notice    lipgloss.Style
 	Separator lipgloss.Style
-	Status    lipgloss.Style
 	Busy      lipgloss.Style
 	Input     lipgloss.Style
 }
@@ -117,7 +116,6 @@ func DefaultStyles(r *lipgloss.Renderer) Styles {
 			Assistant: ns().Bold(true).Foreground(magenta),
 			Notice:    ns().Foreground(grey).Italic(true),
 			Separator: ns().Foreground(grey),
-			Status:    ns().Foreground(grey),
 			Busy:      ns().Foreground(yellow),
 			Input:     ns(),
 		},
