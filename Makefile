@@ -27,6 +27,7 @@ run: build
 # failure: make test installs redis-server, so a skip would hide a problem.
 test: deps lint
 	LLMD_REQUIRE_REDIS=1 $(GO) test $(GOTEST_FLAGS) ./...
+	@scripts/tui-smoke.sh
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/... ./daemon/quota/ ./store/

@@ -107,3 +107,37 @@ func TestCancelJSONRequest(t *testing.T) {
 	r, _ = call(t, c, http.MethodDelete, base+"/v1/requests/"+id, "", "")
 	require.Equal(t, http.StatusNotFound, r.StatusCode, "a finished JSON request is forgotten")
 }
+
+// TestAdminCancelsAnyTenantsRequest: an admin key (llmctl top) may cancel
+// another tenant's request; another user key gets the same 404 as for a
+// missing id (SE-3).
+func TestAdminCancelsAnyTenantsRequest(t *testing.T) {
+	s := newStoreServer(t, func(c *Config) { c.StepTimeScale = 1 })
+	admin := makeKey(t, s, "ops", store.TierEnterprise, true)
+	owner := makeKey(t, s, "acme", store.TierPaid, false)
+	other := makeKey(t, s, "globex", store.TierPaid, false)
+	base := startServer(t, s)
+	c := testClient(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat", strings.NewReader(
+		`{"model":"sim/small","max_tokens":3000,"messages":[{"role":"user","content":"go on"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+owner)
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	id := resp.Header.Get("X-Request-Id")
+
+	r1, b1 := call(t, c, http.MethodDelete, base+"/v1/requests/"+id, other, "")
+	r2, b2 := call(t, c, http.MethodDelete, base+"/v1/requests/req_00000000000000000000000000000000", other, "")
+	require.Equal(t, http.StatusNotFound, r1.StatusCode)
+	require.Equal(t, http.StatusNotFound, r2.StatusCode)
+	require.Equal(t, strings.ReplaceAll(string(b1), id, "X"), strings.ReplaceAll(string(b2), "req_00000000000000000000000000000000", "X"),
+		"another tenant's request looks exactly like a missing one")
+	r, b := call(t, c, http.MethodGet, base+"/v1/requests/"+id+"/stream", other, "")
+	require.Equal(t, http.StatusNotFound, r.StatusCode, "%s", b)
+
+	r, b = call(t, c, http.MethodDelete, base+"/v1/requests/"+id, admin, "")
+	require.Equal(t, http.StatusOK, r.StatusCode, "%s", b)
+}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -35,7 +36,7 @@ func (s *Server) streamWriter(rl *reqLog, resumable bool) *sseWriter {
 func (s *Server) follow(w http.ResponseWriter, r *http.Request, l *eventLog, from int) {
 	conn := newSSEConn(w, s.cfg.StreamWriteTimeout)
 	l.attach()
-	defer l.detach(time.Now())
+	defer func() { l.detach(time.Now()) }() // the time of leaving, not of arriving
 	if err := conn.start(); err != nil {
 		return
 	}
@@ -47,14 +48,14 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, l *eventLog, fro
 		if gone {
 			return // evicted while this client lagged: it can resume no further back than the log
 		}
-		if l.lag(from) > s.cfg.MaxClientLag {
-			s.log.Info("closing a client that fell behind", "request_id", l.id, "lag_bytes", l.lag(from))
-			return
-		}
 		if err := conn.write(evs); err != nil {
 			return
 		}
 		from = next
+		if l.lag(from) > s.cfg.MaxClientLag { // what piled up during the write: a resumed backlog does not count
+			s.log.Info("closing a client that fell behind", "request_id", l.id, "lag_bytes", l.lag(from))
+			return
+		}
 		if done && len(evs) == 0 {
 			return
 		}
@@ -81,11 +82,22 @@ func notFound(w http.ResponseWriter, id string) {
 		Message: fmt.Sprintf("no request %q", capHeader(id, 64))})
 }
 
+// findLog returns the live or recent request id that the caller may see:
+// its own tenant's, or any for an admin key (llmctl top follows and
+// cancels requests of every tenant).
+func (s *Server) findLog(r *http.Request, id string) *eventLog {
+	p := principalFrom(r.Context())
+	if p.admin && p.keyID != "" {
+		return s.logs.lookup(id)
+	}
+	return s.logs.get(id, p.tenant)
+}
+
 // handleResume serves GET /v1/requests/{id}/stream: the stream's events
 // after Last-Event-ID (or ?after=N), then the rest live.
 func (s *Server) handleResume(w http.ResponseWriter, r *http.Request, _ *reqLog) {
 	id := r.PathValue("id")
-	l := s.logs.get(id, principalFrom(r.Context()).tenant)
+	l := s.findLog(r, id)
 	if l == nil || !l.resumable {
 		notFound(w, id)
 		return
@@ -99,7 +111,7 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request, _ *reqLog)
 	from := 0
 	if after != "" {
 		n, err := strconv.Atoi(strings.TrimSpace(after))
-		if err != nil || n < -1 {
+		if err != nil || n < -1 || n == math.MaxInt { // n+1 must not overflow
 			writeError(w, "", invalidParam(param, "%s must be an event id (an integer), got %q", param, capHeader(after, 32)))
 			return
 		}
@@ -125,7 +137,7 @@ type cancelBody struct {
 // tokens generated so far are billed.
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, _ *reqLog) {
 	id := r.PathValue("id")
-	l := s.logs.get(id, principalFrom(r.Context()).tenant)
+	l := s.findLog(r, id)
 	if l == nil {
 		notFound(w, id)
 		return

@@ -10,6 +10,9 @@ command -v gcc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 # The quota tests run against a real Redis server, which they start
 # themselves on a free loopback port.
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+# scripts/tui-smoke.sh drives llmctl top in a tmux pane.
+command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
 	echo "deps: installing ${need_apt[*]} with apt-get" >&2
