@@ -110,12 +110,13 @@ type Cluster struct {
 
 // entry is the table's record of one node.
 type entry struct {
-	id     string
-	meta   *nodeMeta // nil until memberlist reports the node
-	local  bool
-	gone   bool      // memberlist reported it dead or left
-	seen   time.Time // last join or metadata update
-	goneAt time.Time
+	id      string
+	meta    *nodeMeta // nil until memberlist reports the node
+	local   bool
+	gone    bool      // memberlist reported it dead or left
+	created time.Time // when the entry was made
+	seen    time.Time // last join or metadata update
+	goneAt  time.Time
 
 	evictedUntil time.Time
 
@@ -295,10 +296,11 @@ func (c *Cluster) publish(now time.Time, st State, leaving bool) *broadcast {
 		e.localHashes[m.Name] = slices.Clone(st.Prefixes[m.Name][:len(keys)])
 	}
 	e.derive()
-	c.mu.Unlock()
-
+	// Queued under mu, so a newer version is never queued before an older
+	// one (a queued broadcast replaces any other about the same node).
 	b := &broadcast{node: c.id, msg: encodeGossip(stRec), notify: make(chan struct{}, 1)}
 	c.queue.QueueBroadcast(b)
+	c.mu.Unlock()
 	return b
 }
 
@@ -315,7 +317,7 @@ func (c *Cluster) prune(now time.Time) {
 	for id, e := range c.nodes {
 		switch {
 		case e.local:
-		case e.meta == nil && now.Sub(e.heard) > retain+c.cfg.SuspectAfter:
+		case e.meta == nil && now.Sub(e.created) > retain+c.cfg.SuspectAfter:
 			delete(c.nodes, id)
 		case e.gone && now.Sub(e.goneAt) > retain:
 			delete(c.nodes, id)
@@ -488,16 +490,23 @@ func (c *Cluster) Route(req RouteRequest, localPrefix func([]kvcache.Hash) int) 
 	return route(pool, r, req, localPrefix)
 }
 
+// DefaultLeaveTimeout is what Leave waits when given no positive timeout.
+const DefaultLeaveTimeout = 5 * time.Second
+
 // Leave announces that this node is leaving: it gossips a final state
 // marked leaving and draining, waits for it to go out (at most half of
 // timeout), then leaves memberlist, waiting at most the rest of timeout
-// for the leave to be broadcast. Afterwards the node is "left" everywhere;
-// call Close to stop it. Leave after Close returns ErrClosed.
+// for the leave to be broadcast (a timeout of 0 or less means
+// DefaultLeaveTimeout). Afterwards the node is "left" everywhere and gets
+// no requests; call Close to stop it. Leave after Close returns ErrClosed.
 func (c *Cluster) Leave(timeout time.Duration) error {
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
 	if c.closed {
 		return ErrClosed
+	}
+	if timeout <= 0 {
+		timeout = DefaultLeaveTimeout
 	}
 	start := time.Now()
 	c.mu.RLock()
@@ -554,7 +563,7 @@ func (c *Cluster) mergeLocked(r *record, now time.Time) bool {
 		if len(c.nodes) >= maxNodes {
 			return false
 		}
-		e = &entry{id: r.Node}
+		e = &entry{id: r.Node, created: now}
 		c.nodes[r.Node] = e
 	}
 	switch r.Kind {
@@ -595,12 +604,13 @@ func (c *Cluster) mergeLocked(r *record, now time.Time) bool {
 	return true
 }
 
-// seeSelfLocked handles a record about this node: one at or above the
-// current version (from this node's previous life, restarted with a
-// clock behind) makes the next publication jump past it, like memberlist's
+// seeSelfLocked handles a record about this node: one newer than the
+// current version (from this node's previous life, restarted with a clock
+// behind) makes the next publication jump past it, like memberlist's
 // refute.
 func (c *Cluster) seeSelfLocked(v version) {
-	if v.Epoch >= c.ver.Epoch && v.Epoch >= c.refuteEpoch && !c.ver.newer(v) {
+	// Equal is this node's own message relayed back: nothing to refute.
+	if v.newer(c.ver) && v.Epoch >= c.refuteEpoch {
 		c.refuteEpoch = v.Epoch + 1
 	}
 }
@@ -654,7 +664,7 @@ func (c *Cluster) handleJoin(n *memberlist.Node) {
 		if len(c.nodes) >= maxNodes {
 			return
 		}
-		e = &entry{id: n.Name}
+		e = &entry{id: n.Name, created: now}
 		c.nodes[n.Name] = e
 	}
 	if e.gone {

@@ -20,8 +20,9 @@ const (
 	// ProfileLAN is memberlist.DefaultLANConfig: 1 s probes, 200 ms gossip,
 	// 30 s push/pull.
 	ProfileLAN = "lan"
-	// ProfileLocal shrinks the intervals for in-process tests: 20 ms probe
-	// and gossip, 100 ms probe timeout, 200 ms push/pull.
+	// ProfileLocal shrinks the intervals for in-process tests (memberlist's
+	// integration-test shape): 20 ms probe and gossip, 100 ms probe
+	// timeout, 200 ms push/pull, 2 s TCP timeout, and no compression.
 	ProfileLocal = "local"
 )
 
@@ -91,9 +92,10 @@ type Config struct {
 	// newer state of it has arrived for this long. Default 20 x
 	// StateInterval (10 s, or 1 s with ProfileLocal).
 	SuspectAfter time.Duration
-	// LocalState returns this node's current state. It is called every
-	// StateInterval from the cluster's own goroutine and must not block.
-	// The cluster copies what it keeps; nil publishes an empty state.
+	// LocalState returns this node's current state. It is called once by
+	// Start, then every StateInterval from the cluster's own goroutine,
+	// and must not block. The cluster copies what it keeps; nil publishes
+	// an empty state.
 	LocalState func() State
 	// Logger receives the cluster's logs and memberlist's (at Debug, with
 	// memberlist's own [WARN]/[ERR] tags). Nil discards them.

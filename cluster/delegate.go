@@ -8,7 +8,8 @@ import (
 )
 
 // The delegates are thin adapters: they decode, copy, and merge under
-// Cluster.mu; they never block or do I/O.
+// Cluster.mu (queueing a relay in the TransmitLimitedQueue, which takes
+// only its own lock); they never block or do I/O.
 var (
 	_ memberlist.Delegate       = (*delegate)(nil)
 	_ memberlist.EventDelegate  = (*eventDelegate)(nil)
@@ -49,10 +50,10 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		return
 	}
 	c.mu.Lock()
-	news := c.mergeLocked(r, time.Now())
-	relay := news && !c.nodes[node].gone
-	c.mu.Unlock()
-	if relay {
+	defer c.mu.Unlock()
+	// Relay news about live nodes; queued under mu so that relays about
+	// one node are queued in version order.
+	if c.mergeLocked(r, time.Now()) && !c.nodes[node].gone {
 		c.queue.QueueBroadcast(&broadcast{node: node, msg: bytes.Clone(buf)})
 	}
 }

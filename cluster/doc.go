@@ -44,10 +44,15 @@
 // A summary record: a kind byte (2), node id, epoch, seq, a count of models
 // and for each: name, a count of prefix keys and the keys.
 //
-// A gossip message (a memberlist user message, sent by the TransmitLimitedQueue
-// and relayed once by each receiver that finds it newer): one state record
-// whose prefix keys are capped at [BroadcastPrefixKeys] in all and whose
-// encoding is at most [MaxBroadcastBytes], so it fits one UDP packet.
+// A gossip message (a memberlist user message from a TransmitLimitedQueue,
+// where a newer message about a node replaces the queued one): one state
+// record whose prefix keys are capped at [BroadcastPrefixKeys] in all and
+// whose encoding is at most [MaxBroadcastBytes], so it fits one UDP packet
+// with memberlist's headers and encryption. A node sends its own when the
+// state changes and at least every 4 StateIntervals as a heartbeat; each
+// receiver that finds a message newer than what it has queues it for relay
+// (memberlist's retransmit limit, RetransmitMult x log(N+1), applies), as
+// serf does, so news reaches every node in a few gossip rounds.
 //
 // The push/pull state (LocalState/MergeRemoteState, over TCP): a kind byte
 // (3), a count of records, then each record as a length and its bytes: for

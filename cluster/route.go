@@ -83,12 +83,17 @@ func route(pool []routeMember, r *ring, req RouteRequest, localPrefix func([]kvc
 	kv := make([]float64, n)
 	blocks := make([]int, n)
 	total := 0
+	match := prefixMatcher{prefix: req.Prefix}
 	for i, m := range pool {
 		l := m.Member.State.Load[req.Model]
 		loads[i] = max(l.Running, 0) + max(l.Waiting, 0)
 		kv[i] = l.KVUsage
 		total += loads[i]
-		blocks[i] = prefixBlocks(m, req.Prefix, localPrefix)
+		if m.Member.Local && localPrefix != nil && len(req.Prefix) > 0 {
+			blocks[i] = min(max(localPrefix(req.Prefix), 0), len(req.Prefix))
+		} else {
+			blocks[i] = match.blocks(m.keys)
+		}
 	}
 	// Bounded load (consistent hashing with bounded loads): a member may
 	// take the request while its load stays under ceil(bound x mean),
@@ -203,21 +208,37 @@ func route(pool []routeMember, r *ring, req RouteRequest, localPrefix func([]kvc
 	return out
 }
 
-// prefixBlocks returns how many leading blocks of prefix m holds: the
-// local cache's exact answer, or the deepest block whose key m's summary
-// holds (chained hashes: holding block i means holding blocks 0..i).
-func prefixBlocks(m routeMember, prefix []kvcache.Hash, localPrefix func([]kvcache.Hash) int) int {
-	if len(prefix) == 0 {
+// prefixMatcher finds how many leading blocks of a prefix a summary holds:
+// the deepest block whose key the summary has (chained hashes: holding
+// block i means holding blocks 0..i).
+type prefixMatcher struct {
+	prefix []kvcache.Hash
+	// index maps a block's key to its depth (1-based), built on first use
+	// for summaries smaller than the prefix.
+	index map[uint64]int
+}
+
+func (p *prefixMatcher) blocks(keys map[uint64]struct{}) int {
+	if len(p.prefix) == 0 || len(keys) == 0 {
 		return 0
 	}
-	if m.Member.Local && localPrefix != nil {
-		return min(max(localPrefix(prefix), 0), len(prefix))
+	// Scan whichever side is shorter: a long prompt against a small
+	// summary looks the summary's keys up in the prompt's index.
+	if len(keys) < len(p.prefix) {
+		if p.index == nil {
+			p.index = make(map[uint64]int, len(p.prefix))
+			for i, h := range p.prefix {
+				p.index[prefixKey(h)] = i + 1
+			}
+		}
+		best := 0
+		for k := range keys {
+			best = max(best, p.index[k])
+		}
+		return best
 	}
-	if len(m.keys) == 0 {
-		return 0
-	}
-	for i := len(prefix) - 1; i >= 0; i-- {
-		if _, ok := m.keys[prefixKey(prefix[i])]; ok {
+	for i := len(p.prefix) - 1; i >= 0; i-- {
+		if _, ok := keys[prefixKey(p.prefix[i])]; ok {
 			return i + 1
 		}
 	}

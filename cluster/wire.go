@@ -175,7 +175,8 @@ func (d *decoder) uvarint() uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
+	// Only the shortest encoding is accepted, so each value has one form.
+	if n <= 0 || (n > 1 && d.b[n-1] == 0) {
 		d.fail()
 		return 0
 	}
@@ -299,8 +300,12 @@ func (d *decoder) record() *record {
 	return r
 }
 
-// decodeGossip decodes a gossip message: one state record.
+// decodeGossip decodes a gossip message: one state record of at most
+// MaxBroadcastBytes.
 func decodeGossip(b []byte) (*record, error) {
+	if len(b) > MaxBroadcastBytes {
+		return nil, errMalformed
+	}
 	r, err := decodeRecord(b)
 	if err != nil {
 		return nil, err
