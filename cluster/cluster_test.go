@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -72,4 +73,210 @@ func TestConvergence16(t *testing.T) {
 		}
 	}
 	assert.Zero(t, nodes[0].BadMessages())
+}
+
+// TestStatePropagation: load and prefix summaries reach the other nodes,
+// the gossiped keys at once and the full summary through push/pull, and
+// Route on another node uses them.
+func TestStatePropagation(t *testing.T) {
+	a := testConfig("a")
+	var box stateBox
+	box.set(State{Load: map[string]ModelLoad{"m": {Running: 1}}})
+	a.LocalState = box.get
+	na := startNode(t, a)
+	nb := startNode(t, testConfig("b", na.Addr()))
+	nc := startNode(t, testConfig("c", na.Addr()))
+
+	sees := func(c *Cluster, cond func(Member) bool) func() bool {
+		return func() bool {
+			m, ok := member(c, "a")
+			return ok && m.Status == StatusAlive && cond(m)
+		}
+	}
+	for _, c := range []*Cluster{nb, nc} {
+		eventually(t, sees(c, func(m Member) bool { return m.State.Load["m"].Running == 1 }), 5*time.Second, "%s sees a's load", c.ID())
+	}
+
+	// 100 prefix keys: more than one gossip message carries.
+	p := chain(7, 100)
+	start := time.Now()
+	box.set(State{Load: map[string]ModelLoad{"m": {Running: 5, Waiting: 2, KVUsage: 0.5}}, Prefixes: map[string][]kvcache.Hash{"m": p}})
+	for _, c := range []*Cluster{nb, nc} {
+		eventually(t, sees(c, func(m Member) bool {
+			return m.State.Load["m"] == ModelLoad{Running: 5, Waiting: 2, KVUsage: 0.5} && len(m.State.Prefixes["m"]) == len(p)
+		}), 5*time.Second, "%s sees a's new load and full summary", c.ID())
+	}
+	t.Logf("new state and full summary everywhere after %v", time.Since(start))
+
+	// b and c are idle, so a, at 7 of ceil(1.25 x 8/3) = 4, is over the
+	// bound: b still lists it, last.
+	got := nb.Route(RouteRequest{Model: "m", Prefix: p[:60]}, nil)
+	require.Len(t, got, 3)
+	assert.Equal(t, pick{"a", ReasonOverloaded}, picks(got)[2])
+	assert.Equal(t, 60, got[2].PrefixBlocks)
+	got = nb.Route(RouteRequest{Model: "m", Prefix: p[:60], LoadBound: 10}, func([]kvcache.Hash) int { return 0 })
+	assert.Equal(t, pick{"a", "prefix:60"}, picks(got)[0])
+}
+
+// TestRestartWithLowerVersion: a node restarted with a version below its
+// old one (its clock went back) is accepted again once it rejoins.
+func TestRestartWithLowerVersion(t *testing.T) {
+	na := startNode(t, testConfig("a"))
+	bcfg := testConfig("b", na.Addr())
+	bcfg.epoch = 1 << 62
+	running := 1
+	bcfg.LocalState = func() State { return State{Load: map[string]ModelLoad{"m": {Running: running}}} }
+	nb := startNode(t, bcfg)
+	bcfg.BindAddr = nb.Addr() // restart on the same address
+	loadOnA := func(want int, status string) func() bool {
+		return func() bool {
+			m, ok := member(na, "b")
+			return ok && m.Status == status && m.State.Load["m"].Running == want
+		}
+	}
+	eventually(t, loadOnA(1, StatusAlive), 5*time.Second, "a sees b")
+
+	require.NoError(t, nb.Close())
+	eventually(t, loadOnA(1, StatusDead), 5*time.Second, "a sees b dead")
+	bcfg.epoch = 1000
+	running = 2
+	nb = startNode(t, bcfg)
+	eventually(t, loadOnA(2, StatusAlive), 5*time.Second, "a accepts the restarted b after it was dead")
+
+	// Restarted again at once, before a notices: b hears of its old
+	// version and jumps past it.
+	require.NoError(t, nb.Close())
+	bcfg.epoch = 500
+	running = 3
+	nb = startNode(t, bcfg)
+	eventually(t, loadOnA(3, StatusAlive), 5*time.Second, "a accepts the quickly restarted b")
+}
+
+// TestFailureAndLeave: a node closed without leaving ends up dead, one that
+// leaves ends up left, and Route stops returning either.
+func TestFailureAndLeave(t *testing.T) {
+	na := startNode(t, testConfig("a"))
+	nb := startNode(t, testConfig("b", na.Addr()))
+	nc := startNode(t, testConfig("c", na.Addr()))
+	nd := startNode(t, testConfig("d", na.Addr()))
+	routed := func(c *Cluster) []string {
+		var ids []string
+		for _, cand := range c.Route(RouteRequest{Model: "m"}, nil) {
+			ids = append(ids, cand.Member.ID)
+		}
+		return ids
+	}
+	eventually(t, func() bool { return len(routed(na)) == 4 && len(routed(nb)) == 4 }, 5*time.Second, "all four routable")
+
+	start := time.Now()
+	require.NoError(t, nc.Close())
+	require.NoError(t, nd.Leave(time.Second))
+	status := func(c *Cluster, id string) string { m, _ := member(c, id); return m.Status }
+	assert.Equal(t, StatusLeft, status(nd, "d"), "the leaver sees itself left")
+	for _, c := range []*Cluster{na, nb} {
+		eventually(t, func() bool {
+			return status(c, "c") == StatusDead && status(c, "d") == StatusLeft
+		}, 5*time.Second, "%s sees c dead and d left", c.ID())
+		assert.Equal(t, []string{"a", "b"}, routed(c))
+		assert.Equal(t, 2, c.NumAlive())
+	}
+	t.Logf("failure and leave seen by all after %v", time.Since(start))
+
+	require.NoError(t, nd.Close())
+	require.NoError(t, nd.Close(), "Close is idempotent")
+	require.ErrorIs(t, nd.Leave(time.Second), ErrClosed)
+}
+
+// TestRequiresKey is SE-6: no key, no start, unless explicitly insecure;
+// the default bind address is loopback.
+func TestRequiresKey(t *testing.T) {
+	cfg := testConfig("a")
+	cfg.Key = nil
+	_, err := Start(cfg)
+	require.ErrorIs(t, err, ErrNoKey)
+	cfg.Key = []byte("short")
+	_, err = Start(cfg)
+	require.Error(t, err)
+
+	def := DefaultConfig()
+	assert.Equal(t, "127.0.0.1:7946", def.BindAddr)
+	assert.NotEmpty(t, def.NodeID)
+	require.ErrorIs(t, def.Validate(), ErrNoKey)
+	def.Key = testKey
+	require.NoError(t, def.Validate())
+	mc, err := def.memberlistConfig(slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1", mc.BindAddr)
+	assert.Equal(t, 7946, mc.BindPort)
+	assert.NotNil(t, mc.Keyring)
+	assert.True(t, mc.GossipVerifyIncoming)
+
+	cfg.Key = nil
+	cfg.InsecureGossip = true
+	a := startNode(t, cfg)
+	b := testConfig("b", a.Addr())
+	b.Key, b.InsecureGossip = nil, true
+	nb := startNode(t, b)
+	eventually(t, func() bool { return a.NumAlive() == 2 && nb.NumAlive() == 2 }, 5*time.Second, "insecure nodes join each other")
+
+	for name, bad := range map[string]func(*Config){
+		"profile":   func(c *Config) { c.Profile = "wan" },
+		"bind":      func(c *Config) { c.BindAddr = "nope" },
+		"advertise": func(c *Config) { c.AdvertiseAddr = "1.2.3.4:99999" },
+		"node id":   func(c *Config) { c.NodeID = "a\nb" },
+		"model":     func(c *Config) { c.Models = []string{""} },
+		"interval":  func(c *Config) { c.StateInterval = -time.Second },
+	} {
+		c := testConfig("x")
+		bad(&c)
+		require.Error(t, c.Validate(), name)
+	}
+}
+
+// TestIntruderNeverJoins is SE-7: nodes with a wrong key or no key keep
+// trying to join a keyed 3-node cluster and never become members.
+func TestIntruderNeverJoins(t *testing.T) {
+	na := startNode(t, testConfig("a"))
+	nb := startNode(t, testConfig("b", na.Addr()))
+	nc := startNode(t, testConfig("c", na.Addr()))
+	keyed := []*Cluster{na, nb, nc}
+	eventually(t, func() bool { return na.NumAlive() == 3 && nb.NumAlive() == 3 && nc.NumAlive() == 3 }, 5*time.Second, "keyed cluster formed")
+
+	wrong := testConfig("wrong-key", na.Addr())
+	wrong.Key = []byte("fedcba9876543210")
+	none := testConfig("no-key", na.Addr())
+	none.Key, none.InsecureGossip = nil, true
+	var intruders []*Cluster
+	for _, cfg := range []Config{wrong, none} {
+		_, err := Start(cfg)
+		require.Error(t, err, "%s cannot join", cfg.NodeID)
+		cfg.Join = nil
+		intruders = append(intruders, startNode(t, cfg))
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	attempts := 0
+	for time.Now().Before(deadline) {
+		for _, in := range intruders {
+			for _, k := range keyed {
+				n, err := in.ml.Join([]string{k.Addr()})
+				require.Error(t, err)
+				require.Zero(t, n)
+				attempts++
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("SE-7: %d join attempts refused", attempts)
+	for _, k := range keyed {
+		ids := []string{}
+		for _, m := range k.Members() {
+			ids = append(ids, m.ID)
+		}
+		assert.Equal(t, []string{"a", "b", "c"}, ids, "%s members", k.ID())
+		assert.Equal(t, 3, k.NumAlive())
+	}
+	for _, in := range intruders {
+		assert.Equal(t, 1, in.NumAlive(), "%s sees no one", in.ID())
+		assert.Len(t, in.Members(), 1)
+	}
 }
