@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/store"
 )
 
 // The tests in this file are the malformed-input and limits rows (IN-2 to
@@ -253,6 +256,34 @@ func TestHeaderLimits(t *testing.T) {
 		if m["request_id"] == id {
 			require.Equal(t, huge[:maxClientRequestIDLen], m["client_request_id"])
 		}
+	}
+}
+
+// TestEveryResponseHasRequestID: every answer of the API, errors
+// included, carries an X-Request-Id with 128 random bits.
+func TestEveryResponseHasRequestID(t *testing.T) {
+	t.Parallel()
+	s := newStoreServer(t, nil)
+	key := makeKey(t, s, "acme", store.TierPaid, false)
+	base := startServer(t, s)
+	c := testClient(t)
+	for _, tc := range []struct{ name, method, path, key, body string }{
+		{"models", http.MethodGet, "/v1/models", key, ""},
+		{"healthz", http.MethodGet, "/healthz", "", ""},
+		{"chat", http.MethodPost, "/v1/chat/completions", key, `{"model":"sim/small","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`},
+		{"bad request", http.MethodPost, "/v1/chat/completions", key, `{`},
+		{"unknown route", http.MethodGet, "/v2/nothing", key, ""},
+		{"unknown request", http.MethodGet, "/v1/requests/req_x/stream", key, ""},
+		{"not admin", http.MethodGet, "/v1/admin/keys", key, ""},
+		{"no key", http.MethodGet, "/v1/models", "", ""},
+		{"bad key", http.MethodPost, "/v1/chat/completions", "llmd-nope", `{}`},
+		{"wrong method", http.MethodGet, "/v1/chat/completions", key, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := call(t, c, tc.method, base+tc.path, tc.key, tc.body)
+			id := resp.Header.Get("X-Request-Id")
+			assert.Regexp(t, `^[a-z]+[-_][0-9a-f]{32}$`, id, "status %d: %s", resp.StatusCode, b)
+		})
 	}
 }
 
