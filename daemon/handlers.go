@@ -83,6 +83,9 @@ var idPrefix = map[string]string{
 // the request's log line.
 func (s *Server) api(method, endpoint string, pol policy, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Every answer carries an id, refusals included; a generation
+		// request replaces it with its own below.
+		w.Header().Set("X-Request-Id", newID("req_"))
 		p, err := s.authenticate(r, pol)
 		if err != nil {
 			if re := authError(err); re != nil {
@@ -101,8 +104,7 @@ func (s *Server) api(method, endpoint string, pol policy, h handlerFunc) http.Ha
 			return
 		}
 		if endpoint == "" {
-			id := newID("req_")
-			w.Header().Set("X-Request-Id", id)
+			id := w.Header().Get("X-Request-Id")
 			defer func() {
 				if v := recover(); v != nil {
 					if v == http.ErrAbortHandler { //nolint:errorlint // sentinel panic value
