@@ -83,6 +83,8 @@ const drainTimeout = 2 * time.Second
 // waits on the socket; a resumable stream outlives its connection (see
 // Config.ResumeGrace) and others are cancelled when their client leaves.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j *job, em emitter) {
+	s.active.Add(1)
+	defer s.active.Add(-1)
 	if s.state.Load() == stateDraining {
 		rl.fail(writeError(w, rl.id, errDraining), errDraining)
 		return
@@ -163,9 +165,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 	s.logs.add(l)
 	rl.detached = true // the relay writes the log line, not the handler
 	rl.status = http.StatusOK
-	s.relays.Add(1)
+	s.active.Add(1)
 	go func() {
-		defer s.relays.Done()
+		defer s.active.Add(-1)
 		s.relay(ctx, subCancel, st, rl, j, em)
 		if !sw.terminated {
 			// Cancelled (DELETE, no reader, shutdown): still one terminal

@@ -135,10 +135,11 @@ type Server struct {
 	usage   *store.UsageWriter
 	metrics *metrics.Metrics
 	started time.Time
-	// logs finds streams by request id (resume, cancel); relays tracks the
-	// goroutines that relay streams, which Run waits for when it stops.
+	// logs finds streams by request id (resume, cancel); active counts
+	// generation handlers and stream relays, which Run waits for when it
+	// stops.
 	logs   logRegistry
-	relays sync.WaitGroup
+	active atomic.Int64
 	// gpu reads the node's real GPUs through NVML, when there are any.
 	gpu gpu.Telemetry
 
@@ -374,12 +375,13 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.state.Store(stateDraining)
 		s.log.Info("draining", "timeout", s.cfg.ShutdownTimeout.String())
-		// Handlers first (readiness already fails and new requests get
-		// 503), then the relays of streams whose client has gone.
+		// Keep listening while in-flight requests finish, so that probes
+		// and new requests get 503 rather than a refused connection; then
+		// close the listener and the idle connections.
 		shCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-		err := srv.Shutdown(shCtx)
+		err := s.waitIdle(shCtx)
 		if err == nil {
-			err = waitGroup(shCtx, &s.relays)
+			err = srv.Shutdown(shCtx)
 		}
 		cancel()
 		if err != nil {
@@ -389,11 +391,11 @@ func (s *Server) Run(ctx context.Context) error {
 			s.log.Warn("drain deadline passed; cancelling in-flight requests")
 			stopEngines()
 			shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := s.waitIdle(shCtx); err != nil {
+				s.log.Error("requests did not stop", "err", err, "active", s.active.Load())
+			}
 			if err := srv.Shutdown(shCtx); err != nil {
 				_ = srv.Close()
-			}
-			if err := waitGroup(shCtx, &s.relays); err != nil {
-				s.log.Error("stream relays did not stop", "err", err)
 			}
 			cancel()
 		}
@@ -482,17 +484,17 @@ func adminMethodNotAllowed(w http.ResponseWriter, r *http.Request, _ *reqLog) {
 // handlerFunc is an API handler; it fills in the request's log record.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, rl *reqLog)
 
-// waitGroup waits for wg until ctx ends.
-func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// waitIdle waits until no generation request or stream relay is active,
+// or ctx ends.
+func (s *Server) waitIdle(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for s.active.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
+	return nil
 }

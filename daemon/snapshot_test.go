@@ -141,3 +141,42 @@ func TestAdminCancelsAnyTenantsRequest(t *testing.T) {
 	r, b = call(t, c, http.MethodDelete, base+"/v1/requests/"+id, admin, "")
 	require.Equal(t, http.StatusOK, r.StatusCode, "%s", b)
 }
+
+// TestDrainKeepsAnsweringProbes: while in-flight requests finish, llmd
+// keeps listening: a new connection's readiness probe gets 503 (not a
+// refused connection) and a new request 503.
+func TestDrainKeepsAnsweringProbes(t *testing.T) {
+	s := newStoreServer(t, func(c *Config) { c.StepTimeScale = 1; c.ShutdownTimeout = 10 * time.Second })
+	addr, err := s.Listen()
+	require.NoError(t, err)
+	base := "http://" + addr.String()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	require.Eventually(t, func() bool { return s.state.Load() == stateReady }, 5*time.Second, time.Millisecond)
+
+	c := testClient(t)
+	long := make(chan int, 1)
+	go func() {
+		resp, _ := call(t, c, http.MethodPost, base+"/v1/chat/completions", "",
+			`{"model":"sim/small","max_tokens":400,"messages":[{"role":"user","content":"long"}]}`)
+		long <- resp.StatusCode
+	}()
+	require.Eventually(t, func() bool { return s.Stats()[0].Running == 1 }, 5*time.Second, time.Millisecond)
+	stop()
+	require.Eventually(t, func() bool { return s.state.Load() == stateDraining }, 5*time.Second, time.Millisecond)
+
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	resp, err := fresh.Get(base + "/readyz")
+	require.NoError(t, err, "a new connection is still accepted while draining")
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	resp, err = fresh.Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"sim/small","max_tokens":4,"messages":[{"role":"user","content":"x"}]}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+
+	require.Equal(t, http.StatusOK, <-long, "the in-flight request finishes")
+	require.NoError(t, <-done)
+}
