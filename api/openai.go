@@ -128,8 +128,9 @@ type CompletionRequest struct {
 	PresencePenalty  *float64        `json:"presence_penalty,omitempty"`
 	FrequencyPenalty *float64        `json:"frequency_penalty,omitempty"`
 	User             string          `json:"user,omitempty"`
-	// Logprobs (0 to 5 alternatives) is not supported on completions yet;
-	// llmd refuses it rather than ignore it.
+	// Logprobs asks for each output token's log-probability and that many
+	// (0 to 5) most likely alternatives, in the legacy format
+	// (CompletionLogprobs).
 	Logprobs *int `json:"logprobs,omitempty"`
 	// vLLM's extra sampling parameters, as on ChatCompletionRequest.
 	TopK              *int               `json:"top_k,omitempty"`
@@ -236,10 +237,20 @@ type ChatCompletionChunk struct {
 
 // CompletionChoice is one choice of a text completion (streamed or not).
 type CompletionChoice struct {
-	Index        int       `json:"index"`
-	Text         string    `json:"text"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	Logprobs     *CompletionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
+}
+
+// CompletionLogprobs are a completion choice's log-probabilities in the
+// legacy format: per token its text, its log-probability, the top
+// alternatives by text, and its offset in the generated text.
+type CompletionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float64            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
 }
 
 // Completion is the response (or one streamed chunk) of POST /v1/completions.

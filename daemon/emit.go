@@ -108,6 +108,50 @@ type completionStream struct {
 	id, model    string
 	created      int64
 	includeUsage bool
+	// lps are logprobs waiting for the next chunk of their choice;
+	// offsets are each choice's text offset so far (legacy text_offset).
+	lps     map[int][]api.TokenLogprob
+	offsets map[int]int
+}
+
+func (c *completionStream) addLogprob(i int, lp api.TokenLogprob) {
+	if c.lps == nil {
+		c.lps, c.offsets = map[int][]api.TokenLogprob{}, map[int]int{}
+	}
+	c.lps[i] = append(c.lps[i], lp)
+}
+
+// takeLogprobs returns choice i's waiting logprobs in the legacy format,
+// nil if none.
+func (c *completionStream) takeLogprobs(i int) *api.CompletionLogprobs {
+	lps := c.lps[i]
+	if len(lps) == 0 {
+		return nil
+	}
+	delete(c.lps, i)
+	off := c.offsets[i]
+	out := legacyLogprobs(lps, &off)
+	c.offsets[i] = off
+	return out
+}
+
+// legacyLogprobs converts logprobs to the /v1/completions format; offset is
+// the choice's text offset before them and is advanced past them.
+func legacyLogprobs(lps []api.TokenLogprob, offset *int) *api.CompletionLogprobs {
+	out := &api.CompletionLogprobs{Tokens: make([]string, len(lps)), TokenLogprobs: make([]float64, len(lps)),
+		TopLogprobs: make([]map[string]float64, len(lps)), TextOffset: make([]int, len(lps))}
+	for k, lp := range lps {
+		out.Tokens[k], out.TokenLogprobs[k], out.TextOffset[k] = lp.Token, float64(lp.Logprob), *offset
+		*offset += len(lp.Token)
+		top := make(map[string]float64, len(lp.TopLogprobs))
+		for _, t := range lp.TopLogprobs {
+			if _, dup := top[t.Token]; !dup {
+				top[t.Token] = float64(t.Logprob)
+			}
+		}
+		out.TopLogprobs[k] = top
+	}
+	return out
 }
 
 func (c *completionStream) sse() *sseWriter { return c.sw }
@@ -120,11 +164,11 @@ func (c *completionStream) chunk(choices []api.CompletionChoice, u *api.Usage) e
 func (c *completionStream) begin() error { return c.sw.start() }
 
 func (c *completionStream) text(i int, s string) error {
-	return c.chunk([]api.CompletionChoice{{Index: i, Text: s}}, nil)
+	return c.chunk([]api.CompletionChoice{{Index: i, Text: s, Logprobs: c.takeLogprobs(i)}}, nil)
 }
 
 func (c *completionStream) finish(i int, reason string) error {
-	return c.chunk([]api.CompletionChoice{{Index: i, FinishReason: &reason}}, nil)
+	return c.chunk([]api.CompletionChoice{{Index: i, FinishReason: &reason, Logprobs: c.takeLogprobs(i)}}, nil)
 }
 
 func (c *completionStream) end(u engine.Usage) error {

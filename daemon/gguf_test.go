@@ -240,6 +240,55 @@ func TestGGUFLogprobs(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, string(out))
 		require.Equal(t, param, errorOf(t, out)["param"])
 	}
+
+	// /v1/completions: the legacy format, streamed and not, with offsets
+	// into the generated text.
+	resp, body = post(t, c, base+"/v1/completions",
+		`{"model":"tiny","prompt":"hi","max_tokens":6,"temperature":0,"logprobs":3}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	var cmpl api.Completion
+	require.NoError(t, json.Unmarshal(body, &cmpl))
+	legacy := cmpl.Choices[0].Logprobs
+	require.NotNil(t, legacy)
+	require.Len(t, legacy.Tokens, cmpl.Usage.CompletionTokens)
+	require.Len(t, legacy.TokenLogprobs, len(legacy.Tokens))
+	require.Len(t, legacy.TextOffset, len(legacy.Tokens))
+	offset := 0
+	for k, tok := range legacy.Tokens {
+		require.Equal(t, offset, legacy.TextOffset[k])
+		offset += len(tok)
+		require.LessOrEqual(t, legacy.TokenLogprobs[k], 0.0)
+		require.LessOrEqual(t, len(legacy.TopLogprobs[k]), 3)
+		require.Contains(t, legacy.TopLogprobs[k], tok, "greedy: the chosen token is among the top")
+	}
+	resp, body = post(t, c, base+"/v1/completions",
+		`{"model":"tiny","prompt":"hi","max_tokens":6,"temperature":0,"logprobs":0,"stream":true,"stream_options":{"include_usage":true}}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	streamed, completion = 0, 0
+	for _, ev := range parseSSE(t, body) {
+		if ev.data == "" || ev.data == "[DONE]" {
+			continue
+		}
+		var ch api.Completion
+		require.NoError(t, json.Unmarshal([]byte(ev.data), &ch))
+		for _, choice := range ch.Choices {
+			if choice.Logprobs != nil {
+				streamed += len(choice.Logprobs.Tokens)
+			}
+		}
+		if ch.Usage != nil {
+			completion = ch.Usage.CompletionTokens
+		}
+	}
+	require.Equal(t, completion, streamed)
+	for body, want := range map[string]int{
+		`{"model":"tiny","prompt":"hi","logprobs":6}`:      http.StatusBadRequest,
+		`{"model":"sim/small","prompt":"hi","logprobs":1}`: http.StatusBadRequest,
+	} {
+		resp, out := post(t, c, base+"/v1/completions", body)
+		require.Equal(t, want, resp.StatusCode, string(out))
+		require.Equal(t, "logprobs", errorOf(t, out)["param"])
+	}
 	requireIdle(t, s)
 }
 

@@ -502,14 +502,20 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request, rl *r
 		em = &completionStream{sw: s.streamWriter(rl, openaiResumable(r)), id: rl.id, model: j.model.id,
 			created: time.Now().Unix(), includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
 	} else {
-		em = newCollector(w, rl, j.n, func(texts []string, reasons []string, u engine.Usage) any {
+		var col *collector
+		col = newCollector(w, rl, j.n, func(texts []string, reasons []string, u engine.Usage) any {
 			resp := api.Completion{ID: rl.id, Object: "text_completion", Created: rl.start.Unix(), Model: j.model.id,
 				Choices: make([]api.CompletionChoice, len(texts)), Usage: openaiUsage(u)}
 			for i := range texts {
 				resp.Choices[i] = api.CompletionChoice{Index: i, Text: texts[i], FinishReason: &reasons[i]}
+				if j.logprobs {
+					var offset int
+					resp.Choices[i].Logprobs = legacyLogprobs(col.takeLogprobs(i), &offset)
+				}
 			}
 			return resp
 		})
+		em = col
 	}
 	s.generate(w, r, rl, j, em)
 }
@@ -527,8 +533,8 @@ func (s *Server) completionJob(w http.ResponseWriter, r *http.Request, rl *reqLo
 	if err := checkMaxTokens("max_tokens", req.MaxTokens); err != nil {
 		return nil, err
 	}
-	if req.Logprobs != nil {
-		return nil, invalidParam("logprobs", "logprobs is not supported on /v1/completions yet; use /v1/chat/completions with logprobs and top_logprobs")
+	if req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > maxCompletionLogprobs) {
+		return nil, invalidParam("logprobs", "logprobs must be between 0 and %d, got %d", maxCompletionLogprobs, *req.Logprobs)
 	}
 	prompt, err := promptText(req.Prompt)
 	if err != nil {
@@ -543,8 +549,17 @@ func (s *Server) completionJob(w http.ResponseWriter, r *http.Request, rl *reqLo
 		repetition: req.RepetitionPenalty, logitBias: req.LogitBias}, j); err != nil {
 		return nil, err
 	}
+	if req.Logprobs != nil {
+		j.logprobs, j.topLogprobs = true, *req.Logprobs
+		if !j.model.info.Logprobs {
+			return nil, invalidParam("logprobs", "model %s does not report logprobs (simulated models have no probabilities)", j.model.id)
+		}
+	}
 	return j, fit(j, req.MaxTokens, defaultCompletionMaxTokens, "prompt")
 }
+
+// maxCompletionLogprobs is OpenAI's limit on the legacy logprobs.
+const maxCompletionLogprobs = 5
 
 // promptText reads the prompt of /v1/completions: a string or an array of
 // one string.
