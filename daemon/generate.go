@@ -150,7 +150,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 			cancel()
 			finish()
 		}()
-		s.relay(ctx, subCancel, st, rl, j, em)
+		s.relay(ctx, subCancel, st, rl, j, em, settle)
 		if ctx.Err() != nil && r.Context().Err() == nil && rl.status == statusClientClosed {
 			// Cancelled by DELETE /v1/requests/{id} while its client waits.
 			rl.status = writeError(w, rl.id, errCancelledJSON)
@@ -168,7 +168,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 	s.active.Add(1)
 	go func() {
 		defer s.active.Add(-1)
-		s.relay(ctx, subCancel, st, rl, j, em)
+		s.relay(ctx, subCancel, st, rl, j, em, settle)
 		if !sw.terminated {
 			// Cancelled (DELETE, no reader, shutdown): still one terminal
 			// event for whoever reads the log.
@@ -190,8 +190,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 }
 
 // relay reads the engine's events for st and writes them to em until the
-// request ends, then records its usage before the normal end.
-func (s *Server) relay(ctx context.Context, cancel context.CancelFunc, st eventStream, rl *reqLog, j *job, em emitter) {
+// request ends. Before the normal end it records the usage and settles the
+// quota reservation (settle is idempotent), so that a client that sends its
+// next request as soon as it sees the end finds its quota already freed.
+func (s *Server) relay(ctx context.Context, cancel context.CancelFunc, st eventStream, rl *reqLog, j *job, em emitter,
+	settle func(engine.Usage)) {
 	if err := em.begin(); err != nil {
 		s.abandon(cancel, st, rl, err)
 		return
@@ -303,6 +306,7 @@ func (s *Server) relay(ctx context.Context, cancel context.CancelFunc, st eventS
 			rl.finish = string(engine.FinishCancelled)
 		}
 		rl.err = failure
+		settle(rl.usage)
 		if err := em.fail(failure); err != nil {
 			rl.status = statusClientClosed
 		}
@@ -324,6 +328,7 @@ func (s *Server) relay(ctx context.Context, cancel context.CancelFunc, st eventS
 		}
 		return
 	}
+	settle(rl.usage)
 	if err := em.end(rl.usage); err != nil {
 		rl.status = statusClientClosed
 		rl.err = err

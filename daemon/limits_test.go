@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
 	"net/http"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmd/llmd/daemon/quota"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/internal/redistest"
 	"github.com/llmd/llmd/store"
@@ -342,4 +344,56 @@ func TestQuotaEstimateReservesLearnedLength(t *testing.T) {
 			require.Less(t, remaining, 99000, "max_tokens")
 		}
 	}
+}
+
+// TestSequentialClientNeverSeesItsOwnSlot: with one concurrent request
+// allowed, a client that sends its next request the moment it has read the
+// previous answer is never refused: the slot is freed before the end is
+// sent.
+func TestSequentialClientNeverSeesItsOwnSlot(t *testing.T) {
+	f := newFake("m", 4096, "ok")
+	models := []*model{newModel(f, byteTokenizer{}, time.Unix(1700000000, 0), nil)}
+	s := newServer(testConfig(), testLogger(t), models)
+	st, err := store.Open(context.Background(), t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	s.store = st
+	// A slow settlement (Redis on a bad day) widens the window in which a
+	// slot freed after the end would still be held.
+	s.quota = slowReconcile{Limiter: s.quota, delay: 20 * time.Millisecond}
+	base := startServer(t, s)
+	key := makeKey(t, s, "solo", store.TierPaid, false)
+	setQuota(t, s, "solo", store.QuotaUpdate{Concurrency: i64(1), RPM: i64(0), TPM: i64(0)})
+	c := testClient(t)
+	for i := range 40 {
+		stream := i%2 == 0
+		body := `{"model":"m","max_tokens":2,"stream":` + strconv.FormatBool(stream) + `,"messages":[{"role":"user","content":"x"}]}`
+		if !stream {
+			resp, b := call(t, c, http.MethodPost, base+"/v1/chat/completions", key, body)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "request %d: %s", i, b)
+			continue
+		}
+		// Like the SDKs, stop at [DONE], not at the end of the body.
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "request %d", i)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() && sc.Text() != "data: [DONE]" {
+		}
+		resp.Body.Close()
+	}
+}
+
+// slowReconcile delays every settlement.
+type slowReconcile struct {
+	quota.Limiter
+	delay time.Duration
+}
+
+func (l slowReconcile) Reconcile(ctx context.Context, tenant, id string, actual int64) error {
+	time.Sleep(l.delay)
+	return l.Limiter.Reconcile(ctx, tenant, id, actual)
 }
