@@ -217,3 +217,13 @@ func (c *Client) doJSON(ctx context.Context, method, path string, body, out any)
 	defer resp.Body.Close()
 	return decodeJSON(resp, out)
 }
+
+// Nodes returns the cluster's members as this llmd sees them (GET
+// /v1/admin/nodes).
+func (c *Client) Nodes(ctx context.Context) (*NodeList, error) {
+	var nl NodeList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/admin/nodes", nil, &nl); err != nil {
+		return nil, err
+	}
+	return &nl, nil
+}

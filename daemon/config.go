@@ -75,9 +75,11 @@ type Config struct {
 	// free-tier requests while its degradation ladder is at limit_free or
 	// above, e.g. {"sim/flagship": "sim/small"}.
 	DegradeRoutes map[string]string
-	// NodeID names this llmd in usage rows and logs. Default: the host
-	// name.
+	// NodeID names this llmd in usage rows, logs and the cluster.
+	// Default: the host name.
 	NodeID string
+	// Cluster, if set, joins a cluster (membership and load gossip).
+	Cluster *ClusterConfig
 	// Prices are per model, per million tokens, for usage reports' costs.
 	Prices map[string]Price
 	// GPUHourPrice is the price of one GPU for one hour, for the cost per

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/daemon/gpu"
 	"github.com/llmd/llmd/daemon/metrics"
 	"github.com/llmd/llmd/daemon/quota"
@@ -142,6 +143,9 @@ type Server struct {
 	active atomic.Int64
 	// gpu reads the node's real GPUs through NVML, when there are any.
 	gpu gpu.Telemetry
+	// cluster is this node's membership; nil when llmd runs alone. Set by
+	// Run before serving.
+	cluster *cluster.Cluster
 
 	mu sync.Mutex
 	ln net.Listener
@@ -335,6 +339,14 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	ln := s.ln
 	s.mu.Unlock()
+	if err := s.startCluster(ln.Addr().String()); err != nil {
+		return err
+	}
+	defer func() {
+		if s.cluster != nil {
+			_ = s.cluster.Close()
+		}
+	}()
 	srv := &http.Server{
 		Handler:           s.mux,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
@@ -375,6 +387,11 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.state.Store(stateDraining)
 		s.log.Info("draining", "timeout", s.cfg.ShutdownTimeout.String())
+		if s.cluster != nil {
+			if err := s.cluster.Leave(2 * time.Second); err != nil {
+				s.log.Warn("leaving the cluster", "err", err)
+			}
+		}
 		// Keep listening while in-flight requests finish, so that probes
 		// and new requests get 503 rather than a refused connection; then
 		// close the listener and the idle connections.
@@ -441,6 +458,7 @@ func (s *Server) routeTable() []route {
 		{"DELETE /v1/requests/{id}", del, "", policyUser, s.handleCancel},
 		{"GET /v1/admin/usage", get, "", policyAdmin, s.handleUsage},
 		{"GET /v1/admin/snapshot", get, "", policyAdmin, s.handleSnapshot},
+		{"GET /v1/admin/nodes", get, "", policyAdmin, s.handleNodes},
 		{"POST /v1/admin/keys", post, "", policyAdmin, s.handleCreateKey},
 		{"GET /v1/admin/keys", get, "", policyAdmin, s.handleListKeys},
 		{"DELETE /v1/admin/keys/{id}", del, "", policyAdmin, s.handleRevokeKey},
@@ -468,7 +486,7 @@ func (s *Server) routes() *http.ServeMux {
 		mux.Handle(rt.pattern, s.api(rt.method, rt.endpoint, rt.policy, rt.h))
 	}
 	for _, p := range []string{"/v1/admin/keys", "/v1/admin/keys/{id}", "/v1/admin/tenants", "/v1/admin/quotas",
-		"/v1/admin/quotas/{tenant}", "/v1/admin/usage", "/v1/admin/snapshot", "/v1/requests/{id}", "/v1/requests/{id}/stream"} {
+		"/v1/admin/quotas/{tenant}", "/v1/admin/usage", "/v1/admin/snapshot", "/v1/admin/nodes", "/v1/requests/{id}", "/v1/requests/{id}/stream"} {
 		mux.Handle(p, s.api("", "", policyAdmin, adminMethodNotAllowed))
 	}
 	return mux

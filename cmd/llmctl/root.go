@@ -68,7 +68,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.apiKey, "api-key", "",
 		"API key for llmd (env LLMD_API_KEY; prefer it: a flag shows in the process list)")
 
-	root.AddCommand(newModelsCmd(a), newChatCmd(a), newStatsCmd(a), newModelCmd(a),
+	root.AddCommand(newModelsCmd(a), newNodesCmd(a), newChatCmd(a), newStatsCmd(a), newModelCmd(a),
 		newKeysCmd(a), newQuotaCmd(a), newTenantsCmd(a), newUsageCmd(a), newTopCmd(a))
 	return root
 }

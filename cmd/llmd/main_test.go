@@ -90,6 +90,23 @@ func TestResolveConfig(t *testing.T) {
 			env:  map[string]string{"LLMD_NO_DEGRADE": "true", "LLMD_DATA_DIR": "/e"},
 			want: func(c *daemon.Config) { c.Engine.Ladder.Disabled, c.DataDir = true, "/e" },
 		},
+		"cluster flags": {
+			args: []string{"--data-dir", "/d", "--join", "10.0.0.2:7946,10.0.0.3:7946", "--gossip-addr", "127.0.0.1:7947",
+				"--gossip-key", "MDEyMzQ1Njc4OWFiY2RlZg=="},
+			want: func(c *daemon.Config) {
+				c.DataDir = "/d"
+				c.Cluster = &daemon.ClusterConfig{GossipAddr: "127.0.0.1:7947", Join: []string{"10.0.0.2:7946", "10.0.0.3:7946"},
+					Key: []byte("0123456789abcdef")}
+			},
+		},
+		"cluster without a key": {
+			args: []string{"--data-dir", "/d", "--join", "10.0.0.2:7946"},
+			err:  "--gossip-key",
+		},
+		"bad gossip key": {
+			args: []string{"--data-dir", "/d", "--join", "10.0.0.2:7946", "--gossip-key", "c2hvcnQ="},
+			err:  "16, 24 or 32 bytes",
+		},
 		"bad engine flag": {
 			args: []string{"--max-running", "0", "--data-dir", "/d"},
 			err:  "max running",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -90,6 +91,12 @@ type options struct {
 	stallTimeout  time.Duration
 	resumeGrace   time.Duration
 	drainTimeout  time.Duration
+	// cluster
+	join           []string
+	gossipAddr     string
+	gossipKey      string
+	insecureGossip bool
+	advertiseAPI   string
 }
 
 // envVars maps each flag to the environment variable that sets it when the
@@ -127,6 +134,11 @@ var envVars = map[string]string{
 	"stall-timeout":          "LLMD_STALL_TIMEOUT",
 	"resume-grace":           "LLMD_RESUME_GRACE",
 	"drain-timeout":          "LLMD_DRAIN_TIMEOUT",
+	"join":                   "LLMD_JOIN",
+	"gossip-addr":            "LLMD_GOSSIP_ADDR",
+	"gossip-key":             "LLMD_GOSSIP_KEY",
+	"insecure-gossip":        "LLMD_INSECURE_GOSSIP",
+	"advertise-api":          "LLMD_ADVERTISE_API",
 }
 
 // newRootCmd builds the llmd command. getenv is os.Getenv, or a map lookup
@@ -151,7 +163,8 @@ LLMD_HEARTBEAT, LLMD_MAX_BATCH_TOKENS, LLMD_MAX_RUNNING,
 LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE, LLMD_TIER_WEIGHTS, LLMD_INSECURE, LLMD_REDIS,
 LLMD_QUOTA_TIMEOUT, LLMD_QUOTA_SHADOW, LLMD_QUOTA_ESTIMATE, LLMD_DEGRADE_ROUTE, LLMD_DEGRADE_MAX_TOKENS,
 LLMD_DEGRADE_QUEUE_WAIT, LLMD_NO_DEGRADE, LLMD_CONFIG, LLMD_NODE_ID, LLMD_STALL_TIMEOUT,
-LLMD_RESUME_GRACE, LLMD_DRAIN_TIMEOUT); a flag wins over the environment.
+LLMD_RESUME_GRACE, LLMD_DRAIN_TIMEOUT, LLMD_JOIN, LLMD_GOSSIP_ADDR, LLMD_GOSSIP_KEY,
+LLMD_INSECURE_GOSSIP, LLMD_ADVERTISE_API); a flag wins over the environment.
 
 Access: while no API key exists, requests without a key act as the built-in
 "local" tenant, and llmd refuses a non-loopback --listen (unless --insecure).
@@ -221,6 +234,11 @@ func (o *options) bind(fs *pflag.FlagSet) {
 		"how long a resumable stream keeps generating with no client attached before it is cancelled")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", def.ShutdownTimeout,
 		"on SIGTERM, how long in-flight requests may take to finish before they are cancelled")
+	fs.StringSliceVar(&o.join, "join", nil, "join a cluster through these members' gossip addresses (host:port, comma-separated)")
+	fs.StringVar(&o.gossipAddr, "gossip-addr", "", "cluster gossip address (default 127.0.0.1:7946 when --join is given)")
+	fs.StringVar(&o.gossipKey, "gossip-key", "", "cluster gossip key: 16, 24 or 32 bytes, base64 (required in a cluster unless --insecure-gossip)")
+	fs.BoolVar(&o.insecureGossip, "insecure-gossip", false, "allow an unencrypted cluster (anyone who reaches the gossip port joins)")
+	fs.StringVar(&o.advertiseAPI, "advertise-api", "", "the API address peers use to reach this node (default: the listen address)")
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -305,6 +323,21 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	}
 	cfg.Engine.Ladder.Disabled = o.noDegrade
 	cfg.NodeID = o.nodeID
+	if len(o.join) > 0 || o.gossipAddr != "" {
+		cc := &daemon.ClusterConfig{GossipAddr: o.gossipAddr, Join: splitList(strings.Join(o.join, ",")),
+			InsecureGossip: o.insecureGossip, APIAddr: o.advertiseAPI}
+		if o.gossipKey != "" {
+			key, err := base64.StdEncoding.DecodeString(o.gossipKey)
+			if err != nil || (len(key) != 16 && len(key) != 24 && len(key) != 32) {
+				return cfg, errors.New("--gossip-key must be 16, 24 or 32 bytes in base64 (e.g. head -c 32 /dev/urandom | base64)")
+			}
+			cc.Key = key
+		}
+		if cc.Key == nil && !cc.InsecureGossip {
+			return cfg, errors.New("a cluster needs --gossip-key (head -c 32 /dev/urandom | base64), or --insecure-gossip")
+		}
+		cfg.Cluster = cc
+	}
 	cfg.StallTimeout = o.stallTimeout
 	cfg.ResumeGrace = o.resumeGrace
 	cfg.ShutdownTimeout = o.drainTimeout

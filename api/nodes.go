@@ -1,0 +1,33 @@
+package api
+
+import "time"
+
+// NodeModelLoad is one model's load on a node, as gossiped.
+type NodeModelLoad struct {
+	Running int     `json:"running"`
+	Waiting int     `json:"waiting"`
+	KVUsage float64 `json:"kv_usage"`
+}
+
+// NodeInfo is one cluster member as the answering node sees it.
+type NodeInfo struct {
+	ID      string   `json:"id"`
+	APIAddr string   `json:"api_addr"`
+	Version string   `json:"version"`
+	Models  []string `json:"models"`
+	// Status is alive, suspect, dead or left.
+	Status   string                   `json:"status"`
+	Local    bool                     `json:"local"`
+	Draining bool                     `json:"draining"`
+	Load     map[string]NodeModelLoad `json:"load"`
+	// PrefixKeys counts the cached-prefix hashes in its gossiped summary.
+	PrefixKeys int       `json:"prefix_keys"`
+	Updated    time.Time `json:"updated"`
+}
+
+// NodeList is the body of GET /v1/admin/nodes. Clustered is false when
+// llmd runs alone (then Nodes holds only itself).
+type NodeList struct {
+	Clustered bool       `json:"clustered"`
+	Nodes     []NodeInfo `json:"nodes"`
+}

@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/cluster"
+)
+
+// ClusterConfig joins llmd to a cluster: membership and the gossip of each
+// node's load. (Routing requests to the node holding their prefix is not
+// wired yet: every node serves what it receives.)
+type ClusterConfig struct {
+	// GossipAddr is the memberlist address (host:port); default
+	// 127.0.0.1:7946.
+	GossipAddr string
+	// Join are members to join (host:port of their gossip address).
+	Join []string
+	// Key encrypts gossip (16, 24 or 32 bytes); required unless
+	// InsecureGossip.
+	Key            []byte
+	InsecureGossip bool
+	// APIAddr is the address peers reach this node's API at; default the
+	// bound listen address.
+	APIAddr string
+	// Profile is "lan" (default) or "local" (short intervals, for tests).
+	Profile string
+}
+
+// startCluster joins the cluster configured in cfg.Cluster, if any.
+func (s *Server) startCluster(apiAddr string) error {
+	cc := s.cfg.Cluster
+	if cc == nil {
+		return nil
+	}
+	if cc.APIAddr != "" {
+		apiAddr = cc.APIAddr
+	}
+	cl, err := cluster.Start(cluster.Config{NodeID: s.cfg.NodeID, BindAddr: cc.GossipAddr, Join: cc.Join, Key: cc.Key,
+		InsecureGossip: cc.InsecureGossip, APIAddr: apiAddr, Models: s.Models(), Version: Version,
+		Profile: cc.Profile, LocalState: s.clusterState, Logger: s.log.With("component", "cluster")})
+	if err != nil {
+		return fmt.Errorf("daemon: cluster: %w", err)
+	}
+	s.cluster = cl
+	s.log.Info("joined the cluster", "gossip", cl.Addr(), "members", len(cl.Members()))
+	return nil
+}
+
+// clusterState is what this node gossips: each model's load.
+func (s *Server) clusterState() cluster.State {
+	st := cluster.State{Load: make(map[string]cluster.ModelLoad, len(s.models)), Draining: s.state.Load() == stateDraining}
+	for _, m := range s.models {
+		es := m.eng.Stats()
+		kv := 0.0
+		if es.BlocksTotal > 0 {
+			kv = float64(es.BlocksUsed) / float64(es.BlocksTotal)
+		}
+		st.Load[m.id] = cluster.ModelLoad{Running: es.Running, Waiting: es.Waiting, KVUsage: kv}
+	}
+	return st
+}
+
+// Version is llmd's version in cluster metadata.
+const Version = "0.1.0"
+
+func (s *Server) handleNodes(w http.ResponseWriter, _ *http.Request, _ *reqLog) {
+	out := api.NodeList{Nodes: []api.NodeInfo{}}
+	if s.cluster == nil {
+		local := api.NodeInfo{ID: s.cfg.NodeID, Version: Version, Models: s.Models(), Status: "alive", Local: true,
+			Load: map[string]api.NodeModelLoad{}, Updated: time.Now().UTC()}
+		if a := s.Addr(); a != nil {
+			local.APIAddr = a.String()
+		}
+		for model, l := range s.clusterState().Load {
+			local.Load[model] = api.NodeModelLoad{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage}
+		}
+		out.Nodes = append(out.Nodes, local)
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	out.Clustered = true
+	for _, m := range s.cluster.Members() {
+		n := api.NodeInfo{ID: m.ID, APIAddr: m.APIAddr, Version: m.Version, Models: m.Models, Status: m.Status,
+			Local: m.Local, Draining: m.State.Draining, Load: map[string]api.NodeModelLoad{}, Updated: m.Updated.UTC()}
+		for model, l := range m.State.Load {
+			n.Load[model] = api.NodeModelLoad{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage}
+		}
+		for _, keys := range m.State.Prefixes {
+			n.PrefixKeys += len(keys)
+		}
+		out.Nodes = append(out.Nodes, n)
+	}
+	writeJSON(w, http.StatusOK, out)
+}

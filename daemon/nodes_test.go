@@ -1,0 +1,60 @@
+package daemon
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/api"
+)
+
+// TestTwoNodesSeeEachOther: two llmd servers joined with a gossip key list
+// each other, with their models and load, in GET /v1/admin/nodes.
+func TestTwoNodesSeeEachOther(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	first := newStoreServer(t, func(c *Config) {
+		c.NodeID = "node-a"
+		c.Cluster = &ClusterConfig{GossipAddr: "127.0.0.1:0", Key: key, Profile: "local"}
+	})
+	baseA := startServer(t, first)
+	second := newStoreServer(t, func(c *Config) {
+		c.NodeID = "node-b"
+		c.Models = []string{"mid"}
+		c.Cluster = &ClusterConfig{GossipAddr: "127.0.0.1:0", Key: key, Profile: "local", Join: []string{first.cluster.Addr()}}
+	})
+	baseB := startServer(t, second)
+	c := testClient(t)
+	for _, base := range []string{baseA, baseB} {
+		require.Eventually(t, func() bool {
+			resp, b := call(t, c, http.MethodGet, base+"/v1/admin/nodes", "", "")
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+			var nl api.NodeList
+			require.NoError(t, json.Unmarshal(b, &nl))
+			if !nl.Clustered || len(nl.Nodes) != 2 {
+				return false
+			}
+			for _, n := range nl.Nodes {
+				if n.Status != "alive" || len(n.Load) != 1 {
+					return false
+				}
+			}
+			return nl.Nodes[0].ID == "node-a" && nl.Nodes[0].Models[0] == "sim/small" &&
+				nl.Nodes[1].ID == "node-b" && nl.Nodes[1].Models[0] == "sim/mid"
+		}, 10*time.Second, 20*time.Millisecond)
+	}
+}
+
+func TestNodesWhenAlone(t *testing.T) {
+	s := newStoreServer(t, nil)
+	base := startServer(t, s)
+	resp, b := call(t, testClient(t), http.MethodGet, base+"/v1/admin/nodes", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var nl api.NodeList
+	require.NoError(t, json.Unmarshal(b, &nl))
+	require.False(t, nl.Clustered)
+	require.Len(t, nl.Nodes, 1)
+	require.True(t, nl.Nodes[0].Local)
+}
