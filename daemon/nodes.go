@@ -45,6 +45,9 @@ func (s *Server) startCluster(apiAddr string) error {
 		return fmt.Errorf("daemon: cluster: %w", err)
 	}
 	s.cluster = cl
+	if s.members != nil {
+		s.members.Store(cl)
+	}
 	s.log.Info("joined the cluster", "gossip", cl.Addr(), "members", len(cl.Members()))
 	return nil
 }

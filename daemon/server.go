@@ -144,8 +144,10 @@ type Server struct {
 	// gpu reads the node's real GPUs through NVML, when there are any.
 	gpu gpu.Telemetry
 	// cluster is this node's membership; nil when llmd runs alone. Set by
-	// Run before serving.
+	// Run before serving, and published to members (the quota fallback's
+	// node count; nil for servers built without New).
 	cluster *cluster.Cluster
+	members *atomic.Pointer[cluster.Cluster]
 
 	mu sync.Mutex
 	ln net.Listener
@@ -167,7 +169,13 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if cfg.NodeID == "" {
 		cfg.NodeID, _ = os.Hostname()
 	}
-	st, lim, uw, err := openState(cfg, logger)
+	members := new(atomic.Pointer[cluster.Cluster]) // set by Run once joined
+	st, lim, uw, err := openState(cfg, logger, func() int {
+		if cl := members.Load(); cl != nil {
+			return max(cl.NumAlive(), 1)
+		}
+		return 1
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -204,13 +212,17 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	s := newServer(cfg, logger, models)
 	s.closers = closers
 	s.store, s.quota, s.usage = st, lim, uw
+	s.members = members
 	return s, nil
 }
 
 // openState opens the store in the data directory (recovering the usage
 // ledger after a crash and starting its writer) and the quota limiter, and
 // refuses a non-loopback listener while no API key exists.
-func openState(cfg Config, logger *slog.Logger) (*store.Store, quota.Limiter, *store.UsageWriter, error) {
+//
+// liveNodes counts the cluster's live nodes: with Redis failing, each node
+// admits its share of a limit (limit / live nodes).
+func openState(cfg Config, logger *slog.Logger, liveNodes func() int) (*store.Store, quota.Limiter, *store.UsageWriter, error) {
 	var st *store.Store
 	var uw *store.UsageWriter
 	fail := func(err error) (*store.Store, quota.Limiter, *store.UsageWriter, error) {
@@ -253,7 +265,7 @@ func openState(cfg Config, logger *slog.Logger) (*store.Store, quota.Limiter, *s
 	if cfg.RedisURL == "" {
 		return st, quota.NewMemory(quota.MemoryConfig{}), uw, nil
 	}
-	lim, err := quota.NewRedis(quota.RedisConfig{URL: cfg.RedisURL, Timeout: cfg.QuotaTimeout,
+	lim, err := quota.NewRedis(quota.RedisConfig{URL: cfg.RedisURL, Timeout: cfg.QuotaTimeout, LiveNodes: liveNodes,
 		Logger: logger})
 	if err != nil {
 		return fail(fmt.Errorf("daemon: quota backend: %w", err))
