@@ -13,10 +13,17 @@ import (
 // defaultKeyTenant owns keys created without a tenant.
 const defaultKeyTenant = "default"
 
-// noStore answers an admin route on a server without a data directory.
-func noStore(w http.ResponseWriter) {
-	writeError(w, "", &requestError{Status: http.StatusServiceUnavailable, Type: typeServer,
-		Message: "llmd runs without a data directory, so it has no tenants, keys or quotas; start it with --data-dir"})
+// needStore wraps a handler of a route that reads the store: without a
+// data directory it answers 503.
+func (s *Server) needStore(h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
+		if s.store == nil {
+			writeError(w, "", &requestError{Status: http.StatusServiceUnavailable, Type: typeServer,
+				Message: "llmd runs without a data directory, so it has no tenants, keys, quotas or usage; start it with --data-dir"})
+			return
+		}
+		h(w, r, rl)
+	}
 }
 
 // storeError maps the store's errors to client errors.
@@ -31,10 +38,6 @@ func storeError(err error, what string) error {
 }
 
 func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ *reqLog) {
-	if s.store == nil {
-		noStore(w)
-		return
-	}
 	var req api.KeyCreateRequest
 	if err := s.decode(w, r, &req); err != nil {
 		writeError(w, "", err)
@@ -67,10 +70,6 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ *reqL
 }
 
 func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request, _ *reqLog) {
-	if s.store == nil {
-		noStore(w)
-		return
-	}
 	keys, err := s.store.Keys(r.Context())
 	if err != nil {
 		writeError(w, "", err)
@@ -84,10 +83,6 @@ func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request, _ *reqLo
 }
 
 func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request, _ *reqLog) {
-	if s.store == nil {
-		noStore(w)
-		return
-	}
 	k, err := s.store.RevokeKey(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, "", storeError(err, fmt.Sprintf("key %q", r.PathValue("id"))))
@@ -98,10 +93,6 @@ func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request, _ *reqL
 }
 
 func (s *Server) handleListTenants(w http.ResponseWriter, r *http.Request, _ *reqLog) {
-	if s.store == nil {
-		noStore(w)
-		return
-	}
 	ts, err := s.store.Tenants(r.Context())
 	if err != nil {
 		writeError(w, "", err)
@@ -115,10 +106,6 @@ func (s *Server) handleListTenants(w http.ResponseWriter, r *http.Request, _ *re
 }
 
 func (s *Server) handleListQuotas(w http.ResponseWriter, r *http.Request, _ *reqLog) {
-	if s.store == nil {
-		noStore(w)
-		return
-	}
 	qs, err := s.store.Quotas(r.Context())
 	if err != nil {
 		writeError(w, "", err)
@@ -132,10 +119,6 @@ func (s *Server) handleListQuotas(w http.ResponseWriter, r *http.Request, _ *req
 }
 
 func (s *Server) handleGetQuota(w http.ResponseWriter, r *http.Request, _ *reqLog) {
-	if s.store == nil {
-		noStore(w)
-		return
-	}
 	tenant := r.PathValue("tenant")
 	q, err := s.store.Quota(r.Context(), tenant)
 	if err != nil {
@@ -146,10 +129,6 @@ func (s *Server) handleGetQuota(w http.ResponseWriter, r *http.Request, _ *reqLo
 }
 
 func (s *Server) handleSetQuota(w http.ResponseWriter, r *http.Request, _ *reqLog) {
-	if s.store == nil {
-		noStore(w)
-		return
-	}
 	var req api.QuotaUpdate
 	if err := s.decode(w, r, &req); err != nil {
 		writeError(w, "", err)

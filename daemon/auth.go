@@ -95,38 +95,42 @@ func (s *Server) authenticate(r *http.Request, pol policy) (principal, error) {
 	default:
 		return principal{}, errUnsetRoute
 	}
-	// While no key exists, any key is ignored: the official SDKs insist on
-	// sending one ("EMPTY", "ollama", ...), as with vLLM and Ollama.
-	open, err := s.anonymousAllowed(r.Context())
+	p, err := s.principal(r)
 	if err != nil {
 		return principal{}, err
-	}
-	secret, present := bearer(r)
-	var p principal
-	switch {
-	case present && !open:
-		if s.store == nil {
-			return principal{}, errBadKey
-		}
-		k, err := s.store.Authenticate(r.Context(), secret)
-		if err != nil {
-			if errors.Is(err, store.ErrBadKey) {
-				return principal{}, errBadKey
-			}
-			return principal{}, err
-		}
-		p = principal{tenant: k.Tenant, keyID: k.ID, admin: k.Admin}
-	case !open:
-		return principal{}, errNoKey
-	default:
-		// Anonymous callers act as the local tenant; they administer only
-		// from loopback (with --insecure the listener may not be).
-		p = principal{tenant: store.LocalTenant, admin: loopbackRemote(r)}
 	}
 	if pol == policyAdmin && !p.admin {
 		return principal{}, errNotAdmin
 	}
 	return p, nil
+}
+
+// principal identifies the caller: the key's tenant; or, while no key
+// exists, the local tenant, whatever key is sent (the official SDKs insist
+// on sending one, "EMPTY" or "ollama", as with vLLM and Ollama). A valid key
+// costs one lookup; only a missing or refused key asks whether any exists.
+func (s *Server) principal(r *http.Request) (principal, error) {
+	if secret, present := bearer(r); present && s.store != nil {
+		k, err := s.store.Authenticate(r.Context(), secret)
+		if err == nil {
+			return principal{tenant: k.Tenant, keyID: k.ID, admin: k.Admin}, nil
+		}
+		if !errors.Is(err, store.ErrBadKey) {
+			return principal{}, err
+		}
+	}
+	open, err := s.anonymousAllowed(r.Context())
+	switch {
+	case err != nil:
+		return principal{}, err
+	case !open && r.Header.Get("Authorization") != "":
+		return principal{}, errBadKey
+	case !open:
+		return principal{}, errNoKey
+	}
+	// Anonymous callers act as the local tenant; they administer only from
+	// loopback (with --insecure the listener may not be).
+	return principal{tenant: store.LocalTenant, admin: loopbackRemote(r)}, nil
 }
 
 // anonymousAllowed reports whether requests without a key are served (as

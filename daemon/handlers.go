@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/daemon/quota"
 	"github.com/llmd/llmd/engine"
 )
 
@@ -39,9 +40,13 @@ type reqLog struct {
 	// changed the request ("" when it did not).
 	tier     string
 	degraded string
-	model    string
-	stream   bool
-	start    time.Time
+	// limits are the tenant's quota limits; quotaKnown says tier and
+	// limits are looked up.
+	limits     quota.Limits
+	quotaKnown bool
+	model      string
+	stream     bool
+	start      time.Time
 	// status is the HTTP status sent (200 once a stream has started), or
 	// statusClientClosed; 0 until the response starts.
 	status int

@@ -35,6 +35,20 @@ func (s *Server) tenantQuota(ctx context.Context, tenant string) (store.Tier, qu
 	return q.Tier, limitsOf(q.Limits), nil
 }
 
+// requestQuota is tenantQuota for the request's tenant, looked up once per
+// request (routing and admission both need it) and kept in rl.
+func (s *Server) requestQuota(r *http.Request, rl *reqLog) (store.Tier, quota.Limits, error) {
+	if rl.quotaKnown {
+		return store.Tier(rl.tier), rl.limits, nil
+	}
+	tier, limits, err := s.tenantQuota(r.Context(), principalFrom(r.Context()).tenant)
+	if err != nil {
+		return "", quota.Limits{}, err
+	}
+	rl.tier, rl.limits, rl.quotaKnown = string(tier), limits, true
+	return tier, limits, nil
+}
+
 func limitsOf(l store.Limits) quota.Limits {
 	return quota.Limits{RPM: l.RPM, TPM: l.TPM, Concurrency: l.Concurrency, DailyTokens: l.DailyTokens}
 }
@@ -169,11 +183,10 @@ func setRetryHeaders(h http.Header, retry time.Duration, shouldRetry bool) {
 // with the tokens actually used; the caller must call it exactly once.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, rl *reqLog, j *job) (settle func(engine.Usage), err error) {
 	p := principalFrom(r.Context())
-	tier, limits, err := s.tenantQuota(r.Context(), p.tenant)
+	tier, limits, err := s.requestQuota(r, rl)
 	if err != nil {
 		return nil, err
 	}
-	rl.tier = string(tier)
 	prio := tierPriority[tier]
 	if j.requested != nil {
 		if *j.requested > prio && !p.admin {
@@ -253,14 +266,11 @@ func (s *Server) degradedLookup(r *http.Request, rl *reqLog, m *model) (*model, 
 	if !ok || small == nil || level < engine.DegradeLimitFree || level >= engine.DegradeShedFree {
 		return m, level
 	}
-	p := principalFrom(r.Context())
-	tier, _, err := s.tenantQuota(r.Context(), p.tenant)
+	tier, _, err := s.requestQuota(r, rl)
 	if err != nil || tier != store.TierFree {
 		return m, level
 	}
-	if rl != nil {
-		rl.degraded = appendNote(rl.degraded, "routed from "+m.id)
-	}
+	rl.degraded = appendNote(rl.degraded, "routed from "+m.id)
 	return small, level
 }
 

@@ -72,29 +72,31 @@ const Version = "0.1.0"
 func (s *Server) handleNodes(w http.ResponseWriter, _ *http.Request, _ *reqLog) {
 	out := api.NodeList{Nodes: []api.NodeInfo{}}
 	if s.cluster == nil {
-		local := api.NodeInfo{ID: s.cfg.NodeID, Version: Version, Models: s.Models(), Status: "alive", Local: true,
-			Load: map[string]api.NodeModelLoad{}, Updated: time.Now().UTC()}
+		local := cluster.Member{ID: s.cfg.NodeID, Version: Version, Models: s.Models(), Status: cluster.StatusAlive,
+			Local: true, State: s.clusterState(), Updated: time.Now()}
 		if a := s.Addr(); a != nil {
 			local.APIAddr = a.String()
 		}
-		for model, l := range s.clusterState().Load {
-			local.Load[model] = api.NodeModelLoad{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage}
-		}
-		out.Nodes = append(out.Nodes, local)
+		out.Nodes = append(out.Nodes, nodeInfo(local))
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
 	out.Clustered = true
 	for _, m := range s.cluster.Members() {
-		n := api.NodeInfo{ID: m.ID, APIAddr: m.APIAddr, Version: m.Version, Models: m.Models, Status: m.Status,
-			Local: m.Local, Draining: m.State.Draining, Load: map[string]api.NodeModelLoad{}, Updated: m.Updated.UTC()}
-		for model, l := range m.State.Load {
-			n.Load[model] = api.NodeModelLoad{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage}
-		}
-		for _, keys := range m.State.Prefixes {
-			n.PrefixKeys += len(keys)
-		}
-		out.Nodes = append(out.Nodes, n)
+		out.Nodes = append(out.Nodes, nodeInfo(m))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// nodeInfo is a member on the wire.
+func nodeInfo(m cluster.Member) api.NodeInfo {
+	n := api.NodeInfo{ID: m.ID, APIAddr: m.APIAddr, Version: m.Version, Models: m.Models, Status: m.Status,
+		Local: m.Local, Draining: m.State.Draining, Load: map[string]api.NodeModelLoad{}, Updated: m.Updated.UTC()}
+	for model, l := range m.State.Load {
+		n.Load[model] = api.NodeModelLoad{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage}
+	}
+	for _, keys := range m.State.Prefixes {
+		n.PrefixKeys += len(keys)
+	}
+	return n
 }

@@ -73,10 +73,6 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 }
 
 func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ *reqLog) {
-	if s.store == nil {
-		noStore(w)
-		return
-	}
 	qv := r.URL.Query()
 	now := time.Now().UTC()
 	since, err := parseSince(qv.Get("since"), now)

@@ -49,9 +49,8 @@ func (t *tokenTimes) meanGap() time.Duration {
 
 // usageEvent is rl's row in the ledger with the given status.
 func (s *Server) usageEvent(rl *reqLog, j *job, status store.UsageStatus) store.UsageEvent {
-	p := rl.tenant
 	ev := store.UsageEvent{
-		RequestID: rl.id, Tenant: p, KeyID: rl.keyID, Model: j.model.id, Tier: rl.tier, Node: s.cfg.NodeID,
+		RequestID: rl.id, Tenant: rl.tenant, KeyID: rl.keyID, Model: j.model.id, Tier: rl.tier, Node: s.cfg.NodeID,
 		Endpoint: rl.endpoint, Status: status, FinishReason: rl.finish,
 		InputTokens: int64(rl.usage.InputTokens), CachedTokens: int64(rl.usage.CachedTokens),
 		OutputTokens: int64(rl.usage.OutputTokens),
