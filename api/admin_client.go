@@ -177,24 +177,14 @@ func (q UsageQuery) values() url.Values {
 // *StatusError with StatusCode 400.
 func (c *Client) Usage(ctx context.Context, q UsageQuery) (*UsageReport, error) {
 	var r UsageReport
-	if err := c.withQuery(q.values()).doJSON(ctx, http.MethodGet, "/v1/admin/usage", nil, &r); err != nil {
+	path := "/v1/admin/usage"
+	if v := q.values(); len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	if err := c.doJSON(ctx, http.MethodGet, path, nil, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
-}
-
-// withQuery returns a client like c, with c's current key, whose requests
-// carry the query v: do builds a request's URL with base.JoinPath, which
-// keeps the base URL's query. NewClient refuses a base URL with a query, so
-// the base of c has none to lose.
-func (c *Client) withQuery(v url.Values) *Client {
-	base := *c.base
-	base.RawQuery = v.Encode()
-	qc := &Client{base: &base, hc: c.hc}
-	if k := c.apiKey.Load(); k != nil {
-		qc.apiKey.Store(k)
-	}
-	return qc
 }
 
 // adminPath appends the path-escaped id to prefix. The empty id and the

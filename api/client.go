@@ -443,7 +443,12 @@ func (c *Client) doWith(ctx context.Context, method, path string, body any, acce
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base.JoinPath(path).String(), rd)
+	// path may carry a query ("/v1/admin/usage?by=day"); JoinPath would
+	// escape its "?".
+	p, query, _ := strings.Cut(path, "?")
+	u := c.base.JoinPath(p)
+	u.RawQuery = query
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
 		return nil, fmt.Errorf("api: new request: %w", err)
 	}
