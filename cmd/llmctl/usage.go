@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -192,14 +193,10 @@ func formatCost(cost *float64, currency string) string {
 		return "-"
 	}
 	s := strconv.FormatFloat(*cost, 'f', 4, 64)
-	if c := *cost; c != 0 && c < 0.01 && c > -0.01 {
-		s = strconv.FormatFloat(c, 'g', 3, 64)
-		if strings.ContainsRune(s, 'e') {
-			s = strconv.FormatFloat(c, 'f', -1, 64)
-			if len(s) > 12 {
-				s = s[:12]
-			}
-		}
+	if c := *cost; c != 0 && math.Abs(c) < 0.01 {
+		// Three significant digits, in plain notation.
+		prec := 2 - int(math.Floor(math.Log10(math.Abs(c))))
+		s = strings.TrimRight(strconv.FormatFloat(c, 'f', prec, 64), "0")
 	}
 	if currency != "" {
 		s += " " + currency
