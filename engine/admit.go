@@ -52,6 +52,9 @@ func (s *Scheduler) admit(seq *sequence) bool {
 		s.stats.CachedTokens += uint64(seq.computed)
 		s.stats.PrefixQueryTokens += uint64(len(seq.tokens))
 		s.stats.PrefixHitTokens += uint64(seq.computed)
+		if s.dir != nil && !s.cfg.DisablePrefixCache {
+			s.dir.notePrompt(seq.hashes[:min(len(seq.hashes), len(r.req.Prompt)/bs)])
+		}
 	}
 	s.waiting.pop(seq)
 	s.startRunning(seq)

@@ -104,8 +104,9 @@ type Stats struct {
 // Executor. Build it with New, start it with Run.
 //
 // Locking: the step goroutine (Run) owns the scheduler and the block pool;
-// other goroutines reach it only through the inbox (Submit, Cancel) and the
-// stats snapshot.
+// other goroutines reach it only through the inbox (Submit, Cancel), the
+// stats snapshot and the prefix directory (CachedPrefix, RecentPrefixes),
+// each under its own lock.
 type Engine struct {
 	exec   Executor
 	info   ExecutorInfo
@@ -127,6 +128,10 @@ type Engine struct {
 
 	statsMu sync.Mutex
 	stats   Stats
+
+	// dir mirrors the pool's prefix index for other goroutines; it has its
+	// own lock.
+	dir *prefixDir
 
 	// Owned by the step goroutine.
 	ladder      ladder
@@ -153,6 +158,8 @@ func New(exec Executor, clock Clock, cfg Config, logger *slog.Logger) (*Engine, 
 	if err != nil {
 		return nil, fmt.Errorf("engine: model %s: %w", info.Model, err)
 	}
+	dir := newPrefixDir(info.NumBlocks, recentPrefixCap)
+	pool.SetIndexHook(dir)
 	e := &Engine{
 		exec:    exec,
 		info:    info,
@@ -162,6 +169,7 @@ func New(exec Executor, clock Clock, cfg Config, logger *slog.Logger) (*Engine, 
 		wake:    make(chan struct{}, 1),
 		streams: make(map[string]*Stream),
 		ladder:  ladder{cfg: cfg.Ladder},
+		dir:     dir,
 	}
 	sc := SchedulerConfig{
 		MaxBatchTokens:        cfg.MaxBatchTokens,
@@ -183,6 +191,7 @@ func New(exec Executor, clock Clock, cfg Config, logger *slog.Logger) (*Engine, 
 	if err != nil {
 		return nil, err
 	}
+	e.sched.dir = dir
 	e.publishStats()
 	return e, nil
 }

@@ -116,6 +116,9 @@ type Scheduler struct {
 	cfg  SchedulerConfig
 	pool *kvcache.Pool
 	emit Emit
+	// dir, when set, learns the prompts admitted (the engine's prefix
+	// directory); nil for a bare scheduler.
+	dir *prefixDir
 
 	waiting *fairQueue
 	swapped []*sequence // swapped out, by priority then arrival

@@ -33,6 +33,16 @@ type Pool struct {
 	numCached  int
 	index      map[Hash]int32
 	evictions  uint64
+	hook       IndexHook // nil: nobody is told
+}
+
+// IndexHook is told of every change to a Pool's prefix index: a hash added
+// by Commit and a hash removed when its block is evicted. It is called on
+// the pool's goroutine, inside the Pool method that made the change, so it
+// must be quick; a hook read by other goroutines does its own locking.
+type IndexHook interface {
+	HashAdded(h Hash)
+	HashRemoved(h Hash)
 }
 
 // NewPool returns a pool of numBlocks blocks of blockSize tokens each.
@@ -61,6 +71,18 @@ func NewPool(numBlocks, blockSize int) (*Pool, error) {
 		p.free[i] = int32(numBlocks - 1 - i)
 	}
 	return p, nil
+}
+
+// SetIndexHook makes h the pool's index hook (nil removes it) and tells h
+// of every hash already in the index, in no particular order.
+func (p *Pool) SetIndexHook(h IndexHook) {
+	p.hook = h
+	if h == nil {
+		return
+	}
+	for hash := range p.index {
+		h.HashAdded(hash)
+	}
 }
 
 // BlockSize is the number of tokens per block.
@@ -102,6 +124,9 @@ func (p *Pool) Allocate() (int32, error) {
 	b := p.head
 	p.unlink(b)
 	delete(p.index, p.hashes[b])
+	if p.hook != nil {
+		p.hook.HashRemoved(p.hashes[b])
+	}
 	p.hashed[b] = false
 	p.hashes[b] = Hash{}
 	p.evictions++
@@ -136,7 +161,8 @@ func (p *Pool) Release(b int32) {
 
 // Commit records that used block b holds the full block whose chained hash is
 // h, so later sequences can find it. If another block already holds h, b is
-// left unhashed and Commit reports false.
+// left unhashed and Commit reports false. Committing b again under the hash
+// it holds reports true and changes nothing.
 func (p *Pool) Commit(b int32, h Hash) bool {
 	if p.hashed[b] {
 		return p.hashes[b] == h
@@ -147,6 +173,9 @@ func (p *Pool) Commit(b int32, h Hash) bool {
 	p.index[h] = b
 	p.hashes[b] = h
 	p.hashed[b] = true
+	if p.hook != nil {
+		p.hook.HashAdded(h)
+	}
 	return true
 }
 

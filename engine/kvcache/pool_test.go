@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -34,6 +35,8 @@ func TestPoolProperties(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		mirror := &setHook{set: map[Hash]bool{}}
+		p.SetIndexHook(mirror)
 		refs := map[int32]int{}     // model: references held
 		content := map[int32]Hash{} // model: committed hash of a block
 		var held []int32            // one entry per reference held
@@ -127,6 +130,14 @@ func TestPoolProperties(t *testing.T) {
 				if p.NumUsed()+p.NumFree() != n {
 					t.Fatalf("used %d + free %d != %d", p.NumUsed(), p.NumFree(), n)
 				}
+				if len(mirror.set) != len(content) {
+					t.Fatalf("index hook mirrors %d hashes, model %d", len(mirror.set), len(content))
+				}
+				for _, h := range content {
+					if !mirror.set[h] {
+						t.Fatalf("index hook lost hash %v", h)
+					}
+				}
 			},
 		})
 		for _, b := range held {
@@ -136,6 +147,70 @@ func TestPoolProperties(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// setHook mirrors a pool's index as a set, failing on an impossible event.
+type setHook struct{ set map[Hash]bool }
+
+func (m *setHook) HashAdded(h Hash) {
+	if m.set[h] {
+		panic(fmt.Sprintf("hash %v added twice", h))
+	}
+	m.set[h] = true
+}
+
+func (m *setHook) HashRemoved(h Hash) {
+	if !m.set[h] {
+		panic(fmt.Sprintf("hash %v removed but not added", h))
+	}
+	delete(m.set, h)
+}
+
+// logHook records index events in order.
+type logHook struct{ events []string }
+
+func (l *logHook) HashAdded(h Hash)   { l.events = append(l.events, fmt.Sprint("+", h.Hi)) }
+func (l *logHook) HashRemoved(h Hash) { l.events = append(l.events, fmt.Sprint("-", h.Hi)) }
+
+func TestIndexHook(t *testing.T) {
+	p, err := NewPool(2, 4)
+	require.NoError(t, err)
+	log := &logHook{}
+	p.SetIndexHook(log)
+	h1, h2, h3 := Hash{Hi: 1}, Hash{Hi: 2}, Hash{Hi: 3}
+
+	a, err := p.Allocate()
+	require.NoError(t, err)
+	b, err := p.Allocate()
+	require.NoError(t, err)
+	require.True(t, p.Commit(a, h1))
+	require.True(t, p.Commit(a, h1), "a second commit of the same hash is a no-op")
+	require.False(t, p.Commit(b, h1), "h1 is held by another block")
+	require.False(t, p.Commit(a, h2), "a already holds h1")
+	require.Equal(t, []string{"+1"}, log.events, "only a commit that adds to the index fires")
+
+	require.True(t, p.Commit(b, h2))
+	p.Release(a)
+	p.Release(b)
+	require.Equal(t, []string{"+1", "+2"}, log.events, "releasing keeps cached blocks in the index")
+
+	c, err := p.Allocate() // evicts a, the least recently released
+	require.NoError(t, err)
+	require.Equal(t, []string{"+1", "+2", "-1"}, log.events)
+	require.True(t, p.Commit(c, h3))
+	_, err = p.Allocate() // evicts b
+	require.NoError(t, err)
+	require.Equal(t, []string{"+1", "+2", "-1", "+3", "-2"}, log.events)
+
+	// A hook set later is told of what the index already holds.
+	late := &setHook{set: map[Hash]bool{}}
+	p.SetIndexHook(late)
+	require.Equal(t, map[Hash]bool{h3: true}, late.set)
+	p.SetIndexHook(nil)
+	p.Release(c)
+	_, err = p.Allocate() // evicts c with no hook
+	require.NoError(t, err)
+	require.Equal(t, map[Hash]bool{h3: true}, late.set)
 }
 
 func TestSwapSpace(t *testing.T) {
