@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/llmd/llmd/store"
 )
@@ -44,6 +45,10 @@ type principal struct {
 	// keyID is the API key's id; "" for anonymous (local) requests.
 	keyID string
 	admin bool
+	// peer is the id of the node that forwarded the request ("" for a
+	// client's own request); tier and requestID are what that node
+	// decided (see peerAuth).
+	peer, tier, requestID string
 }
 
 type principalKey struct{}
@@ -77,6 +82,9 @@ func authError(err error) *requestError {
 	case errors.Is(err, errUnsetRoute):
 		return &requestError{Status: http.StatusForbidden, Type: typeInvalidRequest, Code: "permission_denied",
 			Message: "this route is not open to any caller"}
+	case errors.Is(err, errPeerAuth), errors.Is(err, errPeerReplay):
+		return &requestError{Status: http.StatusForbidden, Type: typeInvalidRequest, Code: "permission_denied",
+			Message: "forwarded request refused: its peer signature is missing, wrong, replayed or too old"}
 	case errors.Is(err, errBadKey):
 		return &requestError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
 			Message: "the API key is not valid (it may have been revoked)"}
@@ -110,6 +118,19 @@ func (s *Server) authenticate(r *http.Request, pol policy) (principal, error) {
 // on sending one, "EMPTY" or "ollama", as with vLLM and Ollama). A valid key
 // costs one lookup; only a missing or refused key asks whether any exists.
 func (s *Server) principal(r *http.Request) (principal, error) {
+	if isForwarded(r) {
+		if s.peers == nil {
+			return principal{}, errPeerAuth
+		}
+		id, err := s.peers.verify(r, s.cfg.MaxBodyBytes, time.Now())
+		if err != nil {
+			s.log.Warn("refused a forwarded request", "remote", r.RemoteAddr, "peer", capHeader(r.Header.Get(hdrPeer), 64),
+				"path", r.URL.Path, "err", err)
+			return principal{}, err
+		}
+		return principal{tenant: id.tenant, keyID: id.keyID, admin: id.admin, peer: id.node, tier: id.tier,
+			requestID: id.requestID}, nil
+	}
 	if secret, present := bearer(r); present && s.store != nil {
 		k, err := s.store.Authenticate(r.Context(), secret)
 		if err == nil {

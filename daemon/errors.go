@@ -199,7 +199,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	if h.Get("Trailer") == "" { // a length would drop the trailers (a forwarded request's usage)
+		h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/kvcache"
 )
 
 // byteTokenizer is a test tokenizer: one token per byte.
@@ -34,6 +35,7 @@ func (byteTokenizer) VocabSize() int             { return 256 }
 // fakeReplica is a scripted engine. Each request gets the events of
 // script(req), delivered one per delay.
 type fakeReplica struct {
+	noPrefixCache
 	info   engine.ExecutorInfo
 	maxSeq int
 	delay  time.Duration
@@ -95,6 +97,14 @@ func (f *fakeReplica) Stats() engine.Stats {
 }
 
 func (f *fakeReplica) Requests(context.Context) ([]engine.RequestState, error) { return nil, nil }
+
+// noPrefixCache is the prefix directory of a test replica that caches
+// nothing.
+type noPrefixCache struct{}
+
+func (noPrefixCache) BlockSize() int                    { return 16 }
+func (noPrefixCache) CachedPrefix([]kvcache.Hash) int   { return 0 }
+func (noPrefixCache) RecentPrefixes(int) []kvcache.Hash { return nil }
 
 func (f *fakeReplica) setDegrade(l engine.DegradeLevel) {
 	f.mu.Lock()

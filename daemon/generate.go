@@ -37,6 +37,9 @@ type job struct {
 	// alternatives (chat completions).
 	logprobs    bool
 	topLogprobs int
+	// user is the request's "user" field: the session affinity key when
+	// no conversation header is sent.
+	user string
 }
 
 // logprobSink is an emitter that reports logprobs: each token's entry is
@@ -89,6 +92,12 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		rl.fail(writeError(w, rl.id, errDraining), errDraining)
 		return
 	}
+	if rl.peer != "" {
+		// Forwarded here: the entry node reads the outcome from the
+		// trailer, and may retry elsewhere until the first token.
+		w.Header().Set("Trailer", trailerUsage)
+		em = &lazyBegin{emitter: em}
+	}
 	settle, err := s.admit(w, r, rl, j)
 	if err != nil {
 		if isQuotaDenial(err) {
@@ -119,18 +128,56 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 	}
 	ctx, cancel := context.WithCancel(parent)
 	subCtx, subCancel := context.WithCancel(ctx)
-	st, err := j.model.eng.Submit(subCtx, engine.Request{
-		ID:          rl.id,
-		Tenant:      principalFrom(r.Context()).tenant,
-		Prompt:      j.prompt,
-		MaxTokens:   j.maxTokens,
-		N:           j.n,
-		Priority:    j.priority,
-		Seed:        j.seed,
-		Sampling:    j.sampling,
-		Logprobs:    j.logprobs,
-		TopLogprobs: j.topLogprobs,
-	})
+	submit := func() (eventStream, error) {
+		return j.model.eng.Submit(subCtx, engine.Request{
+			ID:          rl.id,
+			Tenant:      principalFrom(r.Context()).tenant,
+			Prompt:      j.prompt,
+			MaxTokens:   j.maxTokens,
+			N:           j.n,
+			Priority:    j.priority,
+			Seed:        j.seed,
+			Sampling:    j.sampling,
+			Logprobs:    j.logprobs,
+			TopLogprobs: j.topLogprobs,
+		})
+	}
+	peers := s.peerTargets(r, rl, j)
+	if sw == nil && len(peers) > 0 {
+		for _, c := range peers {
+			ok, err := s.forwardJSON(ctx, w, r, rl, j, c, settle)
+			if ok {
+				subCancel()
+				cancel()
+				finish()
+				return
+			}
+			s.peerFailed(c, rl, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	if sw != nil && len(peers) > 0 {
+		s.stream(w, r, rl, j, em, ctx, cancel, subCancel, finish, func() {
+			for _, c := range peers {
+				ok, err := s.forwardStream(ctx, r, rl, j, em, c, settle)
+				if ok || ctx.Err() != nil {
+					return
+				}
+				s.peerFailed(c, rl, err)
+			}
+			st, err := submit()
+			if err != nil {
+				rl.err, rl.finish = err, string(engine.FinishError)
+				_ = em.fail(err)
+				return
+			}
+			s.relay(ctx, subCancel, st, rl, j, em, settle)
+		})
+		return
+	}
+	st, err := submit()
 	if err != nil {
 		subCancel()
 		cancel()
@@ -139,6 +186,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		return
 	}
 	if sw == nil {
+		if rl.peer != "" {
+			w.WriteHeader(http.StatusEarlyHints) // accepted: the entry node stops its forward timeout
+		}
 		l := newEventLog(rl.id, rl.tenant, false, 0, 0, cancel)
 		l.model, l.tier, l.start = j.model.id, rl.tier, rl.start
 		rl.live = l
@@ -149,6 +199,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 			subCancel()
 			cancel()
 			finish()
+			if rl.peer != "" {
+				setUsageTrailer(w, rl)
+			}
 		}()
 		s.relay(ctx, subCancel, st, rl, j, em, settle)
 		if ctx.Err() != nil && r.Context().Err() == nil && rl.status == statusClientClosed {
@@ -157,7 +210,19 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 		}
 		return
 	}
+	s.stream(w, r, rl, j, em, ctx, cancel, subCancel, finish, func() {
+		s.relay(ctx, subCancel, st, rl, j, em, settle)
+	})
+}
 
+// stream serves a streamed request: serve (the engine's relay, or a
+// forward to a peer) runs in its own goroutine and writes the request's
+// event log, while the handler copies the log to the client (follow).
+//
+//nolint:revive // ctx belongs with its cancel functions here
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, rl *reqLog, j *job, em emitter, ctx context.Context,
+	cancel, subCancel context.CancelFunc, finish func(), serve func()) {
+	sw := em.sse()
 	l := sw.log
 	l.cancel = cancel
 	l.model, l.tier, l.start = j.model.id, rl.tier, rl.start
@@ -168,7 +233,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 	s.active.Add(1)
 	go func() {
 		defer s.active.Add(-1)
-		s.relay(ctx, subCancel, st, rl, j, em, settle)
+		serve()
 		if !sw.terminated {
 			// Cancelled (DELETE, no reader, shutdown): still one terminal
 			// event for whoever reads the log.
@@ -186,6 +251,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 	s.follow(w, r, l, 0)
 	if !l.resumable {
 		cancel() // the client left, or the stream is over
+	}
+	if rl.peer != "" && l.isDone() {
+		setUsageTrailer(w, rl)
 	}
 }
 

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,7 +64,17 @@ type reqLog struct {
 	detached bool
 	// live is the request's entry in the registry (resume, cancel,
 	// snapshot).
-	live     *eventLog
+	live *eventLog
+	// peer is the node that forwarded this request to this one; route
+	// is where this node sent it ("" when served here unrouted), body
+	// the request body as read, kept for forwarding.
+	peer     string
+	route    string
+	servedBy string // the peer that served it, "" if this node did
+	body     []byte
+	// itl is the mean inter-token latency reported by the peer that
+	// served the request (times is empty then).
+	itl      time.Duration
 	queued   time.Duration
 	times    tokenTimes
 	recorded bool
@@ -124,7 +135,8 @@ func (s *Server) api(method, endpoint string, pol policy, h handlerFunc) http.Ha
 			return
 		}
 		rl := &reqLog{
-			id:       newID(idPrefix[endpoint]),
+			id:       cmp.Or(p.requestID, newID(idPrefix[endpoint])),
+			peer:     p.peer,
 			clientID: capHeader(r.Header.Get("X-Request-Id"), maxClientRequestIDLen),
 			endpoint: endpoint,
 			tenant:   p.tenant,
@@ -132,6 +144,9 @@ func (s *Server) api(method, endpoint string, pol policy, h handlerFunc) http.Ha
 			start:    time.Now(),
 		}
 		w.Header().Set("X-Request-Id", rl.id)
+		if s.cluster != nil && p.peer == "" {
+			r.Body = &recordingBody{ReadCloser: r.Body, buf: &rl.body}
+		}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler { //nolint:errorlint // sentinel panic value
@@ -179,7 +194,7 @@ func (s *Server) logRequest(rl *reqLog) {
 		slog.Int("output_tokens", rl.usage.OutputTokens),
 		slog.Int64("ttft_ms", rl.ttft.Milliseconds()),
 		slog.Int64("queue_ms", rl.queued.Milliseconds()),
-		slog.Float64("itl_ms", float64(rl.times.meanGap().Microseconds())/1000),
+		slog.Float64("itl_ms", float64(rl.meanITL().Microseconds())/1000),
 		slog.Int64("duration_ms", time.Since(rl.start).Milliseconds()),
 	}
 	if rl.clientID != "" {
@@ -190,6 +205,12 @@ func (s *Server) logRequest(rl *reqLog) {
 	}
 	if rl.degraded != "" {
 		attrs = append(attrs, slog.String("degraded", rl.degraded))
+	}
+	if rl.route != "" {
+		attrs = append(attrs, slog.String("route", rl.route))
+	}
+	if rl.peer != "" {
+		attrs = append(attrs, slog.String("forwarded_by", rl.peer))
 	}
 	if rl.err != nil {
 		attrs = append(attrs, slog.String("error", rl.err.Error()))
@@ -462,7 +483,7 @@ func (s *Server) chatJob(w http.ResponseWriter, r *http.Request, rl *reqLog, req
 	if err != nil {
 		return nil, err
 	}
-	j := &job{model: m, prompt: prompt, degrade: level}
+	j := &job{model: m, prompt: prompt, degrade: level, user: req.User}
 	if err := s.check(params{temperature: req.Temperature, topP: req.TopP, n: req.N, presence: req.PresencePenalty,
 		freq: req.FrequencyPenalty, stop: req.Stop, seed: req.Seed, topK: req.TopK, minP: req.MinP,
 		repetition: req.RepetitionPenalty, logitBias: req.LogitBias}, j); err != nil {
@@ -545,7 +566,7 @@ func (s *Server) completionJob(w http.ResponseWriter, r *http.Request, rl *reqLo
 	if err != nil {
 		return nil, err
 	}
-	j := &job{model: m, prompt: m.text.Prompt(prompt, true), degrade: level}
+	j := &job{model: m, prompt: m.text.Prompt(prompt, true), degrade: level, user: req.User}
 	if len(j.prompt) == 0 {
 		return nil, invalidParam("prompt", "prompt must not be empty")
 	}

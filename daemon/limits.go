@@ -41,6 +41,11 @@ func (s *Server) requestQuota(r *http.Request, rl *reqLog) (store.Tier, quota.Li
 	if rl.quotaKnown {
 		return store.Tier(rl.tier), rl.limits, nil
 	}
+	if p := principalFrom(r.Context()); p.peer != "" {
+		// The entry node looked the tenant up and holds the reservation.
+		rl.tier, rl.limits, rl.quotaKnown = p.tier, quota.Limits{}, true
+		return store.Tier(p.tier), rl.limits, nil
+	}
 	tier, limits, err := s.tenantQuota(r.Context(), principalFrom(r.Context()).tenant)
 	if err != nil {
 		return "", quota.Limits{}, err
@@ -213,6 +218,9 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, rl *reqLog, j *jo
 		}
 	}
 
+	if p.peer != "" {
+		return func(engine.Usage) {}, nil // reserved and settled by the entry node
+	}
 	expect := j.maxTokens
 	if s.cfg.QuotaEstimate {
 		expect = s.outputs.Expected(p.tenant, j.maxTokens)
@@ -249,6 +257,9 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, rl *reqLog, j *jo
 }
 
 func appendNote(notes, n string) string {
+	if n == "" {
+		return notes
+	}
 	if notes == "" {
 		return n
 	}

@@ -7,11 +7,12 @@ import (
 
 	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/cluster"
+	"github.com/llmd/llmd/engine/kvcache"
 )
 
-// ClusterConfig joins llmd to a cluster: membership and the gossip of each
-// node's load. (Routing requests to the node holding their prefix is not
-// wired yet: every node serves what it receives.)
+// ClusterConfig joins llmd to a cluster: membership, the gossip of each
+// node's load and cached prefixes, and routing each request to the node
+// best placed to serve it (forwarded with a peer signature).
 type ClusterConfig struct {
 	// GossipAddr is the memberlist address (host:port); default
 	// 127.0.0.1:7946.
@@ -27,6 +28,26 @@ type ClusterConfig struct {
 	APIAddr string
 	// Profile is "lan" (default) or "local" (short intervals, for tests).
 	Profile string
+	// RoutePolicy is RoutePrefix (default), RouteAffinity, RouteRoundRobin
+	// or RouteLocal.
+	RoutePolicy string
+	// LoadBound skips a node whose load exceeds LoadBound x the pool's
+	// mean for the prefix and affinity picks; 0 means 1.25.
+	LoadBound float64
+	// ForwardTimeout bounds connecting to a peer and its acceptance of a
+	// forwarded request; default 2 s. A peer that misses it is skipped
+	// and the request tried on the next node.
+	ForwardTimeout time.Duration
+}
+
+// DefaultForwardTimeout is ClusterConfig.ForwardTimeout's default.
+const DefaultForwardTimeout = 2 * time.Second
+
+func (c *ClusterConfig) forwardTimeout() time.Duration {
+	if c == nil || c.ForwardTimeout <= 0 {
+		return DefaultForwardTimeout
+	}
+	return c.ForwardTimeout
 }
 
 // startCluster joins the cluster configured in cfg.Cluster, if any.
@@ -45,6 +66,11 @@ func (s *Server) startCluster(apiAddr string) error {
 		return fmt.Errorf("daemon: cluster: %w", err)
 	}
 	s.cluster = cl
+	s.peers = newPeerAuth(cc.Key)
+	s.peerClient = newPeerClient(cc.forwardTimeout())
+	if len(cc.Key) == 0 {
+		s.log.Warn("forwarded requests are not authenticated: --insecure-gossip leaves the cluster without a key")
+	}
 	if s.members != nil {
 		s.members.Store(cl)
 	}
@@ -52,9 +78,11 @@ func (s *Server) startCluster(apiAddr string) error {
 	return nil
 }
 
-// clusterState is what this node gossips: each model's load.
+// clusterState is what this node gossips: each model's load and its most
+// recently used cached prefixes.
 func (s *Server) clusterState() cluster.State {
-	st := cluster.State{Load: make(map[string]cluster.ModelLoad, len(s.models)), Draining: s.state.Load() == stateDraining}
+	st := cluster.State{Load: make(map[string]cluster.ModelLoad, len(s.models)),
+		Prefixes: make(map[string][]kvcache.Hash, len(s.models)), Draining: s.state.Load() == stateDraining}
 	for _, m := range s.models {
 		es := m.eng.Stats()
 		kv := 0.0
@@ -62,6 +90,9 @@ func (s *Server) clusterState() cluster.State {
 			kv = float64(es.BlocksUsed) / float64(es.BlocksTotal)
 		}
 		st.Load[m.id] = cluster.ModelLoad{Running: es.Running, Waiting: es.Waiting, KVUsage: kv}
+		if s.cluster != nil {
+			st.Prefixes[m.id] = m.eng.RecentPrefixes(cluster.MaxPrefixKeys)
+		}
 	}
 	return st
 }

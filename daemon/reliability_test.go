@@ -660,6 +660,7 @@ func TestOversizedPromptSameError(t *testing.T) {
 // wedged decode would: no further event until it is cancelled. Like the
 // engine, it finishes a cancelled request at once.
 type pacedReplica struct {
+	noPrefixCache
 	info   engine.ExecutorInfo
 	tokens int
 	pause  func(i int) time.Duration

@@ -19,6 +19,7 @@ import (
 	"github.com/llmd/llmd/daemon/metrics"
 	"github.com/llmd/llmd/daemon/quota"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/kvcache"
 	"github.com/llmd/llmd/store"
 )
 
@@ -34,6 +35,14 @@ type replica interface {
 	Stats() engine.Stats
 	// Requests inspects the live requests; see engine.Engine.Requests.
 	Requests(ctx context.Context) ([]engine.RequestState, error)
+	// BlockSize and CachedPrefix serve the cluster router: the KV block
+	// size, and how many leading blocks of a prompt's hash chain the
+	// replica holds (see engine.Engine.CachedPrefix); safe for
+	// concurrent use.
+	BlockSize() int
+	CachedPrefix(hashes []kvcache.Hash) int
+	// RecentPrefixes is the summary of cached prefixes this node gossips.
+	RecentPrefixes(max int) []kvcache.Hash
 }
 
 // eventStream is a request's events; *engine.Stream implements it.
@@ -59,6 +68,9 @@ func (r engineReplica) Stats() engine.Stats       { return r.e.Stats() }
 func (r engineReplica) Requests(ctx context.Context) ([]engine.RequestState, error) {
 	return r.e.Requests(ctx)
 }
+func (r engineReplica) BlockSize() int                         { return r.e.BlockSize() }
+func (r engineReplica) CachedPrefix(hashes []kvcache.Hash) int { return r.e.CachedPrefix(hashes) }
+func (r engineReplica) RecentPrefixes(max int) []kvcache.Hash  { return r.e.RecentPrefixes(max) }
 
 // model is one served model: its engine, its tokenizer and what the API
 // reports about it.
@@ -148,6 +160,11 @@ type Server struct {
 	// node count; nil for servers built without New).
 	cluster *cluster.Cluster
 	members *atomic.Pointer[cluster.Cluster]
+	// peers signs and checks forwarded requests, and peerClient sends
+	// them; both set with cluster. rr turns the round-robin policy.
+	peers      *peerAuth
+	peerClient *http.Client
+	rr         atomic.Uint64
 
 	mu sync.Mutex
 	ln net.Listener

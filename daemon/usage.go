@@ -47,6 +47,15 @@ func (t *tokenTimes) meanGap() time.Duration {
 	return t.last.Sub(t.first) / time.Duration(t.n-1)
 }
 
+// meanITL is the request's mean inter-token latency: measured here, or
+// reported by the peer that served it.
+func (rl *reqLog) meanITL() time.Duration {
+	if rl.times.n >= 2 {
+		return rl.times.meanGap()
+	}
+	return rl.itl
+}
+
 // usageEvent is rl's row in the ledger with the given status.
 func (s *Server) usageEvent(rl *reqLog, j *job, status store.UsageStatus) store.UsageEvent {
 	ev := store.UsageEvent{
@@ -54,8 +63,8 @@ func (s *Server) usageEvent(rl *reqLog, j *job, status store.UsageStatus) store.
 		Endpoint: rl.endpoint, Status: status, FinishReason: rl.finish,
 		InputTokens: int64(rl.usage.InputTokens), CachedTokens: int64(rl.usage.CachedTokens),
 		OutputTokens: int64(rl.usage.OutputTokens),
-		QueueTime:    rl.queued, TTFT: rl.ttft, MeanITL: rl.times.meanGap(), Duration: time.Since(rl.start),
-		Route: rl.degraded, Started: rl.start,
+		QueueTime:    rl.queued, TTFT: rl.ttft, MeanITL: rl.meanITL(), Duration: time.Since(rl.start),
+		Route: appendNote(rl.route, rl.degraded), Started: rl.start,
 	}
 	if status != store.UsageInFlight {
 		ev.Ended = time.Now()
@@ -78,7 +87,7 @@ func truncate(s string, n int) string {
 // interrupted.
 func (s *Server) beginUsage(ctx context.Context, rl *reqLog, j *job) {
 	rl.metered = true
-	if s.usage == nil {
+	if s.usage == nil || rl.peer != "" {
 		return
 	}
 	if err := s.usage.Begin(ctx, s.usageEvent(rl, j, store.UsageInFlight)); err != nil {
@@ -101,7 +110,7 @@ func finalStatus(rl *reqLog) store.UsageStatus {
 // durable. The normal path calls it before the client sees the end.
 func (s *Server) recordUsage(ctx context.Context, rl *reqLog, j *job) error {
 	rl.recorded = true
-	if s.usage == nil {
+	if s.usage == nil || rl.peer != "" { // a forwarded request is billed by the node it entered
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
@@ -123,10 +132,10 @@ func (s *Server) endUsage(rl *reqLog, j *job) {
 		_ = s.recordUsage(context.Background(), rl, j)
 	}
 	if rl.ttft > 0 {
-		j.model.lat.add(time.Now(), rl.ttft, rl.times.meanGap())
+		j.model.lat.add(time.Now(), rl.ttft, rl.meanITL())
 	}
-	if s.metrics == nil {
-		return
+	if s.metrics == nil || rl.servedBy != "" {
+		return // the engine metrics are the serving node's
 	}
 	reason := rl.finish
 	switch finalStatus(rl) {

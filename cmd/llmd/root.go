@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -97,6 +98,9 @@ type options struct {
 	gossipKey      string
 	insecureGossip bool
 	advertiseAPI   string
+	routePolicy    string
+	loadBound      float64
+	forwardTimeout time.Duration
 }
 
 // envVars maps each flag to the environment variable that sets it when the
@@ -139,6 +143,9 @@ var envVars = map[string]string{
 	"gossip-key":             "LLMD_GOSSIP_KEY",
 	"insecure-gossip":        "LLMD_INSECURE_GOSSIP",
 	"advertise-api":          "LLMD_ADVERTISE_API",
+	"route-policy":           "LLMD_ROUTE_POLICY",
+	"load-bound":             "LLMD_LOAD_BOUND",
+	"forward-timeout":        "LLMD_FORWARD_TIMEOUT",
 }
 
 // newRootCmd builds the llmd command. getenv is os.Getenv, or a map lookup
@@ -239,6 +246,11 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.gossipKey, "gossip-key", "", "cluster gossip key: 16, 24 or 32 bytes, base64 (required in a cluster unless --insecure-gossip)")
 	fs.BoolVar(&o.insecureGossip, "insecure-gossip", false, "allow an unencrypted cluster (anyone who reaches the gossip port joins)")
 	fs.StringVar(&o.advertiseAPI, "advertise-api", "", "the API address peers use to reach this node (default: the listen address)")
+	fs.StringVar(&o.routePolicy, "route-policy", daemon.RoutePrefix,
+		"how a cluster node picks the node that serves a request: prefix (cached prefix, then conversation, within the load bound), affinity, round_robin or local (never forward)")
+	fs.Float64Var(&o.loadBound, "load-bound", 1.25, "skip a node whose load is above this multiple of the cluster's mean (prefix routing)")
+	fs.DurationVar(&o.forwardTimeout, "forward-timeout", daemon.DefaultForwardTimeout,
+		"how long a peer has to accept a forwarded request before it is tried on the next node")
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -325,7 +337,16 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.NodeID = o.nodeID
 	if len(o.join) > 0 || o.gossipAddr != "" {
 		cc := &daemon.ClusterConfig{GossipAddr: o.gossipAddr, Join: splitList(strings.Join(o.join, ",")),
-			InsecureGossip: o.insecureGossip, APIAddr: o.advertiseAPI}
+			InsecureGossip: o.insecureGossip, APIAddr: o.advertiseAPI, RoutePolicy: o.routePolicy, LoadBound: o.loadBound,
+			ForwardTimeout: o.forwardTimeout}
+		switch o.routePolicy {
+		case daemon.RoutePrefix, daemon.RouteAffinity, daemon.RouteRoundRobin, daemon.RouteLocal:
+		default:
+			return cfg, fmt.Errorf("--route-policy %q: use prefix, affinity, round_robin or local", o.routePolicy)
+		}
+		if o.loadBound < 1 || math.IsNaN(o.loadBound) || math.IsInf(o.loadBound, 0) {
+			return cfg, fmt.Errorf("--load-bound %v: must be a number of at least 1", o.loadBound)
+		}
 		if o.gossipKey != "" {
 			key, err := base64.StdEncoding.DecodeString(o.gossipKey)
 			if err != nil || (len(key) != 16 && len(key) != 24 && len(key) != 32) {
