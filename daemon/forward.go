@@ -247,6 +247,14 @@ func (s *Server) peerFailed(c cluster.Candidate, rl *reqLog, err error) {
 	rl.route = appendNote(rl.route, c.Member.ID+" failed")
 }
 
+// servedBy notes in rl.route which node served the request when it is not
+// the router's first choice (which failed).
+func servedBy(rl *reqLog, id string) {
+	if !strings.HasPrefix(rl.route, id+" ") {
+		rl.route = appendNote(rl.route, "served by "+id)
+	}
+}
+
 // peerDo sends r's request (its method, path and recorded body) to peer
 // addr, signed for rl's principal. The peer must accept it (an
 // informational 103, or the response's headers) within ForwardTimeout,
@@ -326,6 +334,7 @@ func (s *Server) forwardJSON(ctx context.Context, w http.ResponseWriter, r *http
 		return false, err
 	}
 	rl.servedBy = c.Member.ID
+	servedBy(rl, c.Member.ID)
 	if !takeUsage(resp, rl) && resp.StatusCode == http.StatusOK {
 		return false, errors.New("peer's answer has no usage trailer")
 	}
@@ -392,6 +401,7 @@ func (s *Server) forwardStream(ctx context.Context, r *http.Request, rl *reqLog,
 				if !served {
 					served = true
 					rl.servedBy = c.Member.ID
+					servedBy(rl, c.Member.ID)
 					rl.ttft = now.Sub(rl.start)
 					rl.live.firstToken.Store(now.UnixNano())
 				}

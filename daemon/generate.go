@@ -157,6 +157,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 				break
 			}
 		}
+		rl.route = appendNote(rl.route, "served locally")
 	}
 	if sw != nil && len(peers) > 0 {
 		s.stream(w, r, rl, j, em, ctx, cancel, subCancel, finish, func() {
@@ -167,6 +168,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, j 
 				}
 				s.peerFailed(c, rl, err)
 			}
+			rl.route = appendNote(rl.route, "served locally")
 			st, err := submit()
 			if err != nil {
 				rl.err, rl.finish = err, string(engine.FinishError)
