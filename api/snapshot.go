@@ -19,6 +19,10 @@ type Snapshot struct {
 	// set) of the sim models; empty when there are none.
 	GPUs  []GPUInfo   `json:"gpus"`
 	Quota *QuotaStats `json:"quota,omitempty"`
+	// Cluster are the cluster's members as this node sees them, itself
+	// included (Local set), as GET /v1/admin/nodes lists them; absent when
+	// llmd is not clustered.
+	Cluster []NodeInfo `json:"cluster,omitempty"`
 }
 
 // ModelSnapshot is one model's engine state and its recent latencies.

@@ -59,6 +59,11 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request, _ *reqLo
 	slices.SortFunc(snap.Requests, func(a, b api.RequestSnapshot) int { return cmp.Compare(a.Age, b.Age) })
 	snap.Requests = snap.Requests[:min(len(snap.Requests), maxSnapshotRequests)]
 	snap.Tenants = s.tenantSnapshots(r.Context(), now, running)
+	if s.cluster != nil {
+		for _, m := range s.cluster.Members() {
+			snap.Cluster = append(snap.Cluster, nodeInfo(m))
+		}
+	}
 	writeJSON(w, http.StatusOK, snap)
 }
 

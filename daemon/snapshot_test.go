@@ -180,3 +180,54 @@ func TestDrainKeepsAnsweringProbes(t *testing.T) {
 	require.Equal(t, http.StatusOK, <-long, "the in-flight request finishes")
 	require.NoError(t, <-done)
 }
+
+// TestSnapshotCluster: a clustered node's snapshot lists the cluster's
+// members, itself marked local, with their status and load; a node alone
+// sends no member list.
+func TestSnapshotCluster(t *testing.T) {
+	first := newStoreServer(t, func(c *Config) {
+		c.NodeID = "node-a"
+		c.Cluster = &ClusterConfig{GossipAddr: "127.0.0.1:0", InsecureGossip: true, Profile: "local"}
+	})
+	baseA := startServer(t, first)
+	second := newStoreServer(t, func(c *Config) {
+		c.NodeID = "node-b"
+		c.Models = []string{"mid"}
+		c.Cluster = &ClusterConfig{GossipAddr: "127.0.0.1:0", InsecureGossip: true, Profile: "local",
+			Join: []string{first.cluster.Addr()}}
+	})
+	startServer(t, second)
+	c := testClient(t)
+
+	var snap api.Snapshot
+	require.Eventually(t, func() bool {
+		resp, b := call(t, c, http.MethodGet, baseA+"/v1/admin/snapshot", "", "")
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+		snap = api.Snapshot{}
+		require.NoError(t, json.Unmarshal(b, &snap))
+		if len(snap.Cluster) != 2 {
+			return false
+		}
+		for _, n := range snap.Cluster {
+			if n.Status != "alive" || len(n.Load) != 1 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond)
+	a, b := snap.Cluster[0], snap.Cluster[1]
+	require.Equal(t, "node-a", a.ID)
+	require.True(t, a.Local)
+	require.Equal(t, []string{"sim/small"}, a.Models)
+	require.Equal(t, "node-b", b.ID)
+	require.False(t, b.Local)
+	require.Equal(t, []string{"sim/mid"}, b.Models)
+	require.Contains(t, b.Load, "sim/mid")
+	require.NotEmpty(t, b.APIAddr)
+	require.False(t, b.Updated.IsZero())
+
+	alone := startServer(t, newStoreServer(t, nil))
+	resp, body := call(t, c, http.MethodGet, alone+"/v1/admin/snapshot", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NotContains(t, string(body), `"cluster"`)
+}

@@ -12,8 +12,9 @@ import (
 
 // WriteSnapshot writes s as plain text, with no escape sequences, for
 // "llmctl top --once": the node, then tables of models, running/waiting
-// sequences per tier, GPUs, requests and tenants. Request ids are written
-// whole. Tokens per second are not in it: they need two snapshots.
+// sequences per tier, GPUs, requests and tenants, and the cluster's members
+// when llmd is clustered. Request ids are written whole. Tokens per second
+// are not in it: they need two snapshots.
 func WriteSnapshot(w io.Writer, s *api.Snapshot) error {
 	pw := &plainWriter{w: w}
 	node := s.Node
@@ -24,7 +25,11 @@ func WriteSnapshot(w io.Writer, s *api.Snapshot) error {
 	if !s.Time.IsZero() {
 		at = "  at " + s.Time.UTC().Format(time.RFC3339)
 	}
-	pw.printf("node %s  up %s%s  (%s)\n", node, fmtAge(s.Uptime), at, notClustered)
+	cluster := notClustered
+	if len(s.Cluster) > 0 {
+		cluster = "cluster: " + clusterSummary(clusterCounts(s))
+	}
+	pw.printf("node %s  up %s%s  (%s)\n", node, fmtAge(s.Uptime), at, cluster)
 
 	pw.section("MODELS", "MODEL\tEXECUTOR\tKV\tUSED\tCACHED\tFREE\tTOTAL\tRUNNING\tWAITING\tSWAPPED\tDONE\t"+
 		"TTFT P50/P95\tITL P50/P95\tPREEMPT (SWAP/RECOMP)\tPREFIX HIT\tDEGRADE")
@@ -96,8 +101,42 @@ func WriteSnapshot(w io.Writer, s *api.Snapshot) error {
 		}
 		pw.printf("\nquota (%s): %d allowed, %d denied%s\n", q.Backend, q.Allow, q.Deny, fallback)
 	}
+	if len(s.Cluster) > 0 {
+		writeMembers(pw, s)
+	}
 	pw.flush()
 	return pw.err
+}
+
+// writeMembers writes the CLUSTER section: one row per member, the
+// answering node marked "(this)", KV MAX its fullest model's cache use and
+// UPDATED the age of its last gossiped state.
+func writeMembers(pw *plainWriter, s *api.Snapshot) {
+	pw.section("CLUSTER", "NODE\tSTATUS\tAPI\tRUNNING\tWAITING\tKV MAX\tMODELS\tPREFIX KEYS\tUPDATED")
+	for _, n := range s.Cluster {
+		name := n.ID
+		if n.Local {
+			name += localMark
+		}
+		status, _, _ := memberStatus(n)
+		running, waiting, kv := memberLoad(n)
+		kvText, updated := fmtPct(kv), "-"
+		if len(n.Load) == 0 {
+			kvText = "-"
+		}
+		if age := memberAge(s, n); age >= 0 {
+			updated = fmtAge(age) + " ago"
+		}
+		pw.row(name, status, orDash(n.APIAddr), running, waiting, kvText, orDash(strings.Join(n.Models, ",")),
+			n.PrefixKeys, updated)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // plainKV draws the KV cache in ASCII: # used, + cached, . free.

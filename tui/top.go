@@ -108,6 +108,11 @@ type Top struct {
 
 	header *Header
 	tables [numViews]*Table
+	// nodeTable (this node alone) and clusterTable (one row per member)
+	// are the nodes view's tables; tables[viewNodes] is the one the last
+	// snapshot calls for.
+	nodeTable, clusterTable *Table
+
 	follow *Follow
 	help   help.Model
 	input  textinput.Model
@@ -180,7 +185,9 @@ func NewTop(c TopClient, o TopOptions, st Styles, km KeyMap) *Top {
 	t.tables[viewRequests] = NewTable(st, km.Top, requestColumns(), reqAge, false, "no live requests")
 	t.tables[viewTenants] = NewTable(st, km.Top, tenantColumns(), tenName, false, "no tenant with a quota or recent traffic")
 	t.tables[viewModels] = NewTable(st, km.Top, modelColumns(), modName, false, "no models")
-	t.tables[viewNodes] = NewTable(st, km.Top, nodeColumns(), nodeName, false, "no snapshot yet")
+	t.nodeTable = NewTable(st, km.Top, nodeColumns(), nodeName, false, "no snapshot yet")
+	t.clusterTable = NewTable(st, km.Top, memberColumns(), memStatus, true, "no member")
+	t.tables[viewNodes] = t.nodeTable
 	return t
 }
 
@@ -285,7 +292,16 @@ func (t *Top) apply(s *api.Snapshot, at time.Time) {
 	t.tables[viewRequests].SetRows(requestRows(s))
 	t.tables[viewTenants].SetRows(tenantRows(s))
 	t.tables[viewModels].SetRows(modelRows(s, t.rates))
-	t.tables[viewNodes].SetRows(nodeRows(s))
+	t.nodeTable.SetRows(nodeRows(s))
+	t.clusterTable.SetRows(memberRows(s))
+	nodes := t.nodeTable
+	if len(s.Cluster) > 0 {
+		nodes = t.clusterTable
+	}
+	if old := t.tables[viewNodes]; old != nodes {
+		nodes.SetFilter(old.Filter())
+		t.tables[viewNodes] = nodes
+	}
 	if t.follow.ID() != "" {
 		t.follow.SetRequest(findRequest(s, t.follow.ID()))
 	}
@@ -583,12 +599,13 @@ func (t *Top) layout() {
 	t.header.SetSize(t.width, max(t.height-chrome-minBody, 1))
 	body := t.bodyHeight()
 	for v, tbl := range t.tables {
-		h := body
-		if view(v) == viewNodes {
-			h-- // the "not clustered" line
+		if view(v) != viewNodes {
+			tbl.SetSize(t.width, body)
 		}
-		tbl.SetSize(t.width, max(h, 0))
 	}
+	// The nodes view's first line says whether llmd is clustered.
+	t.nodeTable.SetSize(t.width, max(body-1, 0))
+	t.clusterTable.SetSize(t.width, max(body-1, 0))
 	t.follow.SetSize(t.width, body)
 	t.help.Width = t.width
 	t.input.Width = max(t.width-3, 1)
@@ -698,7 +715,7 @@ func (t *Top) bodyLines() []string {
 	case t.snap == nil:
 		body = t.st.Dim.Render("waiting for the first snapshot…")
 	case t.view == viewNodes:
-		body = t.st.Dim.Render("this node only: llmd is "+notClustered) + "\n" + t.tables[viewNodes].View()
+		body = t.nodesLine() + "\n" + t.tables[viewNodes].View()
 	default:
 		body = t.tables[t.view].View()
 	}
@@ -710,6 +727,22 @@ func (t *Top) bodyLines() []string {
 		lines = append(lines, "")
 	}
 	return lines
+}
+
+// nodesLine heads the nodes view: the cluster's size and health, or that
+// llmd runs alone.
+func (t *Top) nodesLine() string {
+	st := t.st
+	if len(t.snap.Cluster) == 0 {
+		return st.Dim.Render("this node only: llmd is " + notClustered)
+	}
+	members, alive := clusterCounts(t.snap)
+	count := st.OK
+	if alive < members {
+		count = st.Warn
+	}
+	return st.Label.Render("cluster: ") + count.Render(clusterSummary(members, alive)) +
+		st.Dim.Render("  (KV MAX: each member's fullest model)")
 }
 
 func (t *Top) helpView() string {

@@ -321,7 +321,7 @@ func nodeColumns() []Column {
 	}
 }
 
-// notClustered is what the nodes view says until llmd forms clusters.
+// notClustered is what the nodes view says when llmd runs alone.
 const notClustered = "not clustered"
 
 func nodeRows(s *api.Snapshot) []Row {
@@ -348,6 +348,131 @@ func nodeRows(s *api.Snapshot) []Row {
 		nodeGPUs:     num(float64(len(s.GPUs)), fmtCount),
 		nodeCluster:  {Text: notClustered, Level: LevelDim},
 	}}}
+}
+
+// Columns of the nodes view when llmd is clustered: one row per member.
+const (
+	memName = iota
+	memStatus
+	memRunning
+	memWaiting
+	memKV
+	memModels
+	memPrefix
+	memUpdated
+	memAPI
+)
+
+func memberColumns() []Column {
+	n := func(title string, width int) Column {
+		return Column{Title: title, Width: width, Right: true, Numeric: true}
+	}
+	return []Column{
+		memName: {Title: "NODE", Width: 10, Flex: true, Max: 24},
+		// STATUS sorts by severity (statusRank), worst first.
+		memStatus:  {Title: "STATUS", Width: 8, Numeric: true},
+		memRunning: n("RUNNING", 7),
+		memWaiting: n("WAITING", 7),
+		memKV:      n("KV MAX", 6),
+		memModels:  n("MODELS", 6),
+		memPrefix:  n("PREFIXES", 8),
+		memUpdated: n("UPDATED", 7),
+		memAPI:     {Title: "API", Width: 21, Drop: 1},
+	}
+}
+
+// localMark follows the answering node's id in the nodes view.
+const localMark = " (this)"
+
+// memberStatus is a member's status as the nodes view shows it: its
+// membership status, or "draining" for a live node finishing its work;
+// rank orders them by severity (alive 0, draining 1, left 2, suspect 3,
+// dead 4).
+func memberStatus(n api.NodeInfo) (text string, rank float64, l Level) {
+	switch {
+	case n.Status == "alive" && n.Draining:
+		return "draining", 1, LevelWarn
+	case n.Status == "alive":
+		return n.Status, 0, LevelOK
+	case n.Status == "left":
+		return n.Status, 2, LevelWarn
+	case n.Status == "suspect":
+		return n.Status, 3, LevelWarn
+	case n.Status == "dead":
+		return n.Status, 4, LevelCrit
+	}
+	return n.Status, 5, LevelWarn // a status this llmctl does not know
+}
+
+// memberLoad sums a member's running and waiting sequences over its
+// models and takes its fullest model's KV cache use.
+func memberLoad(n api.NodeInfo) (running, waiting int, kvMax float64) {
+	for _, l := range n.Load {
+		running += l.Running
+		waiting += l.Waiting
+		kvMax = max(kvMax, l.KVUsage)
+	}
+	return running, waiting, kvMax
+}
+
+// memberAge is the time since a member's last state update, in seconds on
+// the answering node's clock; -1 when none arrived yet.
+func memberAge(s *api.Snapshot, n api.NodeInfo) float64 {
+	if n.Updated.IsZero() || s.Time.IsZero() {
+		return -1
+	}
+	return max(s.Time.Sub(n.Updated).Seconds(), 0)
+}
+
+// clusterCounts counts the members and the alive ones (draining included).
+func clusterCounts(s *api.Snapshot) (members, alive int) {
+	for _, n := range s.Cluster {
+		if n.Status == "alive" {
+			alive++
+		}
+	}
+	return len(s.Cluster), alive
+}
+
+// clusterSummary is "3 members, 2 alive".
+func clusterSummary(members, alive int) string {
+	noun := "members"
+	if members == 1 {
+		noun = "member"
+	}
+	return fmt.Sprintf("%d %s, %d alive", members, noun, alive)
+}
+
+func memberRows(s *api.Snapshot) []Row {
+	rows := make([]Row, 0, len(s.Cluster))
+	for _, n := range s.Cluster {
+		name := n.ID
+		if n.Local {
+			name += localMark
+		}
+		status, rank, level := memberStatus(n)
+		running, waiting, kv := memberLoad(n)
+		updated := Cell{Text: "-", Num: -1, Level: LevelDim}
+		if age := memberAge(s, n); age >= 0 {
+			updated = num(age, fmtAge)
+		}
+		kvCell := Cell{Text: fmtPct(kv), Num: kv, Level: fillLevel(kv)}
+		if len(n.Load) == 0 {
+			kvCell = Cell{Text: "-", Num: -1, Level: LevelDim}
+		}
+		rows = append(rows, Row{ID: n.ID, Cells: []Cell{
+			memName:    {Text: name},
+			memStatus:  {Text: status, Num: rank, Level: level},
+			memRunning: num(float64(running), fmtCount),
+			memWaiting: num(float64(waiting), fmtCount),
+			memKV:      kvCell,
+			memModels:  num(float64(len(n.Models)), fmtCount),
+			memPrefix:  num(float64(n.PrefixKeys), fmtCount),
+			memUpdated: updated,
+			memAPI:     {Text: n.APIAddr},
+		}})
+	}
+	return rows
 }
 
 // tierLoad counts one model's sequences per tier.

@@ -31,7 +31,13 @@ func newTopCmd(a *app) *cobra.Command {
 sequences running and waiting per tier, tokens/s over the last minute, TTFT and
 ITL percentiles, preemptions, prefix-cache hits and degradation level; its GPUs;
 and tables of the live requests, the tenants' quota burn, the models and the
-node. It needs an admin API key (GET /v1/admin/snapshot).
+nodes. It needs an admin API key (GET /v1/admin/snapshot).
+
+The nodes view (4) shows this node alone, or, when llmd is clustered, one row
+per member as this node sees it: its status (alive, draining, suspect, dead,
+left; the worst first), running and waiting sequences, KV MAX (its fullest
+model's KV cache use), models, cached-prefix keys and the age of its last
+gossiped update, under a line "cluster: N members, M alive".
 
 Keys: 1-4 or Tab switch views, / filters, , and . choose the sort column, r
 reverses it, Up/Down select, Enter follows the selected request's tokens (Esc
@@ -39,7 +45,9 @@ goes back), K cancels it (after y), p pauses, + and - change the interval by
 250ms, ? shows every key, q quits.
 
 --once prints one snapshot as plain text, without colours, and exits: use it
-in scripts, or where stdout is not a terminal.`,
+in scripts, or where stdout is not a terminal. Its first line ends in "(not
+clustered)" or "(cluster: N members, M alive)"; a clustered node's ends with a
+CLUSTER table of the members.`,
 		Example: `  llmctl top
   llmctl top --interval 500ms --readonly
   llmctl top --once | grep decode`,

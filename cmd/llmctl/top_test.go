@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -78,6 +79,31 @@ func TestTopOnce(t *testing.T) {
 	} {
 		require.Contains(t, out, want)
 	}
+}
+
+// TestTopOnceCluster: a clustered node's snapshot says so on the first line
+// and ends with its members.
+func TestTopOnceCluster(t *testing.T) {
+	t.Setenv("LLMD_API_KEY", "")
+	s := testSnapshot()
+	s.Cluster = []api.NodeInfo{
+		{ID: "node-a", APIAddr: "10.0.0.1:8700", Models: []string{"sim/small"}, Status: "alive", Local: true,
+			Load: map[string]api.NodeModelLoad{"sim/small": {Running: 1, Waiting: 1, KVUsage: 0.8}}, PrefixKeys: 12, Updated: t0},
+		{ID: "node-b", APIAddr: "10.0.0.2:8700", Models: []string{"sim/mid"}, Status: "suspect",
+			Load: map[string]api.NodeModelLoad{"sim/mid": {Running: 4, KVUsage: 0.25}}, Updated: t0.Add(-9 * time.Second)},
+	}
+	srv := newFakeSnapshot(t, s)
+	var stdout, stderr bytes.Buffer
+	code := execute(t.Context(), []string{"--addr", srv.URL, "--api-key", adminKey, "top", "--once"},
+		strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, exitOK, code, stderr.String())
+	out := stdout.String()
+	require.True(t, strings.HasPrefix(out,
+		"node node-a  up 1m30s  at 2026-03-01T12:00:00Z  (cluster: 2 members, 1 alive)\n"), out)
+	require.True(t, strings.HasSuffix(out, "\nCLUSTER\n"+
+		"NODE           STATUS   API            RUNNING  WAITING  KV MAX  MODELS     PREFIX KEYS  UPDATED\n"+
+		"node-a (this)  alive    10.0.0.1:8700  1        1        80%     sim/small  12           0s ago\n"+
+		"node-b         suspect  10.0.0.2:8700  4        0        25%     sim/mid    0            9s ago\n"), out)
 }
 
 func TestTopOnceErrors(t *testing.T) {
