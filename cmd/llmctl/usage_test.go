@@ -29,29 +29,41 @@ type fakeUsage struct {
 func newFakeUsage(t *testing.T, f *fakeUsage) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/admin/usage", func(w http.ResponseWriter, r *http.Request) {
-		f.mu.Lock()
-		f.queries = append(f.queries, r.URL.RawQuery)
-		f.mu.Unlock()
-		switch auth := r.Header.Get("Authorization"); {
-		case auth == "Bearer "+userKey:
-			writeAPIError(w, http.StatusForbidden, "admin_key_required", "this route needs an admin key")
-			return
-		case auth != "Bearer "+adminKey:
-			writeAPIError(w, http.StatusUnauthorized, "invalid_api_key", "invalid API key")
-			return
-		}
-		if since := r.URL.Query().Get("since"); since == "bad" {
-			writeAPIError(w, http.StatusBadRequest, "invalid_parameter",
-				`since must be a positive duration back from now (24h, 7d) or an RFC 3339 time, got "bad"`)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(f.report)
-	})
+	mux.HandleFunc("GET /v1/admin/usage", f.serveUsage)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// serveUsage serves GET /v1/admin/usage.
+func (f *fakeUsage) serveUsage(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.queries = append(f.queries, r.URL.RawQuery)
+	f.mu.Unlock()
+	if !adminOnly(w, r) {
+		return
+	}
+	if since := r.URL.Query().Get("since"); since == "bad" {
+		writeAPIError(w, http.StatusBadRequest, "invalid_parameter",
+			`since must be a positive duration back from now (24h, 7d) or an RFC 3339 time, got "bad"`)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(f.report)
+}
+
+// adminOnly checks keys like llmd's admin routes: adminKey passes, userKey
+// gets 403, others 401.
+func adminOnly(w http.ResponseWriter, r *http.Request) bool {
+	switch auth := r.Header.Get("Authorization"); {
+	case auth == "Bearer "+userKey:
+		writeAPIError(w, http.StatusForbidden, "admin_key_required", "this route needs an admin key")
+		return false
+	case auth != "Bearer "+adminKey:
+		writeAPIError(w, http.StatusUnauthorized, "invalid_api_key", "invalid API key")
+		return false
+	}
+	return true
 }
 
 // requests returns the raw queries received so far.
