@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -12,6 +13,9 @@ import (
 
 // DefaultLoadBound is RouteRequest.LoadBound's default.
 const DefaultLoadBound = 1.25
+
+// DefaultLoadSlack is RouteRequest.LoadSlack's default.
+const DefaultLoadSlack = 8
 
 // Reasons a Candidate carries.
 const (
@@ -56,6 +60,12 @@ type RouteRequest struct {
 	// load would exceed LoadBound x the mean load of the pool (see Route).
 	// 0 means DefaultLoadBound; values below 1 count as 1.
 	LoadBound float64
+	// LoadSlack spares small imbalances: a member counts as over the bound
+	// only if its load also exceeds the least loaded member's by at least
+	// LoadSlack sequences (a batch absorbs a few more at little cost,
+	// and the gossiped loads are up to a state interval old). 0 means
+	// DefaultLoadSlack; negative means no slack.
+	LoadSlack int
 }
 
 // routeMember is a pool member with what the router needs precomputed.
@@ -100,9 +110,17 @@ func route(pool []routeMember, r *ring, req RouteRequest, localPrefix func([]kvc
 	// the mean counting the request itself. The least loaded member is
 	// always under it, so the pool is never all overloaded.
 	capacity := int(math.Ceil(bound * float64(total+1) / float64(n)))
+	slack := req.LoadSlack
+	switch {
+	case slack == 0:
+		slack = DefaultLoadSlack
+	case slack < 0:
+		slack = 0
+	}
+	least := slices.Min(loads)
 	over := make([]bool, n)
 	for i := range pool {
-		over[i] = loads[i] >= capacity
+		over[i] = loads[i] >= capacity && loads[i]-least >= slack
 	}
 
 	// Ring order from the affinity key, or the first block's hash.

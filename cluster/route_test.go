@@ -323,3 +323,20 @@ func BenchmarkRoute(b *testing.B) {
 		}
 	}
 }
+
+// TestRouteLoadSlack: a small imbalance does not count against the
+// prefix's holder; the bound applies once the holder leads the least
+// loaded member by LoadSlack sequences.
+func TestRouteLoadSlack(t *testing.T) {
+	t.Parallel()
+	prefix := kvcache.HashChain(make([]int32, 64), 16)
+	pool := []routeMember{fake("a", 6, prefix, 4), fake("b", 3, prefix), fake("c", 4, prefix)}
+	// capacity = ceil(1.25 x 14 / 3) = 6: a is at it, 3 ahead of b.
+	got := route(pool, ringOf(pool), RouteRequest{Model: "m", Prefix: prefix}, nil)
+	require.Equal(t, pick{"a", "prefix:4"}, picks(got)[0], "within the default slack of 8")
+	got = route(pool, ringOf(pool), RouteRequest{Model: "m", Prefix: prefix, LoadSlack: -1}, nil)
+	require.Equal(t, pick{"a", ReasonOverloaded}, picks(got)[2], "no slack: a is over the bound")
+	pool[0] = fake("a", 11, prefix, 4)
+	got = route(pool, ringOf(pool), RouteRequest{Model: "m", Prefix: prefix}, nil)
+	require.Equal(t, pick{"a", ReasonOverloaded}, picks(got)[2], "8 ahead of the least loaded: over")
+}

@@ -200,7 +200,7 @@ func (s *Server) peerTargets(r *http.Request, rl *reqLog, j *job) []cluster.Cand
 	}
 	hashes := kvcache.HashChain(j.prompt, j.model.eng.BlockSize())
 	req := cluster.RouteRequest{Model: j.model.id, Prefix: hashes, AffinityKey: affinityKey(r, j),
-		LoadBound: s.cfg.Cluster.LoadBound}
+		LoadBound: s.cfg.Cluster.LoadBound, LoadSlack: s.cfg.Cluster.LoadSlack}
 	switch policy {
 	case RouteAffinity:
 		req.Prefix, req.LoadBound = hashes[:min(len(hashes), 1)], 1e9
@@ -210,7 +210,7 @@ func (s *Server) peerTargets(r *http.Request, rl *reqLog, j *job) []cluster.Cand
 	case RouteRoundRobin:
 		req.Prefix, req.AffinityKey = nil, ""
 	}
-	cands := s.cluster.Route(req, j.model.eng.CachedPrefix)
+	cands := s.cluster.Route(req, func(h []kvcache.Hash) int { return summaryDepth(j.model.eng.CachedPrefix(h), len(h)) })
 	if policy == RouteRoundRobin && len(cands) > 0 {
 		slices.SortFunc(cands, func(a, b cluster.Candidate) int { return strings.Compare(a.Member.ID, b.Member.ID) })
 		k := int(s.rr.Add(1) % uint64(len(cands)))
@@ -236,6 +236,22 @@ func (s *Server) peerTargets(r *http.Request, rl *reqLog, j *job) []cluster.Cand
 		rl.route = peers[0].Member.ID + " " + peers[0].Reason
 	}
 	return peers
+}
+
+// summaryDepth rounds this node's exact count of cached blocks down to what
+// its gossiped summary would claim (keys at depths 2^k-1 and the prompt's
+// last block), so that it competes with the peers' summaries on equal
+// terms: otherwise a node holding only a shared system prompt would beat
+// the peer holding the whole conversation, whose summary shows less.
+func summaryDepth(n, total int) int {
+	if n <= 0 || n >= total {
+		return n
+	}
+	d := 1
+	for d*2 <= n {
+		d *= 2
+	}
+	return d
 }
 
 // peerFailed takes a peer out of routing after a failed forward (gossip

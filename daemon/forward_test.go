@@ -479,3 +479,12 @@ func TestSSEEventReader(t *testing.T) {
 	require.True(t, isTerminalEvent([]byte(evs[2])))
 	require.True(t, isTerminalEvent([]byte(evs[3])))
 }
+
+func TestSummaryDepth(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ n, total, want int }{
+		{0, 10, 0}, {1, 10, 1}, {2, 10, 2}, {3, 10, 2}, {62, 125, 32}, {64, 125, 64}, {124, 125, 64}, {125, 125, 125},
+	} {
+		require.Equal(t, c.want, summaryDepth(c.n, c.total), "%+v", c)
+	}
+}

@@ -34,6 +34,10 @@ type ClusterConfig struct {
 	// LoadBound skips a node whose load exceeds LoadBound x the pool's
 	// mean for the prefix and affinity picks; 0 means 1.25.
 	LoadBound float64
+	// LoadSlack: a node counts as over the bound only when its load also
+	// exceeds the least loaded node's by this many sequences; 0 means 8,
+	// negative none.
+	LoadSlack int
 	// ForwardTimeout bounds connecting to a peer and its acceptance of a
 	// forwarded request; default 2 s. A peer that misses it is skipped
 	// and the request tried on the next node.

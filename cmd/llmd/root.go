@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/daemon"
 )
 
@@ -98,8 +99,12 @@ type options struct {
 	gossipKey      string
 	insecureGossip bool
 	advertiseAPI   string
+	// gossipProfile is the hidden --gossip-profile: memberlist timings,
+	// "lan" (default) or "local" (tests and scripts/netns-partition.sh).
+	gossipProfile  string
 	routePolicy    string
 	loadBound      float64
+	loadSlack      int
 	forwardTimeout time.Duration
 }
 
@@ -145,6 +150,7 @@ var envVars = map[string]string{
 	"advertise-api":          "LLMD_ADVERTISE_API",
 	"route-policy":           "LLMD_ROUTE_POLICY",
 	"load-bound":             "LLMD_LOAD_BOUND",
+	"load-slack":             "LLMD_LOAD_SLACK",
 	"forward-timeout":        "LLMD_FORWARD_TIMEOUT",
 }
 
@@ -245,10 +251,14 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.gossipAddr, "gossip-addr", "", "cluster gossip address (default 127.0.0.1:7946 when --join is given)")
 	fs.StringVar(&o.gossipKey, "gossip-key", "", "cluster gossip key: 16, 24 or 32 bytes, base64 (required in a cluster unless --insecure-gossip)")
 	fs.BoolVar(&o.insecureGossip, "insecure-gossip", false, "allow an unencrypted cluster (anyone who reaches the gossip port joins)")
+	fs.StringVar(&o.gossipProfile, "gossip-profile", "", "memberlist timings: lan (default) or local (20 ms probes, for tests)")
+	_ = fs.MarkHidden("gossip-profile")
 	fs.StringVar(&o.advertiseAPI, "advertise-api", "", "the API address peers use to reach this node (default: the listen address)")
 	fs.StringVar(&o.routePolicy, "route-policy", daemon.RoutePrefix,
 		"how a cluster node picks the node that serves a request: prefix (cached prefix, then conversation, within the load bound), affinity, round_robin or local (never forward)")
 	fs.Float64Var(&o.loadBound, "load-bound", 1.25, "skip a node whose load is above this multiple of the cluster's mean (prefix routing)")
+	fs.IntVar(&o.loadSlack, "load-slack", cluster.DefaultLoadSlack,
+		"...but only when it is also this many sequences above the least loaded node (0 for none)")
 	fs.DurationVar(&o.forwardTimeout, "forward-timeout", daemon.DefaultForwardTimeout,
 		"how long a peer has to accept a forwarded request before it is tried on the next node")
 }
@@ -338,11 +348,18 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	if len(o.join) > 0 || o.gossipAddr != "" {
 		cc := &daemon.ClusterConfig{GossipAddr: o.gossipAddr, Join: splitList(strings.Join(o.join, ",")),
 			InsecureGossip: o.insecureGossip, APIAddr: o.advertiseAPI, RoutePolicy: o.routePolicy, LoadBound: o.loadBound,
-			ForwardTimeout: o.forwardTimeout}
+			LoadSlack: o.loadSlack, ForwardTimeout: o.forwardTimeout}
+		cc.Profile = o.gossipProfile
 		switch o.routePolicy {
 		case daemon.RoutePrefix, daemon.RouteAffinity, daemon.RouteRoundRobin, daemon.RouteLocal:
 		default:
 			return cfg, fmt.Errorf("--route-policy %q: use prefix, affinity, round_robin or local", o.routePolicy)
+		}
+		if o.loadSlack < 0 {
+			return cfg, fmt.Errorf("--load-slack %d: must be 0 or more", o.loadSlack)
+		}
+		if cc.LoadSlack == 0 {
+			cc.LoadSlack = -1 // the flag's 0 is no slack; the config's 0 is the default
 		}
 		if o.loadBound < 1 || math.IsNaN(o.loadBound) || math.IsInf(o.loadBound, 0) {
 			return cfg, fmt.Errorf("--load-bound %v: must be a number of at least 1", o.loadBound)
