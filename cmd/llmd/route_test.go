@@ -138,6 +138,7 @@ func aliveNodes(c *http.Client, base string) int {
 
 // turnResult is what a client saw of one streamed request.
 type turnResult struct {
+	kind          string // "" for a normal request; "cancel", "oversized", "malformed"
 	id            string
 	status        int
 	text          string
@@ -152,10 +153,16 @@ type turnResult struct {
 
 // streamTurn sends one streamed chat request and reads it to the end.
 func streamTurn(c *http.Client, base, model, conv string, msgs []api.Message, maxTokens int) turnResult {
-	res := turnResult{started: time.Now()}
-	defer func() { res.ende = time.Now() }()
 	body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": maxTokens, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}, "messages": msgs})
+	return sendTurn(c, base, conv, string(body), "")
+}
+
+// sendTurn sends a request body and reads its stream; kind "cancel" drops
+// the connection after the first token.
+func sendTurn(c *http.Client, base, conv, body, kind string) turnResult {
+	res := turnResult{kind: kind, started: time.Now()}
+	defer func() { res.ende = time.Now() }()
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", "application/json")
 	if conv != "" {
@@ -195,6 +202,9 @@ func streamTurn(c *http.Client, base, model, conv string, msgs []api.Message, ma
 			if choice.Delta.Content != nil && *choice.Delta.Content != "" {
 				if res.ttft == 0 {
 					res.ttft = time.Since(res.started)
+					if kind == "cancel" {
+						return res
+					}
 				}
 				sb.WriteString(*choice.Delta.Content)
 			}
@@ -234,13 +244,13 @@ func systemPrompt(k, words int) string {
 	return sb.String()
 }
 
-// TestThreeProcessesRouteTurnTwoAndSurviveKill is the "done when"
+// TestThreeProcessesRouteAndSurviveKill is the "done when"
 // with real processes: three llmd joined with a key route turn 2 of each
 // conversation to the node holding turn 1's prefix wherever it enters
 // (cached_tokens > 0); then, under load, one node is killed with SIGKILL:
 // only requests it was serving fail, each with a clear error event, and
 // the rest of the traffic is rerouted.
-func TestThreeProcessesRouteTurnTwoAndSurviveKill(t *testing.T) {
+func TestThreeProcessesRouteAndSurviveKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts three llmd processes; make test runs it")
 	}
@@ -273,8 +283,9 @@ func TestThreeProcessesRouteTurnTwoAndSurviveKill(t *testing.T) {
 		require.Positive(t, r.cached, "conversation %d: turn 2 entering at %s missed its prefix", k, entry.id)
 	}
 
-	// Load on nodes a and b (their traffic spreads over all three), then
-	// kill node c.
+	// CL-6: mixed load on nodes a and b (their traffic spreads over all
+	// three: 10% cancelled after the first token, 5% oversized, 2%
+	// malformed), then node c is killed with SIGKILL.
 	var (
 		mu      sync.Mutex
 		results []turnResult
@@ -286,7 +297,21 @@ func TestThreeProcessesRouteTurnTwoAndSurviveKill(t *testing.T) {
 			for i := 0; !stop.Load(); i++ {
 				msgs := []api.Message{{Role: "system", Content: api.Content(systemPrompt(100+w, 200))},
 					{Role: "user", Content: api.Content("question " + strconv.Itoa(i))}}
-				r := streamTurn(c, procs[w%2].base, "sim/small", fmt.Sprintf("w%d-%d", w, i), msgs, 48)
+				kind, maxTokens := "", 48
+				switch x := (w*31 + i*17) % 100; {
+				case x < 10:
+					kind = "cancel"
+				case x < 15:
+					kind, maxTokens = "oversized", 50_000_000
+				case x < 17:
+					kind = "malformed"
+				}
+				body, _ := json.Marshal(map[string]any{"model": "sim/small", "max_tokens": maxTokens, "stream": true,
+					"stream_options": map[string]any{"include_usage": true}, "messages": msgs})
+				if kind == "malformed" {
+					body = body[:len(body)/2]
+				}
+				r := sendTurn(c, procs[w%2].base, fmt.Sprintf("w%d-%d", w, i), string(body), kind)
 				mu.Lock()
 				results = append(results, r)
 				mu.Unlock()
@@ -300,9 +325,18 @@ func TestThreeProcessesRouteTurnTwoAndSurviveKill(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 
-	var ok, failed, after int
+	var ok, failed, after, refused, cancelled int
 	for _, r := range results {
 		require.NoError(t, r.transportErr, "entry nodes are alive: no transport error")
+		switch r.kind {
+		case "oversized", "malformed":
+			require.Equal(t, http.StatusBadRequest, r.status, "%s request", r.kind)
+			refused++
+			continue
+		case "cancel":
+			cancelled++
+			continue
+		}
 		require.Equal(t, http.StatusOK, r.status)
 		require.True(t, r.done, "every stream ends with [DONE]")
 		if r.errCode == "" {
@@ -316,10 +350,28 @@ func TestThreeProcessesRouteTurnTwoAndSurviveKill(t *testing.T) {
 		require.Equal(t, "peer_failed", r.errCode, "the only error is the killed peer's")
 		require.True(t, r.started.Before(killedAt), "a request started after the kill failed: %+v", r)
 	}
-	t.Logf("kill -9 under load: %d streams ok (%d started after the kill), %d lost with the killed node", ok, after, failed)
+	t.Logf("kill -9 under mixed load: %d streams ok (%d started after the kill), %d lost with the killed node; "+
+		"%d cancelled by their clients, %d refused with 400, no other error", ok, after, failed, cancelled, refused)
 	require.Positive(t, after, "traffic continued after the kill")
 	// The entry nodes stop routing to it at once, and gossip confirms.
 	for _, p := range procs[:2] {
 		require.Eventually(t, func() bool { return aliveNodes(c, p.base) == 2 }, 30*time.Second, 100*time.Millisecond)
+		// Every KV block of the survivors is free again once the load
+		// stops (cancelled and forwarded requests included).
+		require.Eventually(t, func() bool { return blocksUsed(t, p.base) == 0 }, 10*time.Second, 50*time.Millisecond)
 	}
+}
+
+// blocksUsed is the KV blocks in use on a node, over its models.
+func blocksUsed(t *testing.T, base string) int {
+	resp, err := http.Get(base + "/v1/stats")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var st api.StatsResponse
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+	n := 0
+	for _, m := range st.Models {
+		n += m.BlocksUsed
+	}
+	return n
 }
