@@ -9,7 +9,7 @@ GOTEST_FLAGS ?= -race -timeout 15m
 # build of its cgo package.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all deps build run test bench soak lint fmt clean
+.PHONY: all deps build run test bench bench-cluster soak lint fmt clean
 
 all: build
 
@@ -38,6 +38,11 @@ soak: deps
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/... ./daemon/quota/ ./store/
+
+# make bench-cluster measures the routing policies on three llmd processes
+# (about 2 minutes) and prints the table of BENCHMARKS.md's cluster section.
+bench-cluster: deps
+	LLMD_CLUSTER_BENCH=1 $(GO) test -run '^TestClusterRoutingFigures$$' -count=1 -v -timeout 20m ./cmd/llmd/
 
 lint:
 	$(GO) vet ./...

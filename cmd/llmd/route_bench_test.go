@@ -26,7 +26,8 @@ import (
 // of 8 shared system prompts (~1,000 tokens) and a document of its own
 // (~1,000 tokens); every turn enters the cluster at a random node; 16
 // output tokens per turn; model sim/mid (32.8B, FP16, one simulated H100
-// per node).
+// per node). Policies named "P/no-id" run P without the conversation
+// header (the ring key is then the prompt's first block).
 func TestClusterRoutingFigures(t *testing.T) {
 	if os.Getenv("LLMD_CLUSTER_BENCH") == "" {
 		t.Skip("set LLMD_CLUSTER_BENCH=1 (make bench-cluster) to measure routing on three llmd processes")
@@ -43,13 +44,14 @@ func TestClusterRoutingFigures(t *testing.T) {
 	var rows []row
 	for _, policy := range benchPolicies() {
 		n := 3
+		policy, noID := strings.CutSuffix(policy, "/no-id")
 		args := []string{"--models", "mid", "--route-policy", policy}
 		if policy == "single" {
 			n, args = 1, []string{"--models", "mid", "--route-policy", "local"}
 		}
 		args = append(args, strings.Fields(os.Getenv("LLMD_CLUSTER_BENCH_ARGS"))...)
 		procs := startClusterProcs(t, bin, n, args...)
-		res := runConversations(procs, 48, 4, 12, 8)
+		res := runConversations(procs, 48, 4, 12, 8, !noID)
 		served := make([]uint64, n)
 		for i, p := range procs {
 			served[i] = completed(t, p.base)
@@ -75,7 +77,11 @@ func TestClusterRoutingFigures(t *testing.T) {
 		for _, s := range served {
 			maxShare = math.Max(maxShare, float64(s)/mean)
 		}
-		rows = append(rows, row{name: policy, hit: float64(cached) / float64(max(prompt, 1)), p50: pct(ttfts, 0.50),
+		name := policy
+		if noID {
+			name += " (no conversation id)"
+		}
+		rows = append(rows, row{name: name, hit: float64(cached) / float64(max(prompt, 1)), p50: pct(ttfts, 0.50),
 			p99: pct(ttfts, 0.99), maxShare: maxShare, served: served, requests: len(res), errors: errs, cached: cached})
 		for _, p := range procs {
 			p.kill9(t)
@@ -120,8 +126,8 @@ func pct(sorted []time.Duration, q float64) time.Duration {
 
 // runConversations runs convs conversations of turns turns, workers at a
 // time, over systems shared system prompts; each turn enters at a random
-// node.
-func runConversations(procs []*clusterProc, convs, turns, workers, systems int) []turnResult {
+// node (sending X-Conversation-Id when withID).
+func runConversations(procs []*clusterProc, convs, turns, workers, systems int, withID bool) []turnResult {
 	c := &http.Client{Timeout: 120 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer c.CloseIdleConnections()
 	next := make(chan int)
@@ -145,7 +151,11 @@ func runConversations(procs []*clusterProc, convs, turns, workers, systems int) 
 						"\nWhat is it about?")}}
 				for turn := range turns {
 					p := procs[r.IntN(len(procs))]
-					res := streamTurn(c, p.base, "sim/mid", fmt.Sprintf("conv-%d", k), msgs, 16)
+					conv := ""
+					if withID {
+						conv = fmt.Sprintf("conv-%d", k)
+					}
+					res := streamTurn(c, p.base, "sim/mid", conv, msgs, 16)
 					mu.Lock()
 					out = append(out, res)
 					mu.Unlock()
@@ -165,5 +175,5 @@ func benchPolicies() []string {
 	if v := os.Getenv("LLMD_CLUSTER_BENCH_POLICIES"); v != "" {
 		return strings.Split(v, ",")
 	}
-	return []string{"single", "prefix", "affinity", "round_robin"}
+	return []string{"single", "prefix", "affinity", "round_robin", "prefix/no-id", "affinity/no-id"}
 }
