@@ -223,7 +223,7 @@ func (s *Server) peerTargets(r *http.Request, rl *reqLog, j *job) []cluster.Cand
 	for _, c := range cands {
 		if c.Member.Local {
 			if len(peers) == 0 {
-				rl.route = "local " + c.Reason
+				rl.route = appendNote(rl.route, "local "+c.Reason)
 			}
 			break
 		}
@@ -233,7 +233,7 @@ func (s *Server) peerTargets(r *http.Request, rl *reqLog, j *job) []cluster.Cand
 		peers = append(peers, c)
 	}
 	if len(peers) > 0 {
-		rl.route = peers[0].Member.ID + " " + peers[0].Reason
+		rl.route = appendNote(rl.route, peers[0].Member.ID+" "+peers[0].Reason)
 	}
 	return peers
 }
@@ -266,7 +266,7 @@ func (s *Server) peerFailed(c cluster.Candidate, rl *reqLog, err error) {
 // servedBy notes in rl.route which node served the request when it is not
 // the router's first choice (which failed).
 func servedBy(rl *reqLog, id string) {
-	if !strings.HasPrefix(rl.route, id+" ") {
+	if !strings.HasPrefix(rl.route, id+" ") && !strings.Contains(rl.route, "; "+id+" ") {
 		rl.route = appendNote(rl.route, "served by "+id)
 	}
 }

@@ -488,3 +488,67 @@ func TestSummaryDepth(t *testing.T) {
 		require.Equal(t, c.want, summaryDepth(c.n, c.total), "%+v", c)
 	}
 }
+
+// TestModelsServedElsewhere: in a cluster whose nodes serve different
+// models, a request for a model only a peer serves is relayed there
+// (JSON, OpenAI stream, native stream), billed once by the entry node; a
+// model no node serves goes to its configured fallback, here or on a peer;
+// an unknown model without a fallback stays a 404.
+func TestModelsServedElsewhere(t *testing.T) {
+	t.Parallel()
+	nodes := startTestCluster(t, 2, func(i int, c *Config) {
+		c.Models = []string{[]string{"small", "mid"}[i]}
+		c.Cluster.Fallback = map[string]string{"sim/flagship": "sim/small"}
+	})
+	c := testClient(t)
+	a, b := nodes[0], nodes[1]
+	hi := api.Message{Role: "user", Content: "hi"}
+	body := func(model string, stream bool) string {
+		return strings.Replace(chatJSON(stream, hi), `"sim/small"`, fmt.Sprintf("%q", model), 1)
+	}
+
+	resp, raw := post(t, c, a.base+"/v1/chat/completions", body("sim/mid", false))
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	var cc api.ChatCompletion
+	require.NoError(t, json.Unmarshal(raw, &cc))
+	require.Equal(t, "sim/mid", cc.Model)
+	require.Equal(t, resp.Header.Get("X-Request-Id"), cc.ID)
+	rows := usageRows(t, nodes, cc.ID)
+	require.Len(t, rows, 1)
+	require.Equal(t, store.UsageFinished, rows["node-a"].Status)
+	require.EqualValues(t, cc.Usage.PromptTokens, rows["node-a"].InputTokens)
+	require.EqualValues(t, cc.Usage.CompletionTokens, rows["node-a"].OutputTokens)
+	require.True(t, strings.HasPrefix(rows["node-a"].Route, "node-b "), rows["node-a"].Route)
+
+	resp, raw = post(t, c, a.base+"/v1/chat/completions", body("sim/mid", true))
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	evs := parseSSE(t, raw)
+	require.Equal(t, 1, terminalCount(evs))
+	require.Zero(t, countErrors(evs))
+	text, _ := openaiText(t, evs)
+	require.NotEmpty(t, text)
+
+	resp, raw = post(t, c, a.base+"/v1/chat", `{"model":"sim/mid","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	evs = parseSSE(t, raw)
+	require.Equal(t, "done", evs[len(evs)-1].event, "%v", tailLines(evs))
+	require.NotEmpty(t, nativeText(t, evs[:len(evs)-1]))
+
+	// sim/flagship: served nowhere; its fallback sim/small is local on a
+	// and a peer's on b.
+	for _, entry := range []testNode{a, b} {
+		resp, raw = post(t, c, entry.base+"/v1/chat/completions", body("sim/flagship", false))
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+		require.NoError(t, json.Unmarshal(raw, &cc))
+		require.Equal(t, "sim/small", cc.Model)
+		row := usageRows(t, nodes, cc.ID)[entry.s.cfg.NodeID]
+		require.Equal(t, "sim/small", row.Model)
+		require.Contains(t, row.Route, "fallback from sim/flagship")
+	}
+
+	resp, raw = post(t, c, a.base+"/v1/chat/completions", body("sim/nothing", false))
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", raw)
+	require.Equal(t, "model_not_found", errorOf(t, raw)["code"])
+	requireIdle(t, a.s)
+	requireIdle(t, b.s)
+}

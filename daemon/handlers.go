@@ -72,6 +72,7 @@ type reqLog struct {
 	route    string
 	servedBy string // the peer that served it, "" if this node did
 	body     []byte
+	fellBack bool // sent to its model's fallback (once at most)
 	// itl is the mean inter-token latency reported by the peer that
 	// served the request (times is empty then).
 	itl      time.Duration
@@ -433,6 +434,9 @@ func (s *Server) handleChatCompletions(w http.ResponseWriter, r *http.Request, r
 	var req api.ChatCompletionRequest
 	j, err := s.chatJob(w, r, rl, &req)
 	if err != nil {
+		if s.serveRemote(w, r, rl, err, func(r2 *http.Request) { s.handleChatCompletions(w, r2, rl) }) {
+			return
+		}
 		rl.fail(writeError(w, rl.id, err), err)
 		return
 	}
@@ -520,6 +524,9 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request, rl *r
 	var req api.CompletionRequest
 	j, err := s.completionJob(w, r, rl, &req)
 	if err != nil {
+		if s.serveRemote(w, r, rl, err, func(r2 *http.Request) { s.handleCompletions(w, r2, rl) }) {
+			return
+		}
 		rl.fail(writeError(w, rl.id, err), err)
 		return
 	}
@@ -617,6 +624,9 @@ func (s *Server) handleNativeChat(w http.ResponseWriter, r *http.Request, rl *re
 	var req api.NativeChatRequest
 	j, err := s.nativeJob(w, r, rl, &req)
 	if err != nil {
+		if s.serveRemote(w, r, rl, err, func(r2 *http.Request) { s.handleNativeChat(w, r2, rl) }) {
+			return
+		}
 		rl.fail(writeError(w, rl.id, err), err)
 		return
 	}

@@ -38,6 +38,9 @@ type ClusterConfig struct {
 	// exceeds the least loaded node's by this many sequences; 0 means 8,
 	// negative none.
 	LoadSlack int
+	// Fallback maps a model to the one that serves its requests when no
+	// alive node serves it.
+	Fallback map[string]string
 	// ForwardTimeout bounds connecting to a peer and its acceptance of a
 	// forwarded request; default 2 s. A peer that misses it is skipped
 	// and the request tried on the next node.

@@ -105,6 +105,7 @@ type options struct {
 	routePolicy    string
 	loadBound      float64
 	loadSlack      int
+	fallbacks      []string
 	forwardTimeout time.Duration
 }
 
@@ -151,6 +152,7 @@ var envVars = map[string]string{
 	"route-policy":           "LLMD_ROUTE_POLICY",
 	"load-bound":             "LLMD_LOAD_BOUND",
 	"load-slack":             "LLMD_LOAD_SLACK",
+	"fallback-model":         "LLMD_FALLBACK_MODEL",
 	"forward-timeout":        "LLMD_FORWARD_TIMEOUT",
 }
 
@@ -259,6 +261,8 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.loadBound, "load-bound", 1.25, "skip a node whose load is above this multiple of the cluster's mean (prefix routing)")
 	fs.IntVar(&o.loadSlack, "load-slack", cluster.DefaultLoadSlack,
 		"...but only when it is also this many sequences above the least loaded node (0 for none)")
+	fs.StringSliceVar(&o.fallbacks, "fallback-model", nil,
+		"FROM=TO: serve requests for model FROM with model TO when no alive cluster node serves FROM (repeatable)")
 	fs.DurationVar(&o.forwardTimeout, "forward-timeout", daemon.DefaultForwardTimeout,
 		"how long a peer has to accept a forwarded request before it is tried on the next node")
 }
@@ -354,6 +358,17 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 		case daemon.RoutePrefix, daemon.RouteAffinity, daemon.RouteRoundRobin, daemon.RouteLocal:
 		default:
 			return cfg, fmt.Errorf("--route-policy %q: use prefix, affinity, round_robin or local", o.routePolicy)
+		}
+		for _, fb := range o.fallbacks {
+			from, to, ok := strings.Cut(fb, "=")
+			from, to = strings.TrimSpace(from), strings.TrimSpace(to)
+			if !ok || from == "" || to == "" || from == to {
+				return cfg, fmt.Errorf("--fallback-model %q: use FROM=TO, e.g. sim/flagship=sim/mid", fb)
+			}
+			if cc.Fallback == nil {
+				cc.Fallback = map[string]string{}
+			}
+			cc.Fallback[from] = to
 		}
 		if o.loadSlack < 0 {
 			return cfg, fmt.Errorf("--load-slack %d: must be 0 or more", o.loadSlack)
