@@ -7,6 +7,8 @@ type NodeModelLoad struct {
 	Running int     `json:"running"`
 	Waiting int     `json:"waiting"`
 	KVUsage float64 `json:"kv_usage"`
+	// TokensPerSecond is the model's recent output rate on the node.
+	TokensPerSecond float64 `json:"tokens_per_second"`
 }
 
 // NodeInfo is one cluster member as the answering node sees it.

@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/llmd/llmd/api"
@@ -96,12 +97,53 @@ func (s *Server) clusterState() cluster.State {
 		if es.BlocksTotal > 0 {
 			kv = float64(es.BlocksUsed) / float64(es.BlocksTotal)
 		}
-		st.Load[m.id] = cluster.ModelLoad{Running: es.Running, Waiting: es.Waiting, KVUsage: kv}
+		st.Load[m.id] = cluster.ModelLoad{Running: es.Running, Waiting: es.Waiting, KVUsage: kv,
+			TokensPerSecond: s.outputRate(m.id, es.GeneratedTokens, time.Now())}
 		if s.cluster != nil {
 			st.Prefixes[m.id] = m.eng.RecentPrefixes(cluster.MaxPrefixKeys)
 		}
 	}
 	return st
+}
+
+// rateMeter turns each model's count of generated tokens into a recent
+// output rate for the gossip.
+type rateMeter struct {
+	mu    sync.Mutex
+	marks map[string]rateMark
+}
+
+type rateMark struct {
+	at   time.Time
+	gen  uint64
+	rate float64
+}
+
+// minRateSpan is the shortest span a new rate is computed over; a sample
+// sooner than that keeps the last rate.
+const minRateSpan = 200 * time.Millisecond
+
+// outputRate is model's output tokens per second since the previous
+// sample at least minRateSpan ago.
+func (s *Server) outputRate(model string, generated uint64, now time.Time) float64 {
+	m := &s.rates
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.marks == nil {
+		m.marks = map[string]rateMark{}
+	}
+	last, ok := m.marks[model]
+	if !ok || generated < last.gen {
+		m.marks[model] = rateMark{at: now, gen: generated}
+		return 0
+	}
+	span := now.Sub(last.at)
+	if span < minRateSpan {
+		return last.rate
+	}
+	rate := float64(generated-last.gen) / span.Seconds()
+	m.marks[model] = rateMark{at: now, gen: generated, rate: rate}
+	return rate
 }
 
 // Version is llmd's version in cluster metadata.
@@ -131,7 +173,8 @@ func nodeInfo(m cluster.Member) api.NodeInfo {
 	n := api.NodeInfo{ID: m.ID, APIAddr: m.APIAddr, Version: m.Version, Models: m.Models, Status: m.Status,
 		Local: m.Local, Draining: m.State.Draining, Load: map[string]api.NodeModelLoad{}, Updated: m.Updated.UTC()}
 	for model, l := range m.State.Load {
-		n.Load[model] = api.NodeModelLoad{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage}
+		n.Load[model] = api.NodeModelLoad{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage,
+			TokensPerSecond: l.TokensPerSecond}
 	}
 	for _, keys := range m.State.Prefixes {
 		n.PrefixKeys += len(keys)

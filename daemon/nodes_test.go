@@ -58,3 +58,15 @@ func TestNodesWhenAlone(t *testing.T) {
 	require.Len(t, nl.Nodes, 1)
 	require.True(t, nl.Nodes[0].Local)
 }
+
+// TestOutputRate: the gossiped tokens/s is the output count's growth over
+// at least 200 ms; a sooner sample keeps the last rate.
+func TestOutputRate(t *testing.T) {
+	t.Parallel()
+	s := &Server{}
+	t0 := time.Unix(1000, 0)
+	require.Zero(t, s.outputRate("m", 100, t0))
+	require.InDelta(t, 500, s.outputRate("m", 350, t0.Add(500*time.Millisecond)), 1e-9)
+	require.InDelta(t, 500, s.outputRate("m", 360, t0.Add(600*time.Millisecond)), 1e-9, "too soon: the last rate")
+	require.InDelta(t, 0, s.outputRate("m", 350, t0.Add(2*time.Second)), 1e-9, "a restarted count starts over")
+}

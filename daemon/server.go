@@ -165,6 +165,8 @@ type Server struct {
 	peers      *peerAuth
 	peerClient *http.Client
 	rr         atomic.Uint64
+	// rates measures each model's output rate for the gossip.
+	rates rateMeter
 
 	mu sync.Mutex
 	ln net.Listener
