@@ -79,6 +79,8 @@ type Cluster struct {
 	log   *slog.Logger
 	meta  []byte
 	ml    *memberlist.Memberlist // set once Start's memberlist.Create returns
+	tr    *transport             // ml's transport
+	addr  string                 // the advertised gossip address, set with ml
 	queue *memberlist.TransmitLimitedQueue
 
 	// numLive counts nodes memberlist has not reported gone, for the
@@ -102,16 +104,31 @@ type Cluster struct {
 
 	leaving bool // set by Leave: every later publication says so
 
+	// lost holds the members memberlist declared dead (not left), by id,
+	// for the reconnect loop; it outlives the table's entries. peak is the
+	// most members alive at once, lowered when one leaves or is given up.
+	lost map[string]lost
+	peak int
+
 	lifeMu sync.Mutex // serialises Leave and Close
 	closed bool
 	stop   chan struct{}
 	done   chan struct{}
+
+	// The reconnect loop stops when reconnectStop is closed (by Leave or
+	// Close) and closes reconnectDone; joins tracks the Join goroutines of
+	// its rounds, which Close waits for after shutting memberlist down.
+	reconnectStop     chan struct{}
+	stopReconnectOnce sync.Once
+	reconnectDone     chan struct{}
+	joins             sync.WaitGroup
 }
 
 // entry is the table's record of one node.
 type entry struct {
 	id      string
 	meta    *nodeMeta // nil until memberlist reports the node
+	addr    string    // its gossip host:port, as memberlist reports it
 	local   bool
 	gone    bool      // memberlist reported it dead or left
 	created time.Time // when the entry was made
@@ -139,7 +156,8 @@ type entry struct {
 }
 
 // Start creates this node's memberlist, joins cfg.Join and starts the
-// goroutine that gossips the local state; Close stops both. It returns an
+// goroutine that gossips the local state and the one that reconnects to
+// lost members; Close stops them all. It returns an
 // error, never panics, on a bad Config (see Config.Validate), when the
 // address cannot be bound, or when none of cfg.Join can be joined (joining
 // some is fine).
@@ -157,6 +175,15 @@ func Start(cfg Config) (*Cluster, error) {
 	c.queue.RetransmitMult = mc.RetransmitMult
 	mc.Delegate = &delegate{c}
 	mc.Events = &eventDelegate{c}
+	if cfg.tune != nil {
+		cfg.tune(mc)
+	}
+	tr, err := newTransport(mc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start memberlist on %s: %w", cfg.BindAddr, err)
+	}
+	mc.Transport = tr
+	c.tr = tr
 	logger := c.log
 
 	// The first state is published before anyone can ask for it.
@@ -164,9 +191,11 @@ func Start(cfg Config) (*Cluster, error) {
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = tr.Shutdown()
 		return nil, fmt.Errorf("cluster: start memberlist on %s: %w", cfg.BindAddr, err)
 	}
 	c.ml = ml
+	c.addr = ml.LocalNode().Address()
 	if len(cfg.Join) > 0 {
 		n, err := ml.Join(cfg.Join)
 		if n == 0 {
@@ -178,6 +207,11 @@ func Start(cfg Config) (*Cluster, error) {
 		}
 	}
 	go c.run()
+	if cfg.ReconnectInterval > 0 {
+		go c.reconnectLoop()
+	} else {
+		close(c.reconnectDone)
+	}
 	logger.Info("cluster started", "addr", c.Addr(), "joined", len(cfg.Join) > 0, "insecure", len(cfg.Key) == 0)
 	return c, nil
 }
@@ -200,8 +234,13 @@ func newCluster(cfg Config, meta []byte) *Cluster {
 		meta:  meta,
 		nodes: make(map[string]*entry),
 		ver:   version{Epoch: epoch},
+		lost:  make(map[string]lost),
+		peak:  1,
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
+
+		reconnectStop: make(chan struct{}),
+		reconnectDone: make(chan struct{}),
 	}
 	c.nodes[c.id] = &entry{
 		id:    c.id,
@@ -224,7 +263,7 @@ func (c *Cluster) ID() string { return c.id }
 // Addr returns the gossip host:port this node advertises (with the port
 // memberlist picked when BindAddr had port 0).
 func (c *Cluster) Addr() string {
-	return c.ml.LocalNode().Address()
+	return c.addr
 }
 
 // run publishes the local state every StateInterval until Close.
@@ -497,8 +536,9 @@ const DefaultLeaveTimeout = 5 * time.Second
 // marked leaving and draining, waits for it to go out (at most half of
 // timeout), then leaves memberlist, waiting at most the rest of timeout
 // for the leave to be broadcast (a timeout of 0 or less means
-// DefaultLeaveTimeout). Afterwards the node is "left" everywhere and gets
-// no requests; call Close to stop it. Leave after Close returns ErrClosed.
+// DefaultLeaveTimeout). It first stops reconnecting to lost members.
+// Afterwards the node is "left" everywhere and gets no requests; call Close
+// to stop it. Leave after Close returns ErrClosed.
 func (c *Cluster) Leave(timeout time.Duration) error {
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
@@ -509,6 +549,7 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 		timeout = DefaultLeaveTimeout
 	}
 	start := time.Now()
+	c.stopReconnect()
 	c.mu.RLock()
 	last := c.last
 	c.mu.RUnlock()
@@ -533,9 +574,9 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 	return nil
 }
 
-// Close stops the state goroutine and shuts memberlist down without a
-// leave (peers see the node fail unless Leave came first). It is
-// idempotent.
+// Close stops the state and reconnect goroutines and shuts memberlist down
+// without a leave (peers see the node fail unless Leave came first), which
+// ends any reconnect dial in flight. It is idempotent.
 func (c *Cluster) Close() error {
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
@@ -543,9 +584,12 @@ func (c *Cluster) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.stopReconnect()
 	close(c.stop)
 	<-c.done
-	if err := c.ml.Shutdown(); err != nil {
+	err := c.ml.Shutdown()
+	c.joins.Wait()
+	if err != nil {
 		return fmt.Errorf("cluster: shutdown: %w", err)
 	}
 	return nil
@@ -674,15 +718,19 @@ func (c *Cluster) handleJoin(n *memberlist.Node) {
 	}
 	newMember := e.meta == nil
 	e.meta = meta
+	e.addr = n.Address()
 	e.gone = false
 	e.seen = now
+	delete(c.lost, n.Name)
 	if newMember {
 		c.rebuildRingLocked()
 	}
 	c.countLiveLocked()
 }
 
-// handleLeave records a node memberlist reports dead or left.
+// handleLeave records a node memberlist reports dead or left: one whose
+// last state said it was leaving lowers the peak, any other is lost, for
+// the reconnect loop.
 func (c *Cluster) handleLeave(n *memberlist.Node) {
 	if n.Name == c.id {
 		return
@@ -690,12 +738,18 @@ func (c *Cluster) handleLeave(n *memberlist.Node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.nodes[n.Name]
-	if e == nil || e.meta == nil {
+	if e == nil || e.meta == nil || e.gone {
 		return
 	}
+	now := time.Now()
 	e.gone = true
-	e.goneAt = time.Now()
+	e.goneAt = now
 	c.countLiveLocked()
+	if e.flags&flagLeaving != 0 {
+		c.lowerPeakLocked()
+	} else if len(c.lost) < maxNodes {
+		c.lost[n.Name] = lost{addr: n.Address(), at: now}
+	}
 }
 
 // forget removes a node (one with malformed metadata) from the table.
@@ -717,6 +771,7 @@ func (c *Cluster) countLiveLocked() {
 		}
 	}
 	c.numLive.Store(int64(n))
+	c.peak = max(c.peak, n)
 }
 
 // sameState reports whether a and b would publish the same records.

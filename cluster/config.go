@@ -31,6 +31,12 @@ const (
 	DefaultBindAddr      = "127.0.0.1:7946"
 	DefaultStateInterval = 500 * time.Millisecond
 	localStateInterval   = 50 * time.Millisecond
+	// Reconnect defaults (see Config.ReconnectInterval and
+	// ReconnectTimeout).
+	DefaultReconnectInterval = 10 * time.Second
+	DefaultReconnectTimeout  = 24 * time.Hour
+	localReconnectInterval   = 500 * time.Millisecond
+	localReconnectTimeout    = time.Minute
 	// suspectIntervals is SuspectAfter's default in StateIntervals.
 	suspectIntervals = 20
 	// heartbeatIntervals: an unchanged local state is still republished
@@ -92,6 +98,17 @@ type Config struct {
 	// newer state of it has arrived for this long. Default 20 x
 	// StateInterval (10 s, or 1 s with ProfileLocal).
 	SuspectAfter time.Duration
+	// ReconnectInterval is how often this node tries to join again the
+	// members it lost (memberlist declared them dead, not left) and, while
+	// fewer members are alive than at the peak, the Join addresses that are
+	// not alive members; see the package doc. memberlist alone never
+	// contacts a dead node again, so without this the two halves of a
+	// healed partition stay apart. Default 10 s (500 ms with
+	// ProfileLocal); negative turns reconnecting off.
+	ReconnectInterval time.Duration
+	// ReconnectTimeout is how long a lost member is retried after it was
+	// declared dead. Default 24 h (1 min with ProfileLocal).
+	ReconnectTimeout time.Duration
 	// LocalState returns this node's current state. It is called once by
 	// Start, then every StateInterval from the cluster's own goroutine,
 	// and must not block. The cluster copies what it keeps; nil publishes
@@ -105,8 +122,9 @@ type Config struct {
 	// this node's state version. Tests use it to restart a node "in the
 	// past".
 	epoch uint64
-	// tune, when set, adjusts the memberlist configuration last (tests:
-	// slower timings under the race detector).
+	// tune, when set, adjusts the memberlist configuration last, before
+	// the transport is made (tests: slower timings under the race
+	// detector).
 	tune func(*memberlist.Config)
 }
 
@@ -124,12 +142,14 @@ func (c Config) LogValue() slog.Value {
 		slog.String("version", c.Version),
 		slog.String("profile", c.Profile),
 		slog.Duration("state_interval", c.StateInterval),
+		slog.Duration("reconnect_interval", c.ReconnectInterval),
 	)
 }
 
 // DefaultConfig returns a Config with every default filled in except Key:
 // a generated NodeID, BindAddr 127.0.0.1:7946, ProfileLAN, StateInterval
-// 500 ms and SuspectAfter 10 s.
+// 500 ms, SuspectAfter 10 s, ReconnectInterval 10 s and ReconnectTimeout
+// 24 h.
 func DefaultConfig() Config {
 	var c Config
 	c.setDefaults()
@@ -156,6 +176,18 @@ func (c *Config) setDefaults() {
 	if c.SuspectAfter == 0 {
 		c.SuspectAfter = suspectIntervals * c.StateInterval
 	}
+	if c.ReconnectInterval == 0 {
+		c.ReconnectInterval = DefaultReconnectInterval
+		if c.Profile == ProfileLocal {
+			c.ReconnectInterval = localReconnectInterval
+		}
+	}
+	if c.ReconnectTimeout == 0 {
+		c.ReconnectTimeout = DefaultReconnectTimeout
+		if c.Profile == ProfileLocal {
+			c.ReconnectTimeout = localReconnectTimeout
+		}
+	}
 }
 
 func defaultNodeID() string {
@@ -170,8 +202,8 @@ func defaultNodeID() string {
 
 // Validate reports the first problem with c as Start would see it, after
 // defaults: ErrNoKey without Key or InsecureGossip, a key that is not 16,
-// 24 or 32 bytes, a bad address, an unknown profile, a negative interval,
-// or ErrMetaTooLarge when the metadata does not fit 512 bytes.
+// 24 or 32 bytes, a bad address, an unknown profile, a negative interval
+// (but ReconnectInterval) or ReconnectTimeout, or ErrMetaTooLarge when the metadata does not fit 512 bytes.
 func (c Config) Validate() error {
 	c.setDefaults()
 	_, err := c.validate()
@@ -206,8 +238,8 @@ func (c *Config) validate() ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("cluster: unknown profile %q (want %q or %q)", c.Profile, ProfileLAN, ProfileLocal)
 	}
-	if c.StateInterval < 0 || c.SuspectAfter < 0 {
-		return nil, errors.New("cluster: negative StateInterval or SuspectAfter")
+	if c.StateInterval < 0 || c.SuspectAfter < 0 || c.ReconnectTimeout < 0 {
+		return nil, errors.New("cluster: negative StateInterval, SuspectAfter or ReconnectTimeout")
 	}
 	if len(c.Models) > maxModels {
 		return nil, fmt.Errorf("cluster: %d models, at most %d", len(c.Models), maxModels)
@@ -286,8 +318,5 @@ func (c *Config) memberlistConfig(logger *slog.Logger) (*memberlist.Config, erro
 		mc.GossipVerifyOutgoing = true
 	}
 	mc.Logger = slog.NewLogLogger(logger.Handler(), slog.LevelDebug)
-	if c.tune != nil {
-		c.tune(mc)
-	}
 	return mc, nil
 }

@@ -23,6 +23,28 @@
 // [Config.SuspectAfter] or the caller evicted it with [Cluster.MarkFailed],
 // and "alive" otherwise.
 //
+// # Reconnecting
+//
+// memberlist never contacts a node again once it has declared it dead, so
+// after a partition heals the two halves would stay apart. As in serf, the
+// Cluster keeps the lost members (declared dead, not left: a node whose
+// last state said it was leaving is not lost) with their address and the
+// time they went, and one goroutine tries a memberlist Join of their
+// addresses every [Config.ReconnectInterval] (10 s; 500 ms with
+// ProfileLocal): up to 8 at random per round, all at once, the next round
+// starting when these are done. A member is given up after
+// [Config.ReconnectTimeout] (24 h; 1 min with ProfileLocal), and dropped at
+// once when it comes back, when a late state says it was leaving, or when an
+// alive member now has its address. The Join addresses (seeds) are tried
+// too in a round while fewer members are alive than at the peak (the most
+// alive at once, lowered when a member leaves or is given up), except the
+// seeds that are alive members: a seed is worth a try when it is a name
+// that resolves to new addresses, or a node this one no longer sees. One
+// join is a TCP push/pull of the member tables; the node that learns it was
+// declared dead refutes it, and both halves converge by gossip. The loop
+// runs outside the delegates and without locks held; Leave stops it, and
+// Close ends a dial in flight (the transport's dials end at shutdown).
+//
 // # Wire formats
 //
 // All integers are unsigned varints (encoding/binary) unless said otherwise;
