@@ -109,8 +109,9 @@ func TestStatePropagation(t *testing.T) {
 	t.Logf("new state and full summary everywhere after %v", time.Since(start))
 
 	// b and c are idle, so a, at 7 of ceil(1.25 x 8/3) = 4, is over the
-	// bound: b still lists it, last.
-	got := nb.Route(RouteRequest{Model: "m", Prefix: p[:60]}, nil)
+	// bound (with no load slack: 7 is within the default 8): b still lists
+	// it, last.
+	got := nb.Route(RouteRequest{Model: "m", Prefix: p[:60], LoadSlack: -1}, nil)
 	require.Len(t, got, 3)
 	assert.Equal(t, pick{"a", ReasonOverloaded}, picks(got)[2])
 	assert.Equal(t, 60, got[2].PrefixBlocks)
