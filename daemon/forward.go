@@ -330,21 +330,51 @@ func (s *Server) peerDo(ctx context.Context, addr, method, uri string, r *http.R
 	return resp, func() { cancel(nil) }, nil
 }
 
+// askPeer sends r's request to peer c (see peerDo). An answer the next
+// node may do better with (5xx, 429, or 403: the peer refused this node's
+// signature) is an error. The caller calls release when done with the
+// response, which closes its body.
+func (s *Server) askPeer(ctx context.Context, r *http.Request, rl *reqLog, c cluster.Candidate) (
+	resp *http.Response, release func(), err error) {
+	resp, done, err := s.peerDo(ctx, c.Member.APIAddr, r.Method, r.URL.RequestURI(), r, rl)
+	if err != nil {
+		return nil, nil, err
+	}
+	release = func() {
+		_ = resp.Body.Close()
+		done()
+	}
+	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusForbidden {
+		release()
+		return nil, nil, fmt.Errorf("peer answered %s", resp.Status)
+	}
+	return resp, release, nil
+}
+
+// copyPeerHeaders starts the response to the client with a peer's status
+// and headers (less the hop-by-hop ones) under this node's request id.
+func copyPeerHeaders(w http.ResponseWriter, resp *http.Response, rl *reqLog) {
+	for k, vs := range resp.Header {
+		if !hopHeaders[k] {
+			w.Header()[k] = vs
+		}
+	}
+	w.Header().Set("X-Request-Id", rl.id)
+	w.WriteHeader(resp.StatusCode)
+	rl.status = resp.StatusCode
+}
+
 // forwardJSON serves a non-streamed request through peer c: the peer's
 // answer is read whole, its usage recorded here, then passed on. It
 // reports false, having written nothing, when the peer failed and the
 // request may go elsewhere.
 func (s *Server) forwardJSON(ctx context.Context, w http.ResponseWriter, r *http.Request, rl *reqLog, j *job, c cluster.Candidate,
 	settle func(engine.Usage)) (bool, error) {
-	resp, release, err := s.peerDo(ctx, c.Member.APIAddr, r.Method, r.URL.RequestURI(), r, rl)
+	resp, release, err := s.askPeer(ctx, r, rl, c)
 	if err != nil {
 		return false, err
 	}
 	defer release()
-	defer resp.Body.Close()
-	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusForbidden {
-		return false, fmt.Errorf("peer answered %s", resp.Status)
-	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxForwardedJSON))
 	if err != nil {
 		return false, err
@@ -367,13 +397,7 @@ func (s *Server) forwardJSON(ctx context.Context, w http.ResponseWriter, r *http
 		}
 	}
 	settle(rl.usage)
-	for k, vs := range resp.Header {
-		if !hopHeaders[k] {
-			w.Header()[k] = vs
-		}
-	}
-	w.Header().Set("X-Request-Id", rl.id)
-	w.WriteHeader(resp.StatusCode)
+	copyPeerHeaders(w, resp, rl)
 	_, _ = w.Write(body)
 	return true, nil
 }

@@ -213,23 +213,12 @@ func (s *Server) admitRemote(w http.ResponseWriter, r *http.Request, rl *reqLog,
 // 403) and the next peer may be tried.
 func (s *Server) relayRaw(w http.ResponseWriter, r *http.Request, rl *reqLog, c cluster.Candidate, stream bool) (
 	bool, error) {
-	resp, release, err := s.peerDo(r.Context(), c.Member.APIAddr, r.Method, r.URL.RequestURI(), r, rl)
+	resp, release, err := s.askPeer(r.Context(), r, rl, c)
 	if err != nil {
 		return false, err
 	}
 	defer release()
-	defer resp.Body.Close()
-	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusForbidden {
-		return false, fmt.Errorf("peer answered %s", resp.Status)
-	}
-	for k, vs := range resp.Header {
-		if !hopHeaders[k] {
-			w.Header()[k] = vs
-		}
-	}
-	w.Header().Set("X-Request-Id", rl.id)
-	w.WriteHeader(resp.StatusCode)
-	rl.status = resp.StatusCode
+	copyPeerHeaders(w, resp, rl)
 	rc := http.NewResponseController(w)
 	buf := make([]byte, 32<<10)
 	for {

@@ -24,6 +24,7 @@ import (
 
 // llmdProc is an llmd process started by a test.
 type llmdProc struct {
+	id     string // its --node-id, when the test set one
 	cmd    *exec.Cmd
 	base   string
 	stderr *syncBuffer

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -105,13 +104,8 @@ func TestClusterRoutingFigures(t *testing.T) {
 
 // completed is the number of requests the node's engines finished.
 func completed(t *testing.T, base string) uint64 {
-	resp, err := http.Get(base + "/v1/stats")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var st api.StatsResponse
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
 	var n uint64
-	for _, m := range st.Models {
+	for _, m := range engineStats(t, base).Models {
 		n += m.Completed
 	}
 	return n
@@ -127,7 +121,7 @@ func pct(sorted []time.Duration, q float64) time.Duration {
 // runConversations runs convs conversations of turns turns, workers at a
 // time, over systems shared system prompts; each turn enters at a random
 // node (sending X-Conversation-Id when withID).
-func runConversations(procs []*clusterProc, convs, turns, workers, systems int, withID bool) []turnResult {
+func runConversations(procs []*llmdProc, convs, turns, workers, systems int, withID bool) []turnResult {
 	c := &http.Client{Timeout: 120 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer c.CloseIdleConnections()
 	next := make(chan int)

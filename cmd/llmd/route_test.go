@@ -7,15 +7,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,14 +24,6 @@ import (
 // The tests in this file run real llmd processes joined into a cluster on
 // loopback and drive them over HTTP as clients do.
 
-// clusterProc is one running llmd.
-type clusterProc struct {
-	id, base string
-	cmd      *exec.Cmd
-	stderr   *syncBuffer
-	exited   chan error
-}
-
 // freeAddr returns a loopback address with a port free at the time.
 func freeAddr(t testing.TB) string {
 	t.Helper()
@@ -45,59 +34,19 @@ func freeAddr(t testing.TB) string {
 	return addr
 }
 
-var listeningLine = regexp.MustCompile(`^llmd listening on http://(\S+) serving`)
-
-// startNode starts bin with args and waits for its startup line; it is
-// killed when the test ends.
-func startNode(t *testing.T, bin, id string, args ...string) *clusterProc {
-	t.Helper()
-	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--node-id", id, "--data-dir",
-		filepath.Join(t.TempDir(), id)}, args...)...)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	p := &clusterProc{id: id, cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	cmd.Stderr = p.stderr
-	require.NoError(t, cmd.Start())
-	lines := make(chan string, 4)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default:
-			}
-		}
-		p.exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	select {
-	case line := <-lines:
-		m := listeningLine.FindStringSubmatch(line)
-		require.NotNil(t, m, "startup line %q", line)
-		p.base = "http://" + m[1]
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s: no startup line; stderr:\n%s", id, p.stderr.String())
-	}
+// startNode starts bin as cluster node id with its own data directory.
+func startNode(t *testing.T, bin, id string, args ...string) *llmdProc {
+	p := startLLMD(t, bin, append([]string{"--node-id", id, "--data-dir", filepath.Join(t.TempDir(), id)}, args...)...)
+	p.id = id
 	return p
 }
 
-// kill9 kills p with SIGKILL and waits for it.
-func (p *clusterProc) kill9(t testing.TB) {
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
-	<-p.exited
-}
-
 // startClusterProcs starts n llmd processes joined with a gossip key.
-func startClusterProcs(t *testing.T, bin string, n int, extra ...string) []*clusterProc {
+func startClusterProcs(t *testing.T, bin string, n int, extra ...string) []*llmdProc {
 	t.Helper()
 	key := "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" // 32 bytes, base64
 	first := freeAddr(t)
-	procs := make([]*clusterProc, n)
+	procs := make([]*llmdProc, n)
 	for i := range n {
 		gossip := first
 		args := []string{"--gossip-key", key}
@@ -364,14 +313,19 @@ func TestThreeProcessesRouteAndSurviveKill(t *testing.T) {
 
 // blocksUsed is the KV blocks in use on a node, over its models.
 func blocksUsed(t *testing.T, base string) int {
+	n := 0
+	for _, m := range engineStats(t, base).Models {
+		n += m.BlocksUsed
+	}
+	return n
+}
+
+// engineStats is a node's GET /v1/stats.
+func engineStats(t *testing.T, base string) api.StatsResponse {
 	resp, err := http.Get(base + "/v1/stats")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var st api.StatsResponse
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
-	n := 0
-	for _, m := range st.Models {
-		n += m.BlocksUsed
-	}
-	return n
+	return st
 }
