@@ -259,47 +259,88 @@ func (e *Engine) Stats() Stats {
 func (e *Engine) Run(ctx context.Context) error {
 	defer e.shutdown()
 	for {
-		e.drainInbox()
-		e.observeLadder()
-		var plan *Plan
-		if ctx.Err() == nil && e.sched.NumRunning()+e.sched.NumWaiting()+e.sched.NumSwapped() > 0 {
-			plan = e.sched.Step()
+		ran, err := e.turn(ctx, false)
+		if err != nil {
+			return nil
 		}
-		if plan == nil || plan.Empty() {
-			// Idle, or (which admission rules out: it ignores the watermark
-			// when nothing runs) waiting work that cannot be admitted: sleep
-			// until something arrives rather than spin.
-			// While degraded, wake up to let the ladder descend.
-			var descend <-chan time.Time
-			var timer *time.Timer
-			if e.ladder.level > DegradeNone {
-				timer = time.NewTimer(e.cfg.Ladder.Hold)
-				descend = timer.C
-			}
-			e.publishStats()
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-e.wake:
-			case <-descend:
-			}
-			if timer != nil {
-				timer.Stop()
-			}
+		if ran {
 			continue
 		}
-		out, err := e.exec.Forward(ctx, &plan.Batch)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			e.logger.Error("executor step failed", "err", err, "seqs", len(plan.Batch.Seqs))
-			e.sched.Fail(plan, err)
-		} else {
-			e.sched.Apply(plan, out, e.clock.Now())
+		// Idle, or (which admission rules out: it ignores the watermark
+		// when nothing runs) waiting work that cannot be admitted: sleep
+		// until something arrives rather than spin.
+		// While degraded, wake up to let the ladder descend.
+		var descend <-chan time.Time
+		var timer *time.Timer
+		if e.ladder.level > DegradeNone {
+			timer = time.NewTimer(e.cfg.Ladder.Hold)
+			descend = timer.C
 		}
-		e.publishStats()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-e.wake:
+		case <-descend:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
 	}
+}
+
+// Step runs one turn of the step loop on the caller's goroutine, for a
+// driver that owns time (a fleet simulator stepping many engines on one
+// virtual timeline): it takes the submissions and cancellations made since
+// the last turn, decides a batch, runs it through the executor (which
+// sleeps on the engine's clock) and applies the results, so the step's
+// events are in their streams when Step returns. It reports whether a step
+// ran; false means the engine has nothing it can run (idle, or waiting
+// work that cannot be admitted) until something is submitted or cancelled.
+//
+// Use Step or Run on an engine, never both, and call Step from one
+// goroutine at a time. An executor error fails the step's sequences and
+// Step returns nil, as Run goes on. If ctx ends before or during the step,
+// Step returns ctx's error and the step's sequences fail with it.
+func (e *Engine) Step(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	return e.turn(ctx, true)
+}
+
+// turn is one turn of the step loop: drain the inbox, feed the ladder,
+// then plan, run and apply one step. It reports whether a step ran. When
+// ctx ends during the executor's step it returns ctx's error, having
+// failed the step's sequences if failInterrupted (Step) or left them to the
+// shutdown (Run).
+func (e *Engine) turn(ctx context.Context, failInterrupted bool) (bool, error) {
+	e.drainInbox()
+	e.observeLadder()
+	var plan *Plan
+	if ctx.Err() == nil && e.sched.NumRunning()+e.sched.NumWaiting()+e.sched.NumSwapped() > 0 {
+		plan = e.sched.Step()
+	}
+	if plan == nil || plan.Empty() {
+		e.publishStats()
+		return false, nil
+	}
+	out, err := e.exec.Forward(ctx, &plan.Batch)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		if !failInterrupted {
+			return true, ctx.Err()
+		}
+		e.sched.Fail(plan, ctx.Err())
+		e.publishStats()
+		return true, ctx.Err()
+	case err != nil:
+		e.logger.Error("executor step failed", "err", err, "seqs", len(plan.Batch.Seqs))
+		e.sched.Fail(plan, err)
+	default:
+		e.sched.Apply(plan, out, e.clock.Now())
+	}
+	e.publishStats()
+	return true, nil
 }
 
 // maxInspect bounds the requests Requests returns.
