@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/zeebo/xxh3"
 
@@ -261,4 +263,117 @@ func (p *prefixMatcher) blocks(keys map[uint64]struct{}) int {
 		}
 	}
 	return 0
+}
+
+// RouteMembers orders members for req as Cluster.Route orders a cluster's
+// members, for a router that keeps its own member list (a fleet simulator,
+// a test). The candidates are the members that serve req.Model, are not
+// draining and whose Status is alive or unset; a member's prefix summary is
+// its State.Prefixes[req.Model] (only each hash's Hi counts, as in a
+// gossiped summary); the ring holds every member's ID. localPrefix, when
+// not nil, counts the blocks the Local member holds exactly. It builds the
+// ring and the summaries' key sets on every call: to route many requests,
+// keep a RoutePool instead.
+func RouteMembers(members []Member, req RouteRequest, localPrefix func([]kvcache.Hash) int) []Candidate {
+	return NewRoutePool(members).Route(req, localPrefix)
+}
+
+// RoutePool is a member list prepared for routing many requests: the ring
+// over the members' IDs and the key sets of their prefix summaries are
+// built once, and SetLoad and SetPrefixes update one member at a time. It
+// routes as RouteMembers does.
+//
+// Locking: none; one goroutine owns a RoutePool.
+type RoutePool struct {
+	members []Member // sorted by ID, without duplicates
+	// keys holds each member's summary keys per model.
+	keys []map[string]map[uint64]struct{}
+	ring *ring
+	// scratch is the pool handed to route, reused.
+	scratch []routeMember
+}
+
+// NewRoutePool prepares members for routing. Of members sharing an ID the
+// first is kept. The pool copies the list, not the members' State maps,
+// which it never modifies.
+func NewRoutePool(members []Member) *RoutePool {
+	ms := slices.Clone(members)
+	slices.SortStableFunc(ms, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	ms = slices.CompactFunc(ms, func(a, b Member) bool { return a.ID == b.ID })
+	p := &RoutePool{members: ms, keys: make([]map[string]map[uint64]struct{}, len(ms))}
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+		p.keys[i] = make(map[string]map[uint64]struct{}, len(m.State.Prefixes))
+		for model, hs := range m.State.Prefixes {
+			p.keys[i][model] = keySet(hs)
+		}
+	}
+	p.ring = newRing(ids)
+	return p
+}
+
+func keySet(hs []kvcache.Hash) map[uint64]struct{} {
+	set := make(map[uint64]struct{}, len(hs))
+	for _, h := range hs {
+		set[prefixKey(h)] = struct{}{}
+	}
+	return set
+}
+
+func (p *RoutePool) index(id string) int {
+	i, ok := slices.BinarySearchFunc(p.members, id, func(m Member, id string) int { return strings.Compare(m.ID, id) })
+	if !ok {
+		return -1
+	}
+	return i
+}
+
+// SetLoad sets member id's load for model, and reports whether the pool
+// has that member. The member's Load map is replaced, not modified, so
+// Candidates returned before keep the load they had.
+func (p *RoutePool) SetLoad(id, model string, l ModelLoad) bool {
+	i := p.index(id)
+	if i < 0 {
+		return false
+	}
+	st := &p.members[i].State
+	load := make(map[string]ModelLoad, max(len(st.Load), 1))
+	maps.Copy(load, st.Load)
+	load[model] = l
+	st.Load = load
+	return true
+}
+
+// SetPrefixes sets member id's prefix summary for model (see
+// State.Prefixes), and reports whether the pool has that member. The
+// member's Prefixes map is replaced, not modified; the pool keeps
+// prefixes, which the caller must not modify afterwards.
+func (p *RoutePool) SetPrefixes(id, model string, prefixes []kvcache.Hash) bool {
+	i := p.index(id)
+	if i < 0 {
+		return false
+	}
+	st := &p.members[i].State
+	pre := make(map[string][]kvcache.Hash, max(len(st.Prefixes), 1))
+	maps.Copy(pre, st.Prefixes)
+	pre[model] = prefixes
+	st.Prefixes = pre
+	p.keys[i][model] = keySet(prefixes)
+	return true
+}
+
+// Route orders the pool's members for req, as RouteMembers does.
+func (p *RoutePool) Route(req RouteRequest, localPrefix func([]kvcache.Hash) int) []Candidate {
+	pool := p.scratch[:0]
+	for i, m := range p.members {
+		if !slices.Contains(m.Models, req.Model) || m.State.Draining || m.Status != "" && m.Status != StatusAlive {
+			continue
+		}
+		pool = append(pool, routeMember{Member: m, keys: p.keys[i][req.Model]})
+	}
+	out := route(pool, p.ring, req, localPrefix)
+	clear(pool)
+	p.scratch = pool[:0]
+	return out
 }
