@@ -72,7 +72,9 @@ Token counts are exact for llmd's sim/* models and approximate elsewhere.
 --dataset reads user messages from a JSONL file of {"prompt": ...,
 "output_tokens": N} lines or ShareGPT {"conversations": [...]} entries.
 --api-key may be repeated: conversations are spread over the keys, as
-tenants. --seed makes the workload reproducible.
+tenants. --seed makes the workload reproducible: the same seed sends the
+same prompts, so a second run against the same server finds them in its
+prefix cache; change --seed for a cold cache.
 
 Metrics, as vLLM defines them, measured on this client:
   TTFT  time from sending the request to the first chunk carrying content.
