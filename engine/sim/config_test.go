@@ -35,6 +35,21 @@ func TestDefaultConfig(t *testing.T) {
 	require.Equal(t, 1.0, cfg.TimeScale)
 }
 
+func TestCalibratedConfig(t *testing.T) {
+	t.Parallel()
+	c := CalibratedConfig()
+	require.NoError(t, c.Validate())
+	require.Equal(t, 0.8, c.BandwidthEfficiency)
+	require.Equal(t, 0.5, c.ComputeEfficiency)
+	require.Equal(t, 80*time.Microsecond, c.SeqOverhead)
+	d := DefaultConfig()
+	require.Zero(t, d.BandwidthEfficiency, "the default is the pure roofline")
+	require.Zero(t, d.ComputeEfficiency)
+	require.Zero(t, d.SeqOverhead)
+	c.BandwidthEfficiency, c.ComputeEfficiency, c.SeqOverhead = 0, 0, 0
+	require.Equal(t, d, c, "only the efficiencies differ")
+}
+
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	tests := map[string]struct {
@@ -42,37 +57,43 @@ func TestValidate(t *testing.T) {
 		wantFit bool // a *FitError
 		wantErr bool
 	}{
-		"default":              {edit: func(*Config) {}},
-		"flagship on h100":     {edit: func(c *Config) { *c = testConfig(t, "h100", "flagship", 1) }},
-		"flagship on a100":     {edit: func(c *Config) { *c = testConfig(t, "a100", "flagship", 1) }},
-		"flagship on l40s":     {edit: func(c *Config) { *c = testConfig(t, "l40s", "flagship", 1) }, wantFit: true},
-		"flagship on 2x l40s":  {edit: func(c *Config) { *c = testConfig(t, "l40s", "flagship", 2) }},
-		"mid on l40s":          {edit: func(c *Config) { *c = testConfig(t, "l40s", "mid", 1) }, wantFit: true},
-		"all memory reserved":  {edit: func(c *Config) { c.ReserveFraction = 0.99 }, wantFit: true},
-		"tp 8":                 {edit: func(c *Config) { c.TP = 8 }},
-		"tp 16 replicates kv":  {edit: func(c *Config) { c.TP = 16 }},
-		"tp 0":                 {edit: func(c *Config) { c.TP = 0 }, wantErr: true},
-		"tp 3":                 {edit: func(c *Config) { c.TP = 3 }, wantErr: true},
-		"tp 128":               {edit: func(c *Config) { c.TP = 128 }, wantErr: true},
-		"tp 8 on 40 heads":     {edit: func(c *Config) { *c = testConfig(t, "h100", "mid", 8) }},
-		"tp 16 on 40 heads":    {edit: func(c *Config) { *c = testConfig(t, "h100", "mid", 16) }, wantErr: true},
-		"block size 12":        {edit: func(c *Config) { c.BlockSize = 12 }, wantErr: true},
-		"block size 0":         {edit: func(c *Config) { c.BlockSize = 0 }, wantErr: true},
-		"reserve 1":            {edit: func(c *Config) { c.ReserveFraction = 1 }, wantErr: true},
-		"reserve negative":     {edit: func(c *Config) { c.ReserveFraction = -0.1 }, wantErr: true},
-		"overhead negative":    {edit: func(c *Config) { c.StepOverhead = -time.Millisecond }, wantErr: true},
-		"no overhead":          {edit: func(c *Config) { c.StepOverhead = 0 }},
-		"host link negative":   {edit: func(c *Config) { c.HostLinkBytesPerSec = -1 }, wantErr: true},
-		"no host link at all":  {edit: func(c *Config) { c.GPU.HostLinkBytesPerSec = 0 }, wantErr: true},
-		"swap negative":        {edit: func(c *Config) { c.HostSwapBytes = -1 }, wantErr: true},
-		"no swap":              {edit: func(c *Config) { c.HostSwapBytes = 0 }},
-		"mean output negative": {edit: func(c *Config) { c.MeanOutputTokens = -1 }, wantErr: true},
-		"time scale 0":         {edit: func(c *Config) { c.TimeScale = 0 }, wantErr: true},
-		"model id not sim":     {edit: func(c *Config) { c.Model.ID = "meta/llama" }, wantErr: true},
-		"model no layers":      {edit: func(c *Config) { c.Model.Layers = 0 }, wantErr: true},
-		"model fp32 weights":   {edit: func(c *Config) { c.Model.WeightDTypeBytes = 4 }, wantErr: true},
-		"model tiny vocab":     {edit: func(c *Config) { c.Model.VocabSize = 100 }, wantErr: true},
-		"gpu zero":             {edit: func(c *Config) { c.GPU = GPU{} }, wantErr: true},
+		"default":               {edit: func(*Config) {}},
+		"flagship on h100":      {edit: func(c *Config) { *c = testConfig(t, "h100", "flagship", 1) }},
+		"flagship on a100":      {edit: func(c *Config) { *c = testConfig(t, "a100", "flagship", 1) }},
+		"flagship on l40s":      {edit: func(c *Config) { *c = testConfig(t, "l40s", "flagship", 1) }, wantFit: true},
+		"flagship on 2x l40s":   {edit: func(c *Config) { *c = testConfig(t, "l40s", "flagship", 2) }},
+		"mid on l40s":           {edit: func(c *Config) { *c = testConfig(t, "l40s", "mid", 1) }, wantFit: true},
+		"all memory reserved":   {edit: func(c *Config) { c.ReserveFraction = 0.99 }, wantFit: true},
+		"tp 8":                  {edit: func(c *Config) { c.TP = 8 }},
+		"tp 16 replicates kv":   {edit: func(c *Config) { c.TP = 16 }},
+		"tp 0":                  {edit: func(c *Config) { c.TP = 0 }, wantErr: true},
+		"tp 3":                  {edit: func(c *Config) { c.TP = 3 }, wantErr: true},
+		"tp 128":                {edit: func(c *Config) { c.TP = 128 }, wantErr: true},
+		"tp 8 on 40 heads":      {edit: func(c *Config) { *c = testConfig(t, "h100", "mid", 8) }},
+		"tp 16 on 40 heads":     {edit: func(c *Config) { *c = testConfig(t, "h100", "mid", 16) }, wantErr: true},
+		"block size 12":         {edit: func(c *Config) { c.BlockSize = 12 }, wantErr: true},
+		"block size 0":          {edit: func(c *Config) { c.BlockSize = 0 }, wantErr: true},
+		"reserve 1":             {edit: func(c *Config) { c.ReserveFraction = 1 }, wantErr: true},
+		"reserve negative":      {edit: func(c *Config) { c.ReserveFraction = -0.1 }, wantErr: true},
+		"overhead negative":     {edit: func(c *Config) { c.StepOverhead = -time.Millisecond }, wantErr: true},
+		"seq overhead negative": {edit: func(c *Config) { c.SeqOverhead = -time.Microsecond }, wantErr: true},
+		"calibrated":            {edit: func(c *Config) { *c = CalibratedConfig() }},
+		"bandwidth eff. 1.5":    {edit: func(c *Config) { c.BandwidthEfficiency = 1.5 }, wantErr: true},
+		"compute eff. negative": {edit: func(c *Config) { c.ComputeEfficiency = -0.5 }, wantErr: true},
+		"405b on 8x h100":       {edit: func(c *Config) { *c = testConfig(t, "h100", "llama3-405b", 8) }},
+		"405b on 4x h100":       {edit: func(c *Config) { *c = testConfig(t, "h100", "llama3-405b", 4) }, wantFit: true},
+		"no overhead":           {edit: func(c *Config) { c.StepOverhead = 0 }},
+		"host link negative":    {edit: func(c *Config) { c.HostLinkBytesPerSec = -1 }, wantErr: true},
+		"no host link at all":   {edit: func(c *Config) { c.GPU.HostLinkBytesPerSec = 0 }, wantErr: true},
+		"swap negative":         {edit: func(c *Config) { c.HostSwapBytes = -1 }, wantErr: true},
+		"no swap":               {edit: func(c *Config) { c.HostSwapBytes = 0 }},
+		"mean output negative":  {edit: func(c *Config) { c.MeanOutputTokens = -1 }, wantErr: true},
+		"time scale 0":          {edit: func(c *Config) { c.TimeScale = 0 }, wantErr: true},
+		"model id not sim":      {edit: func(c *Config) { c.Model.ID = "meta/llama" }, wantErr: true},
+		"model no layers":       {edit: func(c *Config) { c.Model.Layers = 0 }, wantErr: true},
+		"model fp32 weights":    {edit: func(c *Config) { c.Model.WeightDTypeBytes = 4 }, wantErr: true},
+		"model tiny vocab":      {edit: func(c *Config) { c.Model.VocabSize = 100 }, wantErr: true},
+		"gpu zero":              {edit: func(c *Config) { c.GPU = GPU{} }, wantErr: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -12,7 +12,10 @@
 // reserve) and the time of each step: the larger of the bytes moved (the
 // weights once, plus the KV cache every sequence reads and writes) over the
 // bandwidth and the FLOPs over the peak, plus a fixed overhead and any
-// host-link time for swapped blocks. Forward sleeps that long on an
+// host-link time for swapped blocks. DefaultConfig is that pure roofline,
+// an upper bound; [CalibratedConfig] scales the peaks by the efficiencies
+// real kernels reach and adds host time per sequence, fitted to published
+// vLLM throughput (see its constants). Forward sleeps that long on an
 // [engine.Clock]: the real clock for a demo or a load test, a virtual clock
 // to simulate an hour of traffic in seconds.
 //

@@ -28,9 +28,9 @@ type Executor struct {
 	weightBytes float64
 	params      float64
 	attnPerCtx  float64 // attention FLOPs per query token per context token
-	bandwidth   float64 // bytes/s across the group
-	peakWeights float64 // FLOP/s for the weight matmuls across the group
-	peakAttn    float64 // FLOP/s for attention across the group
+	bandwidth   float64 // bytes/s across the group, as reached (BandwidthEfficiency)
+	peakWeights float64 // FLOP/s for the weight matmuls across the group, as reached (ComputeEfficiency)
+	peakAttn    float64 // FLOP/s for attention across the group, as reached
 	hostLink    float64 // bytes/s across the group
 	capacity    int64   // KV capacity in bytes
 	swapSlots   int
@@ -60,6 +60,13 @@ func New(cfg Config, clock engine.Clock) (*Executor, error) {
 	if link == 0 {
 		link = cfg.GPU.HostLinkBytesPerSec
 	}
+	effBW, effFLOPS := cfg.BandwidthEfficiency, cfg.ComputeEfficiency
+	if effBW == 0 {
+		effBW = 1
+	}
+	if effFLOPS == 0 {
+		effFLOPS = 1
+	}
 	e := &Executor{
 		cfg:         cfg,
 		clock:       clock,
@@ -70,9 +77,9 @@ func New(cfg Config, clock engine.Clock) (*Executor, error) {
 		weightBytes: float64(m.WeightBytes()),
 		params:      float64(m.Params),
 		attnPerCtx:  4 * float64(m.Layers) * float64(m.Heads) * float64(m.HeadDim),
-		bandwidth:   cfg.GPU.BandwidthBytesPerSec * tp,
-		peakWeights: cfg.GPU.PeakFLOPS(m.WeightDTypeBytes) * tp,
-		peakAttn:    cfg.GPU.PeakFLOPS(2) * tp,
+		bandwidth:   cfg.GPU.BandwidthBytesPerSec * tp * effBW,
+		peakWeights: cfg.GPU.PeakFLOPS(m.WeightDTypeBytes) * tp * effFLOPS,
+		peakAttn:    cfg.GPU.PeakFLOPS(2) * tp * effFLOPS,
 		hostLink:    link * tp,
 		capacity:    cfg.kvCapacityBytes(),
 	}
@@ -145,14 +152,16 @@ type Cost struct {
 	// layers x heads x head dim per query token per context token it
 	// attends to, causally).
 	FLOPs float64
-	// MemoryTime is Bytes over the group's bandwidth.
+	// MemoryTime is Bytes over the group's bandwidth (times
+	// BandwidthEfficiency).
 	MemoryTime time.Duration
 	// ComputeTime is FLOPs over the group's peak (the weight dtype's rate
-	// for the matmuls, BF16 for attention).
+	// for the matmuls, BF16 for attention; times ComputeEfficiency).
 	ComputeTime time.Duration
 	// TransferTime is the time to move swapped blocks over the host links.
 	TransferTime time.Duration
-	// Overhead is the fixed per-step overhead.
+	// Overhead is the per-step overhead: StepOverhead, plus SeqOverhead
+	// for each sequence in the batch.
 	Overhead time.Duration
 }
 
@@ -183,7 +192,7 @@ func (e *Executor) Cost(b *engine.Batch) Cost {
 		// Query j of the chunk attends to positions 0..pos+j.
 		attended += n*pos + n*(n+1)/2
 	}
-	c := Cost{Overhead: e.cfg.StepOverhead}
+	c := Cost{Overhead: e.cfg.StepOverhead + time.Duration(len(b.Seqs))*e.cfg.SeqOverhead}
 	if len(b.Seqs) > 0 {
 		c.Bytes = e.weightBytes + (ctxTokens+tokens)*e.kvPerToken
 	}

@@ -196,6 +196,27 @@ func TestCostFormula(t *testing.T) {
 	require.Zero(t, e.StepTime(&engine.Batch{}))
 }
 
+// TestCostEfficiencies: the efficiencies stretch the memory and compute
+// times by their inverse, and the sequence overhead adds per sequence.
+func TestCostEfficiencies(t *testing.T) {
+	t.Parallel()
+	roof, _ := newTestExecutor(t, DefaultConfig())
+	cfg := DefaultConfig()
+	cfg.BandwidthEfficiency, cfg.ComputeEfficiency, cfg.SeqOverhead = 0.8, 0.5, 80*time.Microsecond
+	cal, _ := newTestExecutor(t, cfg)
+	for _, b := range []*engine.Batch{decodeBatch(4, 1000), {Seqs: []engine.SeqInput{prefillSeq(1, 512, true)}}} {
+		r, c := roof.Cost(b), cal.Cost(b)
+		require.Equal(t, r.Bytes, c.Bytes)
+		require.Equal(t, r.FLOPs, c.FLOPs)
+		require.InEpsilon(t, r.MemoryTime.Seconds()/0.8, c.MemoryTime.Seconds(), 1e-6)
+		require.InEpsilon(t, r.ComputeTime.Seconds()/0.5, c.ComputeTime.Seconds(), 1e-6)
+		require.Equal(t, time.Millisecond+time.Duration(len(b.Seqs))*80*time.Microsecond, c.Overhead)
+	}
+	require.InEpsilon(t, roof.PrefillTime(1000).Seconds()/0.5, cal.PrefillTime(1000).Seconds(), 1e-6)
+	require.Equal(t, roof.SwapTime(10), cal.SwapTime(10), "the host link is not scaled")
+	require.Zero(t, cal.StepTime(&engine.Batch{}))
+}
+
 func TestCostTensorParallel(t *testing.T) {
 	t.Parallel()
 	e1, _ := newTestExecutor(t, testConfig(t, "h100", "mid", 1))

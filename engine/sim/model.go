@@ -122,9 +122,25 @@ var models = map[string]Model{
 		KVDTypeBytes:     2,
 		ContextLength:    32768,
 	},
+	// llama3-405b: Llama-3.1-405B-like, FP8 weights (Meta's official FP8
+	// checkpoint), FP16 KV cache; needs 8 H100s.
+	"llama3-405b": {
+		ID:               "sim/llama3-405b",
+		Layers:           126,
+		HiddenSize:       16384,
+		Heads:            128,
+		KVHeads:          8,
+		HeadDim:          128,
+		FFNSize:          53248,
+		VocabSize:        128256,
+		Params:           405_853_388_800,
+		WeightDTypeBytes: 1,
+		KVDTypeBytes:     2,
+		ContextLength:    32768,
+	},
 }
 
-var modelNames = []string{"small", "mid", "flagship"}
+var modelNames = []string{"small", "mid", "flagship", "llama3-405b"}
 
 // ModelNames returns the short names of the built-in model profiles,
 // smallest first; ModelByName accepts them with or without the "sim/"
@@ -134,7 +150,7 @@ func ModelNames() []string {
 }
 
 // ModelByName returns the built-in model profile named name ("small",
-// "mid" or "flagship", with or without the "sim/" prefix,
+// "mid", "flagship" or "llama3-405b", with or without the "sim/" prefix,
 // case-insensitive).
 func ModelByName(name string) (Model, error) {
 	key := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(name)), modelPrefix)

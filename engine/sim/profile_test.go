@@ -9,9 +9,10 @@ import (
 func TestKVBytesPerToken(t *testing.T) {
 	t.Parallel()
 	tests := map[string]int64{
-		"small":    2 * 32 * 8 * 128 * 2,
-		"mid":      2 * 64 * 8 * 128 * 2,
-		"flagship": 327_680,
+		"small":       2 * 32 * 8 * 128 * 2,
+		"mid":         2 * 64 * 8 * 128 * 2,
+		"flagship":    327_680,
+		"llama3-405b": 2 * 126 * 8 * 128 * 2,
 	}
 	for name, want := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -30,11 +31,12 @@ func TestModelProfiles(t *testing.T) {
 		weightBytes int
 		layers      int
 	}{
-		"small":    {params: 8.0, weightBytes: 2, layers: 32},
-		"mid":      {params: 32.8, weightBytes: 2, layers: 64},
-		"flagship": {params: 70.6, weightBytes: 1, layers: 80},
+		"small":       {params: 8.0, weightBytes: 2, layers: 32},
+		"mid":         {params: 32.8, weightBytes: 2, layers: 64},
+		"flagship":    {params: 70.6, weightBytes: 1, layers: 80},
+		"llama3-405b": {params: 405.9, weightBytes: 1, layers: 126},
 	}
-	require.Equal(t, []string{"small", "mid", "flagship"}, ModelNames())
+	require.Equal(t, []string{"small", "mid", "flagship", "llama3-405b"}, ModelNames())
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
