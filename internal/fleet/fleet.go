@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,15 +74,19 @@ type Config struct {
 	// cold. 0 measures from the start.
 	Warmup time.Duration
 	// Workers is how many goroutines step the nodes between two arrivals;
-	// 0 means GOMAXPROCS. The Report does not depend on it.
+	// 0 means 1. More help only with idle cores to spare: a window
+	// between arrivals holds tens of microseconds of work per node, so
+	// waking a worker costs about what it saves on a busy machine. The
+	// Report does not depend on it.
 	Workers int
 }
 
-// DefaultConfig returns four nodes of sim/small on one H100 each, routed
-// by prefix, with answers exactly as long as the workload asks; the
-// caller sets the Workload.
+// DefaultConfig returns four nodes of sim/small on one H100 each, with the
+// calibrated cost model (sim.CalibratedConfig), routed by prefix, with
+// answers exactly as long as the workload asks; the caller sets the
+// Workload.
 func DefaultConfig() Config {
-	sc := sim.DefaultConfig()
+	sc := sim.CalibratedConfig()
 	sc.MeanOutputTokens = 0
 	return Config{Nodes: 4, Sim: sc, Engine: engine.DefaultConfig(), Route: RoutePrefix}
 }
@@ -573,11 +576,7 @@ func (d *driver) stepShare(ctx context.Context, w int, until time.Time) {
 }
 
 func (d *driver) startWorkers() {
-	w := d.cfg.Workers
-	if w == 0 {
-		w = runtime.GOMAXPROCS(0)
-	}
-	w = min(w, len(d.nodes))
+	w := min(max(d.cfg.Workers, 1), len(d.nodes))
 	d.done = make(chan error, w)
 	for i := 1; i < w; i++ {
 		ch := make(chan time.Time)
