@@ -69,7 +69,8 @@ func newRootCmd() *cobra.Command {
 		"API key for llmd (env LLMD_API_KEY; prefer it: a flag shows in the process list)")
 
 	root.AddCommand(newModelsCmd(a), newNodesCmd(a), newChatCmd(a), newStatsCmd(a), newModelCmd(a),
-		newKeysCmd(a), newQuotaCmd(a), newTenantsCmd(a), newUsageCmd(a), newTopCmd(a), newBenchCmd(a))
+		newKeysCmd(a), newQuotaCmd(a), newTenantsCmd(a), newUsageCmd(a), newTopCmd(a), newBenchCmd(a),
+		newSimulateCmd(), newPlanCmd())
 	return root
 }
 
