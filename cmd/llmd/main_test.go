@@ -96,8 +96,31 @@ func TestResolveConfig(t *testing.T) {
 			want: func(c *daemon.Config) {
 				c.DataDir = "/d"
 				c.Cluster = &daemon.ClusterConfig{GossipAddr: "127.0.0.1:7947", Join: []string{"10.0.0.2:7946", "10.0.0.3:7946"},
-					Key: []byte("0123456789abcdef")}
+					Key: []byte("0123456789abcdef"), RoutePolicy: daemon.RoutePrefix, LoadBound: 1.25, LoadSlack: 8,
+					ForwardTimeout: 2 * time.Second}
 			},
+		},
+		"routing flags": {
+			args: []string{"--data-dir", "/d", "--gossip-addr", "127.0.0.1:7947", "--insecure-gossip", "--route-policy", "round_robin",
+				"--load-bound", "1.5", "--load-slack", "0", "--forward-timeout", "500ms", "--fallback-model", "sim/flagship=sim/mid"},
+			want: func(c *daemon.Config) {
+				c.DataDir = "/d"
+				c.Cluster = &daemon.ClusterConfig{GossipAddr: "127.0.0.1:7947", InsecureGossip: true, RoutePolicy: daemon.RouteRoundRobin,
+					LoadBound: 1.5, LoadSlack: -1, ForwardTimeout: 500 * time.Millisecond,
+					Fallback: map[string]string{"sim/flagship": "sim/mid"}}
+			},
+		},
+		"bad route policy": {
+			args: []string{"--data-dir", "/d", "--gossip-addr", "127.0.0.1:7947", "--insecure-gossip", "--route-policy", "random"},
+			err:  "--route-policy",
+		},
+		"bad fallback": {
+			args: []string{"--data-dir", "/d", "--gossip-addr", "127.0.0.1:7947", "--insecure-gossip", "--fallback-model", "sim/mid"},
+			err:  "FROM=TO",
+		},
+		"load bound below 1": {
+			args: []string{"--data-dir", "/d", "--gossip-addr", "127.0.0.1:7947", "--insecure-gossip", "--load-bound", "0.5"},
+			err:  "--load-bound",
 		},
 		"cluster without a key": {
 			args: []string{"--data-dir", "/d", "--join", "10.0.0.2:7946"},
