@@ -9,6 +9,9 @@ type NodeModelLoad struct {
 	KVUsage float64 `json:"kv_usage"`
 	// TokensPerSecond is the model's recent output rate on the node.
 	TokensPerSecond float64 `json:"tokens_per_second"`
+	// WaitingByTier splits Waiting by tier (enterprise, paid, free,
+	// batch); tiers with none are left out.
+	WaitingByTier map[string]int `json:"waiting_by_tier,omitempty"`
 }
 
 // NodeInfo is one cluster member as the answering node sees it.

@@ -35,7 +35,13 @@ type ModelLoad struct {
 	KVUsage float64
 	// TokensPerSecond is the recent output rate.
 	TokensPerSecond float64
+	// WaitingByTier splits Waiting by priority class, in the engine's
+	// order: batch, free, paid, enterprise.
+	WaitingByTier [NumTiers]int
 }
+
+// NumTiers is the number of priority classes a load reports.
+const NumTiers = 4
 
 // State is what a node gossips about itself.
 type State struct {

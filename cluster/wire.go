@@ -117,6 +117,10 @@ func appendRecord(b []byte, r *record) []byte {
 			e.uvarint(uint64(clampCount(m.Load.Waiting)))
 			e.f32(m.Load.KVUsage)
 			e.f32(m.Load.TokensPerSecond)
+			e.uvarint(NumTiers)
+			for _, w := range m.Load.WaitingByTier {
+				e.uvarint(uint64(clampCount(w)))
+			}
 		}
 		e.keys(m.Keys)
 	}
@@ -280,6 +284,17 @@ func (d *decoder) record() *record {
 				d.fail()
 			}
 			m.Load = ModelLoad{Running: int(running), Waiting: int(waiting), KVUsage: d.f32(), TokensPerSecond: d.f32()}
+			// Tiers beyond NumTiers (a newer node) are read and dropped.
+			tiers := d.count(64, 1)
+			for i := range tiers {
+				w := d.uvarint()
+				if w >= maxCount {
+					d.fail()
+				}
+				if i < NumTiers {
+					m.Load.WaitingByTier[i] = int(w)
+				}
+			}
 		}
 		m.Keys = d.keys()
 		if d.err != nil {
@@ -424,6 +439,9 @@ func sanitizeLoad(l ModelLoad) ModelLoad {
 	l.Waiting = clampCount(l.Waiting)
 	l.KVUsage = finiteNonNeg(l.KVUsage)
 	l.TokensPerSecond = finiteNonNeg(l.TokensPerSecond)
+	for i := range l.WaitingByTier {
+		l.WaitingByTier[i] = clampCount(l.WaitingByTier[i])
+	}
 	return l
 }
 

@@ -210,3 +210,35 @@ func FuzzDecode(f *testing.F) {
 		_ = c.Route(RouteRequest{Model: "m", Prefix: chain(1, 3)}, nil)
 	})
 }
+
+// TestWaitingByTierRoundTrip: each tier's waiting count travels in a
+// state record; a record from a node with more tiers keeps the first four.
+func TestWaitingByTierRoundTrip(t *testing.T) {
+	t.Parallel()
+	st := State{Load: map[string]ModelLoad{"m": {Waiting: 10, WaitingByTier: [NumTiers]int{1, 2, 3, 4}}}}
+	state, _ := stateRecords("n", version{Epoch: 1, Seq: 1}, st, 0)
+	r, err := decodeGossip(encodeGossip(state))
+	require.NoError(t, err)
+	require.Equal(t, [NumTiers]int{1, 2, 3, 4}, r.Models[0].Load.WaitingByTier)
+
+	e := encoder{}
+	e.byte(kindState)
+	e.str("n")
+	e.uvarint(1)
+	e.uvarint(1)
+	e.byte(0)
+	e.uvarint(1)
+	e.str("m")
+	e.uvarint(0)
+	e.uvarint(15)
+	e.f32(0)
+	e.f32(0)
+	e.uvarint(5)
+	for _, w := range []uint64{1, 2, 3, 4, 5} {
+		e.uvarint(w)
+	}
+	e.keys(nil)
+	r, err = decodeRecord(e.b)
+	require.NoError(t, err)
+	require.Equal(t, [NumTiers]int{1, 2, 3, 4}, r.Models[0].Load.WaitingByTier)
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/cluster"
+	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
 )
 
@@ -98,7 +99,7 @@ func (s *Server) clusterState() cluster.State {
 			kv = float64(es.BlocksUsed) / float64(es.BlocksTotal)
 		}
 		st.Load[m.id] = cluster.ModelLoad{Running: es.Running, Waiting: es.Waiting, KVUsage: kv,
-			TokensPerSecond: s.outputRate(m.id, es.GeneratedTokens, time.Now())}
+			TokensPerSecond: s.outputRate(m.id, es.GeneratedTokens, time.Now()), WaitingByTier: es.WaitingByPriority}
 		if s.cluster != nil {
 			st.Prefixes[m.id] = m.eng.RecentPrefixes(cluster.MaxPrefixKeys)
 		}
@@ -173,8 +174,14 @@ func nodeInfo(m cluster.Member) api.NodeInfo {
 	n := api.NodeInfo{ID: m.ID, APIAddr: m.APIAddr, Version: m.Version, Models: m.Models, Status: m.Status,
 		Local: m.Local, Draining: m.State.Draining, Load: map[string]api.NodeModelLoad{}, Updated: m.Updated.UTC()}
 	for model, l := range m.State.Load {
+		byTier := map[string]int{}
+		for p, w := range l.WaitingByTier {
+			if w > 0 {
+				byTier[engine.Priority(p).String()] = w
+			}
+		}
 		n.Load[model] = api.NodeModelLoad{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage,
-			TokensPerSecond: l.TokensPerSecond}
+			TokensPerSecond: l.TokensPerSecond, WaitingByTier: byTier}
 	}
 	for _, keys := range m.State.Prefixes {
 		n.PrefixKeys += len(keys)
