@@ -106,7 +106,7 @@ func TestPlanSearchSmoke(t *testing.T) {
 	require.Positive(t, n.RequestsPerSec)
 	assert.LessOrEqual(t, n.ITL.P99, 50*time.Millisecond)
 	assert.LessOrEqual(t, n.TTFT.P99, 2*time.Second)
-	assert.InDelta(t, n.RequestsPerSec*128, n.OutputTokensPerSec, 0.1*n.RequestsPerSec*128)
+	assert.InDelta(t, n.RequestsPerSec*128, n.OutputTokensPerSec, 0.2*n.RequestsPerSec*128, "a short window also counts tokens of requests that arrived in the warm-up")
 	var above float64
 	for _, tr := range n.Tried {
 		if tr.OK {

@@ -295,16 +295,19 @@ type node struct {
 	summary   []kvcache.Hash
 	summaryAt time.Time
 	fresh     bool
-	// live holds the requests sent to the node and not yet seen finished;
-	// urgent counts those to read after every step, watched those whose
-	// conversation's next turn waits for them.
-	live    []*flight
-	urgent  int
-	watched int
-	// completedSeen is the engine's Completed count at the last full
-	// read; sinceFull counts the steps since.
-	completedSeen uint64
-	sinceFull     int
+	// The requests sent to the node and not yet seen finished: started
+	// holds those whose first token was read, queued the others in order
+	// of arrival (the engine admits them roughly in that order), urgent
+	// those to read after every step (to be cancelled at their first
+	// token). watched counts the requests whose conversation's next turn
+	// waits for them.
+	started, queued, urgent []*flight
+	watched                 int
+	// finishedRead counts the finished requests read, to compare with the
+	// engine's Completed; sinceFull counts the steps since every stream
+	// was read.
+	finishedRead uint64
+	sinceFull    int
 	// outbox holds the requests seen finished since the loop last looked.
 	outbox []finish
 	err    error
@@ -495,6 +498,11 @@ func (d *driver) run(ctx context.Context) error {
 			d.horizon = maxTime(d.horizon, n.kvAt)
 		}
 	}
+	// Take in the events no step has read yet: the tokens up to the end.
+	for _, n := range d.nodes {
+		d.collect(n, n.eng.Stats().Completed, true)
+	}
+	d.takeFinishes()
 	d.settle(d.horizon)
 	return nil
 }
@@ -640,19 +648,7 @@ func (d *driver) startStep(ctx context.Context, n *node, t time.Time) {
 	} else {
 		n.view, n.sinceView = st, 0
 	}
-	// Read every stream when a request finished (the finish may move a
-	// conversation on or settle a quota) and every fullCollect steps (to
-	// bound the events waiting in streams); otherwise only the streams
-	// that need an answer before the next step: a request to cancel at
-	// its first token. Events carry their times, so reading late changes
-	// no measurement.
-	n.sinceFull++
-	if st.Completed != n.completedSeen || n.sinceFull >= fullCollect {
-		n.completedSeen, n.sinceFull = st.Completed, 0
-		d.collect(n, false)
-	} else if n.urgent > 0 {
-		d.collect(n, true)
-	}
+	d.collect(n, st.Completed, false)
 	d.noteKV(n, n.clock.now, usage(st))
 }
 
@@ -683,26 +679,62 @@ func (d *driver) inWindow(t time.Time) bool {
 	return !t.Before(d.warm) && (d.horizon.IsZero() || !t.After(d.horizon))
 }
 
-// collect takes in the events n's requests have received: all of them,
-// or only those of urgent requests.
-func (d *driver) collect(n *node, urgentOnly bool) {
-	if urgentOnly {
-		for _, f := range n.live {
-			if f.urgent {
-				d.read(f)
+// collect takes in the events n's requests have received since the last
+// step, as far as they matter now; completed is the engine's count of
+// finished requests. A finish matters at once (it may move a conversation
+// on or settle a quota), and so does the first token of a request to
+// cancel; tokens otherwise can wait, since events carry their times:
+// reading late changes no measurement. So after a step collect reads the
+// urgent requests, and, while the engine has finished more requests than
+// were read, the started ones and then the queued ones in order of arrival
+// until every finish is found; every fullCollect steps (or with all set)
+// it reads everything, which bounds the events waiting in streams.
+func (d *driver) collect(n *node, completed uint64, all bool) {
+	urgent := n.urgent[:0]
+	for _, f := range n.urgent {
+		d.read(f)
+		if f.urgent {
+			urgent = append(urgent, f)
+		}
+	}
+	clear(n.urgent[len(urgent):])
+	n.urgent = urgent
+
+	n.sinceFull++
+	if n.sinceFull >= fullCollect {
+		all = true
+	}
+	if all {
+		n.sinceFull = 0
+	}
+	if all || n.finishedRead < completed {
+		started := n.started[:0]
+		for _, f := range n.started {
+			d.read(f)
+			if !f.done {
+				started = append(started, f)
 			}
 		}
-		return
+		clear(n.started[len(started):])
+		n.started = started
 	}
-	live := n.live[:0]
-	for _, f := range n.live {
-		d.read(f)
-		if !f.done {
-			live = append(live, f)
+	if all || n.finishedRead < completed {
+		queued := n.queued[:0]
+		for _, f := range n.queued {
+			if all || n.finishedRead < completed {
+				d.read(f)
+			}
+			switch {
+			case f.done:
+			case f.tokens > 0:
+				n.started = append(n.started, f)
+			default:
+				queued = append(queued, f)
+			}
 		}
+		clear(n.queued[len(queued):])
+		n.queued = queued
 	}
-	clear(n.live[len(live):])
-	n.live = live
 }
 
 // read takes in the events f has received.
@@ -732,10 +764,7 @@ func (d *driver) token(f *flight, ev engine.Event) {
 		if f.item.Cancel {
 			n.eng.Cancel(f.id)
 		}
-		if f.urgent {
-			f.urgent = false
-			n.urgent--
-		}
+		f.urgent = false
 	} else if measured {
 		n.itl.add(ev.Time.Sub(f.last))
 	}
@@ -757,10 +786,8 @@ func (d *driver) finished(f *flight, ev engine.Event) {
 		n.input += int64(ev.Usage.InputTokens)
 		n.cached += int64(ev.Usage.CachedTokens)
 	}
-	if f.urgent {
-		f.urgent = false
-		n.urgent--
-	}
+	f.urgent = false
+	n.finishedRead++
 	n.outbox = append(n.outbox, finish{at: ev.Time, f: f, tokens: ev.Usage.InputTokens + ev.Usage.OutputTokens})
 }
 
@@ -908,10 +935,10 @@ func (d *driver) issue(ctx context.Context, it workload.Item) error {
 			n.watched++
 		}
 	}
-	n.live = append(n.live, f)
+	n.queued = append(n.queued, f)
 	if it.Cancel {
 		f.urgent = true
-		n.urgent++
+		n.urgent = append(n.urgent, f)
 	}
 	n.sinceView++
 	n.inStep++
@@ -1065,7 +1092,7 @@ func (d *driver) report() *Report {
 			nr.CacheHit = float64(n.cached) / float64(n.input)
 		}
 		r.Nodes = append(r.Nodes, nr)
-		r.Unfinished += len(n.live)
+		r.Unfinished += len(n.started) + len(n.queued)
 		fleet.Requests += nr.Requests
 		fleet.Completed += nr.Completed
 		fleet.InputTokens += nr.InputTokens
