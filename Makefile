@@ -36,8 +36,20 @@ SOAK ?= 5m
 soak: deps
 	LLMD_SOAK=$(SOAK) $(GO) test -run '^TestSoak$$' -count=1 -v -timeout 3h ./daemon/
 
+# make bench runs the benchmark suite (scripts/benchreport) and rewrites the
+# generated sections of BENCHMARKS.md: engine micro-benchmarks, CPU executor
+# tokens/s, quota decisions, the usage writer, the concurrent SSE streams one
+# llmd holds (levels up to STREAMS; 0 skips them) and the cluster routing
+# comparison. Each benchmark runs BENCH_COUNT times (the tables show the
+# median); BENCH_SKIP names sections to leave as they are (e.g. cluster,cpu),
+# BENCH_ONLY the only ones to run. A failure leaves BENCHMARKS.md untouched.
+BENCH_COUNT ?= 3
+STREAMS ?= 10000
+BENCH_SKIP ?=
+BENCH_ONLY ?=
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem ./engine/... ./daemon/quota/ ./store/
+	GO=$(GO) $(GO) run ./scripts/benchreport -count $(BENCH_COUNT) -streams $(STREAMS) \
+		-skip '$(BENCH_SKIP)' -only '$(BENCH_ONLY)' -file BENCHMARKS.md
 
 # make bench-cluster measures the routing policies on three llmd processes
 # (about 2 minutes) and prints the table of BENCHMARKS.md's cluster section.
