@@ -138,20 +138,39 @@ var models = map[string]Model{
 		KVDTypeBytes:     2,
 		ContextLength:    32768,
 	},
+	// llama2-7b: Llama-2-7B-like (meta-llama/Llama-2-7b-hf), FP16
+	// weights; full multi-head attention (32 KV heads, 524,288 bytes of
+	// KV a token) and a 4,096-token context. Used by the calibration
+	// against vLLM's published throughput (internal/fleet).
+	"llama2-7b": {
+		ID:               "sim/llama2-7b",
+		Layers:           32,
+		HiddenSize:       4096,
+		Heads:            32,
+		KVHeads:          32,
+		HeadDim:          128,
+		FFNSize:          11008,
+		VocabSize:        32000,
+		Params:           6_738_415_616,
+		WeightDTypeBytes: 2,
+		KVDTypeBytes:     2,
+		ContextLength:    4096,
+	},
 }
 
-var modelNames = []string{"small", "mid", "flagship", "llama3-405b"}
+var modelNames = []string{"small", "mid", "flagship", "llama3-405b", "llama2-7b"}
 
-// ModelNames returns the short names of the built-in model profiles,
-// smallest first; ModelByName accepts them with or without the "sim/"
-// prefix. The caller owns the returned slice.
+// ModelNames returns the short names of the built-in model profiles: the
+// general ones smallest first, then those added for calibration
+// (llama2-7b); ModelByName accepts them with or without the "sim/" prefix.
+// The caller owns the returned slice.
 func ModelNames() []string {
 	return append([]string(nil), modelNames...)
 }
 
 // ModelByName returns the built-in model profile named name ("small",
-// "mid", "flagship" or "llama3-405b", with or without the "sim/" prefix,
-// case-insensitive).
+// "mid", "flagship", "llama3-405b" or "llama2-7b", with or without the
+// "sim/" prefix, case-insensitive).
 func ModelByName(name string) (Model, error) {
 	key := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(name)), modelPrefix)
 	if m, ok := models[key]; ok {

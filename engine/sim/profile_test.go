@@ -13,6 +13,7 @@ func TestKVBytesPerToken(t *testing.T) {
 		"mid":         2 * 64 * 8 * 128 * 2,
 		"flagship":    327_680,
 		"llama3-405b": 2 * 126 * 8 * 128 * 2,
+		"llama2-7b":   524_288, // 2 x 32 layers x 32 KV heads x 128 x 2 bytes
 	}
 	for name, want := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -30,13 +31,15 @@ func TestModelProfiles(t *testing.T) {
 		params      float64 // billions, approximate
 		weightBytes int
 		layers      int
+		context     int // 0 means 32768
 	}{
 		"small":       {params: 8.0, weightBytes: 2, layers: 32},
 		"mid":         {params: 32.8, weightBytes: 2, layers: 64},
 		"flagship":    {params: 70.6, weightBytes: 1, layers: 80},
 		"llama3-405b": {params: 405.9, weightBytes: 1, layers: 126},
+		"llama2-7b":   {params: 6.74, weightBytes: 2, layers: 32, context: 4096},
 	}
-	require.Equal(t, []string{"small", "mid", "flagship", "llama3-405b"}, ModelNames())
+	require.Equal(t, []string{"small", "mid", "flagship", "llama3-405b", "llama2-7b"}, ModelNames())
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -47,7 +50,11 @@ func TestModelProfiles(t *testing.T) {
 			require.Equal(t, tc.layers, m.Layers)
 			require.Equal(t, tc.weightBytes, m.WeightDTypeBytes)
 			require.Equal(t, 2, m.KVDTypeBytes)
-			require.Equal(t, 32768, m.ContextLength)
+			wantContext := tc.context
+			if wantContext == 0 {
+				wantContext = 32768
+			}
+			require.Equal(t, wantContext, m.ContextLength)
 			require.InEpsilon(t, tc.params*1e9, float64(m.Params), 0.01)
 			// The parameter count follows from the shape (mid adds QKV
 			// biases the count leaves out).
@@ -67,6 +74,7 @@ func TestModelByName(t *testing.T) {
 		"short":   {name: "small", want: "sim/small"},
 		"prefix":  {name: "sim/mid", want: "sim/mid"},
 		"case":    {name: " SIM/Flagship ", want: "sim/flagship"},
+		"llama2":  {name: "LLAMA2-7B", want: "sim/llama2-7b"},
 		"unknown": {name: "llama", wantErr: true},
 		"empty":   {name: "", wantErr: true},
 		"bare":    {name: "sim/", wantErr: true},
