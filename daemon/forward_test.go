@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -551,4 +552,51 @@ func TestModelsServedElsewhere(t *testing.T) {
 	require.Equal(t, "model_not_found", errorOf(t, raw)["code"])
 	requireIdle(t, a.s)
 	requireIdle(t, b.s)
+}
+
+// TestSpillWhenTheHolderIsOverloaded: the node holding a prompt's prefix is
+// passed over once its load is above the bound (1.25x the mean and 8
+// sequences over the least loaded): turn 2 is served elsewhere, cold.
+func TestSpillWhenTheHolderIsOverloaded(t *testing.T) {
+	t.Parallel()
+	nodes := startTestCluster(t, 2, func(i int, c *Config) {
+		c.StepTimeScale = 1
+		if i == 0 {
+			c.Cluster.RoutePolicy = RouteLocal // node-a serves what enters it
+		}
+	})
+	a, b := nodes[0], nodes[1]
+	c := testClient(t)
+	sys := api.Message{Role: "system", Content: api.Content(longSystem)}
+	turn1 := []api.Message{sys, {Role: "user", Content: "Do you sell soldering irons?"}}
+	resp, raw := post(t, c, a.base+"/v1/chat/completions", chatJSON(false, turn1...))
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	waitForSummary(t, nodes, "node-a")
+
+	// Load node-a with long streams until node-b hears of it.
+	var streams []*liveSSE
+	for i := range 14 {
+		st := openSSE(t, c, http.MethodPost, a.base+"/v1/chat", "", nativeBody(int64(i), 5000, "a long story please"), nil)
+		require.Equal(t, http.StatusOK, st.resp.StatusCode)
+		streams = append(streams, st)
+	}
+	require.Eventually(t, func() bool {
+		for _, m := range b.s.cluster.Members() {
+			if m.ID == "node-a" && m.State.Load["sim/small"].Running+m.State.Load["sim/small"].Waiting >= 10 {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
+
+	turn2 := append(slices.Clone(turn1), api.Message{Role: "assistant", Content: "Yes."},
+		api.Message{Role: "user", Content: "Which ones?"})
+	resp, raw = post(t, c, b.base+"/v1/chat/completions", chatJSON(false, turn2...))
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	row := usageRows(t, nodes, resp.Header.Get("X-Request-Id"))["node-b"]
+	require.True(t, strings.HasPrefix(row.Route, "local "), "spilled to node-b: %q", row.Route)
+	require.Zero(t, row.CachedTokens, "cold on node-b")
+	for _, st := range streams {
+		st.close()
+	}
 }
