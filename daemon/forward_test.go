@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/api"
@@ -599,4 +600,36 @@ func TestSpillWhenTheHolderIsOverloaded(t *testing.T) {
 	for _, st := range streams {
 		st.close()
 	}
+}
+
+// TestSDKThroughAPeer: the official OpenAI Go SDK streams and fetches
+// answers served by a peer (round robin sends every other request there)
+// as it does from the node itself.
+func TestSDKThroughAPeer(t *testing.T) {
+	t.Parallel()
+	nodes := startTestCluster(t, 2, func(i int, c *Config) { c.Cluster.RoutePolicy = RouteRoundRobin })
+	client := sdkClient(t, nodes[0].base)
+	params := openai.ChatCompletionNewParams{
+		Model:         "sim/small",
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me about paged attention.")},
+		MaxTokens:     openai.Int(20),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	}
+	for range 2 {
+		stream := client.Chat.Completions.NewStreaming(t.Context(), params)
+		acc := openai.ChatCompletionAccumulator{}
+		for stream.Next() {
+			require.True(t, acc.AddChunk(stream.Current()))
+		}
+		require.NoError(t, stream.Err())
+		require.NoError(t, stream.Close())
+		require.NotEmpty(t, acc.Choices[0].Message.Content)
+		require.Positive(t, acc.Usage.CompletionTokens)
+
+		cc, err := client.Chat.Completions.New(t.Context(), params)
+		require.NoError(t, err)
+		require.NotEmpty(t, cc.Choices[0].Message.Content)
+		require.Equal(t, cc.Usage.PromptTokens+cc.Usage.CompletionTokens, cc.Usage.TotalTokens)
+	}
+	require.Positive(t, nodes[1].s.Stats()[0].Completed, "node-b served some")
 }
