@@ -70,7 +70,7 @@ func (s *Server) startCluster(apiAddr string) error {
 	}
 	cl, err := cluster.Start(cluster.Config{NodeID: s.cfg.NodeID, BindAddr: cc.GossipAddr, Join: cc.Join, Key: cc.Key,
 		InsecureGossip: cc.InsecureGossip, APIAddr: apiAddr, Models: s.Models(), Version: Version,
-		Profile: cc.Profile, LocalState: s.clusterState, Logger: s.log.With("component", "cluster")})
+		Profile: cc.Profile, LocalState: s.clusterState, Logger: s.rootLog})
 	if err != nil {
 		return fmt.Errorf("daemon: cluster: %w", err)
 	}

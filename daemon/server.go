@@ -162,6 +162,9 @@ type Server struct {
 	members *atomic.Pointer[cluster.Cluster]
 	// peers signs and checks forwarded requests, and peerClient sends
 	// them; both set with cluster. rr turns the round-robin policy.
+	// rootLog is the logger without this package's component, for the
+	// packages that name their own (cluster).
+	rootLog    *slog.Logger
 	peers      *peerAuth
 	peerClient *http.Client
 	rr         atomic.Uint64
@@ -296,7 +299,7 @@ func newServer(cfg Config, logger *slog.Logger, models []*model) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: logger.With("component", "daemon"), models: models, byID: map[string]*model{},
+	s := &Server{cfg: cfg, log: logger.With("component", "daemon"), rootLog: logger, models: models, byID: map[string]*model{},
 		quota: quota.NewMemory(quota.MemoryConfig{}), outputs: engine.NewOutputEstimator(), started: time.Now()}
 	for _, m := range models {
 		s.byID[m.id] = m
