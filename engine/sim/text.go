@@ -1,6 +1,10 @@
 package sim
 
-import "math"
+import (
+	"math"
+
+	"github.com/llmd/llmd/internal/hashmix"
+)
 
 // Placeholder prose. The token at output index i is a pure function of the
 // sequence's seed and i, computed in O(1): the output is cut into windows
@@ -26,16 +30,6 @@ const (
 	saltWord   = 0xbf58476d1ce4e5b9
 	saltLength = 0x94d049bb133111eb
 )
-
-// mix64 is the splitmix64 finalizer: a fast, well-mixed 64-bit hash.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
 
 // unit maps h to a float64 in (0, 1].
 func unit(h uint64) float64 {
@@ -71,7 +65,7 @@ type window struct {
 }
 
 func windowAt(seed uint64, k int) window {
-	h := mix64(seed ^ mix64(uint64(k)+saltWindow))
+	h := hashmix.Mix64(seed ^ hashmix.Mix64(uint64(k)+saltWindow))
 	w := window{period: periodMin + int(h%periodSpan), comma: -1}
 	h >>= 8
 	w.paragraph = h%6 == 0
@@ -106,7 +100,7 @@ func (g textGen) token(seed uint64, i int) int32 {
 	case off == w.comma:
 		return symbolIDs[',']
 	}
-	h := mix64(seed ^ mix64(uint64(i)+saltWord))
+	h := hashmix.Mix64(seed ^ hashmix.Mix64(uint64(i)+saltWord))
 	// Function words only at odd indexes, so none follows another, and
 	// neither right after a sentence's first word nor before a period or
 	// a comma.
@@ -122,7 +116,7 @@ func (g textGen) token(seed uint64, i int) int32 {
 
 // startWord returns the capitalized word that opens a sentence.
 func (g textGen) startWord(seed uint64, i, variant int) int32 {
-	h := mix64(seed ^ mix64(uint64(i)+saltWord))
+	h := hashmix.Mix64(seed ^ hashmix.Mix64(uint64(i)+saltWord))
 	if h%2 == 0 {
 		return wordID(starterWords[(h>>8)%uint64(len(starterWords))], variant)
 	}
@@ -149,8 +143,8 @@ func (g textGen) length(seed uint64) (int, bool) {
 		mean -= sentenceWindow / 2
 	}
 	theta := max(0, mean-float64(lo)) / 2
-	h := mix64(seed ^ saltLength)
-	tail := -theta * (math.Log(unit(mix64(h))) + math.Log(unit(mix64(h^saltWord))))
+	h := hashmix.Mix64(seed ^ saltLength)
+	tail := -theta * (math.Log(unit(hashmix.Mix64(h))) + math.Log(unit(hashmix.Mix64(h^saltWord))))
 	target := lo + int(math.Round(math.Min(tail, float64(4*m-lo))))
 	if !aligned {
 		return target, true

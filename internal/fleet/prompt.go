@@ -1,6 +1,9 @@
 package fleet
 
-import "github.com/llmd/llmd/internal/workload"
+import (
+	"github.com/llmd/llmd/internal/hashmix"
+	"github.com/llmd/llmd/internal/workload"
+)
 
 // prompts makes the token ids of a workload's prompts without any text:
 // the same shared system prompt always gives the same ids, and each user
@@ -24,7 +27,7 @@ func (p *prompts) systemTokens(i, n int) []int32 {
 	if s, ok := p.system[i]; ok {
 		return s
 	}
-	s := p.fill(make([]int32, 0, n), n, mix64(p.spec.Seed^0x5b7e_c0de^mix64(uint64(i))))
+	s := p.fill(make([]int32, 0, n), n, hashmix.Mix64(p.spec.Seed^0x5b7e_c0de^hashmix.Mix64(uint64(i))))
 	p.system[i] = s
 	return s
 }
@@ -45,7 +48,7 @@ func (p *prompts) first(it workload.Item) []int32 {
 
 // user appends the user message of it to dst.
 func (p *prompts) user(dst []int32, it workload.Item) []int32 {
-	return p.fill(dst, it.InputTokens, mix64(it.Seed^0x75_73_65_72))
+	return p.fill(dst, it.InputTokens, hashmix.Mix64(it.Seed^0x75_73_65_72))
 }
 
 // fill appends n ids drawn from the splitmix64 sequence of seed.
@@ -53,17 +56,7 @@ func (p *prompts) fill(dst []int32, n int, seed uint64) []int32 {
 	x := seed
 	for range n {
 		x += 0x9e3779b97f4a7c15
-		dst = append(dst, int32(1+mix64(x)%(p.vocab-1)))
+		dst = append(dst, int32(1+hashmix.Mix64(x)%(p.vocab-1)))
 	}
 	return dst
-}
-
-// mix64 is the splitmix64 finalizer.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
 }

@@ -7,7 +7,7 @@
 // no network, no goroutines (LoadJSONL reads a file, nothing else does
 // I/O). The same Spec gives the same items, so a load generator and a
 // fleet simulator can replay the very same workload. The package imports
-// nothing of llmd.
+// nothing of llmd but internal/hashmix.
 //
 // Two ways to consume a workload:
 //
@@ -29,6 +29,7 @@ package workload
 import (
 	"errors"
 	"fmt"
+	"github.com/llmd/llmd/internal/hashmix"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -171,16 +172,9 @@ func rng(seed, stream uint64, index int) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, mix64(stream^mix64(uint64(index)))))
 }
 
-// mix64 is the splitmix64 finalizer.
-func mix64(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
+// mix64 is splitmix64's step: the golden-ratio increment, then the
+// finalizer.
+func mix64(x uint64) uint64 { return hashmix.Mix64(x + 0x9e3779b97f4a7c15) }
 
 // SystemPromptTokens returns the length of shared system prompt i, in
 // tokens.
