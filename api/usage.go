@@ -23,6 +23,17 @@ type UsageRow struct {
 	Cost *float64 `json:"cost,omitempty"`
 }
 
+// AddCounts adds o's request and token counts to r (not its key or cost).
+func (r *UsageRow) AddCounts(o UsageRow) {
+	r.Requests += o.Requests
+	r.Cancelled += o.Cancelled
+	r.Errors += o.Errors
+	r.Rejected += o.Rejected
+	r.InputTokens += o.InputTokens
+	r.CachedTokens += o.CachedTokens
+	r.OutputTokens += o.OutputTokens
+}
+
 // OutputCost is the dashboard figure for one model and tier: what a million
 // output tokens cost in GPU time. GPUHours is the model's GPUs times the
 // report's window, attributed to tiers by their share of the model's

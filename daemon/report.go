@@ -134,15 +134,10 @@ func (s *Server) buildReport(rows []store.UsageRow, since, until time.Time, by s
 			}
 		}
 		row := &rep.Rows[i]
-		for _, dst := range []*api.UsageRow{row, &rep.Total} {
-			dst.Requests += r.Requests
-			dst.Cancelled += r.Cancelled
-			dst.Errors += r.Errors
-			dst.Rejected += r.Rejected
-			dst.InputTokens += r.InputTokens
-			dst.CachedTokens += r.CachedTokens
-			dst.OutputTokens += r.OutputTokens
-		}
+		counts := api.UsageRow{Requests: r.Requests, Cancelled: r.Cancelled, Errors: r.Errors, Rejected: r.Rejected,
+			InputTokens: r.InputTokens, CachedTokens: r.CachedTokens, OutputTokens: r.OutputTokens}
+		row.AddCounts(counts)
+		rep.Total.AddCounts(counts)
 		cost, ok := s.price(r)
 		switch {
 		case ok && row.Cost != nil:

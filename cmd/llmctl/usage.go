@@ -523,17 +523,6 @@ func (c costSum) value() *float64 {
 	return &v
 }
 
-// addUsage adds the counts of u to dst.
-func addUsage(dst *api.UsageRow, u api.UsageRow) {
-	dst.Requests += u.Requests
-	dst.Cancelled += u.Cancelled
-	dst.Errors += u.Errors
-	dst.Rejected += u.Rejected
-	dst.InputTokens += u.InputTokens
-	dst.CachedTokens += u.CachedTokens
-	dst.OutputTokens += u.OutputTokens
-}
-
 // mergeUsage merges the reports of one query from several nodes into one.
 // Rows with the same key are summed (requests and tokens), sorted by key;
 // a cost is summed when known everywhere (see costSum). The window is the
@@ -592,10 +581,10 @@ func mergeUsage(answered []nodeUsage) (merged api.UsageReport, notes []string) {
 				row, costs[u.Key] = &api.UsageRow{Key: u.Key}, &costSum{}
 				rows[u.Key] = row
 			}
-			addUsage(row, u)
+			row.AddCounts(u)
 			costs[u.Key].add(u)
 		}
-		addUsage(&merged.Total, r.Total)
+		merged.Total.AddCounts(r.Total)
 		total.add(r.Total)
 		for _, c := range r.OutputCosts {
 			k := mt{c.Model, c.Tier}

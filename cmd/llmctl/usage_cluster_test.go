@@ -25,7 +25,7 @@ func report(currency string, price float64, rows ...api.UsageRow) *api.UsageRepo
 		Rows: rows, Total: api.UsageRow{Key: "total"}, OutputCosts: []api.OutputCost{}}
 	var cost costSum
 	for _, u := range rows {
-		addUsage(&r.Total, u)
+		r.Total.AddCounts(u)
 		cost.add(u)
 	}
 	r.Total.Cost = cost.value()
