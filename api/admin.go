@@ -25,6 +25,10 @@ type KeyCreateRequest struct {
 	Admin bool `json:"admin,omitempty"`
 	// Name is a free-form label.
 	Name string `json:"name,omitempty"`
+	// Key, when set, is an existing key (made by another llmd) to add
+	// instead of a new one, so that one key works on every node of a
+	// cluster. The answer echoes it.
+	Key string `json:"key,omitempty"`
 }
 
 // KeyInfo describes an API key; it never holds the key itself.

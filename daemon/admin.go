@@ -60,12 +60,26 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ *reqL
 		writeError(w, "", storeError(err, "tenant"))
 		return
 	}
-	secret, k, err := s.store.CreateKey(ctx, req.Tenant, req.Admin, req.Name)
+	var (
+		secret = req.Key
+		k      store.Key
+		err    error
+	)
+	if secret != "" {
+		k, err = s.store.ImportKey(ctx, req.Tenant, req.Admin, req.Name, secret)
+		if errors.Is(err, store.ErrInvalid) {
+			writeError(w, "", invalidParam("key", "%v", err))
+			return
+		}
+	} else {
+		secret, k, err = s.store.CreateKey(ctx, req.Tenant, req.Admin, req.Name)
+	}
 	if err != nil {
 		writeError(w, "", storeError(err, "tenant"))
 		return
 	}
-	s.log.Info("api key created", "key_id", k.ID, "tenant", k.Tenant, "admin", k.Admin, "by", principalFrom(ctx).keyID)
+	s.log.Info("api key created", "key_id", k.ID, "tenant", k.Tenant, "admin", k.Admin, "imported", req.Key != "",
+		"by", principalFrom(ctx).keyID)
 	writeJSON(w, http.StatusCreated, api.KeyCreated{Key: secret, KeyInfo: keyInfo(k)})
 }
 

@@ -118,6 +118,61 @@ func (s *Store) CreateKey(ctx context.Context, tenant string, admin bool, name s
 	return secret, k, nil
 }
 
+// ImportKey adds an existing key, made by another llmd's CreateKey, for
+// tenant (which must exist), so that one key works on every node of a
+// cluster. A malformed secret (bad format or checksum), tenant or name
+// gives ErrInvalid. Importing a key this store already holds for the same
+// tenant and role is a no-op that returns it; a different key with the same
+// id, or the same key for another tenant or role, gives ErrInvalid.
+func (s *Store) ImportKey(ctx context.Context, tenant string, admin bool, name, secret string) (Key, error) {
+	if !wellFormed(secret) {
+		return Key{}, fmt.Errorf("%w: not an llmd API key (format or checksum)", ErrInvalid)
+	}
+	if err := checkTenantID(tenant); err != nil {
+		return Key{}, err
+	}
+	if err := checkKeyName(name); err != nil {
+		return Key{}, err
+	}
+	sum := sha256.Sum256([]byte(secret))
+	var k Key
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE id = ?`, tenant).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: tenant %q", ErrNotFound, tenant)
+		}
+		if err != nil {
+			return err
+		}
+		var hash []byte
+		old, err := scanKey(tx.QueryRowContext(ctx, authQuery, secret[:keyIDLen]), &hash)
+		switch {
+		case err == nil:
+			if subtle.ConstantTimeCompare(hash, sum[:]) != 1 || old.Tenant != tenant || old.Admin != admin {
+				return fmt.Errorf("%w: a different key with id %s exists (or it belongs to another tenant or role)",
+					ErrInvalid, old.ID)
+			}
+			k = old
+			return nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		now := fromMillis(millis(s.now()))
+		k = Key{ID: secret[:keyIDLen], Tenant: tenant, Admin: admin, Name: name, Created: now}
+		_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant, hash, admin, name, created)
+			VALUES (?, ?, ?, ?, ?, ?)`, k.ID, tenant, sum[:], admin, name, millis(now))
+		return err
+	})
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid) {
+		return Key{}, err
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("store: import key for tenant %q: %w", tenant, err)
+	}
+	return k, nil
+}
+
 // authQuery looks a key up for Authenticate.
 const authQuery = `SELECT ` + keyColumns + `, hash FROM api_keys WHERE id = ?`
 

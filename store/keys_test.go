@@ -338,3 +338,38 @@ func BenchmarkAuthenticate(b *testing.B) {
 		}
 	})
 }
+
+// TestImportKey: a key made by one store works in another once imported
+// there; importing it again is a no-op; a mistyped key, another tenant or
+// role, or a missing tenant are refused.
+func TestImportKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	a, _ := newStore(t)
+	b, _ := newStore(t)
+	for _, s := range []*Store{a, b} {
+		_, err := s.EnsureTenant(ctx, "acme", TierPaid)
+		require.NoError(t, err)
+	}
+	secret, made, err := a.CreateKey(ctx, "acme", false, "backend")
+	require.NoError(t, err)
+	_, err = b.Authenticate(ctx, secret)
+	require.ErrorIs(t, err, ErrBadKey)
+
+	k, err := b.ImportKey(ctx, "acme", false, "backend", secret)
+	require.NoError(t, err)
+	require.Equal(t, made.ID, k.ID)
+	got, err := b.Authenticate(ctx, secret)
+	require.NoError(t, err)
+	require.Equal(t, "acme", got.Tenant)
+	again, err := b.ImportKey(ctx, "acme", false, "other name", secret)
+	require.NoError(t, err, "importing twice is a no-op")
+	require.Equal(t, "backend", again.Name)
+
+	_, err = b.ImportKey(ctx, "acme", true, "", secret)
+	require.ErrorIs(t, err, ErrInvalid, "the same key as an admin key")
+	_, err = b.ImportKey(ctx, "acme", false, "", secret[:len(secret)-1]+"x")
+	require.ErrorIs(t, err, ErrInvalid, "a mistyped key")
+	_, err = b.ImportKey(ctx, "nobody", false, "", secret)
+	require.ErrorIs(t, err, ErrNotFound)
+}

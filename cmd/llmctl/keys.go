@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -34,8 +36,9 @@ func newKeysCmd(a *app) *cobra.Command {
 
 func newKeysCreateCmd(a *app) *cobra.Command {
 	var (
-		req     api.KeyCreateRequest
-		dataDir string
+		req      api.KeyCreateRequest
+		dataDir  string
+		keyStdin bool
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -47,11 +50,22 @@ The tenant is created, with --tier, if it does not exist. Creating a key
 needs an admin key, except while llmd has no key at all: then llmctl on
 the same host as llmd may create the first (admin) key without one.`,
 		Example: `  export LLMD_API_KEY=$(llmctl keys create --admin --name ops)
-  llmctl keys create --tenant acme --tier enterprise --name "acme backend"`,
+  llmctl keys create --tenant acme --tier enterprise --name "acme backend"
+  # the same key on a second node of a cluster:
+  echo "$KEY" | llmctl --addr node-b:8700 keys create --tenant acme --key-stdin`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkTier(req.Tier); err != nil {
 				return usageError(cmd, err)
+			}
+			if keyStdin {
+				b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 4096))
+				if err != nil {
+					return err
+				}
+				if req.Key = strings.TrimSpace(string(b)); req.Key == "" {
+					return usageError(cmd, errors.New("--key-stdin: no key on stdin"))
+				}
 			}
 			var (
 				kc  *api.KeyCreated
@@ -83,6 +97,8 @@ the same host as llmd may create the first (admin) key without one.`,
 	f.BoolVar(&req.Admin, "admin", false, "the key may call the admin routes (keys, tenants, quotas)")
 	f.StringVar(&req.Name, "name", "", "a label for the key")
 	f.StringVar(&dataDir, "data-dir", "", "create the key directly in `DIR`, llmd's data directory, without a running llmd")
+	f.BoolVar(&keyStdin, "key-stdin", false,
+		"add the existing key read from stdin (made by another node) instead of a new one: one key for every node of a cluster")
 	return cmd
 }
 

@@ -36,7 +36,15 @@ func createKeyInStore(ctx context.Context, dataDir string, req api.KeyCreateRequ
 	if _, err := st.EnsureTenant(ctx, req.Tenant, tier); err != nil {
 		return api.KeyCreated{}, err
 	}
-	secret, k, err := st.CreateKey(ctx, req.Tenant, req.Admin, req.Name)
+	var (
+		secret = req.Key
+		k      store.Key
+	)
+	if secret != "" {
+		k, err = st.ImportKey(ctx, req.Tenant, req.Admin, req.Name, secret)
+	} else {
+		secret, k, err = st.CreateKey(ctx, req.Tenant, req.Admin, req.Name)
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrInvalid) {
 			return api.KeyCreated{}, err

@@ -34,3 +34,26 @@ func TestKeysCreateOfflineInStore(t *testing.T) {
 	require.Error(t, err)
 	require.NotEmpty(t, errOut+err.Error())
 }
+
+// TestKeysCreateKeyStdin: "keys create --key-stdin" adds a key made in one
+// data directory to another, where it then authenticates (one key for
+// every node of a cluster); an empty stdin is a usage error.
+func TestKeysCreateKeyStdin(t *testing.T) {
+	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	out, errOut, err := runCmd(t, "", "keys", "create", "--tenant", "acme", "--data-dir", a)
+	require.NoError(t, err, errOut)
+	key := strings.TrimSpace(out)
+	out, errOut, err = runCmd(t, key+"\n", "keys", "create", "--tenant", "acme", "--data-dir", b, "--key-stdin")
+	require.NoError(t, err, errOut)
+	require.Equal(t, key, strings.TrimSpace(out))
+
+	st, err := store.Open(context.Background(), b)
+	require.NoError(t, err)
+	defer st.Close()
+	k, err := st.Authenticate(context.Background(), key)
+	require.NoError(t, err)
+	require.Equal(t, "acme", k.Tenant)
+
+	_, _, err = runCmd(t, "", "keys", "create", "--data-dir", b, "--key-stdin")
+	require.ErrorContains(t, err, "no key on stdin")
+}
