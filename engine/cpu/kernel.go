@@ -144,7 +144,7 @@ func kernGetScratch(values, blocks int) *kernScratch {
 func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []float32, n int) {
 	cols, rows := w.Cols, w.Rows
 	nb := cols / kernQK
-	dot, dot4 := ks.dotQ[w.Type], ks.dotQ4[w.Type]
+	dot, dot4, dot8 := ks.dotQ[w.Type], ks.dotQ4[w.Type], ks.dotQ8[w.Type]
 	sc := kernGetScratch(n*cols, n*nb)
 	defer kernScratchPool.Put(sc)
 	xq, xd, xs := sc.xq, sc.xd, sc.xs
@@ -160,15 +160,28 @@ func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 		quantize(0, n)
 	}
 
-	// Within a tile of rows (which stays in cache), four tokens at a time
-	// sweep the rows: their activations stay in L1 while the weights come
-	// from L2, and from memory only for the first four.
+	// Within a tile of rows (which stays in cache), eight tokens at a time
+	// (then four, then one) sweep the rows: their activations stay in L1
+	// while the weights come from L2, and from memory only for the first
+	// eight. The three kernels give a token the same bits.
 	rowTile := max(1, kernTileBytes/max(rb, 1))
 	p.Run(rows, func(r0, r1 int) {
 		var res [4]float32
+		var res8 [8]float32
 		for rt := r0; rt < r1; rt += rowTile {
 			re := min(r1, rt+rowTile)
 			t := 0
+			if dot8 != nil {
+				for ; t+8 <= n; t += 8 {
+					q, d, s := xq[t*cols:(t+8)*cols], xd[t*nb:(t+8)*nb], xs[t*nb:(t+8)*nb]
+					for r := rt; r < re; r++ {
+						dot8(&res8, w.Data[r*rb:(r+1)*rb], q, d, s)
+						for i, v := range res8 {
+							out[(t+i)*rows+r] = v
+						}
+					}
+				}
+			}
 			if dot4 != nil {
 				for ; t+4 <= n; t += 4 {
 					q, d, s := xq[t*cols:(t+4)*cols], xd[t*nb:(t+4)*nb], xs[t*nb:(t+4)*nb]
@@ -255,6 +268,9 @@ type kernSet struct {
 	// xd and xs hold four rows), reading the weight row once. It must give
 	// each token exactly the bits dotQ[t] gives it (batch invariance).
 	dotQ4 map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+	// dotQ8[t], where present, does the same for eight tokens at once. It
+	// too must give each token exactly the bits dotQ[t] gives it.
+	dotQ8 map[model.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
 	// dotF32 returns Σ w[i]·x[i].
 	dotF32 func(w, x []float32) float32
 	// dotF16 and dotBF16 return the dot product of a row of half or bfloat16
@@ -283,8 +299,9 @@ func kernSetFor(l kernLevel) *kernSet {
 }
 
 // kernRegister installs s as level l's implementation, completing it from the
-// level below. A one-token dot and its four-token partner are taken
-// together, never one from each level: they must add in the same order.
+// level below. A one-token dot and its four- and eight-token partners are
+// taken together, never one from each level: they must add in the same
+// order.
 func kernRegister(l kernLevel, s *kernSet) {
 	if l > kernLevelGo {
 		below := kernSetFor(l - 1)
@@ -315,9 +332,12 @@ func kernRegister(l kernLevel, s *kernSet) {
 		if s.dotQ4 == nil {
 			s.dotQ4 = map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){}
 		}
+		if s.dotQ8 == nil {
+			s.dotQ8 = map[model.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32){}
+		}
 		for t, f := range below.dotQ {
 			if s.dotQ[t] == nil {
-				s.dotQ[t], s.dotQ4[t] = f, below.dotQ4[t]
+				s.dotQ[t], s.dotQ4[t], s.dotQ8[t] = f, below.dotQ4[t], below.dotQ8[t]
 			}
 		}
 	}

@@ -6,9 +6,9 @@ import "github.com/llmd/llmd/engine/model"
 
 // The AVX-512 kernels (kernel_avx512_amd64.s), with the same arguments as
 // their AVX2 namesakes. The conversions and the activation quantization
-// are AVX2's: both levels share the activation layout. Each type's one-token
-// and four-token dots come from the same level and add in the same order,
-// so that MatMul is batch-invariant.
+// are AVX2's: both levels share the activation layout. Each type's one-token,
+// four-token and (Q4_0, Q5_0, Q8_0) eight-token dots come from the same
+// level and add in the same order, so that MatMul is batch-invariant.
 
 //go:noescape
 func kernDotQ8_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
@@ -21,6 +21,17 @@ func kernDotQ8_0x4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 
 //go:noescape
 func kernDotQ4_0x4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+
+// The eight-token kernels: xq, xd and xs hold eight rows.
+
+//go:noescape
+func kernDotQ8_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
+
+//go:noescape
+func kernDotQ4_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
+
+//go:noescape
+func kernDotQ5_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
 
 //go:noescape
 func kernDotQ5_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
@@ -76,6 +87,11 @@ func init() {
 			model.TypeQ8_0: kernDotQ8_0x4AVX512,
 			model.TypeQ4_K: kernDotQ4_Kx4AVX512,
 			model.TypeQ6_K: kernDotQ6_Kx4AVX512,
+		},
+		dotQ8: map[model.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32){
+			model.TypeQ4_0: kernDotQ4_0x8AVX512,
+			model.TypeQ5_0: kernDotQ5_0x8AVX512,
+			model.TypeQ8_0: kernDotQ8_0x8AVX512,
 		},
 		dotF32:  kernDotF32AVX512,
 		dotF16:  kernDotF16AVX512,

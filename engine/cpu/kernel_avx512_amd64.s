@@ -811,3 +811,124 @@ loop:
 
 done:
 	KEND4(NOMIN)
+
+// The eight-token kernels. X8SETUP512 loads the rows of tokens 0..3 as
+// X4SETUP512 does (xq at DI, strides R9 and R10 = 3·R9; scales at DX,
+// strides R11 and R12), and those of tokens 4..7 four rows further on:
+// xq at R13, scales at R8.
+#define X8SETUP512 \
+	MOVQ w_base+8(FP), SI; \
+	MOVQ xq_base+32(FP), DI; \
+	MOVQ xq_len+40(FP), R9; \
+	SHRQ $3, R9; \
+	LEAQ (R9)(R9*2), R10; \
+	LEAQ (DI)(R9*4), R13; \
+	MOVQ xd_base+56(FP), DX; \
+	MOVQ xd_len+64(FP), CX; \
+	SHRQ $3, CX; \
+	MOVQ CX, R11; \
+	SHLQ $2, R11; \
+	LEAQ (R11)(R11*2), R12; \
+	LEAQ (DX)(R11*4), R8
+
+// TOKPAIRM is TOKPAIR with one accumulator: block b's terms go to its lanes
+// 0..7 and block b+1's to lanes 8..15, the lanes TOKPAIR's accA and accB
+// use (the other lanes of each stay zero). So acc holds exactly what
+// VADDPS accB, accA gives there, and a token gets the same bits.
+#define TOKPAIRM(x, do, db, acc) \
+	VMOVDQU64   x, Z6; \
+	VPSUBB      Z6, Z31, K1, Z6; \
+	VPXORD      Z7, Z7, Z7; \
+	VPDPBUSD    Z6, Z3, Z7; \
+	VCVTDQ2PS   Z7, Z7; \
+	VMULPS      Z4, Z7, Z7; \
+	VFMADD231PS.BCST do db, Z7, K2, acc; \
+	VFMADD231PS.BCST 4+do db, Z7, K3, acc
+
+// FOLDZTO sets the ymm register y to the sum of the halves of z, as FOLDZ
+// does (lower half plus upper half).
+#define FOLDZTO(z, zy, y) \
+	VEXTRACTF64X4 $1, z, y; \
+	VADDPS        y, zy, y
+
+// HSUM4AT is HSUM4Z storing at res+off.
+#define HSUM4AT(a, ax, b, c, d, off) \
+	VHADDPS b, a, a; \
+	VHADDPS d, c, c; \
+	VHADDPS c, a, a; \
+	VEXTRACTF128 $1, a, X13; \
+	VADDPS X13, ax, ax; \
+	MOVQ res+0(FP), AX; \
+	VMOVUPS ax, off(AX)
+
+// DOT8 is the body of an eight-token kernel over blocks of bsz bytes: DOT4
+// for eight tokens, with one accumulator per token (Z16..Z23), folded into
+// Y8..Y11 (tokens 0..3) and Y0, Y1, Y5, Y15 (tokens 4..7) for the last odd
+// block and the horizontal sums, which need VEX registers.
+#define DOT8(pair, one, bsz) \
+	X8SETUP512; \
+	SETUP512; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	VPXORD Z20, Z20, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPXORD Z23, Z23, Z23; \
+loop2:; \
+	CMPQ CX, $2; \
+	JB   tail; \
+	pair; \
+	TOKPAIRM((DI), 0, (DX), Z16); \
+	TOKPAIRM((DI)(R9*1), 0, (DX)(R11*1), Z17); \
+	TOKPAIRM((DI)(R9*2), 0, (DX)(R11*2), Z18); \
+	TOKPAIRM((DI)(R10*1), 0, (DX)(R12*1), Z19); \
+	TOKPAIRM((R13), 0, (R8), Z20); \
+	TOKPAIRM((R13)(R9*1), 0, (R8)(R11*1), Z21); \
+	TOKPAIRM((R13)(R9*2), 0, (R8)(R11*2), Z22); \
+	TOKPAIRM((R13)(R10*1), 0, (R8)(R12*1), Z23); \
+	ADDQ $(2*bsz), SI; \
+	ADDQ $64, DI; \
+	ADDQ $64, R13; \
+	ADDQ $8, DX; \
+	ADDQ $8, R8; \
+	SUBQ $2, CX; \
+	JMP  loop2; \
+tail:; \
+	FOLDZTO(Z16, Y16, Y8); \
+	FOLDZTO(Z17, Y17, Y9); \
+	FOLDZTO(Z18, Y18, Y10); \
+	FOLDZTO(Z19, Y19, Y11); \
+	FOLDZTO(Z20, Y20, Y0); \
+	FOLDZTO(Z21, Y21, Y1); \
+	FOLDZTO(Z22, Y22, Y5); \
+	FOLDZTO(Z23, Y23, Y15); \
+	TESTQ CX, CX; \
+	JZ   done; \
+	one; \
+	TOKONE((DI), (DX), Y8); \
+	TOKONE((DI)(R9*1), (DX)(R11*1), Y9); \
+	TOKONE((DI)(R9*2), (DX)(R11*2), Y10); \
+	TOKONE((DI)(R10*1), (DX)(R12*1), Y11); \
+	TOKONE((R13), (R8), Y0); \
+	TOKONE((R13)(R9*1), (R8)(R11*1), Y1); \
+	TOKONE((R13)(R9*2), (R8)(R11*2), Y5); \
+	TOKONE((R13)(R10*1), (R8)(R12*1), Y15); \
+done:; \
+	HSUM4AT(Y8, X8, Y9, Y10, Y11, 0); \
+	HSUM4AT(Y0, X0, Y1, Y5, Y15, 16); \
+	VZEROUPPER; \
+	RET
+
+// func kernDotQ8_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
+TEXT ·kernDotQ8_0x8AVX512(SB), NOSPLIT, $0-104
+	DOT8(PAIRQ8, ONEQ8, 34)
+
+// func kernDotQ4_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
+TEXT ·kernDotQ4_0x8AVX512(SB), NOSPLIT, $0-104
+	DOT8(PAIRQ4, ONEQ4, 18)
+
+// func kernDotQ5_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
+TEXT ·kernDotQ5_0x8AVX512(SB), NOSPLIT, $0-104
+	DOT8(PAIRQ5, ONEQ5, 22)

@@ -119,8 +119,8 @@ func BenchmarkMemoryRead(b *testing.B) {
 func BenchmarkKernDot(b *testing.B) {
 	const cols = 4096
 	rng := rand.New(rand.NewPCG(3, 3))
-	x := kernRandFloats(rng, 4*cols, 1)
-	xq, xd, xs := kernQuantized(x, 4, cols)
+	x := kernRandFloats(rng, 8*cols, 1)
+	xq, xd, xs := kernQuantized(x, 8, cols)
 	for _, typ := range kernTestTypes[3:] {
 		w := kernRandBlocks(rng, typ, cols/typ.BlockSize())
 		for _, level := range kernLevels() {
@@ -137,7 +137,16 @@ func BenchmarkKernDot(b *testing.B) {
 					b.SetBytes(int64(len(w)))
 					var res [4]float32
 					for b.Loop() {
-						dot4(&res, w, xq, xd, xs)
+						dot4(&res, w, xq[:4*cols], xd[:4*cols/kernQK], xs[:4*cols/kernQK])
+					}
+				})
+			}
+			if dot8 := ks.dotQ8[typ]; dot8 != nil {
+				b.Run(fmt.Sprintf("type=%s/kern=%s/n=8", strings.ToLower(typ.String()), level), func(b *testing.B) {
+					b.SetBytes(int64(len(w)))
+					var res [8]float32
+					for b.Loop() {
+						dot8(&res, w, xq, xd, xs)
 					}
 				})
 			}

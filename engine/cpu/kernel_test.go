@@ -177,14 +177,15 @@ func TestMatMulBatchInvariant(t *testing.T) {
 			shape := kernShapes(typ)[2]
 			rows, cols := shape[0], shape[1]
 			w, _ := kernRandWeight(t, rng, typ, rows, cols)
-			x := kernRandFloats(rng, 9*cols, 1)
-			alone := make([]float32, 9*rows)
-			for tok := range 9 {
+			const toks = 21 // eight, four and one at a time
+			x := kernRandFloats(rng, toks*cols, 1)
+			alone := make([]float32, toks*rows)
+			for tok := range toks {
 				kernMatMul(nil, ks, alone[tok*rows:], w, x[tok*cols:], 1)
 			}
-			for n := 2; n <= 9; n++ {
+			for n := 2; n <= toks; n++ {
 				for off := range 2 { // the same tokens at other positions
-					if off+n > 9 {
+					if off+n > toks {
 						continue
 					}
 					out := make([]float32, n*rows)
@@ -316,9 +317,10 @@ func kernExactDot(deq []float32, xq []int8, xd []float32) (dot, mag float64) {
 	return dot, mag
 }
 
-// TestQuantKernelsAgree checks every level's block-dot kernels, one token and
-// four at a time, against the exact dot product of the same quantized
-// values, on random blocks of every bit pattern and odd block counts.
+// TestQuantKernelsAgree checks every level's block-dot kernels, one token,
+// four and eight at a time, against the exact dot product of the same
+// quantized values, on random blocks of every bit pattern and odd block
+// counts.
 func TestQuantKernelsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, level := range kernLevels() {
@@ -334,20 +336,28 @@ func TestQuantKernelsAgree(t *testing.T) {
 					w := kernRandBlocks(rng, typ, nb)
 					deq := make([]float32, cols)
 					require.NoError(t, model.Dequantize(typ, w, deq))
-					x := kernRandActivations(rng, 4, cols)
-					xq, xd, xs := kernQuantized(x, 4, cols)
+					x := kernRandActivations(rng, 8, cols)
+					xq, xd, xs := kernQuantized(x, 8, cols)
 					nq := cols / kernQK
 					var res [4]float32
 					if dot4 := ks.dotQ4[typ]; dot4 != nil {
-						dot4(&res, w, xq, xd, xs)
+						dot4(&res, w, xq[:4*cols], xd[:4*nq], xs[:4*nq])
 					}
-					for tok := range 4 {
+					var res8 [8]float32
+					if dot8 := ks.dotQ8[typ]; dot8 != nil {
+						dot8(&res8, w, xq, xd, xs)
+					}
+					for tok := range 8 {
 						q, d, s := xq[tok*cols:(tok+1)*cols], xd[tok*nq:(tok+1)*nq], xs[tok*nq:(tok+1)*nq]
 						want, mag := kernExactDot(deq, q, d)
 						got := ks.dotQ[typ](w, q, d, s)
 						require.InDelta(t, want, got, 1e-5*mag+1e-30, "token %d", tok)
-						if ks.dotQ4[typ] != nil { // batch invariance: the same bits
-							require.Equal(t, got, res[tok], "token %d of 4", tok)
+						// Batch invariance: the same bits.
+						if ks.dotQ4[typ] != nil && tok < 4 {
+							require.Equal(t, math.Float32bits(got), math.Float32bits(res[tok]), "token %d of 4", tok)
+						}
+						if ks.dotQ8[typ] != nil {
+							require.Equal(t, math.Float32bits(got), math.Float32bits(res8[tok]), "token %d of 8", tok)
 						}
 					}
 				})
