@@ -347,13 +347,13 @@ func (e *Executor) attention(li int, seqs []engine.SeqInput, last bool) {
 		}
 	}
 	tasks := bf.tasks
-	ks := kernSetFor(kernUse)
+	ks, as := kernSetFor(kernUse), attnSetFor(kernUse)
 	var worker atomic.Int32
 	e.pool.Run(len(tasks), func(a, b int) {
 		// Run calls fn at most Threads() times: one scratch each.
 		sc := e.scratch[worker.Add(1)-1]
 		for _, t := range tasks[a:b] {
-			e.attend(ks, li, &seqs[t.seq], bf.seqStart[t.seq], t, sc)
+			e.attend(as, ks, li, &seqs[t.seq], bf.seqStart[t.seq], t, sc)
 		}
 	})
 }
@@ -384,10 +384,22 @@ func newScratch(s *model.Spec, bs, ropeDims int) *scratch {
 	}
 }
 
+// attnConvertMin is the fewest (query token, query head) pairs of a work
+// item for which attend converts an F16 block to float32 once; fewer read
+// it in place with the F16 kernels. Both give the same bits (attnSet).
+const attnConvertMin = 4
+
 // attend runs one attention work item with an online softmax over the
-// blocks (one pass over K and V), with the dot products and F16
-// conversions of kernel set ks.
-func (e *Executor) attend(ks *kernSet, li int, seq *engine.SeqInput, start int, t attnTask, sc *scratch) {
+// blocks (one pass over K and V): each block of the work item's KV head is
+// read from the cache once and serves every query token and query head of
+// the item, with the kernels of as (and ks's F16 conversion).
+//
+// A query's result depends only on the query, its position and the cache,
+// never on the other queries of the item: per block its scores are
+// computed, the running maximum, denominator and weighted sum of values are
+// rescaled when the block raises the maximum, and the block's terms are
+// added in key order.
+func (e *Executor) attend(as *attnSet, ks *kernSet, li int, seq *engine.SeqInput, start int, t attnTask, sc *scratch) {
 	s := &e.spec
 	bs := e.info.BlockSize
 	hd, vd := s.HeadDim, s.ValueDim
@@ -402,13 +414,22 @@ func (e *Executor) attend(ks *kernSet, li int, seq *engine.SeqInput, start int, 
 		mx[i] = float32(math.Inf(-1))
 		sum[i] = 0
 	}
+	c := e.dev
+	inPlace := c.f16 && nq*g < attnConvertMin
 	maxPos := seq.Pos + t.t1 - 1
 	for bi := 0; bi*bs <= maxPos; bi++ {
 		base := bi * bs
 		nslot := min(bs, maxPos+1-base)
 		blk := int(seq.Blocks[bi])
-		K := e.dev.keys(ks, li, blk, t.head, nslot, sc.k)
-		V := e.dev.values(ks, li, blk, t.head, nslot, sc.v)
+		var K, V []float32
+		var K16, V16 []byte
+		if inPlace {
+			K16 = c.keyHalves(li, blk, t.head, nslot)
+			V16 = c.valueHalves(li, blk, t.head, nslot)
+		} else {
+			K = c.keys(ks, li, blk, t.head, nslot, sc.k)
+			V = c.values(ks, li, blk, t.head, nslot, sc.v)
+		}
 		for qt := t.t0; qt < t.t1; qt++ {
 			lim := min(nslot, seq.Pos+qt+1-base)
 			if lim <= 0 {
@@ -419,27 +440,26 @@ func (e *Executor) attend(ks *kernSet, li int, seq *engine.SeqInput, start int, 
 				qh := e.buf.q[row*qd+(t.head*g+hh)*hd:][:hd]
 				idx := (qt-t.t0)*g + hh
 				scores := sc.scores[:lim]
+				if inPlace {
+					as.dotsF16(scores, qh, K16[:2*lim*hd], scale)
+				} else {
+					as.dotsF32(scores, qh, K[:lim*hd], scale)
+				}
 				bm := float32(math.Inf(-1))
-				for j := range scores {
-					v := ks.dotF32(qh, K[j*hd:(j+1)*hd]) * scale
-					scores[j] = v
+				for _, v := range scores {
 					bm = max(bm, v)
 				}
-				a := acc[idx*vd : (idx+1)*vd]
-				m := mx[idx]
-				if bm > m {
-					corr := expNeg(m - bm)
-					sum[idx] *= corr
-					for i := range a {
-						a[i] *= corr
-					}
-					m = bm
-					mx[idx] = m
+				corr := float32(1)
+				if m := mx[idx]; bm > m {
+					corr = expNeg(m - bm)
+					mx[idx] = bm
 				}
-				for j, v := range scores {
-					p := expNeg(v - m)
-					sum[idx] += p
-					axpy(a, p, V[j*vd:(j+1)*vd])
+				sum[idx] = sum[idx]*corr + as.expSum(scores, mx[idx])
+				a := acc[idx*vd : (idx+1)*vd]
+				if inPlace {
+					as.accF16(a, scores, V16[:2*lim*vd], corr)
+				} else {
+					as.accF32(a, scores, V[:lim*vd], corr)
 				}
 			}
 		}

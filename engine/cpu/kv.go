@@ -106,6 +106,19 @@ func (c *kvCache) values(ks *kernSet, l, block, h, n int, scratch []float32) []f
 	return scratch[:m]
 }
 
+// keyHalves returns the first n keys of head h in block of layer l of an
+// F16 cache, in place: n*headDim half floats as bytes.
+func (c *kvCache) keyHalves(l, block, h, n int) []byte {
+	o := (block*c.kvHeads + h) * c.blockSize * c.headDim
+	return c.k16[l][2*o : 2*(o+n*c.headDim)]
+}
+
+// valueHalves is keyHalves for the values.
+func (c *kvCache) valueHalves(l, block, h, n int) []byte {
+	o := (block*c.kvHeads + h) * c.blockSize * c.valueDim
+	return c.v16[l][2*o : 2*(o+n*c.valueDim)]
+}
+
 // copyBlock copies block src of cache from into block dst of c, every
 // layer, K and V, bit for bit. The caches must have the same shape and
 // type apart from their block counts.

@@ -1,0 +1,172 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/model"
+)
+
+// attnHalves rounds x to half floats and returns them as the cache holds
+// them, with their float32 values.
+func attnHalves(x []float32) ([]byte, []float32) {
+	h, f := make([]byte, 2*len(x)), make([]float32, len(x))
+	for i, v := range x {
+		b := model.Float32ToHalf(v)
+		binary.LittleEndian.PutUint16(h[2*i:], b)
+		f[i] = model.HalfToFloat32(b)
+	}
+	return h, f
+}
+
+// attnLengths are head sizes with every tail of 8 and 16 values.
+var attnLengths = []int{1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 24, 31, 33, 47, 48, 63, 64, 65, 80, 100, 128, 129}
+
+// TestAttnDotsAgree checks every level's key dots against float64, F16
+// against F32 bit for bit, and that a key's score does not depend on the
+// other keys of the call.
+func TestAttnDotsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, level := range kernLevels() {
+		as := attnSetFor(level)
+		for _, hd := range attnLengths {
+			for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 16, 17} {
+				name := fmt.Sprintf("kern=%s hd=%d keys=%d", level, hd, n)
+				q := kernRandFloats(rng, hd, 1)
+				kh, k := attnHalves(kernRandFloats(rng, n*hd, 1))
+				const scale = 0.125
+				got := make([]float32, n+1)
+				got[n] = 42
+				as.dotsF32(got[:n], q, k, scale)
+				require.Equal(t, float32(42), got[n], name)
+				for j := range n {
+					var want, mag float64
+					for i := range hd {
+						want += float64(q[i]) * float64(k[j*hd+i])
+						mag += math.Abs(float64(q[i]) * float64(k[j*hd+i]))
+					}
+					require.InDelta(t, want*scale, got[j], 1e-6*mag+1e-30, "%s key %d", name, j)
+					one := make([]float32, 1)
+					as.dotsF32(one, q, k[j*hd:(j+1)*hd], scale)
+					require.Equal(t, got[j], one[0], "%s key %d alone", name, j)
+				}
+				got16 := make([]float32, n)
+				as.dotsF16(got16, q, kh, scale)
+				require.Equal(t, got[:n], got16, "%s f16", name)
+			}
+		}
+	}
+}
+
+// TestAttnExpSumAgrees checks that every level's exponentials have
+// expNeg's bits (and so its accuracy, TestExpNeg) and that the sum agrees
+// with float64, over lengths with every tail and arguments down past the
+// underflow, -Inf included.
+func TestAttnExpSumAgrees(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, level := range kernLevels() {
+		as := attnSetFor(level)
+		for n := range 70 {
+			s := make([]float32, n+1)
+			for i := range n {
+				s[i] = float32(rng.Float64()*100 - 95)
+				if rng.IntN(10) == 0 {
+					s[i] = float32(math.Inf(-1))
+				}
+			}
+			s[n] = 42
+			m := float32(5)
+			if n > 0 {
+				s[0] = m // the maximum itself: e^0 = 1
+			}
+			want := make([]float32, n)
+			var wantSum, mag float64
+			for i := range n {
+				want[i] = expNeg(s[i] - m)
+				wantSum += float64(want[i])
+				mag += math.Abs(float64(want[i]))
+			}
+			got := as.expSum(s[:n], m)
+			require.Equal(t, want, s[:n], "kern=%s n=%d", level, n)
+			require.Equal(t, float32(42), s[n], "kern=%s n=%d", level, n)
+			require.InDelta(t, wantSum, got, 1e-6*mag+1e-30, "kern=%s n=%d sum", level, n)
+		}
+	}
+}
+
+// TestAttnAccAgrees checks every level's weighted sums of values against
+// float64, F16 against F32 bit for bit, and the rescaling by c.
+func TestAttnAccAgrees(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	for _, level := range kernLevels() {
+		as := attnSetFor(level)
+		for _, vd := range attnLengths {
+			for _, n := range []int{1, 2, 3, 5, 16, 17} {
+				for _, c := range []float32{1, 0.3, 0} {
+					name := fmt.Sprintf("kern=%s vd=%d keys=%d c=%v", level, vd, n, c)
+					vh, v := attnHalves(kernRandFloats(rng, n*vd, 1))
+					p := make([]float32, n)
+					for j := range p {
+						p[j] = rng.Float32()
+					}
+					acc0 := kernRandFloats(rng, vd+1, 1)
+					acc := append([]float32(nil), acc0...)
+					as.accF32(acc[:vd], p, v, c)
+					require.Equal(t, acc0[vd], acc[vd], name)
+					for i := range vd {
+						want := float64(acc0[i]) * float64(c)
+						mag := math.Abs(want)
+						for j := range n {
+							want += float64(p[j]) * float64(v[j*vd+i])
+							mag += math.Abs(float64(p[j]) * float64(v[j*vd+i]))
+						}
+						require.InDelta(t, want, acc[i], 1e-6*mag+1e-30, "%s value %d", name, i)
+					}
+					acc16 := append([]float32(nil), acc0[:vd]...)
+					as.accF16(acc16, p, vh, c)
+					require.Equal(t, acc[:vd], acc16, "%s f16", name)
+				}
+			}
+		}
+	}
+}
+
+// TestAttentionBatchInvariant checks, at every kernel level and for F16
+// and F32 caches, that each query of a prefill (chunks of 16 tokens over 3
+// query heads per KV head, whose F16 blocks are converted once) gets
+// exactly the bits it gets alone (one token, F16 read in place), and
+// that the last-row-only pass of the last layer agrees too.
+func TestAttentionBatchInvariant(t *testing.T) {
+	spec := model.Spec{Dim: 144, Heads: 6, KVHeads: 2, HeadDim: 24, ValueDim: 24}
+	const ctx = 37
+	hv := spec.Heads * spec.ValueDim
+	qd := spec.Heads * spec.HeadDim
+	defer func(l kernLevel) { kernUse = l }(kernUse)
+	for _, level := range kernLevels() {
+		kernUse = level
+		for _, f16 := range []bool{false, true} {
+			name := fmt.Sprintf("kern=%s f16=%v", level, f16)
+			e, seqs := attnExec(t, spec, f16, 2, 1, ctx, ctx)
+			e.attention(0, seqs, false)
+			prefill := append([]float32(nil), e.buf.att[:ctx*hv]...)
+			q := append([]float32(nil), e.buf.q[:ctx*qd]...)
+
+			last := seqs[0]
+			e.attention(0, []engine.SeqInput{last}, true)
+			require.Equal(t, prefill[(ctx-1)*hv:], e.buf.att[:hv], "%s: last row alone", name)
+
+			for r := range ctx {
+				copy(e.buf.q, q[r*qd:(r+1)*qd])
+				one := engine.SeqInput{Tokens: []int32{0}, Pos: r, Context: r + 1, Blocks: last.Blocks, Sample: true}
+				e.attention(0, []engine.SeqInput{one}, false)
+				require.Equal(t, prefill[r*hv:(r+1)*hv], e.buf.att[:hv], "%s: row %d alone", name, r)
+			}
+		}
+	}
+}
