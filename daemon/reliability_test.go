@@ -975,7 +975,10 @@ func TestOneTerminalEventEveryPath(t *testing.T) {
 	slow.delay = time.Millisecond
 	stall := newStall("stall", 2)
 	cfg := testConfig()
-	cfg.StallTimeout = 100 * time.Millisecond
+	// Long enough that the slow model's 1 ms gaps never reach it on a
+	// loaded machine (a stalled "cancelled" run would be gone before its
+	// DELETE), short enough for the 40 stalled runs.
+	cfg.StallTimeout = 500 * time.Millisecond
 	s, base := startReplicas(t, cfg, normal, broken, slow, stall)
 	c := poolClient(t, 8)
 	c.Timeout = 10 * time.Second
