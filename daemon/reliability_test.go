@@ -1019,6 +1019,7 @@ func TestOneTerminalEventEveryPath(t *testing.T) {
 			fail(fmt.Sprintf("%s native=%v: got %q %s", r.p.name, r.native, got, problem))
 		}
 	}
+	var lateDeletes atomic.Int64
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -1057,7 +1058,14 @@ func TestOneTerminalEventEveryPath(t *testing.T) {
 					fail(r.p.name + ": DELETE: " + err.Error())
 				} else {
 					dr.Body.Close()
-					if dr.StatusCode != http.StatusOK {
+					switch dr.StatusCode {
+					case http.StatusOK:
+					case http.StatusNotFound, http.StatusConflict:
+						// On a starved machine the watchdog may end the
+						// stream (a gap over the stall timeout) before the
+						// DELETE: still one terminal event, checked below.
+						lateDeletes.Add(1)
+					default:
 						fail(fmt.Sprintf("%s: DELETE %d", r.p.name, dr.StatusCode))
 					}
 				}
@@ -1073,6 +1081,9 @@ func TestOneTerminalEventEveryPath(t *testing.T) {
 	}
 	wg.Wait()
 	require.Empty(t, problems)
+	if n := lateDeletes.Load(); n > 0 {
+		t.Logf("%d cancelled runs had already ended (stalled) when their DELETE came", n)
+	}
 	require.Equal(t, int32(40), stall.cancelled.Load())
 	require.Equal(t, 60, slow.cancellations())
 }
