@@ -4,7 +4,10 @@
 GO      ?= go
 BIN     := bin
 LISTEN  ?= 127.0.0.1:8700
-GOTEST_FLAGS ?= -race -timeout 15m
+# -p 1: one package's tests at a time. cmd/llmd and cluster start many llmd
+# processes and gossip nodes; run beside daemon's latency checks on 2 cores
+# they starved them for seconds.
+GOTEST_FLAGS ?= -race -p 1 -timeout 15m
 # go-nvml's header marks some NVML calls deprecated; gcc would warn on every
 # build of its cgo package.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
