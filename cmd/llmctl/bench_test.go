@@ -37,7 +37,7 @@ func benchDaemon(t *testing.T) string {
 // all complete, and the report's figures are sane, as text and as JSON.
 func TestBenchDaemon(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts llmd")
+		t.Skip("-short: starts an in-process llmd; make test runs it")
 	}
 	base := benchDaemon(t)
 	args := []string{"--addr", base, "bench", "--model", "sim/small", "--requests", "20", "--concurrency", "4",
@@ -87,7 +87,7 @@ func TestBenchDaemon(t *testing.T) {
 // hit llmd's prefix cache; cancelled requests are not errors.
 func TestBenchDaemonPrefixAndTurns(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts llmd")
+		t.Skip("-short: starts an in-process llmd; make test runs it")
 	}
 	base := benchDaemon(t)
 	out, errOut, err := runCmd(t, "", "--addr", base, "bench", "--model", "sim/small", "--requests", "24",
@@ -107,7 +107,7 @@ func TestBenchDaemonPrefixAndTurns(t *testing.T) {
 // TestBenchOpenLoopDataset: --rate with a dataset file.
 func TestBenchOpenLoopDataset(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts llmd")
+		t.Skip("-short: starts an in-process llmd; make test runs it")
 	}
 	base := benchDaemon(t)
 	ds := filepath.Join(t.TempDir(), "prompts.jsonl")

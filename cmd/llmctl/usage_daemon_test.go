@@ -112,7 +112,7 @@ func chat(t *testing.T, base, key string) {
 // has left, its usage is named missing and the other's still shows.
 func TestUsageClusterDaemons(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts two llmd")
+		t.Skip("-short: starts two in-process llmd joined in a cluster; make test runs it")
 	}
 	ctx := context.Background()
 	dirA, dirB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
