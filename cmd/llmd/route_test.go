@@ -85,6 +85,25 @@ func aliveNodes(c *http.Client, base string) int {
 	return n
 }
 
+// minPrefixKeys is the fewest prefix keys any member of base's
+// /v1/admin/nodes has gossiped; -1 on error.
+func minPrefixKeys(c *http.Client, base string) int {
+	resp, err := c.Get(base + "/v1/admin/nodes")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var nl api.NodeList
+	if json.NewDecoder(resp.Body).Decode(&nl) != nil || len(nl.Nodes) == 0 {
+		return -1
+	}
+	least := nl.Nodes[0].PrefixKeys
+	for _, m := range nl.Nodes {
+		least = min(least, m.PrefixKeys)
+	}
+	return least
+}
+
 // turnResult is what a client saw of one streamed request.
 type turnResult struct {
 	kind          string // "" for a normal request; "cancel", "oversized", "malformed"
@@ -220,8 +239,12 @@ func TestThreeProcessesRouteAndSurviveKill(t *testing.T) {
 		require.True(t, r.done)
 		require.Zero(t, r.cached, "turn 1 is cold")
 	}
-	// Wait for the summaries to be gossiped (every 500 ms by default).
-	time.Sleep(1500 * time.Millisecond)
+	// Wait until every node has heard each node's prefix summary (published
+	// every 500 ms by default): each served two of the six turns.
+	for _, p := range procs {
+		require.Eventually(t, func() bool { return minPrefixKeys(c, p.base) > 0 }, 10*time.Second, 50*time.Millisecond,
+			"%s never heard every node's prefixes", p.id)
+	}
 	for k := range convs {
 		msgs := append(slices.Clone(turn1[k]), api.Message{Role: "assistant", Content: "We sell tools."},
 			api.Message{Role: "user", Content: "Which ones?"})
