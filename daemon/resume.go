@@ -89,9 +89,22 @@ func (l *eventLog) end(now time.Time) {
 // read returns the events numbered from, and whether the log has ended
 // after them. gone reports that some of them were already evicted. wait is
 // closed when there is more to read.
+//
+// A log that is not resumable has one reader, its client's connection:
+// reading from n lets it drop the events before n, which that reader has
+// written, so a long stream does not keep every event until it ends.
 func (l *eventLog) read(from int) (evs [][]byte, next int, done, gone bool, wait <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.resumable && from > l.first {
+		drop := min(from-l.first, len(l.events))
+		for k := range drop {
+			l.bytes -= len(l.events[k])
+			l.events[k] = nil
+		}
+		l.events = l.events[drop:]
+		l.first += drop
+	}
 	if from < l.first {
 		return nil, from, l.done, true, l.changed
 	}

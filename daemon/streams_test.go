@@ -649,3 +649,36 @@ func liveRequestID(s *Server, tenant string) string {
 	}
 	return ""
 }
+
+// TestEventLogDropsWhatItsOnlyReaderRead: a log that is not resumable
+// frees the events its one reader has read; a resumable one keeps them
+// for a later reader.
+func TestEventLogDropsWhatItsOnlyReaderRead(t *testing.T) {
+	t.Parallel()
+	for _, resumable := range []bool{false, true} {
+		l := newEventLog("r", "t", resumable, 100, 1<<20, func() {})
+		for range 3 {
+			l.push([]byte("data: x\n\n"))
+		}
+		evs, next, _, gone, _ := l.read(0)
+		require.Len(t, evs, 3)
+		require.False(t, gone)
+		l.push([]byte("data: y\n\n"))
+		evs, next, _, gone, _ = l.read(next)
+		require.Len(t, evs, 1)
+		require.Equal(t, "data: y\n\n", string(evs[0]))
+		require.False(t, gone)
+		require.Equal(t, 4, next)
+		require.Equal(t, 4, l.next(), "numbering goes on")
+		l.mu.Lock()
+		kept, bytes := len(l.events), l.bytes
+		l.mu.Unlock()
+		if resumable {
+			require.Equal(t, 4, kept)
+			require.Equal(t, 36, bytes)
+		} else {
+			require.Equal(t, 1, kept, "only what the reader has not passed yet")
+			require.Equal(t, 9, bytes)
+		}
+	}
+}
