@@ -290,10 +290,24 @@ func TestThreeProcessesRouteAndSurviveKill(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(time.Second)
+	// Kill node c once the load has run a while, and stop once plenty of
+	// streams that started after the kill have ended.
+	finished := func(after time.Time) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, r := range results {
+			if r.started.After(after) {
+				n++
+			}
+		}
+		return n
+	}
+	start := time.Now()
+	require.Eventually(t, func() bool { return finished(start) >= 24 }, 30*time.Second, 10*time.Millisecond)
 	killedAt := time.Now()
 	procs[2].kill9(t)
-	time.Sleep(3 * time.Second)
+	require.Eventually(t, func() bool { return finished(killedAt) >= 48 }, 60*time.Second, 10*time.Millisecond)
 	stop.Store(true)
 	wg.Wait()
 
