@@ -24,16 +24,9 @@ func TestSnapshot(t *testing.T) {
 	base := startServer(t, s)
 	c := testClient(t)
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat", strings.NewReader(
-		`{"model":"sim/small","max_tokens":3000,"messages":[{"role":"user","content":"go on"}]}`))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+user)
-	resp, err := c.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	id := resp.Header.Get("X-Request-Id")
+	st := openSSE(t, c, http.MethodPost, base+"/v1/chat", user,
+		`{"model":"sim/small","max_tokens":3000,"messages":[{"role":"user","content":"go on"}]}`, nil)
+	id := st.resp.Header.Get("X-Request-Id")
 
 	var snap api.Snapshot
 	require.Eventually(t, func() bool {
@@ -118,16 +111,9 @@ func TestAdminCancelsAnyTenantsRequest(t *testing.T) {
 	other := makeKey(t, s, "globex", store.TierPaid, false)
 	base := startServer(t, s)
 	c := testClient(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat", strings.NewReader(
-		`{"model":"sim/small","max_tokens":3000,"messages":[{"role":"user","content":"go on"}]}`))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+owner)
-	resp, err := c.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	id := resp.Header.Get("X-Request-Id")
+	st := openSSE(t, c, http.MethodPost, base+"/v1/chat", owner,
+		`{"model":"sim/small","max_tokens":3000,"messages":[{"role":"user","content":"go on"}]}`, nil)
+	id := st.resp.Header.Get("X-Request-Id")
 
 	r1, b1 := call(t, c, http.MethodDelete, base+"/v1/requests/"+id, other, "")
 	r2, b2 := call(t, c, http.MethodDelete, base+"/v1/requests/req_00000000000000000000000000000000", other, "")
