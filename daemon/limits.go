@@ -226,6 +226,15 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, rl *reqLog, j *jo
 		expect = s.outputs.Expected(p.tenant, j.maxTokens)
 	}
 	tokens := int64(len(j.prompt)) + int64(expect)*int64(j.n)
+	return s.reserve(w, r, rl, j, limits, tokens)
+}
+
+// reserve reserves tokens of rl's tenant's quota and returns the function
+// that settles the reservation with the request's real usage (idempotent),
+// or a quotaError (a 429) when the quota refuses. The rate headers go on w.
+func (s *Server) reserve(w http.ResponseWriter, r *http.Request, rl *reqLog, j *job, limits quota.Limits, tokens int64) (
+	settle func(engine.Usage), err error) {
+	p := principalFrom(r.Context())
 	d, err := s.quota.Reserve(r.Context(), quota.Request{ID: rl.id, Tenant: p.tenant, Limits: limits, Tokens: tokens})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: quota reserve: %w", err)
@@ -243,7 +252,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, rl *reqLog, j *jo
 	return func(u engine.Usage) {
 		once.Do(func() {
 			if u.OutputTokens > 0 {
-				s.outputs.Observe(p.tenant, u.OutputTokens/j.n)
+				s.outputs.Observe(p.tenant, u.OutputTokens/max(j.n, 1))
 			}
 			actual := int64(u.InputTokens) + int64(u.OutputTokens)
 			s.settled.Add(actual)

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/cluster"
-	"github.com/llmd/llmd/daemon/quota"
 	"github.com/llmd/llmd/engine"
 )
 
@@ -178,33 +176,11 @@ func (s *Server) forwardRemote(w http.ResponseWriter, r *http.Request, rl *reqLo
 // admitRemote reserves quota for a request this node cannot tokenize.
 func (s *Server) admitRemote(w http.ResponseWriter, r *http.Request, rl *reqLog, j *job, promptEstimate int64) (
 	func(engine.Usage), error) {
-	p := principalFrom(r.Context())
 	_, limits, err := s.requestQuota(r, rl)
 	if err != nil {
 		return nil, err
 	}
-	tokens := promptEstimate + int64(j.maxTokens)*int64(j.n)
-	d, err := s.quota.Reserve(r.Context(), quota.Request{ID: rl.id, Tenant: p.tenant, Limits: limits, Tokens: tokens})
-	if err != nil {
-		return nil, fmt.Errorf("daemon: quota reserve: %w", err)
-	}
-	setRateHeaders(w.Header(), d)
-	if !d.Allowed && !s.cfg.QuotaShadow {
-		s.rejected.add(p.tenant, time.Now())
-		return nil, &quotaError{tenant: p.tenant, d: d, tokens: tokens}
-	}
-	done := false
-	return func(u engine.Usage) {
-		if done || !d.Allowed {
-			return
-		}
-		done = true
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.quota.Reconcile(ctx, p.tenant, rl.id, int64(u.InputTokens)+int64(u.OutputTokens)); err != nil {
-			s.log.Error("quota reconcile failed", "request_id", rl.id, "tenant", p.tenant, "err", err)
-		}
-	}, nil
+	return s.reserve(w, r, rl, j, limits, promptEstimate+int64(j.maxTokens)*int64(j.n))
 }
 
 // relayRaw sends the request to peer c and copies its answer to the client
