@@ -263,9 +263,10 @@ func (s *Server) peerFailed(c cluster.Candidate, rl *reqLog, err error) {
 	rl.route = appendNote(rl.route, c.Member.ID+" failed")
 }
 
-// servedBy notes in rl.route which node served the request when it is not
-// the router's first choice (which failed).
+// servedBy records that peer id serves the request, and notes it in
+// rl.route when it is not the router's first choice (which failed).
 func servedBy(rl *reqLog, id string) {
+	rl.servedBy = id
 	if !strings.HasPrefix(rl.route, id+" ") && !strings.Contains(rl.route, "; "+id+" ") {
 		rl.route = appendNote(rl.route, "served by "+id)
 	}
@@ -379,7 +380,6 @@ func (s *Server) forwardJSON(ctx context.Context, w http.ResponseWriter, r *http
 	if err != nil {
 		return false, err
 	}
-	rl.servedBy = c.Member.ID
 	servedBy(rl, c.Member.ID)
 	if !takeUsage(resp, rl) && resp.StatusCode == http.StatusOK {
 		return false, errors.New("peer's answer has no usage trailer")
@@ -440,7 +440,6 @@ func (s *Server) forwardStream(ctx context.Context, r *http.Request, rl *reqLog,
 				now := time.Now()
 				if !served {
 					served = true
-					rl.servedBy = c.Member.ID
 					servedBy(rl, c.Member.ID)
 					rl.ttft = now.Sub(rl.start)
 					rl.live.firstToken.Store(now.UnixNano())
@@ -459,7 +458,7 @@ func (s *Server) forwardStream(ctx context.Context, r *http.Request, rl *reqLog,
 			s.cancelOnPeer(c, r, rl)
 			rl.servedBy = c.Member.ID
 			rl.status, rl.finish = statusClientClosed, string(engine.FinishCancelled)
-			rl.usage = engine.Usage{InputTokens: len(j.prompt), OutputTokens: max(rl.times.n, 0)}
+			rl.usage = relayedUsage(rl, j)
 			settle(rl.usage)
 			return true, nil
 		}
@@ -471,16 +470,14 @@ func (s *Server) forwardStream(ctx context.Context, r *http.Request, rl *reqLog,
 		}
 		rl.err = fmt.Errorf("peer %s: %w", c.Member.ID, err)
 		rl.finish = string(engine.FinishError)
-		// Billed its prompt and the tokens relayed (one per event, an
-		// estimate: the peer's own count died with it).
-		rl.usage = engine.Usage{InputTokens: len(j.prompt), OutputTokens: rl.times.n}
+		rl.usage = relayedUsage(rl, j)
 		settle(rl.usage)
 		s.log.Warn("peer failed after the first token", "request_id", rl.id, "peer", c.Member.ID, "err", err)
 		_ = em.fail(errPeerLost)
 		return true, nil
 	}
 	if !takeUsage(resp, rl) {
-		rl.usage = engine.Usage{InputTokens: len(j.prompt), OutputTokens: rl.times.n}
+		rl.usage = relayedUsage(rl, j)
 		rl.err = errors.New("daemon: the peer's stream ended without its usage")
 	}
 	if rl.err == nil && rl.finish != string(engine.FinishError) && rl.finish != string(engine.FinishCancelled) {
@@ -497,6 +494,13 @@ func (s *Server) forwardStream(ctx context.Context, r *http.Request, rl *reqLog,
 	}
 	sw.terminated = true
 	return true, nil
+}
+
+// relayedUsage is what a forwarded stream is billed when its peer's count
+// is lost: its prompt, and one output token per event relayed (an
+// estimate).
+func relayedUsage(rl *reqLog, j *job) engine.Usage {
+	return engine.Usage{InputTokens: len(j.prompt), OutputTokens: rl.times.n}
 }
 
 // cancelOnPeer tells the peer serving rl's request to stop it (a resumable
