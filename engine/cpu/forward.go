@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/model"
@@ -164,9 +165,30 @@ type attnTask struct {
 
 func grow[T any](s []T, n int) []T {
 	if cap(s) < n {
-		return make([]T, n)
+		return alignedMake[T](n)
 	}
 	return s[:n]
+}
+
+// alignedMake returns a slice of n zero values whose first element starts a
+// 64-byte cache line. The float kernels load activations 64 bytes at a
+// time straight into their multiply-adds; from an unaligned row every load
+// straddles two lines, and a 4-token F16 dot runs about 1.5x slower.
+func alignedMake[T any](n int) []T {
+	var zero T
+	size := int(unsafe.Sizeof(zero))
+	if n == 0 || size == 0 || 64%size != 0 {
+		return make([]T, n)
+	}
+	buf := make([]T, n+64/size)
+	skip := 0
+	if off := int(uintptr(unsafe.Pointer(&buf[0])) % 64); off != 0 {
+		if (64-off)%size != 0 {
+			return buf[:n:n]
+		}
+		skip = (64 - off) / size
+	}
+	return buf[skip : skip+n : skip+n]
 }
 
 // forward runs the model over every token of seqs, writing K and V into the

@@ -123,6 +123,7 @@ func kernMatMul(p *Pool, ks *kernSet, out []float32, w Weight, x []float32, n in
 type kernScratch struct {
 	xq     []int8
 	xd, xs []float32
+	xc     []int32 // the kernLaneSums of the tokens the rows kernels take
 }
 
 var kernScratchPool = sync.Pool{New: func() any { return new(kernScratch) }}
@@ -130,7 +131,7 @@ var kernScratchPool = sync.Pool{New: func() any { return new(kernScratch) }}
 func kernGetScratch(values, blocks int) *kernScratch {
 	s := kernScratchPool.Get().(*kernScratch)
 	if cap(s.xq) < values {
-		s.xq = make([]int8, values)
+		s.xq = alignedMake[int8](values)
 	}
 	if cap(s.xd) < blocks {
 		s.xd = make([]float32, blocks)
@@ -138,6 +139,14 @@ func kernGetScratch(values, blocks int) *kernScratch {
 	}
 	s.xq, s.xd, s.xs = s.xq[:values], s.xd[:blocks], s.xs[:blocks]
 	return s
+}
+
+// lanes returns room for the kernLaneSums of n rows of activations.
+func (s *kernScratch) lanes(n int) []int32 {
+	if cap(s.xc) < n {
+		s.xc = make([]int32, n)
+	}
+	return s.xc[:n]
 }
 
 // kernMatMulQuant is MatMul for the block-quantized types.
@@ -160,10 +169,28 @@ func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 		quantize(0, n)
 	}
 
+	// The tokens left after the groups of eight and four go one at a
+	// time, through the rows kernel where there is one.
+	one := 0
+	if dot8 != nil {
+		one = n / 8 * 8
+	}
+	if dot4 != nil {
+		one += (n - one) / 4 * 4
+	}
+	rowsDot := ks.dotQRows[w.Type]
+	var xc []int32
+	if rowsDot != nil {
+		xc = sc.lanes((n - one) * cols / 4)
+		for t := one; t < n; t++ {
+			kernLaneSums(xc[(t-one)*cols/4:(t-one+1)*cols/4], xq[t*cols:(t+1)*cols])
+		}
+	}
+
 	// Within a tile of rows (which stays in cache), eight tokens at a time
 	// (then four, then one) sweep the rows: their activations stay in L1
 	// while the weights come from L2, and from memory only for the first
-	// eight. The three kernels give a token the same bits.
+	// eight. The kernels give a token the same bits.
 	rowTile := max(1, kernTileBytes/max(rb, 1))
 	p.Run(rows, func(r0, r1 int) {
 		var res [4]float32
@@ -196,6 +223,11 @@ func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 			}
 			for ; t < n; t++ {
 				q, d, s := xq[t*cols:(t+1)*cols], xd[t*nb:(t+1)*nb], xs[t*nb:(t+1)*nb]
+				if rowsDot != nil {
+					c := xc[(t-one)*cols/4 : (t-one+1)*cols/4]
+					rowsDot(out[t*rows+rt:t*rows+re], w.Data[rt*rb:re*rb], rb, q, d, s, c)
+					continue
+				}
 				for r := rt; r < re; r++ {
 					out[t*rows+r] = dot(w.Data[r*rb:(r+1)*rb], q, d, s)
 				}
@@ -255,6 +287,19 @@ func kernFloats(b []byte) []float32 {
 	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
 }
 
+// kernRowsFunc is a rows kernel (kernSet.dotQRows).
+type kernRowsFunc func(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
+
+// kernLaneSums sets xc[i] to -8 times the sum of xq[4i:4i+4], one int32 per
+// VNNI lane of activations: the Q4_0 rows kernels' correction for taking
+// the weights' nibbles unsigned (q-8 becomes q, less 8·Σx).
+func kernLaneSums(xc []int32, xq []int8) {
+	for i := range xc {
+		q := xq[4*i : 4*i+4 : 4*i+4]
+		xc[i] = -8 * (int32(q[0]) + int32(q[1]) + int32(q[2]) + int32(q[3]))
+	}
+}
+
 // kernSet is one implementation of the kernels. Every function takes
 // exactly sized slices: a weight row and the matching activations.
 type kernSet struct {
@@ -271,6 +316,10 @@ type kernSet struct {
 	// dotQ8[t], where present, does the same for eight tokens at once. It
 	// too must give each token exactly the bits dotQ[t] gives it.
 	dotQ8 map[model.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
+	// dotQRows[t], where present, dots one token with each of len(out)
+	// weight rows, rb bytes apart in w, giving each row exactly the bits
+	// dotQ[t] gives it; xc is the token's kernLaneSums.
+	dotQRows map[model.TensorType]kernRowsFunc
 	// dotF32 returns Σ w[i]·x[i].
 	dotF32 func(w, x []float32) float32
 	// dotF16 and dotBF16 return the dot product of a row of half or bfloat16
@@ -335,9 +384,12 @@ func kernRegister(l kernLevel, s *kernSet) {
 		if s.dotQ8 == nil {
 			s.dotQ8 = map[model.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32){}
 		}
+		if s.dotQRows == nil {
+			s.dotQRows = map[model.TensorType]kernRowsFunc{}
+		}
 		for t, f := range below.dotQ {
 			if s.dotQ[t] == nil {
-				s.dotQ[t], s.dotQ4[t], s.dotQ8[t] = f, below.dotQ4[t], below.dotQ8[t]
+				s.dotQ[t], s.dotQ4[t], s.dotQ8[t], s.dotQRows[t] = f, below.dotQ4[t], below.dotQ8[t], below.dotQRows[t]
 			}
 		}
 	}

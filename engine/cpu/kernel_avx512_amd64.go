@@ -33,6 +33,17 @@ func kernDotQ4_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
 //go:noescape
 func kernDotQ5_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
 
+// The rows kernels: one token's dot with each of len(out) rows.
+
+//go:noescape
+func kernDotQ8_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
+
+//go:noescape
+func kernDotQ4_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
+
+//go:noescape
+func kernDotQ5_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
+
 //go:noescape
 func kernDotQ5_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
 
@@ -92,6 +103,11 @@ func init() {
 			model.TypeQ4_0: kernDotQ4_0x8AVX512,
 			model.TypeQ5_0: kernDotQ5_0x8AVX512,
 			model.TypeQ8_0: kernDotQ8_0x8AVX512,
+		},
+		dotQRows: map[model.TensorType]kernRowsFunc{
+			model.TypeQ4_0: kernDotQ4_0RowsAVX512,
+			model.TypeQ5_0: kernDotQ5_0RowsAVX512,
+			model.TypeQ8_0: kernDotQ8_0RowsAVX512,
 		},
 		dotF32:  kernDotF32AVX512,
 		dotF16:  kernDotF16AVX512,

@@ -612,6 +612,102 @@ sum:; \
 	VZEROUPPER; \
 	RET
 
+// The rows kernels dot one token with each of len(out) weight rows, rb
+// bytes apart, in one call: DOT1's arithmetic row after row, without a Go
+// call per row (which costs as much as the dot of a short row). R8 walks
+// out, R9 counts the rows left, R10 is the row, R11 rb, R13 walks xc.
+//
+// For Q4_0 they take the nibbles as VPDPBUSD's unsigned operand and the
+// activations, unchanged, as its signed one: Σ(q-8)·x = Σq·x - 8·Σx, where
+// xc holds -8·Σx over each lane's four activation bytes. A lane's integer
+// is the sign trick's exactly, so a row gets DOT1's bits, with four vector
+// operations fewer per pair of blocks.
+
+// ROWSTOK and ROWSONE are the signed kernels' per-pair and last-block
+// steps (TOKPAIR, TOKONE); ROWSTOKU and ROWSONEU the unsigned Q4_0 ones.
+#define ROWSTOK TOKPAIR((DI), 0, (DX), Z0, Z1)
+#define ROWSONE TOKONE((DI), (DX), Y0)
+
+#define ROWSTOKU \
+	VMOVDQU64   (R13), Z7; \
+	VPDPBUSD    (DI), Z3, Z7; \
+	VCVTDQ2PS   Z7, Z7; \
+	VMULPS      Z4, Z7, Z7; \
+	VFMADD231PS.BCST (DX), Z7, K2, Z0; \
+	VFMADD231PS.BCST 4(DX), Z7, K3, Z1
+
+#define ROWSONEU \
+	VMOVDQU     (R13), Y7; \
+	VPDPBUSD    (DI), Y3, Y7; \
+	VCVTDQ2PS   Y7, Y7; \
+	VMULPS      Y4, Y7, Y7; \
+	VFMADD231PS.BCST (DX), Y7, Y0
+
+// PAIRQ4U and ONEQ4U load Q4_0 blocks as PAIRQ4 and ONEQ4 do, leaving the
+// unsigned nibbles in Z3 (Y3) and the scales in Z4 (Y4).
+#define PAIRQ4U \
+	VMOVDQU      2(SI), X2; \
+	VINSERTI128  $1, 20(SI), Y2, Y2; \
+	VPSRLW       $4, Y2, Y3; \
+	VINSERTI64X4 $1, Y3, Z2, Z2; \
+	VSHUFI64X2   $0xD8, Z2, Z2, Z2; \
+	VPANDD       Z14, Z2, Z3; \
+	DWPAIR(0, 18)
+
+#define ONEQ4U \
+	VMOVDQU      2(SI), X2; \
+	VPSRLW       $4, X2, X3; \
+	VINSERTI128  $1, X3, Y2, Y2; \
+	VPAND        Y14, Y2, Y3; \
+	VPBROADCASTW (SI), X4; \
+	VCVTPH2PS    X4, Y4
+
+// DOTROWS is the body of a rows kernel over blocks of bsz bytes.
+#define DOTROWS(pair, tok, one, tokone, bsz) \
+	MOVQ out_base+0(FP), R8; \
+	MOVQ out_len+8(FP), R9; \
+	MOVQ w_base+24(FP), R10; \
+	MOVQ rb+48(FP), R11; \
+	SETUP512; \
+row:; \
+	TESTQ R9, R9; \
+	JZ    end; \
+	MOVQ  R10, SI; \
+	MOVQ  xq_base+56(FP), DI; \
+	MOVQ  xd_base+80(FP), DX; \
+	MOVQ  xd_len+88(FP), CX; \
+	MOVQ  xc_base+128(FP), R13; \
+	VPXORD Z0, Z0, Z0; \
+	VPXORD Z1, Z1, Z1; \
+loop2:; \
+	CMPQ CX, $2; \
+	JB   tail; \
+	pair; \
+	tok; \
+	ADDQ $(2*bsz), SI; \
+	ADDQ $64, DI; \
+	ADDQ $64, R13; \
+	ADDQ $8, DX; \
+	SUBQ $2, CX; \
+	JMP  loop2; \
+tail:; \
+	VADDPS Z1, Z0, Z0; \
+	FOLDZ(Z0, Y0, Y1); \
+	TESTQ CX, CX; \
+	JZ   done; \
+	one; \
+	tokone; \
+done:; \
+	HSUMPS512(Y0, X0, X1); \
+	VMOVSS X0, (R8); \
+	ADDQ  $4, R8; \
+	ADDQ  R11, R10; \
+	DECQ  R9; \
+	JMP   row; \
+end:; \
+	VZEROUPPER; \
+	RET
+
 // func kernDotQ8_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
 TEXT ·kernDotQ8_0AVX512(SB), NOSPLIT, $0-100
 	DOT1(PAIRQ8, ONEQ8, 34)
@@ -932,3 +1028,16 @@ TEXT ·kernDotQ4_0x8AVX512(SB), NOSPLIT, $0-104
 // func kernDotQ5_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
 TEXT ·kernDotQ5_0x8AVX512(SB), NOSPLIT, $0-104
 	DOT8(PAIRQ5, ONEQ5, 22)
+
+
+// func kernDotQ8_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
+TEXT ·kernDotQ8_0RowsAVX512(SB), NOSPLIT, $0-152
+	DOTROWS(PAIRQ8, ROWSTOK, ONEQ8, ROWSONE, 34)
+
+// func kernDotQ4_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
+TEXT ·kernDotQ4_0RowsAVX512(SB), NOSPLIT, $0-152
+	DOTROWS(PAIRQ4U, ROWSTOKU, ONEQ4U, ROWSONEU, 18)
+
+// func kernDotQ5_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
+TEXT ·kernDotQ5_0RowsAVX512(SB), NOSPLIT, $0-152
+	DOTROWS(PAIRQ5, ROWSTOK, ONEQ5, ROWSONE, 22)

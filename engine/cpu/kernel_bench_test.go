@@ -56,7 +56,8 @@ func BenchmarkMatMul(b *testing.B) {
 				b.Run(name, func(b *testing.B) {
 					kernBenchLevel(b)
 					ws := kernBenchWeights(b, typ, rows, cols)
-					x := kernRandFloats(rand.New(rand.NewPCG(1, 1)), n*cols, 1)
+					x := alignedMake[float32](n * cols)
+					copy(x, kernRandFloats(rand.New(rand.NewPCG(1, 1)), n*cols, 1))
 					out := make([]float32, n*rows)
 					pool := NewPool(*kernThreads)
 					defer pool.Close()

@@ -366,6 +366,47 @@ func TestQuantKernelsAgree(t *testing.T) {
 	}
 }
 
+// TestRowsKernelsAgree checks that the rows kernels give each row exactly
+// the bits of the one-token dot, for every block count's pairs and last
+// odd block, rows that start anywhere in the data, and zero rows.
+func TestRowsKernelsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	for _, level := range kernLevels() {
+		ks := kernSetFor(level)
+		for _, typ := range kernTestTypes[3:] {
+			rowsDot := ks.dotQRows[typ]
+			if rowsDot == nil {
+				continue
+			}
+			for _, nb := range []int{1, 2, 3, 9, 24, 31} {
+				t.Run(fmt.Sprintf("kern=%s/type=%s/blocks=%d", level, typ, nb), func(t *testing.T) {
+					const rows = 7
+					cols := nb * typ.BlockSize()
+					var w []byte
+					for range rows {
+						w = append(w, kernRandBlocks(rng, typ, nb)...)
+					}
+					rb := len(w) / rows
+					x := kernRandActivations(rng, 1, cols)
+					xq, xd, xs := kernQuantized(x, 1, cols)
+					xc := make([]int32, cols/4)
+					kernLaneSums(xc, xq)
+					for _, span := range [][2]int{{0, rows}, {2, 5}, {6, 7}, {3, 3}} {
+						out := make([]float32, span[1]-span[0]+1)
+						out[len(out)-1] = 42 // past the rows: must stay
+						rowsDot(out[:span[1]-span[0]], w[span[0]*rb:span[1]*rb], rb, xq, xd, xs, xc)
+						for r := span[0]; r < span[1]; r++ {
+							want := ks.dotQ[typ](w[r*rb:(r+1)*rb], xq, xd, xs)
+							require.Equal(t, math.Float32bits(want), math.Float32bits(out[r-span[0]]), "row %d of %v", r, span)
+						}
+						require.Equal(t, float32(42), out[len(out)-1], "wrote past the rows")
+					}
+				})
+			}
+		}
+	}
+}
+
 func TestQuantizeKernelsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	for _, level := range kernLevels()[1:] {
