@@ -250,17 +250,28 @@ func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 	case model.TypeBF16:
 		dot = ks.dotBF16
 	}
-	dot4 := ks.dotFloat4[w.Type]
+	dot4, dot24 := ks.dotFloat4[w.Type], ks.dotFloat2x4[w.Type]
 	rowTile := max(1, kernTileBytes/max(rb, 1))
 	p.Run(rows, func(r0, r1 int) {
 		var res [4]float32
+		var res8 [8]float32
 		for rt := r0; rt < r1; rt += rowTile {
 			re := min(r1, rt+rowTile)
 			t := 0
 			if dot4 != nil {
 				for ; t+4 <= n; t += 4 {
 					xt := x[t*cols : (t+4)*cols]
-					for r := rt; r < re; r++ {
+					r := rt
+					if dot24 != nil {
+						for ; r+2 <= re; r += 2 {
+							dot24(&res8, w.Data[r*rb:(r+2)*rb], xt, cols)
+							for i := range 4 {
+								out[(t+i)*rows+r] = res8[i]
+								out[(t+i)*rows+r+1] = res8[4+i]
+							}
+						}
+					}
+					for ; r < re; r++ {
 						dot4(&res, w.Data[r*rb:(r+1)*rb], xt, cols)
 						out[t*rows+r] = res[0]
 						out[(t+1)*rows+r] = res[1]
@@ -331,6 +342,10 @@ type kernSet struct {
 	// holds at least 3·stride+len(w)/size values), giving each row the bits
 	// dotF32, dotF16 or dotBF16 gives it.
 	dotFloat4 map[model.TensorType]func(res *[4]float32, w []byte, x []float32, stride int)
+	// dotFloat2x4[t], where present, is dotFloat4[t] for the two rows that
+	// w holds (half its bytes each), res[0:4] the first's; each row gets
+	// dotFloat4's bits.
+	dotFloat2x4 map[model.TensorType]func(res *[8]float32, w []byte, x []float32, stride int)
 }
 
 // kernSets holds the implementation of each level that this build has;
@@ -369,8 +384,12 @@ func kernRegister(l kernLevel, s *kernSet) {
 		if s.dotF32 == nil {
 			s.dotF32, s.dotFloat4[model.TypeF32] = below.dotF32, below.dotFloat4[model.TypeF32]
 		}
+		if s.dotFloat2x4 == nil {
+			s.dotFloat2x4 = map[model.TensorType]func(res *[8]float32, w []byte, x []float32, stride int){}
+		}
 		if s.dotF16 == nil {
 			s.dotF16, s.dotFloat4[model.TypeF16] = below.dotF16, below.dotFloat4[model.TypeF16]
+			s.dotFloat2x4[model.TypeF16] = below.dotFloat2x4[model.TypeF16]
 		}
 		if s.dotBF16 == nil {
 			s.dotBF16, s.dotFloat4[model.TypeBF16] = below.dotBF16, below.dotFloat4[model.TypeBF16]

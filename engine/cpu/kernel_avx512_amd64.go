@@ -74,6 +74,12 @@ func kernDotBF16AVX512(w []byte, x []float32) float32
 //go:noescape
 func kernDotF32x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
 
+// kernDotF16x2x4AVX512 is kernDotF16x4AVX512 for the two rows that w
+// holds (half its bytes each): res[0:4] row 0's, res[4:8] row 1's.
+//
+//go:noescape
+func kernDotF16x2x4AVX512(res *[8]float32, w []byte, x []float32, stride int)
+
 //go:noescape
 func kernDotF16x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
 
@@ -108,6 +114,9 @@ func init() {
 			model.TypeQ4_0: kernDotQ4_0RowsAVX512,
 			model.TypeQ5_0: kernDotQ5_0RowsAVX512,
 			model.TypeQ8_0: kernDotQ8_0RowsAVX512,
+		},
+		dotFloat2x4: map[model.TensorType]func(res *[8]float32, w []byte, x []float32, stride int){
+			model.TypeF16: kernDotF16x2x4AVX512,
 		},
 		dotF32:  kernDotF32AVX512,
 		dotF16:  kernDotF16AVX512,

@@ -708,6 +708,136 @@ end:; \
 	VZEROUPPER; \
 	RET
 
+// FX2X4F16 is FX4Z for F16 and two weight rows at once (row A at SI, row B
+// at BX): each activation load serves both rows, which halves what the
+// four tokens' rows cost from L2 when they outgrow L1. Every (row, token)
+// adds in FX4Z's order (even 16-value chunks into Z16.., odd ones and the
+// tail into Z20..; row B's into Z24.. and Z28..), so each gets its x4 bits.
+#define FX2X4F16 \
+	MOVQ w_base+8(FP), SI; \
+	MOVQ w_len+16(FP), CX; \
+	SHRQ $1, CX; \
+	LEAQ (SI)(CX*1), BX; \
+	SHRQ $1, CX; \
+	MOVQ x_base+32(FP), DI; \
+	MOVQ stride+56(FP), R9; \
+	SHLQ $2, R9; \
+	LEAQ (R9)(R9*2), R10; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	VPXORD Z20, Z20, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPXORD Z23, Z23, Z23; \
+	VPXORD Z24, Z24, Z24; \
+	VPXORD Z25, Z25, Z25; \
+	VPXORD Z26, Z26, Z26; \
+	VPXORD Z27, Z27, Z27; \
+	VPXORD Z28, Z28, Z28; \
+	VPXORD Z29, Z29, Z29; \
+	VPXORD Z30, Z30, Z30; \
+	VPXORD Z31, Z31, Z31; \
+loop32:; \
+	CMPQ CX, $32; \
+	JB   loop16; \
+	VCVTPH2PS (SI), Z0; \
+	VCVTPH2PS 32(SI), Z1; \
+	VCVTPH2PS (BX), Z2; \
+	VCVTPH2PS 32(BX), Z3; \
+	VMOVUPS     (DI), Z4; \
+	VFMADD231PS Z4, Z0, Z16; \
+	VFMADD231PS Z4, Z2, Z24; \
+	VMOVUPS     (DI)(R9*1), Z5; \
+	VFMADD231PS Z5, Z0, Z17; \
+	VFMADD231PS Z5, Z2, Z25; \
+	VMOVUPS     (DI)(R9*2), Z4; \
+	VFMADD231PS Z4, Z0, Z18; \
+	VFMADD231PS Z4, Z2, Z26; \
+	VMOVUPS     (DI)(R10*1), Z5; \
+	VFMADD231PS Z5, Z0, Z19; \
+	VFMADD231PS Z5, Z2, Z27; \
+	VMOVUPS     64(DI), Z4; \
+	VFMADD231PS Z4, Z1, Z20; \
+	VFMADD231PS Z4, Z3, Z28; \
+	VMOVUPS     64(DI)(R9*1), Z5; \
+	VFMADD231PS Z5, Z1, Z21; \
+	VFMADD231PS Z5, Z3, Z29; \
+	VMOVUPS     64(DI)(R9*2), Z4; \
+	VFMADD231PS Z4, Z1, Z22; \
+	VFMADD231PS Z4, Z3, Z30; \
+	VMOVUPS     64(DI)(R10*1), Z5; \
+	VFMADD231PS Z5, Z1, Z23; \
+	VFMADD231PS Z5, Z3, Z31; \
+	ADDQ $64, SI; \
+	ADDQ $64, BX; \
+	ADDQ $128, DI; \
+	SUBQ $32, CX; \
+	JMP  loop32; \
+loop16:; \
+	CMPQ CX, $16; \
+	JB   tail; \
+	VCVTPH2PS (SI), Z0; \
+	VCVTPH2PS (BX), Z2; \
+	VMOVUPS     (DI), Z4; \
+	VFMADD231PS Z4, Z0, Z16; \
+	VFMADD231PS Z4, Z2, Z24; \
+	VMOVUPS     (DI)(R9*1), Z5; \
+	VFMADD231PS Z5, Z0, Z17; \
+	VFMADD231PS Z5, Z2, Z25; \
+	VMOVUPS     (DI)(R9*2), Z4; \
+	VFMADD231PS Z4, Z0, Z18; \
+	VFMADD231PS Z4, Z2, Z26; \
+	VMOVUPS     (DI)(R10*1), Z5; \
+	VFMADD231PS Z5, Z0, Z19; \
+	VFMADD231PS Z5, Z2, Z27; \
+	ADDQ $32, SI; \
+	ADDQ $32, BX; \
+	ADDQ $64, DI; \
+	SUBQ $16, CX; \
+tail:; \
+	TESTQ CX, CX; \
+	JZ   sum; \
+	TAILMASK; \
+	VMOVDQU16.Z (SI), K1, Y0; \
+	VCVTPH2PS   Y0, Z0; \
+	VMOVDQU16.Z (BX), K1, Y2; \
+	VCVTPH2PS   Y2, Z2; \
+	VMOVUPS.Z   (DI), K1, Z4; \
+	VFMADD231PS Z4, Z0, Z20; \
+	VFMADD231PS Z4, Z2, Z28; \
+	VMOVUPS.Z   (DI)(R9*1), K1, Z5; \
+	VFMADD231PS Z5, Z0, Z21; \
+	VFMADD231PS Z5, Z2, Z29; \
+	VMOVUPS.Z   (DI)(R9*2), K1, Z4; \
+	VFMADD231PS Z4, Z0, Z22; \
+	VFMADD231PS Z4, Z2, Z30; \
+	VMOVUPS.Z   (DI)(R10*1), K1, Z5; \
+	VFMADD231PS Z5, Z0, Z23; \
+	VFMADD231PS Z5, Z2, Z31; \
+sum:; \
+	VADDPS Z20, Z16, Z8; \
+	VADDPS Z21, Z17, Z9; \
+	VADDPS Z22, Z18, Z10; \
+	VADDPS Z23, Z19, Z11; \
+	FOLDZ(Z8, Y8, Y0); \
+	FOLDZ(Z9, Y9, Y0); \
+	FOLDZ(Z10, Y10, Y0); \
+	FOLDZ(Z11, Y11, Y0); \
+	HSUM4AT(Y8, X8, Y9, Y10, Y11, 0); \
+	VADDPS Z28, Z24, Z8; \
+	VADDPS Z29, Z25, Z9; \
+	VADDPS Z30, Z26, Z10; \
+	VADDPS Z31, Z27, Z11; \
+	FOLDZ(Z8, Y8, Y0); \
+	FOLDZ(Z9, Y9, Y0); \
+	FOLDZ(Z10, Y10, Y0); \
+	FOLDZ(Z11, Y11, Y0); \
+	HSUM4AT(Y8, X8, Y9, Y10, Y11, 16); \
+	VZEROUPPER; \
+	RET
+
 // func kernDotQ8_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
 TEXT ·kernDotQ8_0AVX512(SB), NOSPLIT, $0-100
 	DOT1(PAIRQ8, ONEQ8, 34)
@@ -1041,3 +1171,7 @@ TEXT ·kernDotQ4_0RowsAVX512(SB), NOSPLIT, $0-152
 // func kernDotQ5_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
 TEXT ·kernDotQ5_0RowsAVX512(SB), NOSPLIT, $0-152
 	DOTROWS(PAIRQ5, ROWSTOK, ONEQ5, ROWSONE, 22)
+
+// func kernDotF16x2x4AVX512(res *[8]float32, w []byte, x []float32, stride int)
+TEXT ·kernDotF16x2x4AVX512(SB), NOSPLIT, $0-64
+	FX2X4F16

@@ -477,6 +477,20 @@ func TestFloatKernelsAgree(t *testing.T) {
 				for tok := range 4 { // batch invariance: the one-token dot's bits
 					require.Equal(t, c.dot(c.data, x4[tok*stride:tok*stride+n]), res[tok], "kern=%s %s 4-token dot n=%d token %d", level, c.name, n, tok)
 				}
+				if dot24 := ks.dotFloat2x4[c.typ]; dot24 != nil {
+					// A second row: the reversed first.
+					two := append([]byte(nil), c.data...)
+					es := len(c.data) / max(n, 1)
+					for i := range n {
+						two = append(two, c.data[(n-1-i)*es:(n-i)*es]...)
+					}
+					var res8 [8]float32
+					dot24(&res8, two, x4, stride)
+					var res2 [4]float32
+					dot4(&res2, two[len(c.data):], x4, stride)
+					require.Equal(t, res[:], res8[:4], "kern=%s %s 2x4 dot n=%d, row 0", level, c.name, n)
+					require.Equal(t, res2[:], res8[4:], "kern=%s %s 2x4 dot n=%d, row 1", level, c.name, n)
+				}
 			}
 		}
 	}
