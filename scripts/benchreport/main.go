@@ -4,8 +4,8 @@
 //
 // Each group of benchmarks runs as one `go test -bench` (with -benchmem and
 // -count N; each figure is the median of the N runs) or, for the
-// measurements that are tests (streams held, cluster routing), one
-// `go test -run` that writes its own table. The results replace the
+// measurements that are tests (CPU serving, streams held, cluster routing),
+// one `go test -run` that writes its own table. The results replace the
 // content between `<!-- generated: NAME -->` and `<!-- end generated: NAME -->`
 // in the file; everything outside the markers stays as it is. A failing
 // benchmark or test stops the run with an error and leaves the file
@@ -68,6 +68,9 @@ func groups(streams int) []group {
 		{name: "cpu", pkgs: []string{"./engine/cpu/"}, bench: "Shapes/model=(tiny|small)/", args: []string{"-benchtime", "20x"},
 			note: "The 0.5B shape is left out of `make bench` (about 5 minutes a run); measure it with the command of this section."},
 		{name: "cpu-kernels", pkgs: []string{"./engine/cpu/"}, bench: "MatMul/type=(f16|q8_0|q4_0)/rows=2048/|MemoryRead"},
+		{name: "cpu-serving", heading: "## CPU executor through the HTTP API (issue 5)\n",
+			pkgs: []string{"./cmd/llmd/"}, test: "TestCPUServingFigures", out: "LLMD_CPU_SERVE_BENCH_OUT", timeout: "60m",
+			env: []string{"LLMD_CPU_SERVE_BENCH=1"}},
 		{name: "streams", heading: "## Concurrent SSE streams (issue 11: goal 50,000 streams with inter-token p99 under 2x the idle figure)\n",
 			pkgs: []string{"./daemon/"}, test: "TestStreamsHeld", out: "LLMD_STREAMS_OUT", timeout: "60m",
 			env: []string{"LLMD_STREAMS=" + strconv.Itoa(streams)}},
