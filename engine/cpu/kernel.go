@@ -262,7 +262,11 @@ func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 				for ; t+4 <= n; t += 4 {
 					xt := x[t*cols : (t+4)*cols]
 					r := rt
-					if dot24 != nil {
+					// The first four tokens read the tile from memory, one
+					// row at a time: two rows at once stream at half the
+					// rate (the prefetchers lose track); the tokens after
+					// them find it in L2, where pairs pay.
+					if dot24 != nil && t > 0 {
 						for ; r+2 <= re; r += 2 {
 							dot24(&res8, w.Data[r*rb:(r+2)*rb], xt, cols)
 							for i := range 4 {
