@@ -27,7 +27,7 @@ var benchTypes = []model.TensorType{model.TypeF16, model.TypeQ8_0, model.TypeQ4_
 // processing (one 512-token prefill) and generation (decode steps of 1, 8
 // and 32 concurrent sequences at about 128 tokens of context), on the
 // executor alone, every core the machine has. Run it with
-// `go test -run '^$' -bench Shapes -benchtime 20x ./engine/cpu/`.
+// `go test -run '^$' -bench Shapes -benchtime 2s ./engine/cpu/`.
 func BenchmarkShapes(b *testing.B) {
 	for _, sh := range benchShapes {
 		for _, typ := range benchTypes {

@@ -65,7 +65,7 @@ func groups(streams int) []group {
 		{name: "quota", pkgs: []string{"./daemon/quota/", "./store/"}, bench: "ReserveReconcile|Authenticate", args: []string{"-cpu", "1,2"}},
 		{name: "usage", pkgs: []string{"./store/"}, bench: "UsageWriter", args: []string{"-benchtime", "20000x"}},
 		{name: "tokenizer", pkgs: []string{"./engine/model/"}, bench: "Tokenizer|QuantDequantize"},
-		{name: "cpu", pkgs: []string{"./engine/cpu/"}, bench: "Shapes/model=(tiny|small)/", args: []string{"-benchtime", "20x"},
+		{name: "cpu", pkgs: []string{"./engine/cpu/"}, bench: "Shapes/model=(tiny|small)/", args: []string{"-benchtime", "2s"},
 			note: "The 0.5B shape is left out of `make bench` (about 5 minutes a run); measure it with the command of this section."},
 		{name: "cpu-kernels", pkgs: []string{"./engine/cpu/"}, bench: "MatMul/type=(f16|q8_0|q4_0)/rows=2048/|MemoryRead"},
 		{name: "cpu-serving", heading: "## CPU executor through the HTTP API (issue 5)\n",
