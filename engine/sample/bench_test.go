@@ -27,7 +27,8 @@ func modelLogits(vocab int, seed uint64) []float32 {
 }
 
 // BenchmarkSample measures one Sample over a Llama 3 sized vocabulary in
-// each mode, with a 2,048-token history of which 512 are generated; full
+// each mode (and, for greedy and temperature, over smaller and larger
+// ones), with a 2,048-token history of which 512 are generated; full
 // also copies the logits afresh (about 8 µs here) since its penalties
 // change them.
 func BenchmarkSample(b *testing.B) {
@@ -51,26 +52,39 @@ func BenchmarkSample(b *testing.B) {
 		{"temperature", engine.SamplingParams{Temperature: 0.8}},
 		{"topk1000", engine.SamplingParams{Temperature: 0.8, TopK: 1000, TopP: 0.9}},
 	}
-	src := modelLogits(benchVocab, 1)
 	for _, m := range modes {
-		b.Run("vocab=128256/mode="+m.name, func(b *testing.B) {
-			s := NewSampler(benchVocab)
-			logits := make([]float32, benchVocab)
-			b.ReportAllocs()
-			step := 0
-			copy(logits, src)
-			// Bias and penalties change logits in place; the other modes
-			// leave them as they are, so only those pay for a fresh copy.
-			penalized := m.p.LogitBias != nil || m.p.RepetitionPenalty != 0
-			for b.Loop() {
-				if penalized {
-					copy(logits, src)
-				}
-				s.Sample(logits, m.p, 42, step, history, 512)
-				step++
+		benchSample(b, benchVocab, m.name, m.p, history)
+		if m.name == "greedy" || m.name == "temperature" {
+			// Llama 2's and Qwen 2's vocabularies, for the two modes
+			// whose cost is a pass over the whole vocabulary.
+			for _, vocab := range []int{32000, 151936} {
+				benchSample(b, vocab, m.name, m.p, history)
 			}
-		})
+		}
 	}
+}
+
+// benchSample runs one case of BenchmarkSample: mode name with p over a
+// vocabulary of vocab tokens.
+func benchSample(b *testing.B, vocab int, name string, p engine.SamplingParams, history []int32) {
+	src := modelLogits(vocab, 1)
+	b.Run(fmt.Sprintf("vocab=%d/mode=%s", vocab, name), func(b *testing.B) {
+		s := NewSampler(vocab)
+		logits := make([]float32, vocab)
+		b.ReportAllocs()
+		step := 0
+		copy(logits, src)
+		// Bias and penalties change logits in place; the other modes
+		// leave them as they are, so only those pay for a fresh copy.
+		penalized := p.LogitBias != nil || p.RepetitionPenalty != 0
+		for b.Loop() {
+			if penalized {
+				copy(logits, src)
+			}
+			s.Sample(logits, p, 42, step, history, 512)
+			step++
+		}
+	})
 }
 
 func BenchmarkLogprobs(b *testing.B) {

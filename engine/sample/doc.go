@@ -14,6 +14,12 @@
 // Stop strings and end-of-generation ids are the caller's: the sampler
 // returns a token id and does not know which ids end a generation.
 //
-// sample imports engine (for [engine.SamplingParams]) and the standard
-// library only; it must not import daemon, cluster, store, tui or net/http.
+// The passes over the whole vocabulary (the argmax, the top-k scan, the
+// exponentials and their sums) use AVX-512 on amd64 CPUs that have it, with the same
+// results bit for bit as the portable Go; the purego build tag leaves
+// them out.
+//
+// sample imports engine (for [engine.SamplingParams]), golang.org/x/sys/cpu
+// (to detect AVX-512) and the standard library only; it must not import
+// daemon, cluster, store, tui or net/http.
 package sample

@@ -24,18 +24,20 @@ type TokenLogprob struct {
 // allocated and owned by the caller.
 func (s *Sampler) Logprobs(logits []float32, token int32, top int) (lp float32, tops []TokenLogprob) {
 	m, nInf := negInf, 0
-	for _, l := range logits {
-		if l > m {
-			m = l
-		}
-		if math.IsInf(float64(l), 1) {
-			nInf++
+	if best := argmax(logits); best >= 0 {
+		m = logits[best]
+	}
+	if math.IsInf(float64(m), 1) {
+		for _, l := range logits {
+			if math.IsInf(float64(l), 1) {
+				nInf++
+			}
 		}
 	}
 	var logZ float64
 	if nInf == 0 && m > negInf {
 		s.grow(len(logits))
-		z := expShifted(s.probs, logits, m, 1, &s.mass, 1)
+		z := expShifted(s.probs, logits, m, 1, s.sums)
 		logZ = float64(m) + math.Log(z)
 	}
 	logprob := func(l float32) float32 {

@@ -22,6 +22,7 @@ type Sampler struct {
 	touched []int32   // tokens counted in the current epoch
 	epoch   uint32    // current epoch; never 0 once used
 	probs   []float32 // per-token weights for the dense paths
+	sums    []float64 // per block of blockLen weights of probs: their sum
 	cands   []cand    // candidates: the top-k heap or the top-p nucleus
 	edge    []cand    // top-p: tokens in the bucket that holds the boundary
 	mass    [numBuckets]float64
@@ -51,6 +52,7 @@ func (s *Sampler) grow(n int) {
 	s.mark = make([]uint32, n)
 	s.count = make([]int32, n)
 	s.probs = make([]float32, n)
+	s.sums = make([]float64, numBlocks(n))
 }
 
 // nextEpoch starts a new round of token marks, so that marking needs no
@@ -93,7 +95,10 @@ func (s *Sampler) nextEpoch() uint32 {
 //
 // Probabilities are computed in float32 with an exponential accurate to
 // 3e-7; a token whose tempered logit is more than 87 below the best one
-// (a probability under 1.6e-38 of the best's) has probability 0.
+// (a probability under 1.6e-38 of the best's) has probability 0. They are
+// summed in float64 in a fixed order (16 interleaved partial sums per
+// block of 256 tokens, then the blocks in order; see expShifted), with or
+// without SIMD, so the draw is the same on every CPU.
 //
 // Sample never panics on odd input. History ids and LogitBias keys outside
 // the vocabulary are ignored; NaN biases and NaN, infinite or
@@ -231,10 +236,10 @@ func finiteOrZero(x float64) float64 {
 	return x
 }
 
-// argmax returns the index of the largest logit, the lowest on ties, in
+// argmaxGo returns the index of the largest logit, the lowest on ties, in
 // one pass; NaN compares false, so it counts as -Inf. It returns -1 if no
-// entry is above -Inf.
-func argmax(logits []float32) int {
+// entry is above -Inf. argmax is the same, with SIMD where the CPU has it.
+func argmaxGo(logits []float32) int {
 	best, m := -1, negInf
 	for i, l := range logits {
 		if l > m {

@@ -210,6 +210,55 @@ func sqrtNormalized(probs ...float64) []float64 {
 	return out
 }
 
+// TestDistributionAcrossBlocks is TestDistribution over a vocabulary of
+// several blocks, with the likely tokens at the ends of blocks, in the
+// short last block and apart, and min-p, which sums the blocks again.
+func TestDistributionAcrossBlocks(t *testing.T) {
+	const vocab = 3*blockLen + 10
+	probs := map[int]float64{0: 0.1, blockLen - 1: 0.2, blockLen: 0.15, 2*blockLen + 7: 0.25, vocab - 1: 0.3}
+	logits := make([]float32, vocab)
+	for i := range logits {
+		logits[i] = float32(math.Log(1e-9)) // 1e-9 each: below 1e-6 in all
+		if p, ok := probs[i]; ok {
+			logits[i] = float32(math.Log(p))
+		}
+	}
+	const n = 20000
+	for name, p := range map[string]engine.SamplingParams{
+		"softmax": {Temperature: 1},
+		"min-p":   {Temperature: 1, MinP: 0.01},
+	} {
+		t.Run(name, func(t *testing.T) {
+			freq := frequencies(t, logits, p, 77, n)
+			for id, f := range freq {
+				want := probs[id]
+				tol := 5 * math.Sqrt(want*(1-want)/n)
+				require.InDelta(t, want, f, tol+1e-9, "token %d", id)
+			}
+		})
+	}
+}
+
+func TestDrawBlock(t *testing.T) {
+	w := []float32{0, 1, 0, 2, 0}
+	tests := map[string]struct {
+		t, acc float64
+		want   int
+	}{
+		"first positive weight": {t: 10, acc: 10, want: 1},
+		"inside the second":     {t: 11.5, acc: 10, want: 3},
+		"at the boundary":       {t: 11, acc: 10, want: 3},
+		// The caller's block sum covered t but the running total does
+		// not reach it: the last token of positive weight, never a 0.
+		"rounding past the end": {t: 13, acc: 10, want: 3},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, tc.want, drawBlock(w, tc.t, tc.acc))
+		})
+	}
+}
+
 func TestDeterminism(t *testing.T) {
 	logits := modelLogits(5000, 9)
 	modes := map[string]engine.SamplingParams{

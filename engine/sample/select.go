@@ -10,7 +10,8 @@ const heapMaxK = 512
 // selectTop returns the k largest logits, largest first and the lowest id
 // first on ties, built in h's storage. NaN counts as -Inf. It keeps a heap
 // of k entries whose root is the worst, so a pass over a large vocabulary
-// mostly compares against the root.
+// mostly compares against the root: firstAbove skips to the next logit
+// above it.
 func selectTop(logits []float32, k int, h []cand) []cand {
 	k = min(k, len(logits))
 	h = h[:0]
@@ -29,18 +30,31 @@ func selectTop(logits []float32, k int, h []cand) []cand {
 	floor := h[0].l
 	for i := k; i < len(logits); i++ {
 		// A later id never displaces an equal logit, so ties keep the
-		// lowest ids; NaN compares false.
-		if l := logits[i]; l > floor {
-			h[0] = cand{id: int32(i), l: l}
-			siftDown(h, 0)
-			floor = h[0].l
+		// lowest ids; NaN is never above.
+		if i += firstAbove(logits[i:], floor); i == len(logits) {
+			break
 		}
+		h[0] = cand{id: int32(i), l: logits[i]}
+		siftDown(h, 0)
+		floor = h[0].l
 	}
 	for n := len(h) - 1; n > 0; n-- {
 		h[0], h[n] = h[n], h[0]
 		siftDown(h[:n], 0)
 	}
 	return h
+}
+
+// firstAboveGo returns the index of the first of x above floor, or len(x)
+// if none is; NaN compares false, so it is never above. firstAbove is the
+// same, with SIMD where the CPU has it.
+func firstAboveGo(x []float32, floor float32) int {
+	for i, l := range x {
+		if l > floor {
+			return i
+		}
+	}
+	return len(x)
 }
 
 // worse reports whether a ranks below b: a lower logit, or the same logit

@@ -112,14 +112,17 @@ var weightLevels = [...]level{{19, 0x7ff}, {8, 0x7ff}, {0, 0xff}}
 // refine sorts out the tokens in it.
 func (s *Sampler) nucleus(logits []float32, q params, m float32) []cand {
 	probs := s.probs[:len(logits)]
+	sums := s.sums[:numBlocks(len(logits))]
 	mass := &s.mass
 	clear(mass[:])
+	z := expShifted(probs, logits, m, q.invT, sums)
+	target := q.topP * z
 	// The first histogram counts only weights above 2^-16 (its first 256
 	// buckets), which is cheap when, as usual, most of the vocabulary is
-	// far less likely; only if the nucleus reaches below does a second
-	// pass add the rest.
-	z := expShifted(probs, logits, m, q.invT, mass, histFloor)
-	target := q.topP * z
+	// far less likely: only the blocks whose sum is above it can hold
+	// one. Only if the nucleus reaches below does a second pass add the
+	// rest.
+	s.histAbove(probs, histFloor)
 	cut, acc, ok := cutBucket(mass[:], target, 0)
 	if !ok {
 		for _, w := range probs {
@@ -132,18 +135,25 @@ func (s *Sampler) nucleus(logits []float32, q params, m float32) []cand {
 
 	// Bucket b holds the weights in (lo(b+1), lo(b)] where lo(b) is the
 	// float32 whose distance is b<<19; since floats order like their bits,
-	// comparing weights with the cut bucket's ends finds its side.
+	// comparing weights with the cut bucket's ends finds its side. A block
+	// whose sum is at most lo holds no weight above it.
 	hi := math.Float32frombits(oneBits - uint32(cut)<<weightLevels[0].shift)
 	lo := math.Float32frombits(oneBits - uint32(cut+1)<<weightLevels[0].shift)
 	kept, edge := s.cands[:0], s.edge[:0]
-	for i, w := range probs {
-		if w > lo {
-			if w > hi {
-				if w >= q.minP {
-					kept = append(kept, cand{id: int32(i), w: w})
+	for b, sum := range sums {
+		if sum <= float64(lo) {
+			continue
+		}
+		start := b * blockLen
+		for i, w := range blockOf(probs, b) {
+			if w > lo {
+				if w > hi {
+					if w >= q.minP {
+						kept = append(kept, cand{id: int32(start + i), w: w})
+					}
+				} else {
+					edge = append(edge, cand{id: int32(start + i), w: w})
 				}
-			} else {
-				edge = append(edge, cand{id: int32(i), w: w})
 			}
 		}
 	}
@@ -151,6 +161,22 @@ func (s *Sampler) nucleus(logits []float32, q params, m float32) []cand {
 	kept = s.refine(kept, edge, target, acc, q.minP, weightLevels[1:])
 	s.cands = kept[:0]
 	return kept
+}
+
+// histAbove adds each weight of probs above floor to the first-level
+// bucket of its distance in s.mass. It scans only the blocks whose sum
+// (in s.sums) is above floor: a sum of weights is at least each of them.
+func (s *Sampler) histAbove(probs []float32, floor float32) {
+	for b, sum := range s.sums[:numBlocks(len(probs))] {
+		if sum <= float64(floor) {
+			continue
+		}
+		for _, w := range blockOf(probs, b) {
+			if w > floor {
+				s.mass[distance(w)>>weightLevels[0].shift] += float64(w)
+			}
+		}
+	}
 }
 
 // refine completes a top-p selection whose boundary lies among the
@@ -227,29 +253,61 @@ func distance(w float32) uint32 {
 	return oneBits - b
 }
 
-// drawDense samples over the whole vocabulary, after min-p only.
+// drawDense samples over the whole vocabulary, after min-p only. The drawn
+// point t = u*z is found in two steps: the block whose span of the
+// cumulative block sums holds it, then the token within that block.
 func (s *Sampler) drawDense(logits []float32, q params, m float32, best int, u float64) int32 {
 	probs := s.probs[:len(logits)]
-	z := expShifted(probs, logits, m, q.invT, &s.mass, 1)
+	sums := s.sums[:numBlocks(len(logits))]
+	z := expShifted(probs, logits, m, q.invT, sums)
 	if q.minP > 0 {
-		z = 0
-		for i, w := range probs {
-			if w < q.minP {
-				probs[i] = 0
-				continue
-			}
-			z += float64(w)
-		}
+		z = cutMinP(probs, sums, q.minP)
 	}
 	t := u * z
 	var acc float64
-	for i, w := range probs {
-		acc += float64(w)
-		if t < acc {
-			return int32(i)
+	for b, sum := range sums {
+		if t < acc+sum {
+			return int32(b*blockLen + drawBlock(blockOf(probs, b), t, acc))
 		}
+		acc += sum
 	}
 	return int32(best) // only when rounding puts t at z
+}
+
+// cutMinP sets the weights below minP to 0, sums each block again (in
+// laneSum's order) and returns the new total.
+func cutMinP(probs []float32, sums []float64, minP float32) float64 {
+	var z float64
+	for b := range sums {
+		block := blockOf(probs, b)
+		for i, w := range block {
+			if w < minP {
+				block[i] = 0
+			}
+		}
+		sums[b] = laneSum(block)
+		z += sums[b]
+	}
+	return z
+}
+
+// drawBlock returns the index in w of the token where the running total,
+// starting from acc, first exceeds t. The caller has found that t lies
+// below acc plus the block's sum; if rounding (the block's sum adds in
+// another order) leaves the running total at or below t, it returns the
+// last token of positive weight.
+func drawBlock(w []float32, t, acc float64) int {
+	last := 0
+	for i, x := range w {
+		if x > 0 {
+			last = i
+		}
+		acc += float64(x)
+		if t < acc {
+			return i
+		}
+	}
+	return last
 }
 
 // drawCands samples one of c in proportion to the weights.

@@ -74,7 +74,7 @@ func kept(s *Sampler, logits []float32, p engine.SamplingParams) map[int32]float
 		c = s.nucleus(logits, q, logits[argmax(logits)])
 	default:
 		best := argmax(logits)
-		expShifted(s.probs, logits, logits[best], q.invT, &s.mass, 1)
+		expShifted(s.probs, logits, logits[best], q.invT, s.sums)
 		for i, w := range s.probs[:len(logits)] {
 			if w >= q.minP {
 				c = append(c, cand{id: int32(i), w: w})
@@ -224,24 +224,64 @@ func TestExpShiftedMatchesFastExp(t *testing.T) {
 	src := modelLogits(20000, 8)
 	src[3], src[4] = negInf, nan
 	dst := make([]float32, len(src))
+	sums := make([]float64, numBlocks(len(src)))
 	m := src[argmax(src)]
 	for _, invT := range []float32{0, 0.5, 1, 1.25, 40} {
-		var hist [numBuckets]float64
-		z := expShifted(dst, src, m, invT, &hist, histFloor)
-		var want, wantHist float64
-		var above float64
+		z := expShifted(dst, src, m, invT, sums)
 		for i, l := range src {
 			w := fastExp((l - m) * invT)
 			require.Equal(t, math.Float32bits(w), math.Float32bits(dst[i]), "index %d", i)
-			want += float64(w)
-			if w > histFloor {
-				above += float64(w)
-			}
 		}
-		for _, h := range hist {
-			wantHist += h
+		var want float64
+		for b := range sums {
+			require.Equal(t, laneSum(blockOf(dst, b)), sums[b], "block %d", b)
+			want += sums[b]
 		}
 		require.Equal(t, want, z)
-		require.InDelta(t, above, wantHist, 1e-9*above)
 	}
+}
+
+// TestLaneSum checks laneSum's order with sums where it shows: 2^60 + 1
+// is 2^60 in float64, so whether a 1 survives says what was added first.
+func TestLaneSum(t *testing.T) {
+	const big = 0x1p60
+	tests := map[string]struct {
+		w    map[int]float32 // index: weight; the rest are 0
+		want float64
+	}{
+		// In index order the 1 would be lost: 0.
+		"lane j+8 into lane j first": {map[int]float32{0: big, 1: 1, 8: -big}, 1},
+		// Lanes 4 and 0 first would keep the 1.
+		"halves before quarters": {map[int]float32{0: big, 4: -big, 8: 1}, 0},
+		// Each lane in index order: (2^60 + 1) - 2^60 is 0.
+		"a lane in index order": {map[int]float32{0: big, 16: 1, 32: -big, 1: 1}, 1},
+		"short":                 {map[int]float32{0: 1, 1: 2, 2: 3, 3: 4, 4: 5}, 15},
+		"empty":                 {nil, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var w []float32
+			for i, x := range tc.w {
+				w = append(w, make([]float32, max(0, i+1-len(w)))...)
+				w[i] = x
+			}
+			require.Equal(t, tc.want, laneSum(w))
+		})
+	}
+}
+
+func TestHistAboveSkipsOnlyBlocksBelowTheFloor(t *testing.T) {
+	src := modelLogits(5000, 12)
+	s := NewSampler(len(src))
+	m := src[argmax(src)]
+	expShifted(s.probs, src, m, 1.25, s.sums)
+	clear(s.mass[:])
+	s.histAbove(s.probs[:len(src)], histFloor)
+	var want [numBuckets]float64
+	for _, w := range s.probs[:len(src)] {
+		if w > histFloor {
+			want[distance(w)>>weightLevels[0].shift] += float64(w)
+		}
+	}
+	require.Equal(t, want, s.mass)
 }
