@@ -44,7 +44,7 @@ soak: deps
 # tokens/s, quota decisions, the usage writer, the concurrent SSE streams one
 # llmd holds (levels up to STREAMS; 0 skips them) and the cluster routing
 # comparison; cpu-serving measures the CPU executor through llmd's HTTP API
-# at 1, 8 and 32 streams (about half an hour; LLMD_CPU_SERVE_SHAPES, e.g.
+# at 1, 8 and 32 streams (about 40 minutes; LLMD_CPU_SERVE_SHAPES, e.g.
 # 'tiny/Q8_0', picks the models). Each benchmark runs BENCH_COUNT times (the
 # tables show the median); BENCH_SKIP names sections to leave as they are
 # (e.g. cluster,cpu), BENCH_ONLY the only ones to run. A failure leaves
