@@ -30,6 +30,9 @@ type attnSet struct {
 	// len(p) values of v, vd = len(acc), adding j in order.
 	accF32 func(acc, p, v []float32, c float32)
 	accF16 func(acc, p []float32, v []byte, c float32)
+	// swiglu is the feed-forward's activation (swigluGo, bit for bit),
+	// here because it takes expSum's exponential.
+	swiglu func(gate, up []float32)
 }
 
 // attnSets holds each level's attention kernels; like kernSets, levels
@@ -40,6 +43,7 @@ var attnSets = [kernLevelAVX512 + 1]*attnSet{kernLevelGo: {
 	expSum:  attnExpSumGo,
 	accF32:  attnAccF32Go,
 	accF16:  attnAccF16Go,
+	swiglu:  swigluGo,
 }}
 
 // attnSetFor returns the attention kernels of level l, or of the highest

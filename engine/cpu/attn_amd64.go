@@ -35,6 +35,9 @@ func attnAccF32AVX512(acc, p, v []float32, c float32)
 //go:noescape
 func attnAccF16AVX512(acc, p []float32, v []byte, c float32)
 
+//go:noescape
+func swigluAVX512(gate, up []float32)
+
 func init() {
 	if kernBest >= kernLevelAVX2 {
 		attnSets[kernLevelAVX2] = &attnSet{
@@ -43,6 +46,7 @@ func init() {
 			expSum:  attnExpSumAVX2,
 			accF32:  attnAccF32AVX2,
 			accF16:  attnAccF16AVX2,
+			swiglu:  swigluGo,
 		}
 	}
 	if kernBest >= kernLevelAVX512 {
@@ -52,6 +56,7 @@ func init() {
 			expSum:  attnExpSumAVX512,
 			accF32:  attnAccF32AVX512,
 			accF16:  attnAccF16AVX512,
+			swiglu:  swigluAVX512,
 		}
 	}
 }

@@ -522,6 +522,19 @@ done:; \
 	VPSLLD     $23, Z1, Z1; \
 	VMULPS.Z   Z1, Z5, K2, Z0
 
+// SWIGLUZ sets Z0 to swigluGo of the gates in Z6 and the ups in Z9; EXPZ's
+// constants, Z27 0x7fffffff, Z31 zero. Uses Z1, Z3..Z5, Z7, Z8, Z30, K2, K3.
+#define SWIGLUZ \
+	VANDPS    Z27, Z6, Z30; \
+	VPXORD    Z0, Z0, Z0; \
+	EXPZ; \
+	VADDPS    Z20, Z0, Z7; \
+	VCMPPS    $0x0d, Z31, Z6, K3; \
+	VBLENDMPS Z20, Z0, K3, Z8; \
+	VDIVPS    Z7, Z8, Z8; \
+	VMULPS    Z8, Z6, Z8; \
+	VMULPS    Z9, Z8, Z0
+
 // ---- AVX2 ----
 
 // func attnDotsF32AVX2(s, q, k []float32, scale float32)
@@ -656,5 +669,60 @@ sum:
 	VHADDPS       X2, X2, X2
 	VHADDPS       X2, X2, X2
 	VMOVSS        X2, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func swigluAVX512(gate, up []float32)
+//
+// swigluGo sixteen values at a time: e = e^-|g| (EXPZ with Z0 = 0 and
+// Z30 = |g|), sigmoid(g) = 1/(1+e) where g >= 0 (K3) and e/(1+e) elsewhere
+// (NaN included, as swigluGo), then (g·sigmoid(g))·up.
+TEXT ·swigluAVX512(SB), NOSPLIT, $0-48
+	MOVQ gate_base+0(FP), DI
+	MOVQ gate_len+8(FP), BX
+	MOVQ up_base+24(FP), SI
+	VBROADCASTSS attnConst<>+0(SB), Z16
+	VBROADCASTSS attnConst<>+4(SB), Z17
+	VBROADCASTSS attnConst<>+8(SB), Z18
+	VBROADCASTSS attnConst<>+12(SB), Z19
+	VBROADCASTSS attnConst<>+16(SB), Z20
+	VBROADCASTSS attnConst<>+20(SB), Z21
+	VBROADCASTSS attnConst<>+24(SB), Z22
+	VBROADCASTSS attnConst<>+28(SB), Z23
+	VBROADCASTSS attnConst<>+32(SB), Z24
+	VPBROADCASTD attnConst<>+40(SB), Z25
+	VBROADCASTSS attnConst<>+36(SB), Z26
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z27
+	VPXORD Z31, Z31, Z31
+	MOVL $0xffff, AX
+	KMOVW AX, K1
+
+loop16:
+	CMPQ BX, $16
+	JB   tail
+	VMOVUPS (DI), Z6
+	VMOVUPS (SI), Z9
+	SWIGLUZ
+	VMOVUPS Z0, (DI)
+	ADDQ    $64, DI
+	ADDQ    $64, SI
+	SUBQ    $16, BX
+	JMP     loop16
+
+tail:
+	TESTQ BX, BX
+	JZ    done
+	MOVQ  BX, CX
+	MOVL  $1, AX
+	SHLL  CX, AX
+	DECL  AX
+	KMOVW AX, K1
+	VMOVUPS.Z (DI), K1, Z6
+	VMOVUPS.Z (SI), K1, Z9
+	SWIGLUZ
+	VMOVUPS   Z0, K1, (DI)
+
+done:
 	VZEROUPPER
 	RET

@@ -170,3 +170,32 @@ func TestAttentionBatchInvariant(t *testing.T) {
 		}
 	}
 }
+
+// TestSwigluAgrees checks that every level's SwiGLU has swigluGo's bits,
+// over lengths with every tail and gates from deep negative to large
+// positive, with zeros, infinities and NaN.
+func TestSwigluAgrees(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), -87.3, 87.3, -200, 200}
+	for _, level := range kernLevels() {
+		as := attnSetFor(level)
+		for n := range 70 {
+			gate, up := make([]float32, n+1), make([]float32, n)
+			for i := range n {
+				gate[i] = float32(rng.NormFloat64() * 6)
+				if rng.IntN(8) == 0 {
+					gate[i] = specials[rng.IntN(len(specials))]
+				}
+				up[i] = float32(rng.NormFloat64())
+			}
+			gate[n] = 42
+			want := append([]float32(nil), gate[:n]...)
+			swigluGo(want, up)
+			as.swiglu(gate[:n], up)
+			for i := range n {
+				require.Equal(t, math.Float32bits(want[i]), math.Float32bits(gate[i]), "kern=%s n=%d i=%d", level, n, i)
+			}
+			require.Equal(t, float32(42), gate[n], "kern=%s n=%d: wrote past the end", level, n)
+		}
+	}
+}

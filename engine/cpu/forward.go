@@ -290,8 +290,9 @@ func (e *Executor) forward(ctx context.Context, seqs []engine.SeqInput) ([]float
 			bf.up = grow(bf.up, n*s.FFN)
 			MatMul(e.pool, bf.gate, l.gate, bf.xn[a*dim:], n)
 			MatMul(e.pool, bf.up, l.up, bf.xn[a*dim:], n)
+			act := attnSetFor(kernUse).swiglu
 			e.parallel(n, s.FFN, func(i, j int) {
-				swiglu(bf.gate[i*s.FFN:j*s.FFN], bf.up[i*s.FFN:j*s.FFN])
+				act(bf.gate[i*s.FFN:j*s.FFN], bf.up[i*s.FFN:j*s.FFN])
 			})
 			MatMul(e.pool, bf.proj[a*dim:(a+n)*dim], l.down, bf.gate, n)
 		}
@@ -543,9 +544,9 @@ func addTo(dst, src []float32) {
 	}
 }
 
-// swiglu writes silu(gate)·up into gate, silu(g) = g·sigmoid(g), with the
+// swigluGo writes silu(gate)·up into gate, silu(g) = g·sigmoid(g), with the
 // exponential taken of -|g| so that it never overflows.
-func swiglu(gate, up []float32) {
+func swigluGo(gate, up []float32) {
 	up = up[:len(gate)]
 	for i, g := range gate {
 		var sig float32

@@ -325,7 +325,7 @@ func TestExpNeg(t *testing.T) {
 func TestSwiGLU(t *testing.T) {
 	for g := float32(-200); g < 200; g += 0.01 {
 		gate, up := []float32{g}, []float32{1.5}
-		swiglu(gate, up)
+		swigluGo(gate, up)
 		want := float64(g) / (1 + math.Exp(-float64(g))) * 1.5
 		require.InDelta(t, want, float64(gate[0]), 1e-6*max(1, math.Abs(want)), "g = %v", g)
 	}
