@@ -522,6 +522,20 @@ done:; \
 	VPSLLD     $23, Z1, Z1; \
 	VMULPS.Z   Z1, Z5, K2, Z0
 
+// EXPCONSTZ loads EXPZ's constants into Z16..Z26.
+#define EXPCONSTZ \
+	VBROADCASTSS attnConst<>+0(SB), Z16; \
+	VBROADCASTSS attnConst<>+4(SB), Z17; \
+	VBROADCASTSS attnConst<>+8(SB), Z18; \
+	VBROADCASTSS attnConst<>+12(SB), Z19; \
+	VBROADCASTSS attnConst<>+16(SB), Z20; \
+	VBROADCASTSS attnConst<>+20(SB), Z21; \
+	VBROADCASTSS attnConst<>+24(SB), Z22; \
+	VBROADCASTSS attnConst<>+28(SB), Z23; \
+	VBROADCASTSS attnConst<>+32(SB), Z24; \
+	VPBROADCASTD attnConst<>+40(SB), Z25; \
+	VBROADCASTSS attnConst<>+36(SB), Z26
+
 // SWIGLUZ sets Z0 to swigluGo of the gates in Z6 and the ups in Z9; EXPZ's
 // constants, Z27 0x7fffffff, Z31 zero. Uses Z1, Z3..Z5, Z7, Z8, Z30, K2, K3.
 #define SWIGLUZ \
@@ -623,17 +637,7 @@ TEXT ·attnExpSumAVX512(SB), NOSPLIT, $0-36
 	MOVQ s_base+0(FP), DI
 	MOVQ s_len+8(FP), BX
 	VBROADCASTSS m+24(FP), Z30
-	VBROADCASTSS attnConst<>+0(SB), Z16
-	VBROADCASTSS attnConst<>+4(SB), Z17
-	VBROADCASTSS attnConst<>+8(SB), Z18
-	VBROADCASTSS attnConst<>+12(SB), Z19
-	VBROADCASTSS attnConst<>+16(SB), Z20
-	VBROADCASTSS attnConst<>+20(SB), Z21
-	VBROADCASTSS attnConst<>+24(SB), Z22
-	VBROADCASTSS attnConst<>+28(SB), Z23
-	VBROADCASTSS attnConst<>+32(SB), Z24
-	VPBROADCASTD attnConst<>+40(SB), Z25
-	VBROADCASTSS attnConst<>+36(SB), Z26
+	EXPCONSTZ
 	VPXORD Z2, Z2, Z2
 
 loop16:
@@ -681,17 +685,7 @@ TEXT ·swigluAVX512(SB), NOSPLIT, $0-48
 	MOVQ gate_base+0(FP), DI
 	MOVQ gate_len+8(FP), BX
 	MOVQ up_base+24(FP), SI
-	VBROADCASTSS attnConst<>+0(SB), Z16
-	VBROADCASTSS attnConst<>+4(SB), Z17
-	VBROADCASTSS attnConst<>+8(SB), Z18
-	VBROADCASTSS attnConst<>+12(SB), Z19
-	VBROADCASTSS attnConst<>+16(SB), Z20
-	VBROADCASTSS attnConst<>+20(SB), Z21
-	VBROADCASTSS attnConst<>+24(SB), Z22
-	VBROADCASTSS attnConst<>+28(SB), Z23
-	VBROADCASTSS attnConst<>+32(SB), Z24
-	VPBROADCASTD attnConst<>+40(SB), Z25
-	VBROADCASTSS attnConst<>+36(SB), Z26
+	EXPCONSTZ
 	MOVL $0x7fffffff, AX
 	VPBROADCASTD AX, Z27
 	VPXORD Z31, Z31, Z31
