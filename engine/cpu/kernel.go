@@ -123,7 +123,7 @@ func kernMatMul(p *Pool, ks *kernSet, out []float32, w Weight, x []float32, n in
 type kernScratch struct {
 	xq     []int8
 	xd, xs []float32
-	xc     []int32 // the kernLaneSums of the tokens the rows kernels take
+	xc     []int32 // the kernLaneSums of the tokens a rows kernel takes
 }
 
 var kernScratchPool = sync.Pool{New: func() any { return new(kernScratch) }}
@@ -180,7 +180,7 @@ func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 	}
 	rowsDot := ks.dotQRows[w.Type]
 	var xc []int32
-	if rowsDot != nil {
+	if rowsDot != nil && ks.rowsSums[w.Type] {
 		xc = sc.lanes((n - one) * cols / 4)
 		for t := one; t < n; t++ {
 			kernLaneSums(xc[(t-one)*cols/4:(t-one+1)*cols/4], xq[t*cols:(t+1)*cols])
@@ -224,7 +224,10 @@ func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 			for ; t < n; t++ {
 				q, d, s := xq[t*cols:(t+1)*cols], xd[t*nb:(t+1)*nb], xs[t*nb:(t+1)*nb]
 				if rowsDot != nil {
-					c := xc[(t-one)*cols/4 : (t-one+1)*cols/4]
+					var c []int32
+					if xc != nil {
+						c = xc[(t-one)*cols/4 : (t-one+1)*cols/4]
+					}
 					rowsDot(out[t*rows+rt:t*rows+re], w.Data[rt*rb:re*rb], rb, q, d, s, c)
 					continue
 				}
@@ -333,8 +336,10 @@ type kernSet struct {
 	dotQ8 map[model.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
 	// dotQRows[t], where present, dots one token with each of len(out)
 	// weight rows, rb bytes apart in w, giving each row exactly the bits
-	// dotQ[t] gives it; xc is the token's kernLaneSums.
+	// dotQ[t] gives it; xc is the token's kernLaneSums where rowsSums[t]
+	// is set, else nil.
 	dotQRows map[model.TensorType]kernRowsFunc
+	rowsSums map[model.TensorType]bool
 	// dotF32 returns Σ w[i]·x[i].
 	dotF32 func(w, x []float32) float32
 	// dotF16 and dotBF16 return the dot product of a row of half or bfloat16
@@ -410,9 +415,13 @@ func kernRegister(l kernLevel, s *kernSet) {
 		if s.dotQRows == nil {
 			s.dotQRows = map[model.TensorType]kernRowsFunc{}
 		}
+		if s.rowsSums == nil {
+			s.rowsSums = map[model.TensorType]bool{}
+		}
 		for t, f := range below.dotQ {
 			if s.dotQ[t] == nil {
-				s.dotQ[t], s.dotQ4[t], s.dotQ8[t], s.dotQRows[t] = f, below.dotQ4[t], below.dotQ8[t], below.dotQRows[t]
+				s.dotQ[t], s.dotQ4[t], s.dotQ8[t] = f, below.dotQ4[t], below.dotQ8[t]
+				s.dotQRows[t], s.rowsSums[t] = below.dotQRows[t], below.rowsSums[t]
 			}
 		}
 	}

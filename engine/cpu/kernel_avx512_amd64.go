@@ -110,6 +110,7 @@ func init() {
 			model.TypeQ5_0: kernDotQ5_0x8AVX512,
 			model.TypeQ8_0: kernDotQ8_0x8AVX512,
 		},
+		rowsSums: map[model.TensorType]bool{model.TypeQ4_0: true},
 		dotQRows: map[model.TensorType]kernRowsFunc{
 			model.TypeQ4_0: kernDotQ4_0RowsAVX512,
 			model.TypeQ5_0: kernDotQ5_0RowsAVX512,
