@@ -17,38 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/internal/cpushapes"
 	"github.com/llmd/llmd/internal/loadgen"
 	"github.com/llmd/llmd/internal/workload"
-)
-
-// cpuServeShapes are issue 5's model shapes, as engine/cpu's BenchmarkShapes
-// has them (seed 1, the default context length); the test writes each with
-// `llmctl model init`, which adds its tokenizer and chat template.
-var cpuServeShapes = []struct {
-	name string
-	m    model.RandomModel
-}{
-	{"tiny", model.RandomModel{Arch: "llama", Dim: 288, Layers: 6, Heads: 6, KVHeads: 6, FFN: 768, Vocab: 32000}},
-	{"small", model.RandomModel{Arch: "llama", Dim: 768, Layers: 12, Heads: 12, KVHeads: 4, FFN: 2048, Vocab: 128256}},
-	{"0.5B", model.RandomModel{Arch: "qwen2", Dim: 896, Layers: 24, Heads: 14, KVHeads: 2, FFN: 4864, Vocab: 151936, Tied: true}},
-}
-
-var cpuServeTypes = []model.TensorType{model.TypeF16, model.TypeQ8_0, model.TypeQ4_0}
-
-// llama.cpp's figures from issue 5 on the same shapes: generation tokens/s
-// of one stream (llama-bench tg), and the aggregate tokens/s of its server
-// at 8 concurrent streams (none for tiny F16).
-var (
-	llamaCppGen = map[string]float64{
-		"tiny/F16": 532, "tiny/Q8_0": 1176, "tiny/Q4_0": 1291,
-		"small/F16": 71.5, "small/Q8_0": 81.0, "small/Q4_0": 107,
-		"0.5B/F16": 25.7, "0.5B/Q8_0": 28.3, "0.5B/Q4_0": 38.2,
-	}
-	llamaCppServer8 = map[string]float64{
-		"tiny/Q8_0": 1091, "tiny/Q4_0": 1114,
-		"small/F16": 133, "small/Q8_0": 148, "small/Q4_0": 160,
-		"0.5B/F16": 54, "0.5B/Q8_0": 61, "0.5B/Q4_0": 76,
-	}
 )
 
 // The load of each level: closed loop, streamed chat completions of
@@ -95,9 +66,9 @@ func TestCPUServingFigures(t *testing.T) {
 		require.NoError(t, err, "LLMD_CPU_SERVE_SHAPES")
 	}
 	var names []string
-	for _, sh := range cpuServeShapes {
-		for _, typ := range cpuServeTypes {
-			if name := sh.name + "/" + typ.String(); pick.MatchString(name) {
+	for _, sh := range cpushapes.Shapes {
+		for _, typ := range cpushapes.Types {
+			if name := sh.Name + "/" + typ.String(); pick.MatchString(name) {
 				names = append(names, name)
 			}
 		}
@@ -113,17 +84,17 @@ func TestCPUServingFigures(t *testing.T) {
 		reqs  int
 	}
 	var rows []row
-	for _, sh := range cpuServeShapes {
-		for _, typ := range cpuServeTypes {
-			name := sh.name + "/" + typ.String()
+	for _, sh := range cpushapes.Shapes {
+		for _, typ := range cpushapes.Types {
+			name := sh.Name + "/" + typ.String()
 			if !pick.MatchString(name) {
 				continue
 			}
 			r := row{name: name, tps: map[int][]float64{}}
 			ok := t.Run(name, func(t *testing.T) {
-				m := sh.m
+				m := sh.Model
 				m.Type, m.Seed = typ, 1
-				path := writeRandomModel(t, ctl, sh.name+"-"+strings.ToLower(typ.String()), m)
+				path := writeRandomModel(t, ctl, sh.Name+"-"+strings.ToLower(typ.String()), m)
 				// The KV cache holds every stream's prompt and answer twice
 				// over, so that 32 streams stay far below the degradation
 				// ladder's KV mark.
@@ -196,8 +167,8 @@ func TestCPUServingFigures(t *testing.T) {
 	for _, r := range rows {
 		shape, typ, _ := strings.Cut(r.name, "/")
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s |\n", shape, typ,
-			tokPerSecRange(r.tps[1]), ratio(median(r.tps[1]), llamaCppGen[r.name]),
-			tokPerSecRange(r.tps[8]), ratio(median(r.tps[8]), llamaCppServer8[r.name]), tokPerSecRange(r.tps[32]))
+			tokPerSecRange(r.tps[1]), ratio(median(r.tps[1]), cpushapes.LlamaCppGen[r.name]),
+			tokPerSecRange(r.tps[8]), ratio(median(r.tps[8]), cpushapes.LlamaCppServer8[r.name]), tokPerSecRange(r.tps[32]))
 		early += r.early
 		reqs += r.reqs
 	}

@@ -8,20 +8,8 @@ import (
 
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/internal/cpushapes"
 )
-
-// benchShapes are the model shapes issue 5 compares with llama.cpp: random
-// weights (speed does not depend on them), written like `llmctl model init`.
-var benchShapes = []struct {
-	name string
-	m    model.RandomModel
-}{
-	{"tiny", model.RandomModel{Arch: "llama", Dim: 288, Layers: 6, Heads: 6, KVHeads: 6, FFN: 768, Vocab: 32000}},
-	{"small", model.RandomModel{Arch: "llama", Dim: 768, Layers: 12, Heads: 12, KVHeads: 4, FFN: 2048, Vocab: 128256}},
-	{"0.5B", model.RandomModel{Arch: "qwen2", Dim: 896, Layers: 24, Heads: 14, KVHeads: 2, FFN: 4864, Vocab: 151936, Tied: true}},
-}
-
-var benchTypes = []model.TensorType{model.TypeF16, model.TypeQ8_0, model.TypeQ4_0}
 
 // BenchmarkShapes measures, for each shape and weight type, prompt
 // processing (one 512-token prefill) and generation (decode steps of 1, 8
@@ -29,9 +17,9 @@ var benchTypes = []model.TensorType{model.TypeF16, model.TypeQ8_0, model.TypeQ4_
 // executor alone, every core the machine has. Run it with
 // `go test -run '^$' -bench Shapes -benchtime 2s ./engine/cpu/`.
 func BenchmarkShapes(b *testing.B) {
-	for _, sh := range benchShapes {
-		for _, typ := range benchTypes {
-			m := sh.m
+	for _, sh := range cpushapes.Shapes {
+		for _, typ := range cpushapes.Types {
+			m := sh.Model
 			m.Type, m.Seed = typ, 1
 			// Written once per shape and type, closed when the whole
 			// benchmark ends (the outer b owns it).
@@ -43,7 +31,7 @@ func BenchmarkShapes(b *testing.B) {
 				}
 				return f
 			}
-			b.Run(fmt.Sprintf("model=%s/type=%s/prompt=512", sh.name, typ), func(b *testing.B) {
+			b.Run(fmt.Sprintf("model=%s/type=%s/prompt=512", sh.Name, typ), func(b *testing.B) {
 				const n = 512
 				e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: n / 16, KVType: "f16", NoSwap: true})
 				blocks := seqBlocks(e, 0, 1)
@@ -56,7 +44,7 @@ func BenchmarkShapes(b *testing.B) {
 				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tokens/s")
 			})
 			for _, seqs := range []int{1, 8, 32} {
-				b.Run(fmt.Sprintf("model=%s/type=%s/gen/seqs=%d", sh.name, typ, seqs), func(b *testing.B) {
+				b.Run(fmt.Sprintf("model=%s/type=%s/gen/seqs=%d", sh.Name, typ, seqs), func(b *testing.B) {
 					const promptLen, window = 64, 128
 					e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: seqs * (promptLen + window) / 16, KVType: "f16", NoSwap: true})
 					var batch engine.Batch
