@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/api"
-	"github.com/llmd/llmd/daemon/quota"
+	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine"
 )
 

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmd/llmd/daemon/quota"
+	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/store"
 )

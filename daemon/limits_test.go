@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/daemon/quota"
+	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/internal/redistest"
 	"github.com/llmd/llmd/store"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/daemon/metrics"
-	"github.com/llmd/llmd/daemon/quota"
+	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/store"
 )
 

@@ -164,7 +164,7 @@ func (s *Server) recordRejected(rl *reqLog, j *job, cause error) {
 	var oe *overloadError
 	switch {
 	case errors.As(cause, &qe):
-		reason = "quota_" + qe.d.Reason
+		reason = "quota_" + string(qe.d.Reason)
 	case errors.As(cause, &oe):
 		reason = "overload"
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/llmd/llmd/daemon/quota"
+	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine/sim"
 	"github.com/llmd/llmd/internal/fleet"
 	"github.com/llmd/llmd/internal/workload"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/cluster"
-	"github.com/llmd/llmd/daemon/quota"
+	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
 	"github.com/llmd/llmd/internal/workload"

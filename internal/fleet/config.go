@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmd/llmd/daemon/quota"
+	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/sim"
 	"github.com/llmd/llmd/internal/workload"

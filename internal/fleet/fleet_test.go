@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/daemon/quota"
+	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine/sim"
 	"github.com/llmd/llmd/internal/workload"
 )

@@ -62,7 +62,7 @@ func groups(streams int) []group {
 		{name: "kvpool", pkgs: []string{"./engine/", "./engine/kvcache/"}, bench: "PoolAllocateRelease|PrefixLookup|CachedPrefix"},
 		{name: "sampling", heading: "## Sampling\n", pkgs: []string{"./engine/sample/"}, bench: "."},
 		{name: "sim", pkgs: []string{"./engine/sim/"}, bench: "Forward|SharedSystemPrompt"},
-		{name: "quota", pkgs: []string{"./daemon/quota/", "./store/"}, bench: "ReserveReconcile|Authenticate", args: []string{"-cpu", "1,2"}},
+		{name: "quota", pkgs: []string{"./quota/", "./store/"}, bench: "ReserveReconcile|Authenticate", args: []string{"-cpu", "1,2"}},
 		{name: "usage", pkgs: []string{"./store/"}, bench: "UsageWriter", args: []string{"-benchtime", "20000x"}},
 		{name: "tokenizer", pkgs: []string{"./engine/model/"}, bench: "Tokenizer|QuantDequantize"},
 		{name: "cpu", pkgs: []string{"./engine/cpu/"}, bench: "Shapes/model=(tiny|small)/", args: []string{"-benchtime", "2s"},

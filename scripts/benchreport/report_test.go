@@ -45,7 +45,7 @@ func TestParseBench(t *testing.T) {
 	require.InDelta(t, 7.367, pool.values["ns/block"], 1e-9)
 
 	require.Equal(t, 0, rs[2].procs)
-	require.Equal(t, "github.com/llmd/llmd/daemon/quota", rs[2].pkg)
+	require.Equal(t, "github.com/llmd/llmd/quota", rs[2].pkg)
 	require.Equal(t, 2, rs[3].procs)
 	require.InDelta(t, 2.23e6, rs[3].values["decisions/s"], 1e-9)
 	require.InDelta(t, 18573.80, rs[4].values["MB/s"], 1e-9)

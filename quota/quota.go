@@ -35,14 +35,27 @@ type Request struct {
 	Tokens int64
 }
 
+// Reason names the limit that denied a reservation. Its values are stable:
+// they appear in usage rows ("quota_" + reason) and error messages.
+type Reason string
+
 // Deny reasons, in the order Reserve checks them (see the package doc).
 const (
-	ReasonTooLarge    = "too_large"
-	ReasonDailyTokens = "daily_tokens"
-	ReasonConcurrency = "concurrency"
-	ReasonRequests    = "requests"
-	ReasonTokens      = "tokens"
+	ReasonTooLarge    Reason = "too_large"
+	ReasonDailyTokens Reason = "daily_tokens"
+	ReasonConcurrency Reason = "concurrency"
+	ReasonRequests    Reason = "requests"
+	ReasonTokens      Reason = "tokens"
 )
+
+// Hard reports whether a denial for r cannot pass by retrying soon: the
+// request is larger than the tokens-per-minute limit, or the daily budget is
+// spent.
+func (r Reason) Hard() bool { return r == ReasonTooLarge || r == ReasonDailyTokens }
+
+// PerRequest reports whether r limits requests (their rate or how many run
+// at once) rather than tokens.
+func (r Reason) PerRequest() bool { return r == ReasonRequests || r == ReasonConcurrency }
 
 // ConcurrencyRetryAfter is the RetryAfter of a request denied only for
 // concurrency: how soon a slot frees depends on other requests, so this is a
@@ -56,7 +69,7 @@ type Decision struct {
 	Allowed bool
 	// Reason is, when denied, the first limit that failed: "requests",
 	// "tokens", "concurrency", "daily_tokens" or "too_large".
-	Reason string
+	Reason Reason
 	// RetryAfter is, when denied and not Hard, the wait after which the
 	// same request could pass. For daily_tokens it is the time until the
 	// next UTC midnight (0 when Tokens exceed the whole daily budget); for
@@ -94,7 +107,7 @@ func (d Decision) Err() error {
 // denials through error returns (test with errors.As).
 type ExceededError struct {
 	// Limit is the deny reason: the limit that failed.
-	Limit string
+	Limit Reason
 	// RetryAfter is the decision's RetryAfter.
 	RetryAfter time.Duration
 	// Hard reports that retrying soon cannot help.

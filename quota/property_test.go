@@ -72,7 +72,7 @@ func (q *quotaModel) advanceTo(now int64) {
 }
 
 // reserve returns the expected allowed, reason and RetryAfter in ms.
-func (q *quotaModel) reserve(id string, tokens int64) (bool, string, int64) {
+func (q *quotaModel) reserve(id string, tokens int64) (bool, Reason, int64) {
 	l := q.lim
 	wait := func(have, need, rate int64) int64 {
 		if have >= need {
@@ -83,7 +83,7 @@ func (q *quotaModel) reserve(id string, tokens int64) (bool, string, int64) {
 	if l.TPM > 0 && tokens > l.TPM {
 		return false, ReasonTooLarge, 0
 	}
-	reason, retry := "", int64(0)
+	reason, retry := Reason(""), int64(0)
 	if l.Concurrency > 0 && int64(len(q.open)) >= l.Concurrency {
 		reason, retry = ReasonConcurrency, 1000
 	}

@@ -72,7 +72,7 @@ const (
 	codeDuplicate
 )
 
-var reasons = [...]string{
+var reasons = [...]Reason{
 	codeRequests:    ReasonRequests,
 	codeTokens:      ReasonTokens,
 	codeConcurrency: ReasonConcurrency,
