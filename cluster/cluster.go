@@ -14,12 +14,15 @@ import (
 	"github.com/llmd/llmd/engine/kvcache"
 )
 
+// Status is a member's liveness as this node sees it (see the package doc).
+type Status string
+
 // Member statuses.
 const (
-	StatusAlive   = "alive"
-	StatusSuspect = "suspect"
-	StatusDead    = "dead"
-	StatusLeft    = "left"
+	StatusAlive   Status = "alive"
+	StatusSuspect Status = "suspect"
+	StatusDead    Status = "dead"
+	StatusLeft    Status = "left"
 )
 
 // maxNodes bounds the member table: records about unknown nodes are
@@ -64,8 +67,8 @@ type State struct {
 type Member struct {
 	ID, APIAddr, Version string
 	Models               []string
-	// Status is "alive", "suspect", "dead" or "left" (see the package doc).
-	Status string
+	// Status is alive, suspect, dead or left (see the package doc).
+	Status Status
 	// Local is set for this node.
 	Local bool
 	// State is the latest gossiped state, zero until the first arrives. Its
@@ -93,6 +96,8 @@ type Cluster struct {
 	numLive atomic.Int64
 	// badMsgs counts undecodable messages and metadata.
 	badMsgs atomic.Uint64
+	// turn counts PolicyRoundRobin routes.
+	turn atomic.Uint64
 
 	// Locking: mu guards everything below. Delegates hold it only to merge
 	// decoded data; nothing does I/O or blocks under it.
@@ -414,7 +419,7 @@ func (e *entry) derive() {
 }
 
 // statusLocked derives e's status at now.
-func (c *Cluster) statusLocked(e *entry, now time.Time) string {
+func (c *Cluster) statusLocked(e *entry, now time.Time) Status {
 	switch {
 	case e.local && c.left:
 		return StatusLeft
@@ -531,7 +536,11 @@ func (c *Cluster) Route(req RouteRequest, localPrefix func([]kvcache.Hash) int) 
 	r := c.ring
 	c.mu.RUnlock()
 	sort.Slice(pool, func(i, j int) bool { return pool[i].Member.ID < pool[j].Member.ID })
-	return route(pool, r, req, localPrefix)
+	out := route(pool, r, req, localPrefix)
+	if req.Policy == PolicyRoundRobin {
+		out = rotate(out, c.turn.Add(1))
+	}
+	return out
 }
 
 // DefaultLeaveTimeout is what Leave waits when given no positive timeout.

@@ -129,7 +129,7 @@ func TestRestartWithLowerVersion(t *testing.T) {
 	bcfg.LocalState = func() State { return State{Load: map[string]ModelLoad{"m": {Running: running}}} }
 	nb := startNode(t, bcfg)
 	bcfg.BindAddr = nb.Addr() // restart on the same address
-	loadOnA := func(want int, status string) func() bool {
+	loadOnA := func(want int, status Status) func() bool {
 		return func() bool {
 			m, ok := member(na, "b")
 			return ok && m.Status == status && m.State.Load["m"].Running == want
@@ -172,7 +172,7 @@ func TestFailureAndLeave(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, nc.Close())
 	require.NoError(t, nd.Leave(time.Second))
-	status := func(c *Cluster, id string) string { m, _ := member(c, id); return m.Status }
+	status := func(c *Cluster, id string) Status { m, _ := member(c, id); return m.Status }
 	assert.Equal(t, StatusLeft, status(nd, "d"), "the leaver sees itself left")
 	for _, c := range []*Cluster{na, nb} {
 		eventually(t, func() bool {

@@ -117,7 +117,7 @@ func TestFlappingPeer(t *testing.T) {
 	var (
 		mu         sync.Mutex
 		falsePos   []string              // "at 12.3s (f up): s1 saw s2 suspect"
-		prev       = map[string]string{} // "s1/f" -> last status
+		prev       = map[string]Status{} // "s1/f" -> last status
 		fDeaths    int                   // transitions of f to dead, over all stable nodes
 		fSuspects  int                   // and to suspect
 		watchDone  = make(chan struct{})

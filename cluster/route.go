@@ -31,6 +31,8 @@ const (
 	// ReasonOverloaded: a candidate over the load bound, kept at the end of
 	// the list for retries only.
 	ReasonOverloaded = "overloaded_skipped"
+	// ReasonRoundRobin: every candidate of PolicyRoundRobin.
+	ReasonRoundRobin = "round_robin"
 )
 
 // Candidate is one member Route proposes, in order of preference.
@@ -43,7 +45,7 @@ type Candidate struct {
 	// from the gossiped summary for the others.
 	PrefixBlocks int
 	// Reason names the rule that placed the candidate: "prefix:N",
-	// "affinity", "least_loaded" or "overloaded_skipped".
+	// "affinity", "least_loaded", "overloaded_skipped" or "round_robin".
 	Reason string
 }
 
@@ -68,6 +70,9 @@ type RouteRequest struct {
 	// and the gossiped loads are up to a state interval old). 0 means
 	// DefaultLoadSlack; negative means no slack.
 	LoadSlack int
+	// Policy decides which of the above the route looks at (see Policy);
+	// "" is PolicyPrefix.
+	Policy Policy
 }
 
 // routeMember is a pool member with what the router needs precomputed.
@@ -81,6 +86,10 @@ type routeMember struct {
 // members (alive, not draining, serving req.Model). r may be nil (no
 // affinity ordering beyond the least-loaded order).
 func route(pool []routeMember, r *ring, req RouteRequest, localPrefix func([]kvcache.Hash) int) []Candidate {
+	if req.Policy == PolicyLocal {
+		pool = slices.DeleteFunc(pool, func(m routeMember) bool { return !m.Member.Local })
+	}
+	req = req.Policy.shape(req)
 	n := len(pool)
 	if n == 0 {
 		return nil
@@ -291,6 +300,8 @@ type RoutePool struct {
 	ring *ring
 	// scratch is the pool handed to route, reused.
 	scratch []routeMember
+	// turn counts PolicyRoundRobin routes.
+	turn uint64
 }
 
 // NewRoutePool prepares members for routing. Of members sharing an ID the
@@ -375,5 +386,9 @@ func (p *RoutePool) Route(req RouteRequest, localPrefix func([]kvcache.Hash) int
 	out := route(pool, p.ring, req, localPrefix)
 	clear(pool)
 	p.scratch = pool[:0]
+	if req.Policy == PolicyRoundRobin {
+		p.turn++
+		out = rotate(out, p.turn)
+	}
 	return out
 }

@@ -13,7 +13,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
-	"slices"
+
 	"strings"
 	"sync"
 	"time"
@@ -23,21 +23,6 @@ import (
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
 	"github.com/llmd/llmd/store"
-)
-
-// Routing policies (ClusterConfig.RoutePolicy). Only RoutePrefix is meant
-// for production; the others exist to measure it against.
-const (
-	// RoutePrefix: the longest cached prefix, then session affinity, within
-	// the load bound, else the least loaded (cluster.Route).
-	RoutePrefix = "prefix"
-	// RouteAffinity: the owner of the conversation (or the prompt's first
-	// block) on the hash ring, whatever the load.
-	RouteAffinity = "affinity"
-	// RouteRoundRobin: each node in turn.
-	RouteRoundRobin = "round_robin"
-	// RouteLocal: never forward.
-	RouteLocal = "local"
 )
 
 // Headers that name a conversation, for session affinity (the request's
@@ -195,30 +180,15 @@ func (s *Server) peerTargets(r *http.Request, rl *reqLog, j *job) []cluster.Cand
 		return nil
 	}
 	policy := s.cfg.Cluster.RoutePolicy
-	if policy == RouteLocal {
+	if policy == cluster.PolicyLocal {
 		return nil
 	}
 	hashes := kvcache.HashChain(j.prompt, j.model.eng.BlockSize())
 	req := cluster.RouteRequest{Model: j.model.id, Prefix: hashes, AffinityKey: affinityKey(r, j),
-		LoadBound: s.cfg.Cluster.LoadBound, LoadSlack: s.cfg.Cluster.LoadSlack}
-	switch policy {
-	case RouteAffinity:
-		req.Prefix, req.LoadBound = hashes[:min(len(hashes), 1)], 1e9
-		if req.AffinityKey != "" {
-			req.Prefix = nil
-		}
-	case RouteRoundRobin:
-		req.Prefix, req.AffinityKey = nil, ""
-	}
-	cands := s.cluster.Route(req, func(h []kvcache.Hash) int { return summaryDepth(j.model.eng.CachedPrefix(h), len(h)) })
-	if policy == RouteRoundRobin && len(cands) > 0 {
-		slices.SortFunc(cands, func(a, b cluster.Candidate) int { return strings.Compare(a.Member.ID, b.Member.ID) })
-		k := int(s.rr.Add(1) % uint64(len(cands)))
-		cands = append(cands[k:], cands[:k]...)
-		for i := range cands {
-			cands[i].Reason = "round_robin"
-		}
-	}
+		LoadBound: s.cfg.Cluster.LoadBound, LoadSlack: s.cfg.Cluster.LoadSlack, Policy: policy}
+	cands := s.cluster.Route(req, func(h []kvcache.Hash) int {
+		return cluster.SummaryDepth(j.model.eng.CachedPrefix(h), len(h))
+	})
 	var peers []cluster.Candidate
 	for _, c := range cands {
 		if c.Member.Local {
@@ -236,22 +206,6 @@ func (s *Server) peerTargets(r *http.Request, rl *reqLog, j *job) []cluster.Cand
 		rl.route = appendNote(rl.route, peers[0].Member.ID+" "+peers[0].Reason)
 	}
 	return peers
-}
-
-// summaryDepth rounds this node's exact count of cached blocks down to what
-// its gossiped summary would claim (keys at depths 2^k-1 and the prompt's
-// last block), so that it competes with the peers' summaries on equal
-// terms: otherwise a node holding only a shared system prompt would beat
-// the peer holding the whole conversation, whose summary shows less.
-func summaryDepth(n, total int) int {
-	if n <= 0 || n >= total {
-		return n
-	}
-	d := 1
-	for d*2 <= n {
-		d *= 2
-	}
-	return d
 }
 
 // peerFailed takes a peer out of routing after a failed forward (gossip

@@ -18,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/store"
 )
@@ -251,7 +252,7 @@ func TestForwardSkipsAStalledPeer(t *testing.T) {
 	stalled := stallListener(t)
 	nodes := startTestCluster(t, 3, func(i int, c *Config) {
 		c.Cluster.ForwardTimeout = 300 * time.Millisecond
-		c.Cluster.RoutePolicy = RouteRoundRobin
+		c.Cluster.RoutePolicy = cluster.PolicyRoundRobin
 		if i == 2 {
 			c.Cluster.APIAddr = stalled // peers reach node-c's API at a black hole
 		}
@@ -308,7 +309,7 @@ func TestPeerDyingAfterTheFirstTokenEndsTheStream(t *testing.T) {
 	t.Parallel()
 	dying := deadAfterFirstToken(t)
 	nodes := startTestCluster(t, 2, func(i int, c *Config) {
-		c.Cluster.RoutePolicy = RouteRoundRobin
+		c.Cluster.RoutePolicy = cluster.PolicyRoundRobin
 		if i == 1 {
 			c.Cluster.APIAddr = dying
 		}
@@ -344,7 +345,7 @@ func TestPeerDyingAfterTheFirstTokenEndsTheStream(t *testing.T) {
 func TestCancelReachesThePeer(t *testing.T) {
 	t.Parallel()
 	nodes := startTestCluster(t, 2, func(i int, c *Config) {
-		c.Cluster.RoutePolicy = RouteRoundRobin
+		c.Cluster.RoutePolicy = cluster.PolicyRoundRobin
 		c.StepTimeScale = 0.5
 	})
 	c := testClient(t)
@@ -482,15 +483,6 @@ func TestSSEEventReader(t *testing.T) {
 	require.True(t, isTerminalEvent([]byte(evs[3])))
 }
 
-func TestSummaryDepth(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct{ n, total, want int }{
-		{0, 10, 0}, {1, 10, 1}, {2, 10, 2}, {3, 10, 2}, {62, 125, 32}, {64, 125, 64}, {124, 125, 64}, {125, 125, 125},
-	} {
-		require.Equal(t, c.want, summaryDepth(c.n, c.total), "%+v", c)
-	}
-}
-
 // TestModelsServedElsewhere: in a cluster whose nodes serve different
 // models, a request for a model only a peer serves is relayed there
 // (JSON, OpenAI stream, native stream), billed once by the entry node; a
@@ -563,7 +555,7 @@ func TestSpillWhenTheHolderIsOverloaded(t *testing.T) {
 	nodes := startTestCluster(t, 2, func(i int, c *Config) {
 		c.StepTimeScale = 1
 		if i == 0 {
-			c.Cluster.RoutePolicy = RouteLocal // node-a serves what enters it
+			c.Cluster.RoutePolicy = cluster.PolicyLocal // node-a serves what enters it
 		}
 	})
 	a, b := nodes[0], nodes[1]
@@ -607,7 +599,7 @@ func TestSpillWhenTheHolderIsOverloaded(t *testing.T) {
 // as it does from the node itself.
 func TestSDKThroughAPeer(t *testing.T) {
 	t.Parallel()
-	nodes := startTestCluster(t, 2, func(i int, c *Config) { c.Cluster.RoutePolicy = RouteRoundRobin })
+	nodes := startTestCluster(t, 2, func(i int, c *Config) { c.Cluster.RoutePolicy = cluster.PolicyRoundRobin })
 	client := sdkClient(t, nodes[0].base)
 	params := openai.ChatCompletionNewParams{
 		Model:         "sim/small",

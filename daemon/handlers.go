@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/api"
-	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/quota"
 )
 
 // Limits of the OpenAI API.

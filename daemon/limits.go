@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/store"
 )
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/internal/redistest"
+	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/store"
 )
 

@@ -30,9 +30,10 @@ type ClusterConfig struct {
 	APIAddr string
 	// Profile is "lan" (default) or "local" (short intervals, for tests).
 	Profile string
-	// RoutePolicy is RoutePrefix (default), RouteAffinity, RouteRoundRobin
-	// or RouteLocal.
-	RoutePolicy string
+	// RoutePolicy is how requests are routed: cluster.PolicyPrefix (the
+	// default), PolicyAffinity, PolicyRoundRobin, PolicyLeastLoaded or
+	// PolicyLocal (never forward).
+	RoutePolicy cluster.Policy
 	// LoadBound skips a node whose load exceeds LoadBound x the pool's
 	// mean for the prefix and affinity picks; 0 means 1.25.
 	LoadBound float64
@@ -171,7 +172,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, _ *http.Request, _ *reqLog) 
 
 // nodeInfo is a member on the wire.
 func nodeInfo(m cluster.Member) api.NodeInfo {
-	n := api.NodeInfo{ID: m.ID, APIAddr: m.APIAddr, Version: m.Version, Models: m.Models, Status: m.Status,
+	n := api.NodeInfo{ID: m.ID, APIAddr: m.APIAddr, Version: m.Version, Models: m.Models, Status: string(m.Status),
 		Local: m.Local, Draining: m.State.Draining, Load: map[string]api.NodeModelLoad{}, Updated: m.Updated.UTC()}
 	for model, l := range m.State.Load {
 		byTier := map[string]int{}

@@ -11,10 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/llmd/llmd/quota"
+	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/engine/sim"
 	"github.com/llmd/llmd/internal/fleet"
 	"github.com/llmd/llmd/internal/workload"
+	"github.com/llmd/llmd/quota"
 )
 
 // hardware is the node shape simulate and plan share: a GPU profile, a
@@ -147,7 +148,7 @@ func newSimulateCmd() *cobra.Command {
 	f.Int64Var(&o.rpm, "quota-rpm", 0, "requests per minute allowed per tenant (0: no quota)")
 	f.Int64Var(&o.tpm, "quota-tpm", 0, "tokens per minute allowed per tenant (0: no quota)")
 	f.Int64Var(&o.concurrency, "quota-concurrency", 0, "concurrent requests allowed per tenant (0: no quota)")
-	f.StringVar(&o.route, "route", fleet.RoutePrefix, "routing policy: "+strings.Join(fleet.RoutePolicies, ", "))
+	f.StringVar(&o.route, "route", string(cluster.PolicyPrefix), "routing policy: "+cluster.PolicyNames(fleet.RoutePolicies))
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the workload")
 	f.IntVar(&o.workers, "workers", 1, "goroutines stepping the nodes (more help only on idle cores); the figures do not depend on it")
 	f.BoolVar(&o.asJSON, "json", false, "print the configuration and the report as JSON")
@@ -160,7 +161,7 @@ func (o *simulateOpts) config() (fleet.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	cfg.Route = o.route
+	cfg.Route = cluster.Policy(o.route)
 	cfg.Warmup = o.warmup
 	cfg.Workers = o.workers
 	if o.duration <= 0 {
@@ -201,22 +202,22 @@ type simulateJSON struct {
 
 // simulateSetup describes a run in --json output.
 type simulateSetup struct {
-	Nodes        int     `json:"nodes"`
-	GPU          string  `json:"gpu"`
-	Model        string  `json:"model"`
-	TP           int     `json:"tp"`
-	CostModel    string  `json:"cost_model"`
-	Route        string  `json:"route"`
-	Rate         float64 `json:"rate"`
-	Duration     string  `json:"duration"`
-	Warmup       string  `json:"warmup"`
-	Input        string  `json:"input"`
-	Output       string  `json:"output"`
-	SharedPrefix float64 `json:"shared_prefix"`
-	SystemPrompt string  `json:"system_tokens"`
-	Prompts      int     `json:"system_prompts"`
-	Turns        string  `json:"turns"`
-	Seed         uint64  `json:"seed"`
+	Nodes        int            `json:"nodes"`
+	GPU          string         `json:"gpu"`
+	Model        string         `json:"model"`
+	TP           int            `json:"tp"`
+	CostModel    string         `json:"cost_model"`
+	Route        cluster.Policy `json:"route"`
+	Rate         float64        `json:"rate"`
+	Duration     string         `json:"duration"`
+	Warmup       string         `json:"warmup"`
+	Input        string         `json:"input"`
+	Output       string         `json:"output"`
+	SharedPrefix float64        `json:"shared_prefix"`
+	SystemPrompt string         `json:"system_tokens"`
+	Prompts      int            `json:"system_prompts"`
+	Turns        string         `json:"turns"`
+	Seed         uint64         `json:"seed"`
 }
 
 func (o *simulateOpts) describe(cfg fleet.Config) simulateSetup {

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/daemon"
 )
 
@@ -96,7 +97,7 @@ func TestResolveConfig(t *testing.T) {
 			want: func(c *daemon.Config) {
 				c.DataDir = "/d"
 				c.Cluster = &daemon.ClusterConfig{GossipAddr: "127.0.0.1:7947", Join: []string{"10.0.0.2:7946", "10.0.0.3:7946"},
-					Key: []byte("0123456789abcdef"), RoutePolicy: daemon.RoutePrefix, LoadBound: 1.25, LoadSlack: 8,
+					Key: []byte("0123456789abcdef"), RoutePolicy: cluster.PolicyPrefix, LoadBound: 1.25, LoadSlack: 8,
 					ForwardTimeout: 2 * time.Second}
 			},
 		},
@@ -105,7 +106,7 @@ func TestResolveConfig(t *testing.T) {
 				"--load-bound", "1.5", "--load-slack", "0", "--forward-timeout", "500ms", "--fallback-model", "sim/flagship=sim/mid"},
 			want: func(c *daemon.Config) {
 				c.DataDir = "/d"
-				c.Cluster = &daemon.ClusterConfig{GossipAddr: "127.0.0.1:7947", InsecureGossip: true, RoutePolicy: daemon.RouteRoundRobin,
+				c.Cluster = &daemon.ClusterConfig{GossipAddr: "127.0.0.1:7947", InsecureGossip: true, RoutePolicy: cluster.PolicyRoundRobin,
 					LoadBound: 1.5, LoadSlack: -1, ForwardTimeout: 500 * time.Millisecond,
 					Fallback: map[string]string{"sim/flagship": "sim/mid"}}
 			},

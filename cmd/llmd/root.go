@@ -256,8 +256,8 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.gossipProfile, "gossip-profile", "", "memberlist timings: lan (default) or local (20 ms probes, for tests)")
 	_ = fs.MarkHidden("gossip-profile")
 	fs.StringVar(&o.advertiseAPI, "advertise-api", "", "the API address peers use to reach this node (default: the listen address)")
-	fs.StringVar(&o.routePolicy, "route-policy", daemon.RoutePrefix,
-		"how a cluster node picks the node that serves a request: prefix (cached prefix, then conversation, within the load bound), affinity, round_robin or local (never forward)")
+	fs.StringVar(&o.routePolicy, "route-policy", string(cluster.PolicyPrefix),
+		"how a cluster node picks the node that serves a request: prefix (cached prefix, then conversation, within the load bound), affinity, round_robin, least_loaded or local (never forward)")
 	fs.Float64Var(&o.loadBound, "load-bound", 1.25, "skip a node whose load is above this multiple of the cluster's mean (prefix routing)")
 	fs.IntVar(&o.loadSlack, "load-slack", cluster.DefaultLoadSlack,
 		"...but only when it is also this many sequences above the least loaded node (0 for none)")
@@ -350,15 +350,14 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.Engine.Ladder.Disabled = o.noDegrade
 	cfg.NodeID = o.nodeID
 	if len(o.join) > 0 || o.gossipAddr != "" {
+		policy, err := cluster.ParsePolicy(o.routePolicy)
+		if err != nil {
+			return cfg, fmt.Errorf("--route-policy %q: use %s", o.routePolicy, cluster.PolicyNames(cluster.Policies))
+		}
 		cc := &daemon.ClusterConfig{GossipAddr: o.gossipAddr, Join: splitList(strings.Join(o.join, ",")),
-			InsecureGossip: o.insecureGossip, APIAddr: o.advertiseAPI, RoutePolicy: o.routePolicy, LoadBound: o.loadBound,
+			InsecureGossip: o.insecureGossip, APIAddr: o.advertiseAPI, RoutePolicy: policy, LoadBound: o.loadBound,
 			LoadSlack: o.loadSlack, ForwardTimeout: o.forwardTimeout}
 		cc.Profile = o.gossipProfile
-		switch o.routePolicy {
-		case daemon.RoutePrefix, daemon.RouteAffinity, daemon.RouteRoundRobin, daemon.RouteLocal:
-		default:
-			return cfg, fmt.Errorf("--route-policy %q: use prefix, affinity, round_robin or local", o.routePolicy)
-		}
 		for _, fb := range o.fallbacks {
 			from, to, ok := strings.Cut(fb, "=")
 			from, to = strings.TrimSpace(from), strings.TrimSpace(to)

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/llmd/llmd/api"
-	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/quota"
 )
 
 // Label names and fixed values.

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/daemon/metrics"
-	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/quota"
 )
 
 // twoModels is a source with a busy model and an idle one that leaves

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/cluster"
-	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
 	"github.com/llmd/llmd/internal/workload"
+	"github.com/llmd/llmd/quota"
 )
 
 // arrive handles a workload item's arrival: a later turn waits for the
@@ -138,10 +138,10 @@ func (d *driver) refuse(reason string, inWindow bool) {
 
 // route picks the node for a prompt by the configured policy.
 func (d *driver) route(prompt []int32, it workload.Item) (*node, error) {
-	if d.cfg.Route == RouteRoundRobin {
+	if d.cfg.Route == cluster.PolicyRoundRobin {
 		n := d.nodes[d.rr%len(d.nodes)]
 		d.rr++
-		d.count(RouteRoundRobin)
+		d.count(cluster.ReasonRoundRobin)
 		return n, nil
 	}
 	for _, n := range d.nodes {
@@ -158,21 +158,12 @@ func (d *driver) route(prompt []int32, it workload.Item) (*node, error) {
 			KVUsage: usage(n.view),
 		})
 	}
-	req := cluster.RouteRequest{Model: d.model, LoadBound: d.cfg.LoadBound, LoadSlack: d.cfg.LoadSlack}
+	req := cluster.RouteRequest{Model: d.model, LoadBound: d.cfg.LoadBound, LoadSlack: d.cfg.LoadSlack, Policy: d.cfg.Route}
 	if it.Turns > 1 {
 		req.AffinityKey = "conversation-" + strconv.Itoa(it.Conversation)
 	}
-	bs := d.nodes[0].eng.BlockSize()
-	switch d.cfg.Route {
-	case RoutePrefix:
-		req.Prefix = kvcache.HashChain(prompt, bs)
-	case RouteAffinity:
-		req.LoadBound = 1e9
-		if req.AffinityKey == "" {
-			req.Prefix = kvcache.HashChain(prompt[:min(len(prompt), bs)], bs)
-		}
-	case RouteLeastLoaded:
-		req.AffinityKey = ""
+	if d.cfg.Route == cluster.PolicyPrefix || d.cfg.Route == cluster.PolicyAffinity {
+		req.Prefix = kvcache.HashChain(prompt, d.nodes[0].eng.BlockSize())
 	}
 	cands := d.pool.Route(req, nil)
 	if len(cands) == 0 {

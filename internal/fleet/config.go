@@ -3,34 +3,20 @@ package fleet
 import (
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"time"
 
-	"github.com/llmd/llmd/quota"
+	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/sim"
 	"github.com/llmd/llmd/internal/workload"
+	"github.com/llmd/llmd/quota"
 )
 
-// Routing policies (Config.Route): those of llmd's --route-policy, plus
-// least_loaded.
-const (
-	// RoutePrefix: the longest cached prefix, then the conversation's (or
-	// the first block's) owner on the ring, within the load bound, else
-	// the least loaded. llmd's default.
-	RoutePrefix = "prefix"
-	// RouteAffinity: the owner of the conversation (or the prompt's first
-	// block) on the ring, whatever the load.
-	RouteAffinity = "affinity"
-	// RouteRoundRobin: each node in turn.
-	RouteRoundRobin = "round_robin"
-	// RouteLeastLoaded: the node with the fewest running and waiting
-	// sequences.
-	RouteLeastLoaded = "least_loaded"
-)
-
-// RoutePolicies lists the routing policies.
-var RoutePolicies = []string{RoutePrefix, RouteAffinity, RouteRoundRobin, RouteLeastLoaded}
+// RoutePolicies lists the routing policies a fleet simulates: the cluster's,
+// less PolicyLocal (a fleet has no entry node of its own).
+var RoutePolicies = []cluster.Policy{cluster.PolicyPrefix, cluster.PolicyAffinity, cluster.PolicyRoundRobin,
+	cluster.PolicyLeastLoaded}
 
 // Config describes a simulated fleet and its traffic. Start from
 // DefaultConfig.
@@ -45,9 +31,8 @@ type Config struct {
 	Sim sim.Config
 	// Engine configures every node's engine.
 	Engine engine.Config
-	// Route is the routing policy: RoutePrefix, RouteAffinity,
-	// RouteRoundRobin or RouteLeastLoaded.
-	Route string
+	// Route is the routing policy, one of RoutePolicies.
+	Route cluster.Policy
 	// LoadBound and LoadSlack are the router's (cluster.RouteRequest); 0
 	// means the cluster's defaults.
 	LoadBound float64
@@ -82,7 +67,7 @@ type Config struct {
 func DefaultConfig() Config {
 	sc := sim.CalibratedConfig()
 	sc.MeanOutputTokens = 0
-	return Config{Nodes: 4, Sim: sc, Engine: engine.DefaultConfig(), Route: RoutePrefix}
+	return Config{Nodes: 4, Sim: sc, Engine: engine.DefaultConfig(), Route: cluster.PolicyPrefix}
 }
 
 // Validate reports the first problem with c.
@@ -90,8 +75,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Nodes < 1 || c.Nodes > 1024:
 		return fmt.Errorf("fleet: nodes must be from 1 to 1024, got %d", c.Nodes)
-	case !validRoute(c.Route):
-		return fmt.Errorf("fleet: unknown routing policy %q (known: %s)", c.Route, strings.Join(RoutePolicies, ", "))
+	case !slices.Contains(RoutePolicies, c.Route):
+		return fmt.Errorf("fleet: unknown routing policy %q (known: %s)", c.Route, cluster.PolicyNames(RoutePolicies))
 	case c.Sim.TimeScale != 1:
 		return fmt.Errorf("fleet: the sim's time scale must be 1, got %v", c.Sim.TimeScale)
 	case c.SummaryInterval < 0:
@@ -115,13 +100,4 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fleet: workload: %w", err)
 	}
 	return nil
-}
-
-func validRoute(r string) bool {
-	for _, p := range RoutePolicies {
-		if r == p {
-			return true
-		}
-	}
-	return false
 }

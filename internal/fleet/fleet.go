@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/cluster"
-	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
 	"github.com/llmd/llmd/engine/sim"
 	"github.com/llmd/llmd/internal/workload"
+	"github.com/llmd/llmd/quota"
 )
 
 // Run simulates cfg's fleet under cfg's workload and returns what it

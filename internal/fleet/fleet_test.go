@@ -10,9 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/quota"
+	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/engine/sim"
 	"github.com/llmd/llmd/internal/workload"
+	"github.com/llmd/llmd/quota"
 )
 
 // smallConfig is a fleet cheap enough for -race: two nodes of sim/small
@@ -112,13 +113,13 @@ func TestRunPrefixRouting(t *testing.T) {
 	cfg := smallConfig(4, sp)
 	prefix, err := Run(t.Context(), cfg)
 	require.NoError(t, err)
-	cfg.Route = RouteRoundRobin
+	cfg.Route = cluster.PolicyRoundRobin
 	rr, err := Run(t.Context(), cfg)
 	require.NoError(t, err)
 	t.Logf("cache hit: prefix %.2f, round robin %.2f; prefix-routed %.2f", prefix.Fleet.CacheHit, rr.Fleet.CacheHit, prefix.PrefixRouted)
 	assert.Greater(t, prefix.Fleet.CacheHit, rr.Fleet.CacheHit+0.1)
 	assert.Greater(t, prefix.PrefixRouted, 0.5)
-	assert.Equal(t, rr.Arrived, rr.Routed[RouteRoundRobin])
+	assert.Equal(t, rr.Arrived, rr.Routed[cluster.ReasonRoundRobin])
 	for _, n := range rr.Nodes {
 		assert.InDelta(t, rr.Arrived/4, n.Requests, 1, "round robin spreads evenly")
 	}
