@@ -3,7 +3,7 @@ package sim
 import (
 	"math"
 
-	"github.com/llmd/llmd/internal/hashmix"
+	"github.com/llmd/llmd/engine/hashmix"
 )
 
 // Placeholder prose. The token at output index i is a pure function of the

@@ -1,7 +1,7 @@
 package fleet
 
 import (
-	"github.com/llmd/llmd/internal/hashmix"
+	"github.com/llmd/llmd/engine/hashmix"
 	"github.com/llmd/llmd/internal/workload"
 )
 

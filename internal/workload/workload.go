@@ -7,7 +7,7 @@
 // no network, no goroutines (LoadJSONL reads a file, nothing else does
 // I/O). The same Spec gives the same items, so a load generator and a
 // fleet simulator can replay the very same workload. The package imports
-// nothing of llmd but internal/hashmix.
+// nothing of llmd but engine/hashmix.
 //
 // Two ways to consume a workload:
 //
@@ -29,7 +29,7 @@ package workload
 import (
 	"errors"
 	"fmt"
-	"github.com/llmd/llmd/internal/hashmix"
+	"github.com/llmd/llmd/engine/hashmix"
 	"math"
 	"math/rand/v2"
 	"sync"

@@ -1,5 +1,5 @@
-// Package hashmix holds the small integer hash llmd's simulators and
-// workload generators share.
+// Package hashmix holds the small integer hash that the simulated executor,
+// the workload generators and the fleet simulator share. It imports nothing.
 package hashmix
 
 // Mix64 is the splitmix64 finalizer: a fast, well-mixed bijection of 64-bit
