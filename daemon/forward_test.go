@@ -18,8 +18,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/store"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/api"
-	"github.com/llmd/llmd/daemon/metrics"
+	"github.com/llmd/llmd/metrics"
 	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/store"
 )

@@ -15,10 +15,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/llmd/llmd/cluster"
-	"github.com/llmd/llmd/daemon/gpu"
-	"github.com/llmd/llmd/daemon/metrics"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
+	"github.com/llmd/llmd/gpu"
+	"github.com/llmd/llmd/metrics"
 	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/store"
 )

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/llmd/llmd/daemon/metrics"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/metrics"
 	"github.com/llmd/llmd/store"
 )
 

@@ -24,6 +24,6 @@
 // counted under model_name="other", so a client cannot grow the number of
 // series.
 //
-// metrics imports engine and daemon/quota for their data types only; it
-// must not import daemon (daemon imports it).
+// metrics imports engine and quota for their data types only; it
+// imports nothing of the request path (pipeline and server import it).
 package metrics

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/daemon/metrics"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/metrics"
 	"github.com/llmd/llmd/quota"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/daemon/metrics"
+	"github.com/llmd/llmd/metrics"
 	"github.com/llmd/llmd/quota"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmd/llmd/daemon/metrics"
+	"github.com/llmd/llmd/metrics"
 )
 
 func BenchmarkObserveRequest(b *testing.B) {

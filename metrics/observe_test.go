@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/daemon/metrics"
+	"github.com/llmd/llmd/metrics"
 )
 
 // oneModel is a source serving model "m" with an 8192-token context.
