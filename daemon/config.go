@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/engine"
-	modelfile "github.com/llmd/llmd/engine/model"
+	modelfile "github.com/llmd/llmd/model"
 )
 
 // Config configures a Server. Start from DefaultConfig; cmd/llmd fills it

@@ -10,25 +10,28 @@ import (
 	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/cpu"
-	modelfile "github.com/llmd/llmd/engine/model"
+	modelfile "github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/model/chat"
+	"github.com/llmd/llmd/model/gguf"
+	"github.com/llmd/llmd/model/tokenizer"
 )
 
 // ggufText is the textModel of a GGUF model: its chat template and its
 // tokenizer.
 type ggufText struct {
-	tok  *modelfile.Tokenizer
-	tmpl *modelfile.ChatTemplate
+	tok  *tokenizer.Tokenizer
+	tmpl *chat.Template
 	bos  string // the BOS token's text, "" when the vocabulary has none
 }
 
 func (g ggufText) ChatPrompt(msgs []api.Message, addGenerationPrompt bool) ([]int32, error) {
-	cm := make([]modelfile.ChatMessage, len(msgs))
+	cm := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
 		role := m.Role
 		if role == "developer" {
 			role = "system"
 		}
-		cm[i] = modelfile.ChatMessage{Role: role, Content: string(m.Content)}
+		cm[i] = chat.Message{Role: role, Content: string(m.Content)}
 	}
 	prompt, err := g.tmpl.Render(cm, addGenerationPrompt)
 	if err != nil {
@@ -47,7 +50,7 @@ func (g ggufText) Decode(toks []int32) string                  { return g.tok.De
 // llama.cpp and vLLM leave special tokens out of generated text.
 func (g ggufText) DecodeToken(t int32) string {
 	switch g.tok.TokenType(t) {
-	case modelfile.TokenTypeControl, modelfile.TokenTypeUnused:
+	case tokenizer.TokenTypeControl, tokenizer.TokenTypeUnused:
 		return ""
 	}
 	return g.tok.DecodeToken(t)
@@ -105,7 +108,7 @@ func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*model, error)
 }
 
 func loadGGUF(ref modelfile.ModelRef, cfg Config, logger *slog.Logger) (func(), *model, error) {
-	f, err := modelfile.Open(ref.Path)
+	f, err := gguf.Open(ref.Path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -141,19 +144,19 @@ func loadGGUF(ref modelfile.ModelRef, cfg Config, logger *slog.Logger) (func(), 
 	return func() { exec.Close(); _ = f.Close() }, m, nil
 }
 
-func ggufModel(ref modelfile.ModelRef, f *modelfile.File) (*model, error) {
+func ggufModel(ref modelfile.ModelRef, f *gguf.File) (*model, error) {
 	spec, err := modelfile.SpecFromFile(f)
 	if err != nil {
 		return nil, err
 	}
-	tok, err := modelfile.NewTokenizer(f)
+	tok, err := tokenizer.New(f)
 	if err != nil {
 		return nil, err
 	}
 	src, _ := f.String("tokenizer.chat_template")
-	opts := modelfile.TemplateOptions{
+	opts := chat.Options{
 		EOS: tok.Token(tok.EOS()),
-		Fallback: modelfile.FallbackFor(func(piece string) bool {
+		Fallback: chat.FallbackFor(func(piece string) bool {
 			_, ok := tok.TokenID(piece)
 			return ok
 		}),
@@ -163,7 +166,7 @@ func ggufModel(ref modelfile.ModelRef, f *modelfile.File) (*model, error) {
 		bos = tok.Token(id)
 		opts.BOS = bos
 	}
-	tmpl, err := modelfile.NewChatTemplate(src, opts)
+	tmpl, err := chat.NewTemplate(src, opts)
 	if err != nil {
 		return nil, err
 	}

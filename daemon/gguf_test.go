@@ -14,7 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/api"
-	modelfile "github.com/llmd/llmd/engine/model"
+	modelfile "github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/model/gguf"
+	"github.com/llmd/llmd/model/synth"
+	"github.com/llmd/llmd/model/tokenizer"
 )
 
 const testChatML = `{% for message in messages %}{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}` +
@@ -24,10 +27,10 @@ const testChatML = `{% for message in messages %}{{- '<|im_start|>' + message['r
 // and a ChatML template to path.
 func writeTestGGUF(t *testing.T, path string) {
 	t.Helper()
-	vocab, err := modelfile.BuildVocab("bpe", 600)
+	vocab, err := tokenizer.BuildVocab("bpe", 600)
 	require.NoError(t, err)
-	w, err := modelfile.RandomModel{Arch: "llama", Name: "tiny", Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, FFN: 64,
-		Vocab: 600, ContextLength: 512, Type: modelfile.TypeQ8_0, Seed: 7}.Writer()
+	w, err := synth.Model{Arch: "llama", Name: "tiny", Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, FFN: 64,
+		Vocab: 600, ContextLength: 512, Type: gguf.TypeQ8_0, Seed: 7}.Writer()
 	require.NoError(t, err)
 	for k, v := range vocab.Metadata() {
 		require.NoError(t, w.Set(k, v))
@@ -59,10 +62,10 @@ func TestGGUFModelLoadsAndTokenizes(t *testing.T) {
 
 	// A prompt gets the vocabulary's BOS once; chat messages are rendered
 	// with the file's ChatML template, whose special tokens are single ids.
-	f, err := modelfile.Open(path)
+	f, err := gguf.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
-	tok, err := modelfile.NewTokenizer(f)
+	tok, err := tokenizer.New(f)
 	require.NoError(t, err)
 	bos, _ := tok.BOS()
 	imStart, _ := tok.TokenID("<|im_start|>")

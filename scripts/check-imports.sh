@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # check-imports.sh enforces DESIGN.md's import rules: engine/... imports
 # nothing of daemon, cluster, store, tui or cmd, nor net/http or
-# database/sql; api imports nothing of llmd; tui imports only api; cluster
-# and store import nothing of daemon, cmd or tui.
+# database/sql; model/... imports nothing of llmd outside model/; api
+# imports nothing of llmd; tui imports only api; cluster and store import
+# nothing of daemon, cmd or tui.
 set -euo pipefail
 mod=$(go list -m)
 status=0
@@ -10,6 +11,12 @@ status=0
 bad=$(go list -deps ./engine/... | grep -E "^($mod/(daemon|cluster|store|tui|cmd)(/|$)|net/http$|database/sql$)" || true)
 if [ -n "$bad" ]; then
 	echo "check-imports: engine must not depend on:" $bad >&2
+	status=1
+fi
+
+bad=$(go list -deps ./model/... | grep -E "^$mod/" | grep -vE "^$mod/model(/|$)" || true)
+if [ -n "$bad" ]; then
+	echo "check-imports: model must not import llmd packages outside model/:" $bad >&2
 	status=1
 fi
 

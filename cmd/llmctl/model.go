@@ -7,7 +7,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/model/gguf"
+	"github.com/llmd/llmd/model/synth"
+	"github.com/llmd/llmd/model/tokenizer"
 )
 
 // Chat templates written into models made by "llmctl model init": the
@@ -83,11 +86,11 @@ func newModelInitCmd() *cobra.Command {
 // write builds the model and writes it; it returns the path and the spec
 // read back from the written file.
 func (o *initOptions) write(name string) (string, model.Spec, error) {
-	typ, err := model.ParseTensorType(o.typ)
+	typ, err := gguf.ParseTensorType(o.typ)
 	if err != nil {
 		return "", model.Spec{}, err
 	}
-	vocab, err := model.BuildVocab(o.vocabKind, o.vocab)
+	vocab, err := tokenizer.BuildVocab(o.vocabKind, o.vocab)
 	if err != nil {
 		return "", model.Spec{}, err
 	}
@@ -104,7 +107,7 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 			}
 		}
 	}
-	w, err := model.RandomModel{
+	w, err := synth.Model{
 		Arch: o.arch, Name: name, Dim: o.dim, Layers: o.layers, Heads: o.heads, KVHeads: o.kvHeads, FFN: o.ffn,
 		Vocab: o.vocab, ContextLength: o.context, Type: typ, Tied: o.tied, Seed: o.seed,
 	}.Writer()
@@ -127,7 +130,7 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 		return "", model.Spec{}, err
 	}
 	// Read it back: what we wrote must load.
-	f, err := model.Open(path)
+	f, err := gguf.Open(path)
 	if err != nil {
 		return "", model.Spec{}, fmt.Errorf("read back %s: %w", path, err)
 	}
@@ -136,7 +139,7 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 	if err != nil {
 		return "", model.Spec{}, fmt.Errorf("read back %s: %w", path, err)
 	}
-	if _, err := model.NewTokenizer(f); err != nil {
+	if _, err := tokenizer.New(f); err != nil {
 		return "", model.Spec{}, fmt.Errorf("read back %s: %w", path, err)
 	}
 	return path, spec, nil

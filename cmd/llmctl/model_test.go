@@ -6,7 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/model/gguf"
+	"github.com/llmd/llmd/model/tokenizer"
 )
 
 func TestModelInit(t *testing.T) {
@@ -30,7 +32,7 @@ func TestModelInit(t *testing.T) {
 			require.NoError(t, err, errOut)
 			require.Contains(t, out, "wrote "+path)
 
-			f, err := model.Open(path)
+			f, err := gguf.Open(path)
 			require.NoError(t, err)
 			defer f.Close()
 			spec, err := model.SpecFromFile(f)
@@ -42,7 +44,7 @@ func TestModelInit(t *testing.T) {
 			tmpl, _ := f.String("tokenizer.chat_template")
 			require.Equal(t, tc.template, tmpl)
 
-			tok, err := model.NewTokenizer(f)
+			tok, err := tokenizer.New(f)
 			require.NoError(t, err)
 			text := "The server answers 42 questions."
 			require.Equal(t, text, tok.Decode(tok.Encode(text, true)))

@@ -16,10 +16,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/engine/model"
 	"github.com/llmd/llmd/internal/cpushapes"
 	"github.com/llmd/llmd/internal/loadgen"
 	"github.com/llmd/llmd/internal/workload"
+	"github.com/llmd/llmd/model/synth"
 )
 
 // The load of each level: closed loop, streamed chat completions of
@@ -217,7 +217,7 @@ func buildLLMCTL(t *testing.T) string {
 
 // writeRandomModel writes m as `llmctl model init NAME` does, into a
 // temporary directory, and returns the file's path.
-func writeRandomModel(t *testing.T, ctl, name string, m model.RandomModel) string {
+func writeRandomModel(t *testing.T, ctl, name string, m synth.Model) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name+".gguf")
 	args := []string{"model", "init", name, "--out", path, "--arch", m.Arch, "--dim", strconv.Itoa(m.Dim),
@@ -235,7 +235,7 @@ func writeRandomModel(t *testing.T, ctl, name string, m model.RandomModel) strin
 
 // kvBytesPerToken is the F16 KV cache (llmd's default) one token of m
 // takes.
-func kvBytesPerToken(m model.RandomModel) int {
+func kvBytesPerToken(m synth.Model) int {
 	return 2 * m.Layers * m.KVHeads * (m.Dim / m.Heads) * 2
 }
 

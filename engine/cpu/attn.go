@@ -3,7 +3,7 @@ package cpu
 import (
 	"encoding/binary"
 
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model/gguf"
 )
 
 // attnSet is one implementation of the attention kernels: the inner loops
@@ -85,7 +85,7 @@ func attnDotsF16Go(s, q []float32, k []byte, scale float32) {
 
 // attnHalf returns the i'th half float of b as a float32.
 func attnHalf(b []byte, i int) float32 {
-	return model.HalfToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
+	return gguf.HalfToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
 }
 
 func attnExpSumGo(s []float32, m float32) float32 {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/llmd/llmd/engine"
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model"
 )
 
 // attnExec is an executor with just what attention reads: one layer of

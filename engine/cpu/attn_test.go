@@ -10,7 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/engine"
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/model/gguf"
 )
 
 // attnHalves rounds x to half floats and returns them as the cache holds
@@ -18,9 +19,9 @@ import (
 func attnHalves(x []float32) ([]byte, []float32) {
 	h, f := make([]byte, 2*len(x)), make([]float32, len(x))
 	for i, v := range x {
-		b := model.Float32ToHalf(v)
+		b := gguf.Float32ToHalf(v)
 		binary.LittleEndian.PutUint16(h[2*i:], b)
-		f[i] = model.HalfToFloat32(b)
+		f[i] = gguf.HalfToFloat32(b)
 	}
 	return h, f
 }

@@ -13,8 +13,8 @@
 // Goroutines: the executor's [Pool] is the only source of goroutines; it is
 // owned by the [Executor] and stopped by [Executor.Close].
 //
-// cpu imports engine and engine/model; it must not import daemon, cluster,
-// store, tui, cmd or net/http (checked by scripts/check-imports.sh), nor
-// engine/kvcache or the scheduler's state: block tables arrive as plain data
-// in [engine.Batch].
+// cpu imports engine, model (the spec) and model/gguf (the weights); it
+// must not import daemon, cluster, store, tui, cmd or net/http (checked by
+// scripts/check-imports.sh), nor engine/kvcache or the scheduler's state:
+// block tables arrive as plain data in [engine.Batch].
 package cpu

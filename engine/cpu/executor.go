@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/engine"
-	"github.com/llmd/llmd/engine/model"
 	"github.com/llmd/llmd/engine/sample"
+	"github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/model/gguf"
 )
 
 // ErrClosed is returned by Forward once the executor is closed.
@@ -171,7 +172,7 @@ var (
 // every tensor's type and size, and allocates the KV cache and swap space;
 // it starts cfg.Threads worker goroutines, stopped by Close. f must stay
 // open until Close. New needs no tokenizer: EOS ids come in cfg.EOS.
-func New(f *model.File, cfg Config) (*Executor, error) {
+func New(f *gguf.File, cfg Config) (*Executor, error) {
 	if f == nil {
 		return nil, errors.New("cpu: nil model file")
 	}

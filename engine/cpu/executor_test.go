@@ -13,7 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/engine"
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model/gguf"
+	"github.com/llmd/llmd/model/synth"
 )
 
 // testSeq is a sequence driven by hand: its tokens (prompt, then the
@@ -136,12 +137,12 @@ var batchInvariant = sync.OnceValue(func() bool {
 	const rows, cols = 8, 256
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range []model.TensorType{model.TypeF32, model.TypeF16, model.TypeBF16, model.TypeQ8_0, model.TypeQ4_0, model.TypeQ5_0, model.TypeQ4_K, model.TypeQ6_K} {
+	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
 		vals := make([]float32, rows*cols)
 		for i := range vals {
 			vals[i] = float32(rng.NormFloat64())
 		}
-		data, err := model.Quantize(typ, vals)
+		data, err := gguf.Quantize(typ, vals)
 		if err != nil {
 			panic(err)
 		}
@@ -222,7 +223,7 @@ var sampled = engine.SamplingParams{Temperature: 0.9, TopP: 0.95, RepetitionPena
 // temperature and its own seed, the others decode greedily.
 func TestExecutorBatchEqualsSingle(t *testing.T) {
 	for _, arch := range []string{"llama", "qwen2"} {
-		for _, typ := range []model.TensorType{model.TypeF16, model.TypeQ8_0} {
+		for _, typ := range []gguf.TensorType{gguf.TypeF16, gguf.TypeQ8_0} {
 			t.Run(arch+"/"+typ.String(), func(t *testing.T) {
 				t.Parallel()
 				f := openModel(t, tinyModel(arch, typ, false), nil)
@@ -258,7 +259,7 @@ func TestExecutorBatchEqualsSingle(t *testing.T) {
 func TestExecutorPagedEqualsContiguous(t *testing.T) {
 	for _, kv := range []string{"f32", "f16"} {
 		t.Run(kv, func(t *testing.T) {
-			f := openModel(t, tinyModel("qwen2", model.TypeQ8_0, false), nil)
+			f := openModel(t, tinyModel("qwen2", gguf.TypeQ8_0, false), nil)
 			cfg := testConfig()
 			cfg.KVType = kv
 			cfg.Threads = 1
@@ -279,7 +280,7 @@ func TestExecutorPagedEqualsContiguous(t *testing.T) {
 // do not line up with blocks gives the logits and tokens of a prompt
 // prefilled in one step.
 func TestExecutorChunkedPrefill(t *testing.T) {
-	f := openModel(t, tinyModel("llama", model.TypeQ4_0, false), nil)
+	f := openModel(t, tinyModel("llama", gguf.TypeQ4_0, false), nil)
 	e := newExec(t, f, testConfig())
 	whole := newTestSeq(1, prompts[4], scatteredBlocks(e, 8, 1))
 	want := runSeqs(t, e, []*testSeq{whole}, 1000, 8)
@@ -297,7 +298,7 @@ func TestExecutorChunkedPrefill(t *testing.T) {
 func TestExecutorPrefixCacheHit(t *testing.T) {
 	for _, kv := range []string{"f32", "f16"} {
 		t.Run(kv, func(t *testing.T) {
-			f := openModel(t, tinyModel("qwen2", model.TypeF16, true), nil)
+			f := openModel(t, tinyModel("qwen2", gguf.TypeF16, true), nil)
 			cfg := testConfig()
 			cfg.KVType = kv
 			e := newExec(t, f, cfg)
@@ -355,7 +356,7 @@ func (c *kvCache) snapshot(blk int) []uint32 {
 func TestExecutorSwapAndCopyPreserveKV(t *testing.T) {
 	for _, kv := range []string{"f32", "f16"} {
 		t.Run(kv, func(t *testing.T) {
-			f := openModel(t, tinyModel("llama", model.TypeQ8_0, false), nil)
+			f := openModel(t, tinyModel("llama", gguf.TypeQ8_0, false), nil)
 			cfg := testConfig()
 			cfg.KVType = kv
 			e := newExec(t, f, cfg)
@@ -429,7 +430,7 @@ func TestExecutorSwapAndCopyPreserveKV(t *testing.T) {
 // TestExecutorRejectsBadBatches checks that malformed batches return an
 // error, never panic, and leave the executor usable.
 func TestExecutorRejectsBadBatches(t *testing.T) {
-	f := openModel(t, tinyModel("llama", model.TypeF32, false), nil)
+	f := openModel(t, tinyModel("llama", gguf.TypeF32, false), nil)
 	e := newExec(t, f, testConfig())
 	ok := func() engine.SeqInput {
 		return engine.SeqInput{SeqID: 1, Tokens: []int32{1, 2, 3}, Pos: 0, Context: 3, Blocks: []int32{0}, Sample: true}
@@ -492,7 +493,7 @@ func TestExecutorRejectsBadBatches(t *testing.T) {
 
 // TestExecutorConfig checks defaults, Info and config validation.
 func TestExecutorConfig(t *testing.T) {
-	m := tinyModel("llama", model.TypeQ8_0, false)
+	m := tinyModel("llama", gguf.TypeQ8_0, false)
 	m.Name = "tiny"
 	f := openModel(t, m, nil)
 	e, err := New(f, Config{Threads: 1, EOS: []int32{2}})
@@ -563,7 +564,7 @@ func reqParams(i int) engine.SamplingParams {
 // same prompts run alone, including an over-admitted load (more sequences
 // than the cache holds) that forces preemption by recompute and by swap.
 func TestExecutorEngine(t *testing.T) {
-	f := openModel(t, tinyModel("qwen2", model.TypeQ8_0, true), nil)
+	f := openModel(t, tinyModel("qwen2", gguf.TypeQ8_0, true), nil)
 	const seqs, promptLen, maxTok = 12, 20, 40
 	reqPrompts := make([][]int32, seqs)
 	for i := range reqPrompts {
@@ -650,7 +651,7 @@ func TestExecutorEngine(t *testing.T) {
 // aggregate tokens/s grows with the batch as the weights are read once per
 // step for all rows.
 func BenchmarkDecodeStep(b *testing.B) {
-	m := model.RandomModel{Arch: "llama", Dim: 288, Layers: 6, Heads: 6, KVHeads: 6, FFN: 768, Vocab: 32000, Type: model.TypeQ8_0, Seed: 1}
+	m := synth.Model{Arch: "llama", Dim: 288, Layers: 6, Heads: 6, KVHeads: 6, FFN: 768, Vocab: 32000, Type: gguf.TypeQ8_0, Seed: 1}
 	f := openModel(b, m, nil)
 	for _, n := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("model=tiny/seqs=%d", n), func(b *testing.B) {

@@ -8,7 +8,8 @@ import (
 	"unsafe"
 
 	"github.com/llmd/llmd/engine"
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/model/gguf"
 )
 
 // layer holds one transformer block's weights.
@@ -35,7 +36,7 @@ type weights struct {
 
 // loadWeights wraps f's tensors for spec, checking each matrix's type and
 // size.
-func loadWeights(f *model.File, spec model.Spec) (*weights, error) {
+func loadWeights(f *gguf.File, spec model.Spec) (*weights, error) {
 	matrix := func(name string) (Weight, error) {
 		t, ok := f.Tensor(name)
 		if !ok {
@@ -67,7 +68,7 @@ func loadWeights(f *model.File, spec model.Spec) (*weights, error) {
 			return nil, fmt.Errorf("cpu: tensor %q has no data (is the file closed?)", name)
 		}
 		v := make([]float32, n)
-		if err := model.Dequantize(t.Type, data, v); err != nil {
+		if err := gguf.Dequantize(t.Type, data, v); err != nil {
 			return nil, fmt.Errorf("cpu: tensor %q: %w", name, err)
 		}
 		return v, nil

@@ -11,14 +11,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/engine"
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/model/gguf"
+	"github.com/llmd/llmd/model/synth"
 )
 
 // tinyModel is the shape most tests use: two layers, grouped-query
 // attention (4 query heads over 2 KV heads), a vocabulary of 300.
-func tinyModel(arch string, typ model.TensorType, tied bool) model.RandomModel {
-	m := model.RandomModel{Arch: arch, Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Vocab: 300, Type: typ, Tied: tied, Seed: 7, ContextLength: 512}
-	if typ == model.TypeQ4_K || typ == model.TypeQ6_K {
+func tinyModel(arch string, typ gguf.TensorType, tied bool) synth.Model {
+	m := synth.Model{Arch: arch, Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Vocab: 300, Type: typ, Tied: tied, Seed: 7, ContextLength: 512}
+	if typ == gguf.TypeQ4_K || typ == gguf.TypeQ6_K {
 		// Rows of 256, so that the K-quants do not fall back.
 		m.Dim, m.FFN = 256, 256
 	}
@@ -27,7 +29,7 @@ func tinyModel(arch string, typ model.TensorType, tied bool) model.RandomModel {
 
 // openModel writes m, changed by edit when not nil, to a temporary file and
 // opens it; the file is closed when the test ends.
-func openModel(t testing.TB, m model.RandomModel, edit func(w *model.Writer)) *model.File {
+func openModel(t testing.TB, m synth.Model, edit func(w *gguf.Writer)) *gguf.File {
 	t.Helper()
 	w, err := m.Writer()
 	require.NoError(t, err)
@@ -36,7 +38,7 @@ func openModel(t testing.TB, m model.RandomModel, edit func(w *model.Writer)) *m
 	}
 	path := filepath.Join(t.TempDir(), "model.gguf")
 	require.NoError(t, w.WriteFile(path))
-	f, err := model.Open(path)
+	f, err := gguf.Open(path)
 	require.NoError(t, err)
 	t.Cleanup(func() { f.Close() })
 	return f
@@ -50,7 +52,7 @@ func testConfig() Config {
 
 // newExec returns an executor closed when the test ends. Unless cfg sets
 // SwapBytes or NoSwap, it gets 32 blocks of swap space.
-func newExec(t testing.TB, f *model.File, cfg Config) *Executor {
+func newExec(t testing.TB, f *gguf.File, cfg Config) *Executor {
 	t.Helper()
 	if cfg.SwapBytes == 0 && !cfg.NoSwap {
 		spec, err := model.SpecFromFile(f)
@@ -116,21 +118,21 @@ func relErr(got []float32, want []float64) float64 {
 // not robustly: float32 noise that tips one value across a rounding step
 // cascades through every later rounding, so it cannot be a tight gate.)
 // With an F16 cache the reference rounds K and V to half floats too.
-var refTolerance = map[model.TensorType]float64{
-	model.TypeF32:  1e-4,
-	model.TypeF16:  1e-4,
-	model.TypeBF16: 1e-4,
-	model.TypeQ8_0: 5e-2,
-	model.TypeQ5_0: 5e-2,
-	model.TypeQ4_0: 6e-2,
-	model.TypeQ4_K: 6e-2,
-	model.TypeQ6_K: 5e-2,
+var refTolerance = map[gguf.TensorType]float64{
+	gguf.TypeF32:  1e-4,
+	gguf.TypeF16:  1e-4,
+	gguf.TypeBF16: 1e-4,
+	gguf.TypeQ8_0: 5e-2,
+	gguf.TypeQ5_0: 5e-2,
+	gguf.TypeQ4_0: 6e-2,
+	gguf.TypeQ4_K: 6e-2,
+	gguf.TypeQ6_K: 5e-2,
 }
 
 // checkAgainstRef prefills prompt in one step, then decodes steps greedy
 // tokens one step at a time, comparing the logits of every step with the
 // reference's (rounding K/V to F16 when the cache does) within tol.
-func checkAgainstRef(t *testing.T, f *model.File, cfg Config, prompt []int32, steps int, tol float64) {
+func checkAgainstRef(t *testing.T, f *gguf.File, cfg Config, prompt []int32, steps int, tol float64) {
 	t.Helper()
 	e := newExec(t, f, cfg)
 	ref := newRefModel(t, f)
@@ -160,7 +162,7 @@ func checkAgainstRef(t *testing.T, f *model.File, cfg Config, prompt []int32, st
 // untied, for every weight type, with F32 and F16 caches: a prompt in one
 // step, then decode steps.
 func TestForwardMatchesReference(t *testing.T) {
-	types := []model.TensorType{model.TypeF32, model.TypeF16, model.TypeBF16, model.TypeQ8_0, model.TypeQ5_0, model.TypeQ4_0, model.TypeQ4_K, model.TypeQ6_K}
+	types := []gguf.TensorType{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ5_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K}
 	for _, arch := range []string{"llama", "qwen2"} {
 		for _, tied := range []bool{false, true} {
 			for _, typ := range types {
@@ -187,24 +189,24 @@ func TestForwardMatchesReference(t *testing.T) {
 // partial rotation (rope.dimension_count below the head dimension)
 // against the reference, for both pairings.
 func TestForwardRopeVariants(t *testing.T) {
-	cases := map[string]func(w *model.Writer, arch string){
-		"rope_freqs": func(w *model.Writer, arch string) {
+	cases := map[string]func(w *gguf.Writer, arch string){
+		"rope_freqs": func(w *gguf.Writer, arch string) {
 			freqs := make([]float32, 8)
 			for i := range freqs {
 				freqs[i] = 1 + float32(i)*0.7
 			}
-			require.NoError(t, w.AddTensor("rope_freqs.weight", []uint64{8}, model.TypeF32, freqs))
+			require.NoError(t, w.AddTensor("rope_freqs.weight", []uint64{8}, gguf.TypeF32, freqs))
 		},
-		"linear": func(w *model.Writer, arch string) {
+		"linear": func(w *gguf.Writer, arch string) {
 			w.SetString(arch+".rope.scaling.type", "linear")
 			w.SetFloat32(arch+".rope.scaling.factor", 4)
 		},
-		"yarn": func(w *model.Writer, arch string) {
+		"yarn": func(w *gguf.Writer, arch string) {
 			w.SetString(arch+".rope.scaling.type", "yarn")
 			w.SetFloat32(arch+".rope.scaling.factor", 4)
 			w.SetUint32(arch+".rope.scaling.original_context_length", 128)
 		},
-		"partial": func(w *model.Writer, arch string) {
+		"partial": func(w *gguf.Writer, arch string) {
 			w.SetUint32(arch+".rope.dimension_count", 8)
 		},
 	}
@@ -212,9 +214,9 @@ func TestForwardRopeVariants(t *testing.T) {
 		for _, arch := range []string{"llama", "qwen2"} {
 			t.Run(name+"/"+arch, func(t *testing.T) {
 				t.Parallel()
-				m := tinyModel(arch, model.TypeF32, false)
+				m := tinyModel(arch, gguf.TypeF32, false)
 				m.RopeBase = 100 // fast-turning pairs, so positions matter
-				f := openModel(t, m, func(w *model.Writer) { edit(w, arch) })
+				f := openModel(t, m, func(w *gguf.Writer) { edit(w, arch) })
 				spec, err := model.SpecFromFile(f)
 				require.NoError(t, err)
 				switch name {
@@ -225,7 +227,7 @@ func TestForwardRopeVariants(t *testing.T) {
 				default:
 					require.Equal(t, name, spec.RopeScaling.Type)
 				}
-				checkAgainstRef(t, f, testConfig(), randomTokens(3, 40, m.Vocab), 2, refTolerance[model.TypeF32])
+				checkAgainstRef(t, f, testConfig(), randomTokens(3, 40, m.Vocab), 2, refTolerance[gguf.TypeF32])
 			})
 		}
 	}
@@ -234,7 +236,7 @@ func TestForwardRopeVariants(t *testing.T) {
 // TestForwardRopeUnsupported checks that a model with a RoPE scaling the
 // executor does not implement is refused at New.
 func TestForwardRopeUnsupported(t *testing.T) {
-	f := openModel(t, tinyModel("llama", model.TypeF32, false), func(w *model.Writer) {
+	f := openModel(t, tinyModel("llama", gguf.TypeF32, false), func(w *gguf.Writer) {
 		w.SetString("llama.rope.scaling.type", "longrope")
 		w.SetFloat32("llama.rope.scaling.factor", 4)
 	})
@@ -274,16 +276,16 @@ func TestForwardFixtures(t *testing.T) {
 	if dir == "" {
 		t.Skip("shared/fixtures not found next to the repository; skipping the llama.cpp-written models")
 	}
-	files := map[string]model.TensorType{
-		"llama-spm-d64-f32.gguf":     model.TypeF32,
-		"llama-spm-d64-f16.gguf":     model.TypeF16,
-		"llama-spm-d64-bf16.gguf":    model.TypeBF16,
-		"llama-spm-d64-q8_0.gguf":    model.TypeQ8_0,
-		"llama-spm-d64-q4_0.gguf":    model.TypeQ4_0,
-		"llama-spm-d64-q5_0.gguf":    model.TypeQ5_0,
-		"llama-spm-d256-q4_k_m.gguf": model.TypeQ4_K,
-		"llama3-bpe-d64-q8_0.gguf":   model.TypeQ8_0,
-		"qwen2-d64-q8_0.gguf":        model.TypeQ8_0,
+	files := map[string]gguf.TensorType{
+		"llama-spm-d64-f32.gguf":     gguf.TypeF32,
+		"llama-spm-d64-f16.gguf":     gguf.TypeF16,
+		"llama-spm-d64-bf16.gguf":    gguf.TypeBF16,
+		"llama-spm-d64-q8_0.gguf":    gguf.TypeQ8_0,
+		"llama-spm-d64-q4_0.gguf":    gguf.TypeQ4_0,
+		"llama-spm-d64-q5_0.gguf":    gguf.TypeQ5_0,
+		"llama-spm-d256-q4_k_m.gguf": gguf.TypeQ4_K,
+		"llama3-bpe-d64-q8_0.gguf":   gguf.TypeQ8_0,
+		"qwen2-d64-q8_0.gguf":        gguf.TypeQ8_0,
 	}
 	for name, typ := range files {
 		t.Run(name, func(t *testing.T) {
@@ -292,7 +294,7 @@ func TestForwardFixtures(t *testing.T) {
 			if _, err := os.Stat(path); err != nil {
 				t.Skipf("fixture %s not found", path)
 			}
-			f, err := model.Open(path)
+			f, err := gguf.Open(path)
 			require.NoError(t, err)
 			t.Cleanup(func() { f.Close() })
 			spec, err := model.SpecFromFile(f)

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model/gguf"
 )
 
 // Weight is a 2-D weight matrix as stored in a GGUF file: Rows rows of Cols
@@ -16,7 +16,7 @@ import (
 // The kernels read F32, F16 and BF16 data in place, as the host's words:
 // like GGUF itself they assume a little-endian host.
 type Weight struct {
-	Type       model.TensorType
+	Type       gguf.TensorType
 	Rows, Cols int
 	Data       []byte
 }
@@ -25,7 +25,7 @@ type Weight struct {
 // Weight. It fails for a type model does not support, negative sizes, a
 // cols that is not a whole number of typ's blocks, or the wrong number of
 // bytes.
-func NewWeight(typ model.TensorType, rows, cols int, data []byte) (Weight, error) {
+func NewWeight(typ gguf.TensorType, rows, cols int, data []byte) (Weight, error) {
 	if rows < 0 || cols < 0 {
 		return Weight{}, fmt.Errorf("cpu: weight of %d x %d: negative size", rows, cols)
 	}
@@ -61,7 +61,7 @@ func (w Weight) Row(dst []float32, r int) {
 	if len(dst) < w.Cols {
 		panic(fmt.Sprintf("cpu: row of %d values into %d", w.Cols, len(dst)))
 	}
-	if err := model.Dequantize(w.Type, w.Data[r*rb:(r+1)*rb], dst[:w.Cols]); err != nil {
+	if err := gguf.Dequantize(w.Type, w.Data[r*rb:(r+1)*rb], dst[:w.Cols]); err != nil {
 		panic(err) // unreachable: rowBytes checked the sizes
 	}
 }
@@ -111,7 +111,7 @@ func kernMatMul(p *Pool, ks *kernSet, out []float32, w Weight, x []float32, n in
 		panic(fmt.Sprintf("cpu: matmul of %d x %d with %d tokens: len(x) %d, len(out) %d", w.Rows, w.Cols, n, len(x), len(out)))
 	}
 	switch w.Type {
-	case model.TypeF32, model.TypeF16, model.TypeBF16:
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
 		kernMatMulFloat(p, ks, out, w, rb, x, n)
 	default:
 		kernMatMulQuant(p, ks, out, w, rb, x, n)
@@ -246,11 +246,11 @@ func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 	cols, rows := w.Cols, w.Rows
 	var dot func(w []byte, x []float32) float32
 	switch w.Type {
-	case model.TypeF32:
+	case gguf.TypeF32:
 		dot = func(w []byte, x []float32) float32 { return ks.dotF32(kernFloats(w), x) }
-	case model.TypeF16:
+	case gguf.TypeF16:
 		dot = ks.dotF16
-	case model.TypeBF16:
+	case gguf.TypeBF16:
 		dot = ks.dotBF16
 	}
 	dot4, dot24 := ks.dotFloat4[w.Type], ks.dotFloat2x4[w.Type]
@@ -326,20 +326,20 @@ type kernSet struct {
 	quantize func(xq []int8, xd, xs []float32, x []float32)
 	// dotQ[t] returns the dot product of a weight row of type t with one
 	// token's quantized activations.
-	dotQ map[model.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32
+	dotQ map[gguf.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32
 	// dotQ4[t], where present, does the same for four tokens at once (xq,
 	// xd and xs hold four rows), reading the weight row once. It must give
 	// each token exactly the bits dotQ[t] gives it (batch invariance).
-	dotQ4 map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+	dotQ4 map[gguf.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 	// dotQ8[t], where present, does the same for eight tokens at once. It
 	// too must give each token exactly the bits dotQ[t] gives it.
-	dotQ8 map[model.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
+	dotQ8 map[gguf.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
 	// dotQRows[t], where present, dots one token with each of len(out)
 	// weight rows, rb bytes apart in w, giving each row exactly the bits
 	// dotQ[t] gives it; xc is the token's kernLaneSums where rowsSums[t]
 	// is set, else nil.
-	dotQRows map[model.TensorType]kernRowsFunc
-	rowsSums map[model.TensorType]bool
+	dotQRows map[gguf.TensorType]kernRowsFunc
+	rowsSums map[gguf.TensorType]bool
 	// dotF32 returns Σ w[i]·x[i].
 	dotF32 func(w, x []float32) float32
 	// dotF16 and dotBF16 return the dot product of a row of half or bfloat16
@@ -350,11 +350,11 @@ type kernSet struct {
 	// (as bytes) with the four rows of x that start stride values apart (x
 	// holds at least 3·stride+len(w)/size values), giving each row the bits
 	// dotF32, dotF16 or dotBF16 gives it.
-	dotFloat4 map[model.TensorType]func(res *[4]float32, w []byte, x []float32, stride int)
+	dotFloat4 map[gguf.TensorType]func(res *[4]float32, w []byte, x []float32, stride int)
 	// dotFloat2x4[t], where present, is dotFloat4[t] for the two rows that
 	// w holds (half its bytes each), res[0:4] the first's; each row gets
 	// dotFloat4's bits.
-	dotFloat2x4 map[model.TensorType]func(res *[8]float32, w []byte, x []float32, stride int)
+	dotFloat2x4 map[gguf.TensorType]func(res *[8]float32, w []byte, x []float32, stride int)
 }
 
 // kernSets holds the implementation of each level that this build has;
@@ -388,35 +388,35 @@ func kernRegister(l kernLevel, s *kernSet) {
 			s.bf16ToF32 = below.bf16ToF32
 		}
 		if s.dotFloat4 == nil {
-			s.dotFloat4 = map[model.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){}
+			s.dotFloat4 = map[gguf.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){}
 		}
 		if s.dotF32 == nil {
-			s.dotF32, s.dotFloat4[model.TypeF32] = below.dotF32, below.dotFloat4[model.TypeF32]
+			s.dotF32, s.dotFloat4[gguf.TypeF32] = below.dotF32, below.dotFloat4[gguf.TypeF32]
 		}
 		if s.dotFloat2x4 == nil {
-			s.dotFloat2x4 = map[model.TensorType]func(res *[8]float32, w []byte, x []float32, stride int){}
+			s.dotFloat2x4 = map[gguf.TensorType]func(res *[8]float32, w []byte, x []float32, stride int){}
 		}
 		if s.dotF16 == nil {
-			s.dotF16, s.dotFloat4[model.TypeF16] = below.dotF16, below.dotFloat4[model.TypeF16]
-			s.dotFloat2x4[model.TypeF16] = below.dotFloat2x4[model.TypeF16]
+			s.dotF16, s.dotFloat4[gguf.TypeF16] = below.dotF16, below.dotFloat4[gguf.TypeF16]
+			s.dotFloat2x4[gguf.TypeF16] = below.dotFloat2x4[gguf.TypeF16]
 		}
 		if s.dotBF16 == nil {
-			s.dotBF16, s.dotFloat4[model.TypeBF16] = below.dotBF16, below.dotFloat4[model.TypeBF16]
+			s.dotBF16, s.dotFloat4[gguf.TypeBF16] = below.dotBF16, below.dotFloat4[gguf.TypeBF16]
 		}
 		if s.dotQ == nil {
-			s.dotQ = map[model.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{}
+			s.dotQ = map[gguf.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{}
 		}
 		if s.dotQ4 == nil {
-			s.dotQ4 = map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){}
+			s.dotQ4 = map[gguf.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){}
 		}
 		if s.dotQ8 == nil {
-			s.dotQ8 = map[model.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32){}
+			s.dotQ8 = map[gguf.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32){}
 		}
 		if s.dotQRows == nil {
-			s.dotQRows = map[model.TensorType]kernRowsFunc{}
+			s.dotQRows = map[gguf.TensorType]kernRowsFunc{}
 		}
 		if s.rowsSums == nil {
-			s.rowsSums = map[model.TensorType]bool{}
+			s.rowsSums = map[gguf.TensorType]bool{}
 		}
 		for t, f := range below.dotQ {
 			if s.dotQ[t] == nil {

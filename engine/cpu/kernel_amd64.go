@@ -2,7 +2,7 @@
 
 package cpu
 
-import "github.com/llmd/llmd/engine/model"
+import "github.com/llmd/llmd/model/gguf"
 
 // The AVX2 kernels (kernel_amd64.s). Slices are exactly sized as in kernSet:
 // a weight row and one token's activations, whose block count is len(xd).
@@ -75,29 +75,29 @@ func init() {
 	}
 	kernRegister(kernLevelAVX2, &kernSet{
 		quantize: kernQuantizeAVX2,
-		dotQ: map[model.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{
-			model.TypeQ4_0: kernDotQ4_0AVX2,
-			model.TypeQ5_0: kernDotQ5_0AVX2,
-			model.TypeQ8_0: kernDotQ8_0AVX2,
-			model.TypeQ4_K: kernDotQ4_KAVX2,
-			model.TypeQ6_K: kernDotQ6_KAVX2,
+		dotQ: map[gguf.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{
+			gguf.TypeQ4_0: kernDotQ4_0AVX2,
+			gguf.TypeQ5_0: kernDotQ5_0AVX2,
+			gguf.TypeQ8_0: kernDotQ8_0AVX2,
+			gguf.TypeQ4_K: kernDotQ4_KAVX2,
+			gguf.TypeQ6_K: kernDotQ6_KAVX2,
 		},
-		dotQ4: map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){
-			model.TypeQ4_0: kernDotQ4_0x4AVX2,
-			model.TypeQ5_0: kernDotQ5_0x4AVX2,
-			model.TypeQ8_0: kernDotQ8_0x4AVX2,
-			model.TypeQ4_K: kernDotQ4_Kx4AVX2,
-			model.TypeQ6_K: kernDotQ6_Kx4AVX2,
+		dotQ4: map[gguf.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){
+			gguf.TypeQ4_0: kernDotQ4_0x4AVX2,
+			gguf.TypeQ5_0: kernDotQ5_0x4AVX2,
+			gguf.TypeQ8_0: kernDotQ8_0x4AVX2,
+			gguf.TypeQ4_K: kernDotQ4_Kx4AVX2,
+			gguf.TypeQ6_K: kernDotQ6_Kx4AVX2,
 		},
 		dotF32:    kernDotF32AVX2,
 		dotF16:    kernDotF16AVX2,
 		dotBF16:   kernDotBF16AVX2,
 		f16ToF32:  kernF16ToF32AVX2,
 		bf16ToF32: kernBF16ToF32AVX2,
-		dotFloat4: map[model.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){
-			model.TypeF32:  kernDotF32x4AVX2,
-			model.TypeF16:  kernDotF16x4AVX2,
-			model.TypeBF16: kernDotBF16x4AVX2,
+		dotFloat4: map[gguf.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){
+			gguf.TypeF32:  kernDotF32x4AVX2,
+			gguf.TypeF16:  kernDotF16x4AVX2,
+			gguf.TypeBF16: kernDotBF16x4AVX2,
 		},
 	})
 }

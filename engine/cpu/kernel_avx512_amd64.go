@@ -2,7 +2,7 @@
 
 package cpu
 
-import "github.com/llmd/llmd/engine/model"
+import "github.com/llmd/llmd/model/gguf"
 
 // The AVX-512 kernels (kernel_avx512_amd64.s), with the same arguments as
 // their AVX2 namesakes. The conversions and the activation quantization
@@ -91,41 +91,41 @@ func init() {
 		return
 	}
 	kernRegister(kernLevelAVX512, &kernSet{
-		dotQ: map[model.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{
-			model.TypeQ4_0: kernDotQ4_0AVX512,
-			model.TypeQ5_0: kernDotQ5_0AVX512,
-			model.TypeQ8_0: kernDotQ8_0AVX512,
-			model.TypeQ4_K: kernDotQ4_KAVX512,
-			model.TypeQ6_K: kernDotQ6_KAVX512,
+		dotQ: map[gguf.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{
+			gguf.TypeQ4_0: kernDotQ4_0AVX512,
+			gguf.TypeQ5_0: kernDotQ5_0AVX512,
+			gguf.TypeQ8_0: kernDotQ8_0AVX512,
+			gguf.TypeQ4_K: kernDotQ4_KAVX512,
+			gguf.TypeQ6_K: kernDotQ6_KAVX512,
 		},
-		dotQ4: map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){
-			model.TypeQ4_0: kernDotQ4_0x4AVX512,
-			model.TypeQ5_0: kernDotQ5_0x4AVX512,
-			model.TypeQ8_0: kernDotQ8_0x4AVX512,
-			model.TypeQ4_K: kernDotQ4_Kx4AVX512,
-			model.TypeQ6_K: kernDotQ6_Kx4AVX512,
+		dotQ4: map[gguf.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){
+			gguf.TypeQ4_0: kernDotQ4_0x4AVX512,
+			gguf.TypeQ5_0: kernDotQ5_0x4AVX512,
+			gguf.TypeQ8_0: kernDotQ8_0x4AVX512,
+			gguf.TypeQ4_K: kernDotQ4_Kx4AVX512,
+			gguf.TypeQ6_K: kernDotQ6_Kx4AVX512,
 		},
-		dotQ8: map[model.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32){
-			model.TypeQ4_0: kernDotQ4_0x8AVX512,
-			model.TypeQ5_0: kernDotQ5_0x8AVX512,
-			model.TypeQ8_0: kernDotQ8_0x8AVX512,
+		dotQ8: map[gguf.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32){
+			gguf.TypeQ4_0: kernDotQ4_0x8AVX512,
+			gguf.TypeQ5_0: kernDotQ5_0x8AVX512,
+			gguf.TypeQ8_0: kernDotQ8_0x8AVX512,
 		},
-		rowsSums: map[model.TensorType]bool{model.TypeQ4_0: true},
-		dotQRows: map[model.TensorType]kernRowsFunc{
-			model.TypeQ4_0: kernDotQ4_0RowsAVX512,
-			model.TypeQ5_0: kernDotQ5_0RowsAVX512,
-			model.TypeQ8_0: kernDotQ8_0RowsAVX512,
+		rowsSums: map[gguf.TensorType]bool{gguf.TypeQ4_0: true},
+		dotQRows: map[gguf.TensorType]kernRowsFunc{
+			gguf.TypeQ4_0: kernDotQ4_0RowsAVX512,
+			gguf.TypeQ5_0: kernDotQ5_0RowsAVX512,
+			gguf.TypeQ8_0: kernDotQ8_0RowsAVX512,
 		},
-		dotFloat2x4: map[model.TensorType]func(res *[8]float32, w []byte, x []float32, stride int){
-			model.TypeF16: kernDotF16x2x4AVX512,
+		dotFloat2x4: map[gguf.TensorType]func(res *[8]float32, w []byte, x []float32, stride int){
+			gguf.TypeF16: kernDotF16x2x4AVX512,
 		},
 		dotF32:  kernDotF32AVX512,
 		dotF16:  kernDotF16AVX512,
 		dotBF16: kernDotBF16AVX512,
-		dotFloat4: map[model.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){
-			model.TypeF32:  kernDotF32x4AVX512,
-			model.TypeF16:  kernDotF16x4AVX512,
-			model.TypeBF16: kernDotBF16x4AVX512,
+		dotFloat4: map[gguf.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){
+			gguf.TypeF32:  kernDotF32x4AVX512,
+			gguf.TypeF16:  kernDotF16x4AVX512,
+			gguf.TypeBF16: kernDotBF16x4AVX512,
 		},
 	})
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model/gguf"
 )
 
 var (
@@ -46,7 +46,7 @@ const kernBenchSpan = 256 << 20
 // BenchmarkMatMul reports weight bandwidth: SetBytes is one matrix's bytes,
 // so MB/s is how fast the weights stream through, whatever n is.
 func BenchmarkMatMul(b *testing.B) {
-	types := []model.TensorType{model.TypeF16, model.TypeQ8_0, model.TypeQ4_0, model.TypeQ4_K, model.TypeQ6_K}
+	types := []gguf.TensorType{gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K}
 	shapes := [][2]int{{2048, 2048}, {896, 4864}, {4096, 4096}}
 	for _, typ := range types {
 		for _, shape := range shapes {
@@ -75,7 +75,7 @@ func BenchmarkMatMul(b *testing.B) {
 
 // kernBenchWeights returns copies of one random matrix spanning
 // kernBenchSpan bytes in all.
-func kernBenchWeights(b *testing.B, typ model.TensorType, rows, cols int) []Weight {
+func kernBenchWeights(b *testing.B, typ gguf.TensorType, rows, cols int) []Weight {
 	w, _ := kernRandWeight(b, rand.New(rand.NewPCG(2, 2)), typ, rows, cols)
 	ws := make([]Weight, max(1, kernBenchSpan/len(w.Data)))
 	for i := range ws {
@@ -154,19 +154,19 @@ func BenchmarkKernDot(b *testing.B) {
 		}
 	}
 	wf := kernRandFloats(rng, cols, 1)
-	float := map[model.TensorType][]byte{model.TypeF32: make([]byte, 4*cols), model.TypeF16: make([]byte, 2*cols)}
+	float := map[gguf.TensorType][]byte{gguf.TypeF32: make([]byte, 4*cols), gguf.TypeF16: make([]byte, 2*cols)}
 	for i, v := range wf {
-		binary.LittleEndian.PutUint32(float[model.TypeF32][4*i:], math.Float32bits(v))
-		binary.LittleEndian.PutUint16(float[model.TypeF16][2*i:], model.Float32ToHalf(v))
+		binary.LittleEndian.PutUint32(float[gguf.TypeF32][4*i:], math.Float32bits(v))
+		binary.LittleEndian.PutUint16(float[gguf.TypeF16][2*i:], gguf.Float32ToHalf(v))
 	}
-	for _, typ := range []model.TensorType{model.TypeF32, model.TypeF16} {
+	for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeF16} {
 		w := float[typ]
 		for _, level := range kernLevels() {
 			ks := kernSetFor(level)
 			b.Run(fmt.Sprintf("type=%s/kern=%s/n=1", strings.ToLower(typ.String()), level), func(b *testing.B) {
 				b.SetBytes(int64(len(w)))
 				for b.Loop() {
-					if typ == model.TypeF32 {
+					if typ == gguf.TypeF32 {
 						ks.dotF32(wf, x[:cols])
 					} else {
 						ks.dotF16(w, x[:cols])

@@ -5,7 +5,7 @@ import (
 	"math"
 	"unsafe"
 
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model/gguf"
 )
 
 // The portable kernels: plain Go, the reference the SIMD kernels are
@@ -14,14 +14,14 @@ import (
 func kernGoSet() *kernSet {
 	return &kernSet{
 		quantize: kernQuantizeGo,
-		dotQ: map[model.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{
-			model.TypeQ4_0: kernDotQ4_0Go,
-			model.TypeQ5_0: kernDotQ5_0Go,
-			model.TypeQ8_0: kernDotQ8_0Go,
-			model.TypeQ4_K: kernDotQ4_KGo,
-			model.TypeQ6_K: kernDotQ6_KGo,
+		dotQ: map[gguf.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{
+			gguf.TypeQ4_0: kernDotQ4_0Go,
+			gguf.TypeQ5_0: kernDotQ5_0Go,
+			gguf.TypeQ8_0: kernDotQ8_0Go,
+			gguf.TypeQ4_K: kernDotQ4_KGo,
+			gguf.TypeQ6_K: kernDotQ6_KGo,
 		},
-		dotQ4:     map[model.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){},
+		dotQ4:     map[gguf.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){},
 		dotF32:    kernDotF32Go,
 		dotF16:    kernDotF16Go,
 		dotBF16:   kernDotBF16Go,
@@ -219,7 +219,7 @@ func kernF16ToF32Go(dst []float32, w []byte) {
 	}
 }
 
-// kernHalfToFloat32 is model.HalfToFloat32 with the common case, a normal
+// kernHalfToFloat32 is gguf.HalfToFloat32 with the common case, a normal
 // half, done in a few integer operations instead of a table lookup.
 func kernHalfToFloat32(h uint16) float32 {
 	if e := h & 0x7c00; e != 0 && e != 0x7c00 {
@@ -232,7 +232,7 @@ func kernHalfToFloat32(h uint16) float32 {
 // from kernHalfToFloat32 so that that one inlines.
 //
 //go:noinline
-func kernHalfSpecial(h uint16) float32 { return model.HalfToFloat32(h) }
+func kernHalfSpecial(h uint16) float32 { return gguf.HalfToFloat32(h) }
 
 func kernBF16ToF32Go(dst []float32, w []byte) {
 	for i, h := range kernHalves(w) {

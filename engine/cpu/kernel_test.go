@@ -10,12 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model/gguf"
 )
 
-var kernTestTypes = []model.TensorType{
-	model.TypeF32, model.TypeF16, model.TypeBF16,
-	model.TypeQ4_0, model.TypeQ5_0, model.TypeQ8_0, model.TypeQ4_K, model.TypeQ6_K,
+var kernTestTypes = []gguf.TensorType{
+	gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16,
+	gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K,
 }
 
 // kernTolerance is the largest relative error ‖out−ref‖/‖ref‖ (over all
@@ -26,17 +26,17 @@ var kernTestTypes = []model.TensorType{
 // Gaussian data an error of about max|x|/127/√12 ≈ 0.5% of a value's scale,
 // hence of the output's. With as few as three outputs that ratio has a long
 // tail, so a single case may reach twice the pooled bound.
-func kernTolerance(t model.TensorType) float64 {
+func kernTolerance(t gguf.TensorType) float64 {
 	switch t {
-	case model.TypeF32, model.TypeF16, model.TypeBF16:
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
 		return 1e-5
 	}
 	return 2e-2
 }
 
-func kernAggTolerance(t model.TensorType) float64 {
+func kernAggTolerance(t gguf.TensorType) float64 {
 	switch t {
-	case model.TypeF32, model.TypeF16, model.TypeBF16:
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
 		return 1e-6
 	}
 	return 1e-2
@@ -64,20 +64,20 @@ func kernRandFloats(rng *rand.Rand, n int, scale float64) []float32 {
 
 // kernRandWeight quantizes a Gaussian rows x cols matrix to typ and returns
 // it with its dequantized values.
-func kernRandWeight(t testing.TB, rng *rand.Rand, typ model.TensorType, rows, cols int) (Weight, []float32) {
+func kernRandWeight(t testing.TB, rng *rand.Rand, typ gguf.TensorType, rows, cols int) (Weight, []float32) {
 	t.Helper()
-	data, err := model.Quantize(typ, kernRandFloats(rng, rows*cols, 0.05))
+	data, err := gguf.Quantize(typ, kernRandFloats(rng, rows*cols, 0.05))
 	require.NoError(t, err)
 	w, err := NewWeight(typ, rows, cols, data)
 	require.NoError(t, err)
 	deq := make([]float32, rows*cols)
-	require.NoError(t, model.Dequantize(typ, data, deq))
+	require.NoError(t, gguf.Dequantize(typ, data, deq))
 	return w, deq
 }
 
 // kernShapes returns (rows, cols) pairs for typ: odd row counts, and column
 // counts of several blocks (odd ones where the block size is 1).
-func kernShapes(typ model.TensorType) [][2]int {
+func kernShapes(typ gguf.TensorType) [][2]int {
 	switch typ.BlockSize() {
 	case 1:
 		return [][2]int{{1, 1}, {7, 37}, {33, 250}, {65, 1031}}
@@ -198,12 +198,12 @@ func TestMatMulBatchInvariant(t *testing.T) {
 }
 
 func TestMatMulPanicsOnShortBuffers(t *testing.T) {
-	w, err := NewWeight(model.TypeF32, 2, 3, make([]byte, 24))
+	w, err := NewWeight(gguf.TypeF32, 2, 3, make([]byte, 24))
 	require.NoError(t, err)
 	assert.Panics(t, func() { MatMul(nil, make([]float32, 4), w, make([]float32, 5), 2) })
 	assert.Panics(t, func() { MatMul(nil, make([]float32, 3), w, make([]float32, 6), 2) })
 	assert.Panics(t, func() {
-		MatMul(nil, make([]float32, 4), Weight{Type: model.TypeF32, Rows: 2, Cols: 3}, make([]float32, 6), 2)
+		MatMul(nil, make([]float32, 4), Weight{Type: gguf.TypeF32, Rows: 2, Cols: 3}, make([]float32, 6), 2)
 	})
 	assert.NotPanics(t, func() { MatMul(nil, nil, w, nil, 0) })
 }
@@ -225,18 +225,18 @@ func TestWeightRowMatchesDequantize(t *testing.T) {
 
 func TestNewWeightRejectsWrongSizes(t *testing.T) {
 	cases := map[string]struct {
-		typ        model.TensorType
+		typ        gguf.TensorType
 		rows, cols int
 		bytes      int
 	}{
-		"short":           {model.TypeQ4_0, 3, 64, 3*36 - 1},
-		"long":            {model.TypeQ4_0, 3, 64, 3*36 + 1},
-		"partial block":   {model.TypeQ8_0, 2, 48, 2 * 51},
-		"partial k-block": {model.TypeQ4_K, 1, 128, 72},
-		"unsupported":     {model.TensorType(3), 1, 32, 20},
-		"negative rows":   {model.TypeF32, -1, 4, 0},
-		"negative cols":   {model.TypeF32, 1, -4, 0},
-		"overflow":        {model.TypeF32, math.MaxInt / 2, 4, 0},
+		"short":           {gguf.TypeQ4_0, 3, 64, 3*36 - 1},
+		"long":            {gguf.TypeQ4_0, 3, 64, 3*36 + 1},
+		"partial block":   {gguf.TypeQ8_0, 2, 48, 2 * 51},
+		"partial k-block": {gguf.TypeQ4_K, 1, 128, 72},
+		"unsupported":     {gguf.TensorType(3), 1, 32, 20},
+		"negative rows":   {gguf.TypeF32, -1, 4, 0},
+		"negative cols":   {gguf.TypeF32, 1, -4, 0},
+		"overflow":        {gguf.TypeF32, math.MaxInt / 2, 4, 0},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -244,31 +244,31 @@ func TestNewWeightRejectsWrongSizes(t *testing.T) {
 			assert.Error(t, err)
 		})
 	}
-	w, err := NewWeight(model.TypeQ6_K, 2, 512, make([]byte, 2*2*210))
+	w, err := NewWeight(gguf.TypeQ6_K, 2, 512, make([]byte, 2*2*210))
 	require.NoError(t, err)
-	assert.Equal(t, Weight{Type: model.TypeQ6_K, Rows: 2, Cols: 512, Data: make([]byte, 840)}, w)
+	assert.Equal(t, Weight{Type: gguf.TypeQ6_K, Rows: 2, Cols: 512, Data: make([]byte, 840)}, w)
 }
 
 // kernRandBlocks returns nb random blocks of typ: random bytes (so every
 // quant value occurs, extremes included) with the f16 scales replaced by
 // moderate random values.
-func kernRandBlocks(rng *rand.Rand, typ model.TensorType, nb int) []byte {
+func kernRandBlocks(rng *rand.Rand, typ gguf.TensorType, nb int) []byte {
 	bs := typ.BlockBytes()
 	data := make([]byte, nb*bs)
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
-	half := func() uint16 { return model.Float32ToHalf(float32(rng.NormFloat64() * 0.01)) }
+	half := func() uint16 { return gguf.Float32ToHalf(float32(rng.NormFloat64() * 0.01)) }
 	le := binary.LittleEndian
 	for b := range nb {
 		blk := data[b*bs : (b+1)*bs]
 		switch typ {
-		case model.TypeQ4_0, model.TypeQ5_0, model.TypeQ8_0:
+		case gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0:
 			le.PutUint16(blk, half())
-		case model.TypeQ4_K:
+		case gguf.TypeQ4_K:
 			le.PutUint16(blk, half())
 			le.PutUint16(blk[2:], half())
-		case model.TypeQ6_K:
+		case gguf.TypeQ6_K:
 			le.PutUint16(blk[208:], half())
 		}
 	}
@@ -335,7 +335,7 @@ func TestQuantKernelsAgree(t *testing.T) {
 					cols := nb * typ.BlockSize()
 					w := kernRandBlocks(rng, typ, nb)
 					deq := make([]float32, cols)
-					require.NoError(t, model.Dequantize(typ, w, deq))
+					require.NoError(t, gguf.Dequantize(typ, w, deq))
 					x := kernRandActivations(rng, 8, cols)
 					xq, xd, xs := kernQuantized(x, 8, cols)
 					nq := cols / kernQK
@@ -442,7 +442,7 @@ func TestFloatKernelsAgree(t *testing.T) {
 			require.InDelta(t, want, ks.dotF32(w, x), tol, "kern=%s dotF32 n=%d", level, n)
 			h, bf, f := make([]byte, 2*n), make([]byte, 2*n), make([]byte, 4*n)
 			for i, v := range w {
-				binary.LittleEndian.PutUint16(h[2*i:], model.Float32ToHalf(v))
+				binary.LittleEndian.PutUint16(h[2*i:], gguf.Float32ToHalf(v))
 				binary.LittleEndian.PutUint16(bf[2*i:], uint16(math.Float32bits(v)>>16))
 				binary.LittleEndian.PutUint32(f[4*i:], math.Float32bits(v))
 			}
@@ -451,11 +451,11 @@ func TestFloatKernelsAgree(t *testing.T) {
 				data      []byte
 				conv, ref func(dst []float32, w []byte)
 				dot       func(w []byte, x []float32) float32
-				typ       model.TensorType
+				typ       gguf.TensorType
 			}{
-				{"f16", h, ks.f16ToF32, kernF16ToF32Go, ks.dotF16, model.TypeF16},
-				{"bf16", bf, ks.bf16ToF32, kernBF16ToF32Go, ks.dotBF16, model.TypeBF16},
-				{"f32", f, kernF32ToF32, kernF32ToF32, func(w []byte, x []float32) float32 { return ks.dotF32(kernFloats(w), x) }, model.TypeF32},
+				{"f16", h, ks.f16ToF32, kernF16ToF32Go, ks.dotF16, gguf.TypeF16},
+				{"bf16", bf, ks.bf16ToF32, kernBF16ToF32Go, ks.dotBF16, gguf.TypeBF16},
+				{"f32", f, kernF32ToF32, kernF32ToF32, func(w []byte, x []float32) float32 { return ks.dotF32(kernFloats(w), x) }, gguf.TypeF32},
 			} {
 				got, ref := make([]float32, n+1), make([]float32, n+1)
 				got[n], ref[n] = 42, 42
@@ -511,7 +511,7 @@ func TestHalfConversionCoversEveryValue(t *testing.T) {
 	want := make([]float32, 1<<16)
 	kernF16ToF32Go(want, data)
 	for i, v := range want {
-		require.Equal(t, math.Float32bits(model.HalfToFloat32(uint16(i))), math.Float32bits(v), "half %#04x", i)
+		require.Equal(t, math.Float32bits(gguf.HalfToFloat32(uint16(i))), math.Float32bits(v), "half %#04x", i)
 	}
 	for _, level := range kernLevels()[1:] {
 		got := make([]float32, 1<<16)

@@ -4,7 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/model/gguf"
 )
 
 // kvCache holds the keys and values of a number of blocks for every layer,
@@ -153,6 +154,6 @@ func parseKVType(s string) (f16 bool, err error) {
 // bytes per value), rounding to nearest even.
 func toHalf(dst []byte, src []float32) {
 	for i, f := range src[:len(dst)/2] {
-		binary.LittleEndian.PutUint16(dst[2*i:], model.Float32ToHalf(f))
+		binary.LittleEndian.PutUint16(dst[2*i:], gguf.Float32ToHalf(f))
 	}
 }

@@ -7,15 +7,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/engine"
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model/gguf"
+	"github.com/llmd/llmd/model/synth"
 )
 
 // TestEngineLogprobs: a request that asks for logprobs gets, on every token
 // event, the sampled token's log-probability and its top alternatives; with
 // greedy decoding the sampled token is the most likely one.
 func TestEngineLogprobs(t *testing.T) {
-	f := openModel(t, model.RandomModel{Arch: "llama", Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, FFN: 64, Vocab: 300,
-		Type: model.TypeF16, Seed: 3}, nil)
+	f := openModel(t, synth.Model{Arch: "llama", Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, FFN: 64, Vocab: 300,
+		Type: gguf.TypeF16, Seed: 3}, nil)
 	exec := newExec(t, f, Config{Threads: 1, KVBlocks: 16, BlockSize: 16})
 	require.True(t, exec.Info().Logprobs)
 	eng, err := engine.New(exec, engine.RealClock{}, engine.DefaultConfig(), nil)

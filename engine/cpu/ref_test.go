@@ -7,13 +7,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/model/gguf"
 )
 
 // refModel is a plain float64 reference of the llama/qwen2 forward pass,
 // written from llama.cpp's description (src/models/llama.cpp, qwen2.cpp and
 // ggml's rope) with none of the executor's machinery: every weight
-// dequantized with model.Dequantize into float64, one token at a time, a
+// dequantized with gguf.Dequantize into float64, one token at a time, a
 // contiguous KV cache, no batching, paging or worker pool. The executor is
 // checked against it.
 //
@@ -39,7 +40,7 @@ type refLayer struct {
 }
 
 // newRefModel dequantizes every tensor of f.
-func newRefModel(t testing.TB, f *model.File) *refModel {
+func newRefModel(t testing.TB, f *gguf.File) *refModel {
 	t.Helper()
 	spec, err := model.SpecFromFile(f)
 	require.NoError(t, err)
@@ -47,7 +48,7 @@ func newRefModel(t testing.TB, f *model.File) *refModel {
 		ti, ok := f.Tensor(name)
 		require.True(t, ok, name)
 		out := make([]float32, ti.Elements())
-		require.NoError(t, model.Dequantize(ti.Type, f.TensorData(ti), out), name)
+		require.NoError(t, gguf.Dequantize(ti.Type, f.TensorData(ti), out), name)
 		v := make([]float64, len(out))
 		for i, x := range out {
 			v[i] = float64(x)
@@ -241,7 +242,7 @@ func refRMSNorm(x, w []float64, eps float64) []float64 {
 // refHalf rounds x to IEEE half floats, in place.
 func refHalf(x []float64) {
 	for i, v := range x {
-		x[i] = float64(model.HalfToFloat32(model.Float32ToHalf(float32(v))))
+		x[i] = float64(gguf.HalfToFloat32(gguf.Float32ToHalf(float32(v))))
 	}
 }
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/llmd/llmd/engine/model"
+	"github.com/llmd/llmd/model"
 )
 
 // YaRN's correction range, in rotations over the original context, as

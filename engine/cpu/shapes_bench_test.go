@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/engine"
-	"github.com/llmd/llmd/engine/model"
 	"github.com/llmd/llmd/internal/cpushapes"
+	"github.com/llmd/llmd/model/gguf"
 )
 
 // BenchmarkShapes measures, for each shape and weight type, prompt
@@ -23,9 +23,9 @@ func BenchmarkShapes(b *testing.B) {
 			m.Type, m.Seed = typ, 1
 			// Written once per shape and type, closed when the whole
 			// benchmark ends (the outer b owns it).
-			var f *model.File
+			var f *gguf.File
 			outer := b
-			open := func(b *testing.B) *model.File {
+			open := func(b *testing.B) *gguf.File {
 				if f == nil {
 					f = openModel(outer, m, nil)
 				}

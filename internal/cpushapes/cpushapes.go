@@ -3,24 +3,27 @@
 // for the executor's benchmark (engine/cpu) and the HTTP one (cmd/llmd).
 package cpushapes
 
-import "github.com/llmd/llmd/engine/model"
+import (
+	"github.com/llmd/llmd/model/gguf"
+	"github.com/llmd/llmd/model/synth"
+)
 
 // Shape is one model shape: random weights (speed does not depend on
 // them), written as `llmctl model init` writes them.
 type Shape struct {
 	Name  string
-	Model model.RandomModel
+	Model synth.Model
 }
 
 // Shapes are tiny, small and 0.5B.
 var Shapes = []Shape{
-	{"tiny", model.RandomModel{Arch: "llama", Dim: 288, Layers: 6, Heads: 6, KVHeads: 6, FFN: 768, Vocab: 32000}},
-	{"small", model.RandomModel{Arch: "llama", Dim: 768, Layers: 12, Heads: 12, KVHeads: 4, FFN: 2048, Vocab: 128256}},
-	{"0.5B", model.RandomModel{Arch: "qwen2", Dim: 896, Layers: 24, Heads: 14, KVHeads: 2, FFN: 4864, Vocab: 151936, Tied: true}},
+	{"tiny", synth.Model{Arch: "llama", Dim: 288, Layers: 6, Heads: 6, KVHeads: 6, FFN: 768, Vocab: 32000}},
+	{"small", synth.Model{Arch: "llama", Dim: 768, Layers: 12, Heads: 12, KVHeads: 4, FFN: 2048, Vocab: 128256}},
+	{"0.5B", synth.Model{Arch: "qwen2", Dim: 896, Layers: 24, Heads: 14, KVHeads: 2, FFN: 4864, Vocab: 151936, Tied: true}},
 }
 
 // Types are the weight types each shape is measured in.
-var Types = []model.TensorType{model.TypeF16, model.TypeQ8_0, model.TypeQ4_0}
+var Types = []gguf.TensorType{gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0}
 
 // LlamaCppGen is llama.cpp's generation tokens/s at one stream (llama-bench
 // tg, 2 threads), by "shape/TYPE".

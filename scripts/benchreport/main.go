@@ -64,7 +64,7 @@ func groups(streams int) []group {
 		{name: "sim", pkgs: []string{"./engine/sim/"}, bench: "Forward|SharedSystemPrompt"},
 		{name: "quota", pkgs: []string{"./quota/", "./store/"}, bench: "ReserveReconcile|Authenticate", args: []string{"-cpu", "1,2"}},
 		{name: "usage", pkgs: []string{"./store/"}, bench: "UsageWriter", args: []string{"-benchtime", "20000x"}},
-		{name: "tokenizer", pkgs: []string{"./engine/model/"}, bench: "Tokenizer|QuantDequantize"},
+		{name: "tokenizer", pkgs: []string{"./model/gguf/", "./model/tokenizer/"}, bench: "Tokenizer|QuantDequantize"},
 		{name: "cpu", pkgs: []string{"./engine/cpu/"}, bench: "Shapes/model=(tiny|small)/", args: []string{"-benchtime", "2s"},
 			note: "The 0.5B shape is left out of `make bench` (about 5 minutes a run); measure it with the command of this section."},
 		{name: "cpu-kernels", pkgs: []string{"./engine/cpu/"}, bench: "MatMul/type=(f16|q8_0|q4_0)/rows=2048/|MemoryRead"},

@@ -1,0 +1,202 @@
+package synth
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/llmd/llmd/model/gguf"
+)
+
+// Model describes a model of the given shape with random weights drawn
+// from a fixed seed, for tests and `llmctl model init`. Zero fields take
+// the defaults named in their comments.
+type Model struct {
+	Arch                                    string // "llama" or "qwen2"
+	Name                                    string // general.name
+	Dim, Layers, Heads, KVHeads, FFN, Vocab int
+	HeadDim                                 int             // 0: Dim/Heads
+	ContextLength                           int             // 0: 2048
+	RopeBase                                float64         // 0: 10000 (llama), 1000000 (qwen2)
+	RMSEps                                  float64         // 0: 1e-5 (llama), 1e-6 (qwen2)
+	Type                                    gguf.TensorType // type of the 2-D weights; norms and biases stay F32
+	Tied                                    bool            // no output.weight: logits use token_embd
+	Seed                                    uint64          // seed of the weight draws
+}
+
+// Writer returns a writer holding the model's architecture metadata and
+// weights: token_embd, per layer attention (with q/k/v biases for qwen2)
+// and SwiGLU FFN, output_norm and, unless Tied, output. The caller adds
+// tokenizer metadata before writing. Rows whose length is not a multiple
+// of a K-quant's 256 fall back as llama-quantize does (Q4_K to Q5_0, Q6_K
+// to Q8_0), and to F16 when not a multiple of 32.
+//
+// Weights are N(0, (g/√fan_in)²) with g = 0.5 for attn_output and ffn_down
+// and 1 otherwise; token_embd is N(0, 1), or N(0, 1/16²) when tied; norm
+// weights are U(0.75, 1.25); qwen2 biases are N(0, 0.1²).
+func (m Model) Writer() (*gguf.Writer, error) {
+	if m.Arch != "llama" && m.Arch != "qwen2" {
+		return nil, fmt.Errorf("model: random model: architecture %q is not supported (want llama or qwen2)", m.Arch)
+	}
+	if m.HeadDim == 0 && m.Heads > 0 {
+		m.HeadDim = m.Dim / m.Heads
+	}
+	if m.KVHeads == 0 {
+		m.KVHeads = m.Heads
+	}
+	if m.ContextLength == 0 {
+		m.ContextLength = 2048
+	}
+	qwen := m.Arch == "qwen2"
+	if m.RopeBase == 0 {
+		m.RopeBase = map[bool]float64{false: 10000, true: 1000000}[qwen]
+	}
+	if m.RMSEps == 0 {
+		m.RMSEps = map[bool]float64{false: 1e-5, true: 1e-6}[qwen]
+	}
+	const maxSide = 1 << 20
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"dim", m.Dim}, {"layers", m.Layers}, {"heads", m.Heads}, {"kv heads", m.KVHeads}, {"ffn", m.FFN}, {"vocab", m.Vocab}, {"head dim", m.HeadDim}} {
+		if c.v <= 0 || c.v > maxSide {
+			return nil, fmt.Errorf("model: random model: %s %d out of range (1 to %d)", c.name, c.v, maxSide)
+		}
+	}
+	if m.Layers > 1024 || m.Heads%m.KVHeads != 0 || m.HeadDim%2 != 0 {
+		return nil, fmt.Errorf("model: random model: want layers <= 1024, heads (%d) a multiple of kv heads (%d) and an even head dim (%d)", m.Heads, m.KVHeads, m.HeadDim)
+	}
+	if !m.Type.Supported() {
+		return nil, &gguf.UnsupportedTypeError{Type: uint32(m.Type)}
+	}
+
+	w := gguf.NewWriter()
+	a := m.Arch + "."
+	w.SetString("general.architecture", m.Arch)
+	if m.Name != "" {
+		w.SetString("general.name", m.Name)
+	}
+	w.SetUint32("general.file_type", fileTypeOf(m.Type))
+	if m.Type.BlockSize() > 1 {
+		w.SetUint32("general.quantization_version", 2)
+	}
+	w.SetUint32(a+"context_length", uint32(m.ContextLength))
+	w.SetUint32(a+"embedding_length", uint32(m.Dim))
+	w.SetUint32(a+"block_count", uint32(m.Layers))
+	w.SetUint32(a+"feed_forward_length", uint32(m.FFN))
+	w.SetUint32(a+"attention.head_count", uint32(m.Heads))
+	w.SetUint32(a+"attention.head_count_kv", uint32(m.KVHeads))
+	w.SetFloat32(a+"attention.layer_norm_rms_epsilon", float32(m.RMSEps))
+	w.SetFloat32(a+"rope.freq_base", float32(m.RopeBase))
+	w.SetUint32(a+"rope.dimension_count", uint32(m.HeadDim))
+	if m.HeadDim != m.Dim/m.Heads {
+		w.SetUint32(a+"attention.key_length", uint32(m.HeadDim))
+		w.SetUint32(a+"attention.value_length", uint32(m.HeadDim))
+	}
+	w.SetUint32(a+"vocab_size", uint32(m.Vocab))
+
+	rng := rand.New(rand.NewPCG(m.Seed, m.Seed^0x9e3779b97f4a7c15))
+	normal := func(n int, std float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * std)
+		}
+		return v
+	}
+	uniform := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(0.75 + 0.5*rng.Float64())
+		}
+		return v
+	}
+	matrix := func(name string, in, out int, g float64) error {
+		return w.AddTensor(name, []uint64{uint64(in), uint64(out)}, rowType(m.Type, in), normal(in*out, g/math.Sqrt(float64(in))))
+	}
+	vec := func(name string, v []float32) error {
+		return w.AddTensor(name, []uint64{uint64(len(v))}, gguf.TypeF32, v)
+	}
+	embStd := 1.0
+	if m.Tied {
+		embStd = 1.0 / 16
+	}
+	emb := normal(m.Dim*m.Vocab, embStd)
+	if err := w.AddTensor("token_embd.weight", []uint64{uint64(m.Dim), uint64(m.Vocab)}, rowType(m.Type, m.Dim), emb); err != nil {
+		return nil, err
+	}
+	q, kv := m.Heads*m.HeadDim, m.KVHeads*m.HeadDim
+	for l := range m.Layers {
+		p := fmt.Sprintf("blk.%d.", l)
+		errs := []error{
+			vec(p+"attn_norm.weight", uniform(m.Dim)),
+			matrix(p+"attn_q.weight", m.Dim, q, 1),
+			matrix(p+"attn_k.weight", m.Dim, kv, 1),
+			matrix(p+"attn_v.weight", m.Dim, kv, 1),
+		}
+		if qwen {
+			errs = append(errs,
+				vec(p+"attn_q.bias", normal(q, 0.1)),
+				vec(p+"attn_k.bias", normal(kv, 0.1)),
+				vec(p+"attn_v.bias", normal(kv, 0.1)))
+		}
+		errs = append(errs,
+			matrix(p+"attn_output.weight", q, m.Dim, 0.5),
+			vec(p+"ffn_norm.weight", uniform(m.Dim)),
+			matrix(p+"ffn_gate.weight", m.Dim, m.FFN, 1),
+			matrix(p+"ffn_up.weight", m.Dim, m.FFN, 1),
+			matrix(p+"ffn_down.weight", m.FFN, m.Dim, 0.5))
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+	}
+	if err := vec("output_norm.weight", uniform(m.Dim)); err != nil {
+		return nil, err
+	}
+	if !m.Tied {
+		if err := matrix("output.weight", m.Dim, m.Vocab, 1); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// rowType returns the type to store rows of length n as when t was
+// asked for: llama-quantize's K-quant fallbacks, then F16 when the row is
+// not whole blocks.
+func rowType(t gguf.TensorType, n int) gguf.TensorType {
+	if n%t.BlockSize() == 0 {
+		return t
+	}
+	switch t {
+	case gguf.TypeQ4_K:
+		return rowType(gguf.TypeQ5_0, n)
+	case gguf.TypeQ6_K:
+		return rowType(gguf.TypeQ8_0, n)
+	}
+	return gguf.TypeF16
+}
+
+// fileTypeOf returns the general.file_type (llama_ftype) of a model
+// whose matrices are mostly of type t.
+func fileTypeOf(t gguf.TensorType) uint32 {
+	switch t {
+	case gguf.TypeF32:
+		return 0
+	case gguf.TypeF16:
+		return 1
+	case gguf.TypeQ4_0:
+		return 2
+	case gguf.TypeQ8_0:
+		return 7
+	case gguf.TypeQ5_0:
+		return 8
+	case gguf.TypeQ4_K:
+		return 14 // Q4_K_S
+	case gguf.TypeQ6_K:
+		return 18
+	case gguf.TypeBF16:
+		return 32
+	}
+	return 0
+}
