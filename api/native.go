@@ -3,16 +3,11 @@ package api
 // NativeChatRequest is the body of POST /v1/chat, llmd's native API. It
 // streams by default (SSE); "stream": false returns one JSON object.
 type NativeChatRequest struct {
-	Model       string    `json:"model"`
-	Messages    []Message `json:"messages"`
-	MaxTokens   *int      `json:"max_tokens,omitempty"`
-	Temperature *float64  `json:"temperature,omitempty"`
-	TopP        *float64  `json:"top_p,omitempty"`
-	Seed        *int64    `json:"seed,omitempty"`
-	Stop        Stop      `json:"stop,omitempty"`
-	Stream      *bool     `json:"stream,omitempty"`
-	TopK        *int      `json:"top_k,omitempty"`
-	MinP        *float64  `json:"min_p,omitempty"`
+	Model     string    `json:"model"`
+	Messages  []Message `json:"messages"`
+	MaxTokens *int      `json:"max_tokens,omitempty"`
+	Stream    *bool     `json:"stream,omitempty"`
+	Sampling
 	// Priority is the request's class: "enterprise", "paid", "free" or
 	// "batch". Empty means the tenant's default.
 	Priority string `json:"priority,omitempty"`

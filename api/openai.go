@@ -82,6 +82,33 @@ type StreamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
+// Sampling holds the sampling parameters that every generation request
+// takes (OpenAI's, plus vLLM's top_k, min_p, repetition_penalty), embedded
+// in ChatCompletionRequest, CompletionRequest and NativeChatRequest so that
+// they have one definition and one validation. Pointer fields distinguish
+// "absent" from zero.
+type Sampling struct {
+	// Temperature is 0 to 2 (0: greedy); TopP above 0 and at most 1.
+	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        *float64 `json:"top_p,omitempty"`
+	// TopK keeps the k most likely tokens (0 or -1: off); MinP (0 to 1)
+	// drops tokens less likely than min_p times the most likely one.
+	TopK *int     `json:"top_k,omitempty"`
+	MinP *float64 `json:"min_p,omitempty"`
+	// PresencePenalty and FrequencyPenalty are -2 to 2;
+	// RepetitionPenalty is above 0 and at most 10 (1: off).
+	PresencePenalty   *float64 `json:"presence_penalty,omitempty"`
+	FrequencyPenalty  *float64 `json:"frequency_penalty,omitempty"`
+	RepetitionPenalty *float64 `json:"repetition_penalty,omitempty"`
+	// LogitBias maps token ids (as strings) to a bias from -100 to 100.
+	LogitBias map[string]float64 `json:"logit_bias,omitempty"`
+	// Seed makes sampling repeatable; without one llmd derives a seed from
+	// the prompt.
+	Seed *int64 `json:"seed,omitempty"`
+	// Stop ends a choice at the first of up to four strings (not sent).
+	Stop Stop `json:"stop,omitempty"`
+}
+
 // ChatCompletionRequest is the body of POST /v1/chat/completions. Unknown
 // fields are ignored. Pointer fields distinguish "absent" from zero.
 type ChatCompletionRequest struct {
@@ -89,54 +116,32 @@ type ChatCompletionRequest struct {
 	Messages            []Message      `json:"messages"`
 	MaxTokens           *int           `json:"max_tokens,omitempty"`
 	MaxCompletionTokens *int           `json:"max_completion_tokens,omitempty"`
-	Temperature         *float64       `json:"temperature,omitempty"`
-	TopP                *float64       `json:"top_p,omitempty"`
 	N                   *int           `json:"n,omitempty"`
 	Stream              bool           `json:"stream,omitempty"`
 	StreamOptions       *StreamOptions `json:"stream_options,omitempty"`
-	Stop                Stop           `json:"stop,omitempty"`
-	Seed                *int64         `json:"seed,omitempty"`
+	Sampling
 	// Logprobs asks for each output token's log-probability, and
 	// TopLogprobs (0 to 20) for that many alternatives.
-	Logprobs         *bool    `json:"logprobs,omitempty"`
-	TopLogprobs      *int     `json:"top_logprobs,omitempty"`
-	PresencePenalty  *float64 `json:"presence_penalty,omitempty"`
-	FrequencyPenalty *float64 `json:"frequency_penalty,omitempty"`
-	User             string   `json:"user,omitempty"`
-	// vLLM's extra sampling parameters: TopK (0 or -1: off), MinP (0 to
-	// 1), RepetitionPenalty (above 0; 1: off). LogitBias maps token ids (as
-	// strings) to a bias from -100 to 100.
-	TopK              *int               `json:"top_k,omitempty"`
-	MinP              *float64           `json:"min_p,omitempty"`
-	RepetitionPenalty *float64           `json:"repetition_penalty,omitempty"`
-	LogitBias         map[string]float64 `json:"logit_bias,omitempty"`
+	Logprobs    *bool  `json:"logprobs,omitempty"`
+	TopLogprobs *int   `json:"top_logprobs,omitempty"`
+	User        string `json:"user,omitempty"`
 }
 
 // CompletionRequest is the body of POST /v1/completions. Prompt is a string
 // or an array of one string.
 type CompletionRequest struct {
-	Model            string          `json:"model"`
-	Prompt           json.RawMessage `json:"prompt"`
-	MaxTokens        *int            `json:"max_tokens,omitempty"`
-	Temperature      *float64        `json:"temperature,omitempty"`
-	TopP             *float64        `json:"top_p,omitempty"`
-	N                *int            `json:"n,omitempty"`
-	Stream           bool            `json:"stream,omitempty"`
-	StreamOptions    *StreamOptions  `json:"stream_options,omitempty"`
-	Stop             Stop            `json:"stop,omitempty"`
-	Seed             *int64          `json:"seed,omitempty"`
-	PresencePenalty  *float64        `json:"presence_penalty,omitempty"`
-	FrequencyPenalty *float64        `json:"frequency_penalty,omitempty"`
-	User             string          `json:"user,omitempty"`
+	Model         string          `json:"model"`
+	Prompt        json.RawMessage `json:"prompt"`
+	MaxTokens     *int            `json:"max_tokens,omitempty"`
+	N             *int            `json:"n,omitempty"`
+	Stream        bool            `json:"stream,omitempty"`
+	StreamOptions *StreamOptions  `json:"stream_options,omitempty"`
+	Sampling
+	User string `json:"user,omitempty"`
 	// Logprobs asks for each output token's log-probability and that many
 	// (0 to 5) most likely alternatives, in the legacy format
 	// (CompletionLogprobs).
 	Logprobs *int `json:"logprobs,omitempty"`
-	// vLLM's extra sampling parameters, as on ChatCompletionRequest.
-	TopK              *int               `json:"top_k,omitempty"`
-	MinP              *float64           `json:"min_p,omitempty"`
-	RepetitionPenalty *float64           `json:"repetition_penalty,omitempty"`
-	LogitBias         map[string]float64 `json:"logit_bias,omitempty"`
 }
 
 // PromptTokensDetails breaks down prompt tokens.

@@ -161,3 +161,43 @@ func (r *SSEReader) readLine() ([]byte, error) {
 		return line, nil
 	}
 }
+
+// AppendSSEEvent appends one server-sent event to dst and returns the
+// extended slice: an "id:" line when id is not empty, an "event:" line when
+// event is not empty, one "data:" line per line of data (none when data is
+// empty: such an event is not dispatched), and the blank line that ends
+// the event. id and event must not hold a line break. In the OpenAI format
+// an id may only go with JSON data: the official SDKs fail on an event
+// whose id comes without it.
+func AppendSSEEvent(dst []byte, id, event string, data []byte) []byte {
+	if id != "" {
+		dst = append(dst, "id: "...)
+		dst = append(dst, id...)
+		dst = append(dst, '\n')
+	}
+	if event != "" {
+		dst = append(dst, "event: "...)
+		dst = append(dst, event...)
+		dst = append(dst, '\n')
+	}
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		dst = append(dst, "data: "...)
+		dst = append(dst, line...)
+		dst = append(dst, '\n')
+	}
+	return append(dst, '\n')
+}
+
+// AppendSSEComment appends a comment (": text" and a blank line), which
+// readers skip: a heartbeat.
+func AppendSSEComment(dst []byte, text string) []byte {
+	dst = append(dst, ": "...)
+	dst = append(dst, text...)
+	return append(dst, '\n', '\n')
+}

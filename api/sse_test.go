@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"strings"
@@ -192,4 +193,31 @@ func TestSSEReaderErrors(t *testing.T) {
 		_, err := readAll(r)
 		require.ErrorIs(t, err, api.ErrSSEEventTooLarge)
 	})
+}
+
+// TestSSEWriterRoundTrip: what AppendSSEEvent writes, SSEReader reads
+// back as it was; comments are skipped; multi-line data keeps its lines.
+func TestSSEWriterRoundTrip(t *testing.T) {
+	t.Parallel()
+	var b []byte
+	b = api.AppendSSEComment(b, "ping")
+	b = api.AppendSSEEvent(b, "0", "", []byte(`{"delta":"a"}`))
+	b = api.AppendSSEEvent(b, "", "done", []byte("line 1\nline 2"))
+	b = api.AppendSSEEvent(b, "", "", []byte("[DONE]"))
+	require.Equal(t, ": ping\n\nid: 0\ndata: {\"delta\":\"a\"}\n\nevent: done\ndata: line 1\ndata: line 2\n\ndata: [DONE]\n\n", string(b))
+	r := api.NewSSEReader(bytes.NewReader(b))
+	var got []api.SSEEvent
+	for {
+		ev, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		got = append(got, ev)
+	}
+	require.Equal(t, []api.SSEEvent{
+		{Event: "message", Data: `{"delta":"a"}`, ID: "0"},
+		{Event: "done", Data: "line 1\nline 2", ID: "0"},
+		{Event: "message", Data: "[DONE]", ID: "0"},
+	}, got)
 }

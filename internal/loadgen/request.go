@@ -112,7 +112,7 @@ func (r *Runner) do(ctx context.Context, start time.Time, it workload.Item, mess
 			MaxTokens:     &maxTokens,
 			Stream:        true,
 			StreamOptions: &api.StreamOptions{IncludeUsage: true},
-			Temperature:   r.cfg.Temperature,
+			Sampling:      api.Sampling{Temperature: r.cfg.Temperature},
 		},
 		IgnoreEOS: r.cfg.IgnoreEOS,
 	}
