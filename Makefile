@@ -67,6 +67,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:" $$out >&2; exit 1; fi
 	@scripts/check-imports.sh
+	@scripts/check-asm.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -23,3 +23,4 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 	$sudo apt-get install -y -qq "${need_apt[@]}"
 fi
 go mod download
+(cd internal/asmgen && go mod download)
