@@ -1764,7 +1764,7 @@ done:
 	RET
 
 // func kernDotQ6_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd []float32, xs []float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512VL, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3
 TEXT ·kernDotQ6_Kx4AVX2(SB), NOSPLIT, $256-104
 	MOVQ         w_base+8(FP), SI
 	MOVQ         xq_base+32(FP), DI
@@ -1841,8 +1841,9 @@ loop:
 	VPERMPS      (DX)(R12*1), Y0, Y1
 	VMULPS       Y1, Y3, Y1
 	VMOVUPS      Y1, 224(SP)
+	VMOVDQU      128(SI), Y3
 	VPAND        (SI), Y14, Y4
-	VPSLLW       $0x04, 128(SI), Y0
+	VPSLLW       $0x04, Y3, Y0
 	VPAND        kernBytes30<>+0(SB), Y0, Y0
 	VPOR         Y0, Y4, Y4
 	VMOVDQU      (DI), Y0
@@ -1886,7 +1887,7 @@ loop:
 	VBLENDPS     $0x0f, Y0, Y2, Y2
 	VFMADD231PS  Y2, Y1, Y11
 	VPAND        32(SI), Y14, Y4
-	VPSLLW       $0x02, 128(SI), Y0
+	VPSLLW       $0x02, Y3, Y0
 	VPAND        kernBytes30<>+0(SB), Y0, Y0
 	VPOR         Y0, Y4, Y4
 	VMOVDQU      32(DI), Y0
@@ -1929,10 +1930,10 @@ loop:
 	VBROADCASTSS 204(SP), Y2
 	VBLENDPS     $0x0f, Y0, Y2, Y2
 	VFMADD231PS  Y2, Y1, Y13
-	VPSRLW       $0x04, (SI), Y4
+	VMOVDQU      (SI), Y4
+	VPSRLW       $0x04, Y4, Y4
 	VPAND        Y14, Y4, Y4
-	VMOVDQU      128(SI), Y0
-	VPAND        kernBytes30<>+0(SB), Y0, Y0
+	VPAND        kernBytes30<>+0(SB), Y3, Y0
 	VPOR         Y0, Y4, Y4
 	VMOVDQU      64(DI), Y0
 	VPMADDUBSW   Y0, Y4, Y1
@@ -1974,9 +1975,10 @@ loop:
 	VBROADCASTSS 212(SP), Y2
 	VBLENDPS     $0x0f, Y0, Y2, Y2
 	VFMADD231PS  Y2, Y1, Y11
-	VPSRLW       $0x04, 32(SI), Y4
+	VMOVDQU      32(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
 	VPAND        Y14, Y4, Y4
-	VPSRLW       $0x02, 128(SI), Y0
+	VPSRLW       $0x02, Y3, Y0
 	VPAND        kernBytes30<>+0(SB), Y0, Y0
 	VPOR         Y0, Y4, Y4
 	VMOVDQU      96(DI), Y0
@@ -2019,8 +2021,9 @@ loop:
 	VBROADCASTSS 220(SP), Y2
 	VBLENDPS     $0x0f, Y0, Y2, Y2
 	VFMADD231PS  Y2, Y1, Y13
+	VMOVDQU      160(SI), Y3
 	VPAND        64(SI), Y14, Y4
-	VPSLLW       $0x04, 160(SI), Y0
+	VPSLLW       $0x04, Y3, Y0
 	VPAND        kernBytes30<>+0(SB), Y0, Y0
 	VPOR         Y0, Y4, Y4
 	VMOVDQU      128(DI), Y0
@@ -2064,7 +2067,7 @@ loop:
 	VBLENDPS     $0x0f, Y0, Y2, Y2
 	VFMADD231PS  Y2, Y1, Y11
 	VPAND        96(SI), Y14, Y4
-	VPSLLW       $0x02, 160(SI), Y0
+	VPSLLW       $0x02, Y3, Y0
 	VPAND        kernBytes30<>+0(SB), Y0, Y0
 	VPOR         Y0, Y4, Y4
 	VMOVDQU      160(DI), Y0
@@ -2107,10 +2110,10 @@ loop:
 	VBROADCASTSS 236(SP), Y2
 	VBLENDPS     $0x0f, Y0, Y2, Y2
 	VFMADD231PS  Y2, Y1, Y13
-	VPSRLW       $0x04, 64(SI), Y4
+	VMOVDQU      64(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
 	VPAND        Y14, Y4, Y4
-	VMOVDQU      160(SI), Y0
-	VPAND        kernBytes30<>+0(SB), Y0, Y0
+	VPAND        kernBytes30<>+0(SB), Y3, Y0
 	VPOR         Y0, Y4, Y4
 	VMOVDQU      192(DI), Y0
 	VPMADDUBSW   Y0, Y4, Y1
@@ -2152,9 +2155,10 @@ loop:
 	VBROADCASTSS 244(SP), Y2
 	VBLENDPS     $0x0f, Y0, Y2, Y2
 	VFMADD231PS  Y2, Y1, Y11
-	VPSRLW       $0x04, 96(SI), Y4
+	VMOVDQU      96(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
 	VPAND        Y14, Y4, Y4
-	VPSRLW       $0x02, 160(SI), Y0
+	VPSRLW       $0x02, Y3, Y0
 	VPAND        kernBytes30<>+0(SB), Y0, Y0
 	VPOR         Y0, Y4, Y4
 	VMOVDQU      224(DI), Y0

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
 )
@@ -90,15 +92,20 @@ func (a *asm) keyPtrs() {
 	a.Label("ptrs")
 }
 
-// hsum4v leaves in the low xmm half of y0 the horizontal sums of the ymm
-// registers y0..y3 (clobbered), one per lane, as hsum4 adds them; t is a
-// scratch xmm register.
-func (a *asm) hsum4v(y0, y1, y2, y3 VecPhysical, t Register) {
-	a.VHADDPS(y1, y0, y0)
-	a.VHADDPS(y3, y2, y2)
-	a.VHADDPS(y2, y0, y0)
-	a.VEXTRACTF128(U8(1), y0, t)
-	a.VADDPS(t, y0.AsX(), y0.AsX())
+// attnArgs loads the arguments of an attention kernel func(o, i
+// []float32, kv []T, c float32) whose parameters are named o, i, kv and c:
+// DI and SI the bases of o and i, their lengths into ol and il, R8 the
+// base of kv (keys or values: rows of DX values of f), c into every lane
+// of cv, and R12 the bytes of a row of kv.
+func (a *asm) attnArgs(f floatFmt, o string, ol Register, i string, il Register, kv, c string, cv VecPhysical) {
+	a.MOVQ(a.arg(o+"_base"), RDI)
+	a.MOVQ(a.arg(o+"_len"), ol)
+	a.MOVQ(a.arg(i+"_base"), RSI)
+	a.MOVQ(a.arg(i+"_len"), il)
+	a.MOVQ(a.arg(kv+"_base"), R8)
+	a.VBROADCASTSS(a.arg(c), cv)
+	a.MOVQ(RDX, R12)
+	a.SHLQ(U8(f.es/2), R12)
 }
 
 // attnDots is dotsF32/dotsF16 of width w: keys of f's values (f.es bytes
@@ -108,18 +115,11 @@ func (a *asm) hsum4v(y0, y1, y2, y3 VecPhysical, t Register) {
 // the hd%16 tail values under the mask K1.
 func (a *asm) attnDots(w attnW, f floatFmt, sig string) {
 	a.text("attnDots"+f.name+w.name, 0, sig)
-	qs, sh := uint8(4/f.es), U8(f.es/2)
+	qs := uint8(4 / f.es)
 	q := func() Mem { return memx(RSI, 0, R13, qs) }
 	key := func(r Register) Mem { return memx(r, 0, R13, 1) }
 	keys := []Register{R8, R9, R10, R11}
-	a.MOVQ(a.arg("s_base"), RDI)
-	a.MOVQ(a.arg("s_len"), RBX)
-	a.MOVQ(a.arg("q_base"), RSI)
-	a.MOVQ(a.arg("q_len"), RDX)
-	a.MOVQ(a.arg("k_base"), R8)
-	a.VBROADCASTSS(a.arg("scale"), X15)
-	a.MOVQ(RDX, R12)
-	a.SHLQ(sh, R12)
+	a.attnArgs(f, "s", RBX, "q", RDX, "k", "scale", X15)
 	if w.z {
 		a.MOVQ(RDX, RCX)
 		a.ANDQ(U8(15), RCX)
@@ -130,8 +130,7 @@ func (a *asm) attnDots(w attnW, f floatFmt, sig string) {
 	}
 
 	a.Label("group")
-	a.TESTQ(RBX, RBX)
-	a.JZ(lbl("done"))
+	a.jzero(RBX, "done")
 	a.keyPtrs()
 	if w.z {
 		a.zeroD(Z0, Z1, Z2, Z3)
@@ -148,17 +147,14 @@ func (a *asm) attnDots(w attnW, f floatFmt, sig string) {
 			a.VFMADD231PS(w.v(5+i), w.v(4), w.v(i))
 		}
 	}
-	a.Label("chunk")
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("tail"))
-	a.VMOVUPS(q(), w.v(4))
-	for i, r := range keys {
-		f.load(a, key(r), w.v(5+i))
-	}
-	fma()
-	a.ADDQ(U8(w.lanes*f.es), R13)
-	a.DECQ(RCX)
-	a.JMP(lbl("chunk"))
+	a.whileNZ("chunk", RCX, "tail", func() {
+		a.VMOVUPS(q(), w.v(4))
+		for i, r := range keys {
+			f.load(a, key(r), w.v(5+i))
+		}
+		fma()
+		a.ADDQ(U8(w.lanes*f.es), R13)
+	})
 
 	a.Label("tail")
 	if w.z {
@@ -239,14 +235,7 @@ func (a *asm) attnAcc(w attnW, f floatFmt, sig string) {
 		c = Z30
 	}
 	vb := w.lanes * 4 // bytes of a vector of outputs
-	a.MOVQ(a.arg("acc_base"), RDI)
-	a.MOVQ(a.arg("acc_len"), RDX)
-	a.MOVQ(a.arg("p_base"), RSI)
-	a.MOVQ(a.arg("p_len"), RBX)
-	a.MOVQ(a.arg("v_base"), R8)
-	a.VBROADCASTSS(a.arg("c"), c)
-	a.MOVQ(RDX, R12)
-	a.SHLQ(U8(f.es/2), R12)
+	a.attnArgs(f, "acc", RDX, "p", RBX, "v", "c", c)
 	a.MOVQ(RDX, RCX)
 	a.SHRQ(U8(map[int]int{8: 5, 16: 6}[w.lanes]), RCX)
 
@@ -278,21 +267,18 @@ func (a *asm) attnAcc(w attnW, f floatFmt, sig string) {
 	// key and store label it, next is the code after it.
 	stripe := func(n int, loop, key, store, next string) {
 		acc := []VecPhysical{w.v(0), w.v(1), w.v(2), w.v(3)}[:n]
-		a.Label(loop)
-		a.TESTQ(RCX, RCX)
-		a.JZ(lbl(next))
-		for i, v := range acc {
-			a.VMULPS(mem(RDI, i*vb), c, v)
-		}
-		keysLoop(key, store, bcast, load, acc, fma)
-		a.Label(store)
-		for i, v := range acc {
-			a.VMOVUPS(v, mem(RDI, i*vb))
-		}
-		a.ADDQ(U32(uint32(n*vb)), RDI)
-		a.ADDQ(U32(uint32(n*w.lanes*f.es)), R8)
-		a.DECQ(RCX)
-		a.JMP(lbl(loop))
+		a.whileNZ(loop, RCX, next, func() {
+			for i, v := range acc {
+				a.VMULPS(mem(RDI, i*vb), c, v)
+			}
+			keysLoop(key, store, bcast, load, acc, fma)
+			a.Label(store)
+			for i, v := range acc {
+				a.VMOVUPS(v, mem(RDI, i*vb))
+			}
+			a.ADDQ(U32(uint32(n*vb)), RDI)
+			a.ADDQ(U32(uint32(n*w.lanes*f.es)), R8)
+		})
 	}
 	stripe(4, "quad", "qkey", "qstore", "single")
 	a.Label("single")
@@ -447,21 +433,16 @@ func (a *asm) attnExpSum(w attnW) {
 		a.zero(Y7)
 	}
 
-	loop := map[int]string{8: "loop8", 16: "loop16"}[w.lanes]
-	a.Label(loop)
-	a.CMPQ(RBX, U8(w.lanes))
-	a.JB(lbl("tail"))
-	a.VMOVUPS(mem(RDI, 0), r.x)
-	a.attnExp(r)
-	a.VMOVUPS(r.x, mem(RDI, 0))
-	a.VADDPS(r.x, acc, acc)
-	a.ADDQ(U8(4*w.lanes), RDI)
-	a.SUBQ(U8(w.lanes), RBX)
-	a.JMP(lbl(loop))
+	a.whileN(fmt.Sprintf("loop%d", w.lanes), RBX, w.lanes, "tail", func() {
+		a.VMOVUPS(mem(RDI, 0), r.x)
+		a.attnExp(r)
+		a.VMOVUPS(r.x, mem(RDI, 0))
+		a.VADDPS(r.x, acc, acc)
+		a.ADDQ(U8(4*w.lanes), RDI)
+	})
 
 	a.Label("tail")
-	a.TESTQ(RBX, RBX)
-	a.JZ(lbl("sum"))
+	a.jzero(RBX, "sum")
 	if w.z {
 		a.MOVQ(RBX, RCX)
 		a.tailMask(K1)
@@ -529,21 +510,17 @@ func (a *asm) swiglu() {
 		a.VMULPS(Z9, Z8, Z0)
 	}
 
-	a.Label("loop16")
-	a.CMPQ(RBX, U8(16))
-	a.JB(lbl("tail"))
-	a.VMOVUPS(mem(RDI, 0), Z6)
-	a.VMOVUPS(mem(RSI, 0), Z9)
-	body()
-	a.VMOVUPS(Z0, mem(RDI, 0))
-	a.ADDQ(U8(64), RDI)
-	a.ADDQ(U8(64), RSI)
-	a.SUBQ(U8(16), RBX)
-	a.JMP(lbl("loop16"))
+	a.whileN("loop16", RBX, 16, "tail", func() {
+		a.VMOVUPS(mem(RDI, 0), Z6)
+		a.VMOVUPS(mem(RSI, 0), Z9)
+		body()
+		a.VMOVUPS(Z0, mem(RDI, 0))
+		a.ADDQ(U8(64), RDI)
+		a.ADDQ(U8(64), RSI)
+	})
 
 	a.Label("tail")
-	a.TESTQ(RBX, RBX)
-	a.JZ(lbl("done"))
+	a.jzero(RBX, "done")
 	a.MOVQ(RBX, RCX)
 	a.tailMask(K1)
 	a.VMOVUPS_Z(mem(RDI, 0), K1, Z6)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
 )
@@ -65,10 +67,16 @@ func (a *asm) x1Setup() {
 	a.MOVQ(a.arg("xd_len"), RCX)
 }
 
-// kNext ends the loop over 256-value blocks of a K-quant kernel: it steps
-// the pointers past a block (bsz bytes of weights, 256 activations, their
-// eight scales and, with xs, their eight sums) and loops while CX blocks
-// are left.
+// kLoop starts the loop over the CX 256-value blocks of a K-quant kernel
+// (none: to done).
+func (a *asm) kLoop() {
+	a.jzero(RCX, "done")
+	a.Label("loop")
+}
+
+// kNext ends kLoop's loop: it steps the pointers past a block (bsz bytes
+// of weights, 256 activations, their eight scales and, with xs, their
+// eight sums), loops while CX blocks are left and places done.
 func (a *asm) kNext(bsz int, xs bool) {
 	a.ADDQ(U32(uint32(bsz)), RSI)
 	a.ADDQ(U32(256), RDI)
@@ -78,6 +86,26 @@ func (a *asm) kNext(bsz int, xs bool) {
 	}
 	a.DECQ(RCX)
 	a.JNZ(lbl("loop"))
+	a.Label("done")
+}
+
+// q6kScales sets every lane of the ymm or zmm register d to the f16 scale
+// d of the Q6_K block at SI and s (two ymm registers or one zmm register)
+// to the sixteen sub-block scales sc·d. Uses AX.
+func (a *asm) q6kScales(d VecPhysical, s ...VecPhysical) {
+	a.MOVWLZX(mem(RSI, 208), EAX)
+	a.VMOVD(EAX, d.AsX())
+	a.VCVTPH2PS(d.AsX(), d.AsX())
+	a.VBROADCASTSS(d.AsX(), d)
+	for i, v := range s {
+		a.VPMOVSXBD(mem(RSI, 192+8*i), v)
+	}
+	for _, v := range s {
+		a.VCVTDQ2PS(v, v)
+	}
+	for _, v := range s {
+		a.VMULPS(d, v, v)
+	}
 }
 
 // x4Setup loads the arguments of a four-token quantized kernel: SI the
@@ -115,6 +143,41 @@ func (a *asm) xnSetup(n int, xs bool) {
 	}
 }
 
+// Loops: a count register cnt counts what is left to do, and exit is the
+// label of the code after the loop, which the caller places.
+
+// whileN is the loop label: while cnt >= n (unsigned), body and cnt -= n
+// (ifN); then it goes on at exit.
+func (a *asm) whileN(label string, cnt Register, n int, exit string, body func()) {
+	a.Label(label)
+	a.ifN(cnt, n, exit, body)
+	a.JMP(lbl(label))
+}
+
+// ifN is body and cnt -= n if cnt >= n (unsigned), else a jump to exit.
+func (a *asm) ifN(cnt Register, n int, exit string, body func()) {
+	a.CMPQ(cnt, U8(n))
+	a.JB(lbl(exit))
+	body()
+	a.SUBQ(U8(n), cnt)
+}
+
+// whileNZ is the loop label: while cnt != 0, body and cnt--; then it goes
+// on at exit.
+func (a *asm) whileNZ(label string, cnt Register, exit string, body func()) {
+	a.Label(label)
+	a.jzero(cnt, exit)
+	body()
+	a.DECQ(cnt)
+	a.JMP(lbl(label))
+}
+
+// jzero jumps to label if cnt is 0.
+func (a *asm) jzero(cnt Register, label string) {
+	a.TESTQ(cnt, cnt)
+	a.JZ(lbl(label))
+}
+
 // tailMask sets the mask register k to the low CX lanes (CX < 16). Uses AX.
 func (a *asm) tailMask(k Register) {
 	a.MOVL(U32(1), EAX)
@@ -137,14 +200,20 @@ func (a *asm) zeroD(v ...VecPhysical) {
 	}
 }
 
-// hsum4 stores the horizontal sums of the ymm registers y0..y3 (clobbered)
-// at off(res). Uses X13 and AX.
-func (a *asm) hsum4(y0, y1, y2, y3 VecPhysical, off int) {
+// hsum4v leaves in the low xmm half of y0 the horizontal sums of the ymm
+// registers y0..y3 (clobbered), one per lane; t is a scratch xmm register.
+func (a *asm) hsum4v(y0, y1, y2, y3 VecPhysical, t Register) {
 	a.VHADDPS(y1, y0, y0)
 	a.VHADDPS(y3, y2, y2)
 	a.VHADDPS(y2, y0, y0)
-	a.VEXTRACTF128(U8(1), y0, X13)
-	a.VADDPS(X13, y0.AsX(), y0.AsX())
+	a.VEXTRACTF128(U8(1), y0, t)
+	a.VADDPS(t, y0.AsX(), y0.AsX())
+}
+
+// hsum4 stores the horizontal sums of the ymm registers y0..y3 (clobbered)
+// at off(res), as hsum4v adds them. Uses X13 and AX.
+func (a *asm) hsum4(y0, y1, y2, y3 VecPhysical, off int) {
+	a.hsum4v(y0, y1, y2, y3, X13)
 	a.MOVQ(a.arg("res"), RAX)
 	a.VMOVUPS(y0.AsX(), mem(RAX, off))
 }
@@ -158,6 +227,20 @@ func (a *asm) hsumps(y VecPhysical, t Register) {
 	a.VHADDPS(y, y, y)
 	a.VEXTRACTF128(U8(1), y, t)
 	a.VADDPS(t, y.AsX(), y.AsX())
+}
+
+// retSums ends a dot kernel of one or four tokens: it returns the sum of
+// the eight floats of y[0] (hsumps, with the scratch xmm register t), or
+// stores those of y[0..3] at res (hsum4; t is unused).
+func (a *asm) retSums(y []VecPhysical, t Register) {
+	if len(y) == 4 {
+		a.hsum4(y[0], y[1], y[2], y[3], 0)
+	} else {
+		a.hsumps(y[0], t)
+		a.VMOVSS(y[0].AsX(), a.ret(""))
+	}
+	a.VZEROUPPER()
+	a.RET()
 }
 
 // q4kScales unpacks the 6-bit scales of the Q4_K block at SI into the low
@@ -204,6 +287,59 @@ func (a *asm) floatText(n int, f floatFmt, level string) {
 	} else {
 		a.text("kernDot"+f.name+"x4"+level, 0, sigDotFx4)
 	}
+}
+
+// fxArgs loads the arguments of the float dot of n tokens with a row of f:
+// SI the row, CX its number of values, DI the activations and, for four
+// tokens, their stride (strideArg).
+func (a *asm) fxArgs(n int, f floatFmt) {
+	a.MOVQ(a.arg("w_base"), RSI)
+	a.MOVQ(a.arg("w_len"), RCX)
+	a.SHRQ(f.countShift(n), RCX)
+	a.MOVQ(a.arg("x_base"), RDI)
+	if n == 4 {
+		a.strideArg()
+	}
+}
+
+// strideArg sets R9 to the argument stride (floats) in bytes and R10 to
+// three times it: x4's rows of activations.
+func (a *asm) strideArg() {
+	a.MOVQ(a.arg("stride"), R9)
+	a.SHLQ(U8(2), R9)
+	a.LEAQ(memx(R9, 0, R9, 2), R10)
+}
+
+// fxSteps is the float dot's loop over the 2·lanes values (lanes: 8 in
+// ymm, 16 in zmm registers) at SI while CX has as many, the first lanes
+// (in v0) into acc and the others (v1) into hi; then, after mid, one step
+// of lanes values into acc if CX has as many; then it goes on at tail.
+func (a *asm) fxSteps(f floatFmt, lanes int, v0, v1 VecPhysical, acc, hi []VecPhysical, mid func()) {
+	vb := 4 * lanes // bytes of lanes activations
+	two, one := fmt.Sprintf("loop%d", 2*lanes), fmt.Sprintf("loop%d", lanes)
+	a.whileN(two, RCX, 2*lanes, one, func() {
+		f.wide(a, 0, v0)
+		f.wide(a, 2*lanes, v1)
+		for t, v := range acc {
+			a.VFMADD231PS(xqRow(0, t), v0, v)
+		}
+		for t, v := range hi {
+			a.VFMADD231PS(xqRow(vb, t), v1, v)
+		}
+		a.ADDQ(U8(2*lanes*f.es), RSI)
+		a.ADDQ(U8(2*vb), RDI)
+	})
+
+	a.Label(one)
+	mid()
+	a.ifN(RCX, lanes, "tail", func() {
+		f.wide(a, 0, v0)
+		for t, v := range acc {
+			a.VFMADD231PS(xqRow(0, t), v0, v)
+		}
+		a.ADDQ(U8(lanes*f.es), RSI)
+		a.ADDQ(U8(vb), RDI)
+	})
 }
 
 // countShift is the right shift that turns w_len into the number of

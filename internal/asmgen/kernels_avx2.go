@@ -176,74 +176,25 @@ func (a *asm) fxAVX2(n int, f floatFmt) {
 	a.floatText(n, f, "AVX2")
 	acc := []VecPhysical{Y8, Y9, Y10, Y11}[:n]
 	hi := []VecPhysical{Y4, Y5, Y6, Y7}[:n]
-	a.MOVQ(a.arg("w_base"), RSI)
-	a.MOVQ(a.arg("w_len"), RCX)
-	a.SHRQ(f.countShift(n), RCX)
-	a.MOVQ(a.arg("x_base"), RDI)
-	if n == 4 {
-		a.MOVQ(a.arg("stride"), R9)
-		a.SHLQ(U8(2), R9)
-		a.LEAQ(memx(R9, 0, R9, 2), R10)
-	}
+	a.fxArgs(n, f)
 	a.zero(acc...)
 	a.zero(hi...)
-
-	a.Label("loop16")
-	a.CMPQ(RCX, U8(16))
-	a.JB(lbl("loop8"))
-	f.wide(a, 0, Y0)
-	f.wide(a, 16, Y1)
-	for t, y := range acc {
-		a.VFMADD231PS(xqRow(0, t), Y0, y)
-	}
-	for t, y := range hi {
-		a.VFMADD231PS(xqRow(32, t), Y1, y)
-	}
-	a.ADDQ(U8(16*f.es), RSI)
-	a.ADDQ(U8(64), RDI)
-	a.SUBQ(U8(16), RCX)
-	a.JMP(lbl("loop16"))
-
-	a.Label("loop8")
-	for t := range acc {
-		a.VADDPS(hi[t], acc[t], acc[t])
-	}
-	a.zero(hi...)
-	a.CMPQ(RCX, U8(8))
-	a.JB(lbl("tail"))
-	f.wide(a, 0, Y0)
-	for t, y := range acc {
-		a.VFMADD231PS(xqRow(0, t), Y0, y)
-	}
-	a.ADDQ(U8(8*f.es), RSI)
-	a.ADDQ(U8(32), RDI)
-	a.SUBQ(U8(8), RCX)
-
-	a.Label("tail")
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("done"))
-	f.one(a, X0)
-	for t, y := range hi {
-		a.VMOVSS(xqRow(0, t), X1)
-		a.VFMADD231SS(X1, X0, y.AsX())
-	}
-	a.ADDQ(U8(f.es), RSI)
-	a.ADDQ(U8(4), RDI)
-	a.DECQ(RCX)
-	a.JMP(lbl("tail"))
+	a.fxSteps(f, 8, Y0, Y1, acc, hi, func() {
+		a.addInto(acc, hi)
+		a.zero(hi...)
+	})
+	a.whileNZ("tail", RCX, "done", func() {
+		f.one(a, X0)
+		for t, y := range hi {
+			a.VMOVSS(xqRow(0, t), X1)
+			a.VFMADD231SS(X1, X0, y.AsX())
+		}
+		a.ADDQ(U8(f.es), RSI)
+		a.ADDQ(U8(4), RDI)
+	})
 
 	a.Label("done")
-	for t := range acc {
-		a.VADDPS(hi[t], acc[t], acc[t])
-	}
-	if n == 4 {
-		a.hsum4(Y8, Y9, Y10, Y11, 0)
-	} else {
-		a.hsumps(Y8, X0)
-		a.VMOVSS(X8, a.ret(""))
-	}
-	a.VZEROUPPER()
-	a.RET()
+	a.retAVX2(acc, hi, X0)
 }
 
 // convAVX2 is a conversion func(dst []float32, w []byte) of the 16-bit
@@ -253,25 +204,17 @@ func (a *asm) convAVX2(name string, f floatFmt, one func()) {
 	a.MOVQ(a.arg("dst_base"), RDI)
 	a.MOVQ(a.arg("dst_len"), RCX)
 	a.MOVQ(a.arg("w_base"), RSI)
-
-	a.Label("loop8")
-	a.CMPQ(RCX, U8(8))
-	a.JB(lbl("tail"))
-	f.wide(a, 0, Y0)
-	a.VMOVUPS(Y0, mem(RDI, 0))
-	a.ADDQ(U8(16), RSI)
-	a.ADDQ(U8(32), RDI)
-	a.SUBQ(U8(8), RCX)
-	a.JMP(lbl("loop8"))
-
-	a.Label("tail")
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("done"))
-	one()
-	a.ADDQ(U8(2), RSI)
-	a.ADDQ(U8(4), RDI)
-	a.DECQ(RCX)
-	a.JMP(lbl("tail"))
+	a.whileN("loop8", RCX, 8, "tail", func() {
+		f.wide(a, 0, Y0)
+		a.VMOVUPS(Y0, mem(RDI, 0))
+		a.ADDQ(U8(16), RSI)
+		a.ADDQ(U8(32), RDI)
+	})
+	a.whileNZ("tail", RCX, "done", func() {
+		one()
+		a.ADDQ(U8(2), RSI)
+		a.ADDQ(U8(4), RDI)
+	})
 
 	a.Label("done")
 	a.VZEROUPPER()
@@ -415,53 +358,57 @@ func (a *asm) dotQ0AVX2(q q0AVX2) {
 	a.zero(Y0, Y1)
 	a.ones16(Y15)
 	q.consts(a)
-
-	a.Label("loop2")
-	a.CMPQ(RCX, U8(2))
-	a.JB(lbl("tail"))
-	a.blockScale(mem(RSI, 0), mem(RDX, 0), Y2)
-	a.blockScale(mem(RSI, q.bsz), mem(RDX, 4), Y3)
 	w := []VecPhysical{Y4, Y5}
 	dot := func(k int) {
 		a.dotSigned(w[k], mem(RDI, 32*k), []VecPhysical{Y2, Y3}[k], []VecPhysical{Y6, Y7}[k], []VecPhysical{Y0, Y1}[k])
 	}
-	if q.inter {
-		for k := range 2 {
-			q.vals1(a, k*q.bsz, w[k], k)
-			dot(k)
+	a.whileN("loop2", RCX, 2, "tail", func() {
+		a.blockScale(mem(RSI, 0), mem(RDX, 0), Y2)
+		a.blockScale(mem(RSI, q.bsz), mem(RDX, 4), Y3)
+		if q.inter {
+			for k := range 2 {
+				q.vals1(a, k*q.bsz, w[k], k)
+				dot(k)
+			}
+		} else {
+			for k := range 2 {
+				q.vals1(a, k*q.bsz, w[k], k)
+			}
+			for k := range 2 {
+				dot(k)
+			}
 		}
-	} else {
-		for k := range 2 {
-			q.vals1(a, k*q.bsz, w[k], k)
-		}
-		for k := range 2 {
-			dot(k)
-		}
-	}
-	a.ADDQ(U8(2*q.bsz), RSI)
-	a.ADDQ(U8(64), RDI)
-	a.ADDQ(U8(8), RDX)
-	a.SUBQ(U8(2), RCX)
-	a.JMP(lbl("loop2"))
+		a.ADDQ(U8(2*q.bsz), RSI)
+		a.ADDQ(U8(64), RDI)
+		a.ADDQ(U8(8), RDX)
+	})
 
 	a.Label("tail")
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("done"))
+	a.jzero(RCX, "done")
 	a.blockScale(mem(RSI, 0), mem(RDX, 0), Y2)
 	q.vals1(a, 0, Y4, 0)
 	dot(0)
 
 	a.Label("done")
-	a.endDot1AVX2()
+	a.retDot1AVX2()
 }
 
-// endDot1AVX2 returns the sum of Y0 and Y1.
-func (a *asm) endDot1AVX2() {
-	a.VADDPS(Y1, Y0, Y0)
-	a.hsumps(Y0, X1)
-	a.VMOVSS(X0, a.ret(""))
-	a.VZEROUPPER()
-	a.RET()
+// retDot1AVX2 returns the sum of Y0 and Y1, the one-token quantized
+// kernels' accumulators.
+func (a *asm) retDot1AVX2() { a.retAVX2([]VecPhysical{Y0}, []VecPhysical{Y1}, X1) }
+
+// retAVX2 adds odd[t] into acc[t] and returns their sums (retSums; t is
+// the one-token scratch xmm register).
+func (a *asm) retAVX2(acc, odd []VecPhysical, t Register) {
+	a.addInto(acc, odd)
+	a.retSums(acc, t)
+}
+
+// addInto adds each of v into the register of acc at the same index.
+func (a *asm) addInto(acc, v []VecPhysical) {
+	for t, y := range acc {
+		a.VADDPS(v[t], y, y)
+	}
 }
 
 // dotQ0x4AVX2 is the four-token kernel of q: vals4 loads one block's
@@ -500,29 +447,39 @@ func (a *asm) dotQ0x4AVX2(q q0AVX2) {
 		a.ADDQ(U8(32), RDI)
 		a.ADDQ(U8(4), RDX)
 	}
-
-	a.Label("loop2")
-	a.CMPQ(RCX, U8(2))
-	a.JB(lbl("tail"))
-	block(even)
-	next()
-	block(q.odd4)
-	next()
-	a.SUBQ(U8(2), RCX)
-	a.JMP(lbl("loop2"))
+	a.whileN("loop2", RCX, 2, "tail", func() {
+		block(even)
+		next()
+		block(q.odd4)
+		next()
+	})
 
 	a.Label("tail")
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("done"))
+	a.jzero(RCX, "done")
 	block(even)
 
 	a.Label("done")
-	for t, y := range even {
-		a.VADDPS(q.odd4[t], y, y)
+	a.retAVX2(even, q.odd4, nil)
+}
+
+// kSetupAVX2 starts a K-quant kernel of n (1 or 4) tokens: its arguments
+// (x1Setup, with R8 = xs if xs; x4Setup(true), R8 = xs whatever xs), CX =
+// 256-value blocks, the accumulators acc zeroed, Y15 int16 ones and Y14
+// 0x0F bytes.
+func (a *asm) kSetupAVX2(n int, xs bool, acc ...VecPhysical) {
+	if n == 1 {
+		a.x1Setup()
+		a.SHRQ(U8(3), RCX)
+		if xs {
+			a.MOVQ(a.arg("xs_base"), R8)
+		}
+	} else {
+		a.x4Setup(true)
+		a.SHRQ(U8(3), RCX)
 	}
-	a.hsum4(Y8, Y9, Y10, Y11, 0)
-	a.VZEROUPPER()
-	a.RET()
+	a.zero(acc...)
+	a.ones16(Y15)
+	a.bcastb(0x0f, Y14)
 }
 
 // q4kHeadAVX2 decodes the header of the Q4_K block at SI: the eight 6-bit
@@ -585,16 +542,8 @@ func (a *asm) q4kChunkAVX2(c int, nib, prod, sc, lo, hi []VecPhysical) {
 // does.
 func (a *asm) dotQ4KAVX2() {
 	a.text("kernDotQ4_KAVX2", 32, sigDotQ)
-	a.x1Setup()
-	a.SHRQ(U8(3), RCX)
-	a.MOVQ(a.arg("xs_base"), R8)
-	a.zero(Y0, Y1)
-	a.ones16(Y15)
-	a.bcastb(0x0f, Y14)
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("done"))
-
-	a.Label("loop")
+	a.kSetupAVX2(1, true, Y0, Y1)
+	a.kLoop()
 	a.q4kHeadAVX2(X5, Y2, Y4, Y3, true)
 	a.VMULPS(mem(RDX, 0), Y2, Y3)
 	a.VMOVUPS(Y3, sp(0))               // (d·sc_j)·xd_j
@@ -603,9 +552,7 @@ func (a *asm) dotQ4KAVX2() {
 		a.q4kChunkAVX2(c, []VecPhysical{Y8, Y9}, []VecPhysical{Y8, Y9}, []VecPhysical{Y10, Y11}, []VecPhysical{Y0}, []VecPhysical{Y1})
 	}
 	a.kNext(144, true)
-
-	a.Label("done")
-	a.endDot1AVX2()
+	a.retDot1AVX2()
 }
 
 // dotQ4Kx4AVX2 is kernDotQ4_KAVX2 for four tokens: each token's
@@ -615,16 +562,8 @@ func (a *asm) dotQ4Kx4AVX2() {
 	lo := []VecPhysical{Y8, Y9, Y10, Y11}
 	hi := []VecPhysical{Y4, Y5, Y6, Y7}
 	a.text("kernDotQ4_Kx4AVX2", 128, sigDotQx4)
-	a.x4Setup(true)
-	a.SHRQ(U8(3), RCX)
-	a.zero(lo...)
-	a.zero(hi...)
-	a.ones16(Y15)
-	a.bcastb(0x0f, Y14)
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("done"))
-
-	a.Label("loop")
+	a.kSetupAVX2(4, true, append(lo, hi...)...)
+	a.kLoop()
 	a.q4kHeadAVX2(X1, Y2, Y0, Y3, false) // sc_j·d
 	for t := range 4 {
 		a.VMULPS(xdRow(0, t), Y2, Y3)
@@ -638,29 +577,40 @@ func (a *asm) dotQ4Kx4AVX2() {
 		a.q4kChunkAVX2(c, []VecPhysical{Y12, Y13}, []VecPhysical{Y0, Y1}, []VecPhysical{Y2, Y3}, lo, hi)
 	}
 	a.kNext(144, true)
-
-	a.Label("done")
-	for t, y := range lo {
-		a.VADDPS(hi[t], y, y)
-	}
-	a.hsum4(Y8, Y9, Y10, Y11, 0)
-	a.VZEROUPPER()
-	a.RET()
+	a.retAVX2(lo, hi, nil)
 }
 
-// q6kHeadAVX2 sets s0 and s1 to sc·d for sub-blocks 0..7 and 8..15 of the
-// Q6_K block at SI, with d broadcast into the ymm register d. Uses AX.
-func (a *asm) q6kHeadAVX2(d, s0, s1 VecPhysical) {
-	a.MOVWLZX(mem(RSI, 208), EAX)
-	a.VMOVD(EAX, d.AsX())
-	a.VCVTPH2PS(d.AsX(), d.AsX())
-	a.VBROADCASTSS(d.AsX(), d) // d
-	a.VPMOVSXBD(mem(RSI, 192), s0)
-	a.VPMOVSXBD(mem(RSI, 200), s1)
-	a.VCVTDQ2PS(s0, s0)
-	a.VCVTDQ2PS(s1, s1)
-	a.VMULPS(d, s0, s0) // sc·d
-	a.VMULPS(d, s1, s1)
+// q6kValsAVX2 sets q to the 32 6-bit values of block k (0..3) of a Q6_K
+// half: the low (k < 2) or high (k >= 2) nibbles of ql (a ymm register, or
+// memory that q receives first: AVX2 shifts registers only), with bit pair
+// k of the ymm register qh as bits 4 and 5 (and-ed with m30, 0x30 bytes); h
+// is scratch. Uses Y14 (0x0F).
+func (a *asm) q6kValsAVX2(k int, ql Op, qh VecPhysical, m30 Op, q, h VecPhysical) {
+	_, inMem := ql.(Mem)
+	switch {
+	case k < 2 && inMem:
+		a.VPAND(ql, Y14, q)
+	case k < 2:
+		a.VPAND(Y14, ql, q)
+	default:
+		if inMem {
+			a.VMOVDQU(ql, q)
+			ql = q
+		}
+		a.VPSRLW(U8(4), ql, q)
+		a.VPAND(Y14, q, q)
+	}
+	switch k {
+	case 0, 1:
+		a.VPSLLW(U8(4-2*k), qh, h)
+		a.VPAND(m30, h, h)
+	case 2:
+		a.VPAND(m30, qh, h)
+	case 3:
+		a.VPSRLW(U8(2), qh, h)
+		a.VPAND(m30, h, h)
+	}
+	a.VPOR(h, q, q)
 }
 
 // q6kDotAVX2 dots the 32 6-bit values q (0..63) with the activation block
@@ -687,20 +637,13 @@ func (a *asm) q6kDotAVX2(x, s Mem, q, prod, xr, t, b, acc VecPhysical) {
 // kernel.
 func (a *asm) dotQ6KAVX2() {
 	a.text("kernDotQ6_KAVX2", 64, sigDotQ)
-	a.x1Setup()
-	a.SHRQ(U8(3), RCX)
-	a.zero(Y0, Y1)
-	a.ones16(Y15)
-	a.bcastb(0x0f, Y14)
+	a.kSetupAVX2(1, false, Y0, Y1)
 	a.bcastb(0x30, Y13)
 	a.bcastb(0x20, Y12)
 	a.VMOVDQU(kernQ6Dup0, Y11)
 	a.VMOVDQU(kernQ6Dup1, Y10)
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("done"))
-
-	a.Label("loop")
-	a.q6kHeadAVX2(Y2, Y3, Y4)
+	a.kLoop()
+	a.q6kScales(Y2, Y3, Y4)
 	a.VPERMPS(mem(RDX, 0), Y11, Y6) // xd, one per sub-block
 	a.VPERMPS(mem(RDX, 0), Y10, Y7)
 	a.VMULPS(Y6, Y3, Y3) // (sc·d)·xd
@@ -715,53 +658,27 @@ func (a *asm) dotQ6KAVX2() {
 		a.VMOVDQU(mem(RSI, 64*h+32), Y3)
 		a.VMOVDQU(mem(RSI, 128+32*h), Y4)
 		for k := range 4 {
-			ql := []VecPhysical{Y2, Y3}[k%2]
-			if k < 2 {
-				a.VPAND(Y14, ql, Y5)
-			} else {
-				a.VPSRLW(U8(4), ql, Y5)
-				a.VPAND(Y14, Y5, Y5)
-			}
-			switch k {
-			case 0, 1:
-				a.VPSLLW(U8(4-2*k), Y4, Y6)
-				a.VPAND(Y13, Y6, Y6)
-			case 2:
-				a.VPAND(Y13, Y4, Y6)
-			case 3:
-				a.VPSRLW(U8(2), Y4, Y6)
-				a.VPAND(Y13, Y6, Y6)
-			}
-			a.VPOR(Y6, Y5, Y5)
+			a.q6kValsAVX2(k, []VecPhysical{Y2, Y3}[k%2], Y4, Y13, Y5, Y6)
 			a.q6kDotAVX2(mem(RDI, 128*h+32*k), sp(32*h+8*k), Y5, Y5, Y7, Y8, Y9, []VecPhysical{Y0, Y1}[k%2])
 		}
 	}
 	a.kNext(210, false)
-
-	a.Label("done")
-	a.endDot1AVX2()
+	a.retDot1AVX2()
 }
 
 // dotQ6Kx4AVX2 is kernDotQ6_KAVX2 for four tokens: token t's sixteen
 // (sc·d)·xd at 64t(SP), blocks 0 and 2 of each half into Y8..Y11, 1 and 3
-// into Y5, Y6, Y7, Y13 (the one-token kernel's split). The weights are
-// read from memory, with 0x30 from kernBytes30, for want of registers.
+// into Y5, Y6, Y7, Y13 (the one-token kernel's split). For want of
+// registers, qh is kept in Y3 but ql is read from memory for each block,
+// and 0x30 from kernBytes30.
 func (a *asm) dotQ6Kx4AVX2() {
 	even := []VecPhysical{Y8, Y9, Y10, Y11}
 	odd := []VecPhysical{Y5, Y6, Y7, Y13}
 	a.text("kernDotQ6_Kx4AVX2", 256, sigDotQx4)
-	a.x4Setup(true)
-	a.SHRQ(U8(3), RCX)
-	a.zero(even...)
-	a.zero(odd...)
-	a.ones16(Y15)
-	a.bcastb(0x0f, Y14)
+	a.kSetupAVX2(4, false, append(even, odd...)...)
 	a.bcastb(0x20, Y12)
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("done"))
-
-	a.Label("loop")
-	a.q6kHeadAVX2(Y1, Y2, Y3)
+	a.kLoop()
+	a.q6kScales(Y1, Y2, Y3)
 	for t := range 4 {
 		// Token t's sixteen (sc·d)·xd, from sc·d in Y2 and Y3.
 		for k, dup := range []Mem{kernQ6Dup0, kernQ6Dup1} {
@@ -772,24 +689,9 @@ func (a *asm) dotQ6Kx4AVX2() {
 		}
 	}
 	for h := range 2 {
+		a.VMOVDQU(mem(RSI, 128+32*h), Y3)
 		for k := range 4 {
-			ql, qh := mem(RSI, 64*h+32*(k%2)), mem(RSI, 128+32*h)
-			if k < 2 {
-				a.VPAND(ql, Y14, Y4)
-			} else {
-				a.VPSRLW(U8(4), ql, Y4)
-				a.VPAND(Y14, Y4, Y4)
-			}
-			switch k {
-			case 0, 1:
-				a.VPSLLW(U8(4-2*k), qh, Y0)
-			case 2:
-				a.VMOVDQU(qh, Y0)
-			case 3:
-				a.VPSRLW(U8(2), qh, Y0)
-			}
-			a.VPAND(kernBytes30, Y0, Y0)
-			a.VPOR(Y0, Y4, Y4)
+			a.q6kValsAVX2(k, mem(RSI, 64*h+32*(k%2)), Y3, kernBytes30, Y4, Y0)
 			acc := [][]VecPhysical{even, odd}[k%2]
 			for t := range 4 {
 				a.q6kDotAVX2(xqRow(128*h+32*k, t), sp(64*t+32*h+8*k), Y4, Y1, Y0, Y0, Y2, acc[t])
@@ -797,12 +699,5 @@ func (a *asm) dotQ6Kx4AVX2() {
 		}
 	}
 	a.kNext(210, false)
-
-	a.Label("done")
-	for t, y := range even {
-		a.VADDPS(odd[t], y, y)
-	}
-	a.hsum4(Y8, Y9, Y10, Y11, 0)
-	a.VZEROUPPER()
-	a.RET()
+	a.retAVX2(even, odd, nil)
 }

@@ -68,13 +68,9 @@ func genKernelsAVX512(a *asm) {
 // register, its upper eight words).
 func (a *asm) setup512() {
 	a.VPXORD(Z31, Z31, Z31)
-	for _, c := range []struct {
-		b uint32
-		z VecPhysical
-	}{{0x0f, Z14}, {0x08, Z13}, {0x10, Z12}} {
-		a.MOVL(U32(c.b), EAX)
-		a.VPBROADCASTB(EAX, c.z)
-	}
+	a.bcastbZ(0x0f, Z14)
+	a.bcastbZ(0x08, Z13)
+	a.bcastbZ(0x10, Z12)
 	a.MOVL(U32(0x00ff), EAX)
 	a.KMOVW(EAX, K2)
 	a.MOVL(U32(0xff00), EAX)
@@ -82,11 +78,36 @@ func (a *asm) setup512() {
 	a.VMOVDQU64(kernNibShift, Z24)
 }
 
+// bcastbZ broadcasts the byte c to every byte of the zmm register z.
+func (a *asm) bcastbZ(c uint32, z VecPhysical) {
+	a.MOVL(U32(c), EAX)
+	a.VPBROADCASTB(EAX, z)
+}
+
 // foldz adds the upper half of the zmm register z into its ymm half; t is
 // a scratch ymm register.
 func (a *asm) foldz(z, t VecPhysical) {
 	a.VEXTRACTF64X4(U8(1), z, t)
 	a.VADDPS(t, z.AsY(), z.AsY())
+}
+
+// foldSums sets each Z8+t to x[t]+y[t] and folds it into Y8+t (foldz,
+// with Y0).
+func (a *asm) foldSums(x, y []VecPhysical) {
+	sum := []VecPhysical{Z8, Z9, Z10, Z11}[:len(x)]
+	for t, z := range sum {
+		a.VADDPS(y[t], x[t], z)
+	}
+	for _, z := range sum {
+		a.foldz(z, Y0)
+	}
+}
+
+// sum01 sets Y0 to the sum of Z0 and Z1, the one-token accumulators,
+// folded (foldz, with Y1).
+func (a *asm) sum01() {
+	a.VADDPS(Z1, Z0, Z0)
+	a.foldz(Z0, Y1)
 }
 
 // foldzTo sets the ymm register y to the sum of the halves of z, as foldz
@@ -311,45 +332,34 @@ func (a *asm) dotQ0Z(n int, q q0Z) {
 		}
 	}
 
-	a.Label("loop2")
-	a.CMPQ(RCX, U8(2))
-	a.JB(lbl("tail"))
-	q.pair(a)
-	for t := range n {
-		a.tokPair(xqRow(0, t), xdRow(0, t), accA[t], accB[t])
-	}
-	a.ADDQ(U8(2*q.bsz), RSI)
-	a.ADDQ(U8(64), RDI)
-	if n == 8 {
-		a.ADDQ(U8(64), R13)
-	}
-	a.ADDQ(U8(8), RDX)
-	if n == 8 {
-		a.ADDQ(U8(8), R8)
-	}
-	a.SUBQ(U8(2), RCX)
-	a.JMP(lbl("loop2"))
+	a.whileN("loop2", RCX, 2, "tail", func() {
+		q.pair(a)
+		for t := range n {
+			a.tokPair(xqRow(0, t), xdRow(0, t), accA[t], accB[t])
+		}
+		a.ADDQ(U8(2*q.bsz), RSI)
+		a.ADDQ(U8(64), RDI)
+		if n == 8 {
+			a.ADDQ(U8(64), R13)
+		}
+		a.ADDQ(U8(8), RDX)
+		if n == 8 {
+			a.ADDQ(U8(8), R8)
+		}
+	})
 
 	a.Label("tail")
 	switch n {
 	case 1:
-		a.VADDPS(Z1, Z0, Z0)
-		a.foldz(Z0, Y1)
+		a.sum01()
 	case 4:
-		sum := []VecPhysical{Z8, Z9, Z10, Z11}
-		for t, z := range sum {
-			a.VADDPS(accB[t], accA[t], z)
-		}
-		for _, z := range sum {
-			a.foldz(z, Y0)
-		}
+		a.foldSums(accA, accB)
 	case 8:
 		for t, y := range fold {
 			a.foldzTo(accA[t], y)
 		}
 	}
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("done"))
+	a.jzero(RCX, "done")
 	q.one(a)
 	for t, y := range fold {
 		a.tokOne(xqRow(0, t), xdRow(0, t), y)
@@ -407,8 +417,7 @@ func (a *asm) dotRowsZ(q q0Z) {
 	a.setup512()
 
 	a.Label("row")
-	a.TESTQ(R9, R9)
-	a.JZ(lbl("end"))
+	a.jzero(R9, "end")
 	a.MOVQ(R10, RSI)
 	a.MOVQ(a.arg("xq_base"), RDI)
 	a.MOVQ(a.arg("xd_base"), RDX)
@@ -416,23 +425,18 @@ func (a *asm) dotRowsZ(q q0Z) {
 	a.MOVQ(a.arg("xc_base"), R13)
 	a.zeroD(Z0, Z1)
 
-	a.Label("loop2")
-	a.CMPQ(RCX, U8(2))
-	a.JB(lbl("tail"))
-	pair(a)
-	tok()
-	a.ADDQ(U8(2*q.bsz), RSI)
-	a.ADDQ(U8(64), RDI)
-	a.ADDQ(U8(64), R13)
-	a.ADDQ(U8(8), RDX)
-	a.SUBQ(U8(2), RCX)
-	a.JMP(lbl("loop2"))
+	a.whileN("loop2", RCX, 2, "tail", func() {
+		pair(a)
+		tok()
+		a.ADDQ(U8(2*q.bsz), RSI)
+		a.ADDQ(U8(64), RDI)
+		a.ADDQ(U8(64), R13)
+		a.ADDQ(U8(8), RDX)
+	})
 
 	a.Label("tail")
-	a.VADDPS(Z1, Z0, Z0)
-	a.foldz(Z0, Y1)
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("done"))
+	a.sum01()
+	a.jzero(RCX, "done")
 	one(a)
 	tokOne()
 
@@ -456,49 +460,13 @@ func (a *asm) fxZ(n int, f floatFmt) {
 	a.floatText(n, f, "AVX512")
 	acc := []VecPhysical{Z16, Z17, Z18, Z19}[:n]
 	hi := []VecPhysical{Z20, Z21, Z22, Z23}[:n]
-	sum := []VecPhysical{Z8, Z9, Z10, Z11}[:n]
-	a.MOVQ(a.arg("w_base"), RSI)
-	a.MOVQ(a.arg("w_len"), RCX)
-	a.SHRQ(f.countShift(n), RCX)
-	a.MOVQ(a.arg("x_base"), RDI)
-	if n == 4 {
-		a.MOVQ(a.arg("stride"), R9)
-		a.SHLQ(U8(2), R9)
-		a.LEAQ(memx(R9, 0, R9, 2), R10)
-	}
+	a.fxArgs(n, f)
 	a.zeroD(acc...)
 	a.zeroD(hi...)
-
-	a.Label("loop32")
-	a.CMPQ(RCX, U8(32))
-	a.JB(lbl("loop16"))
-	f.wide(a, 0, Z0)
-	f.wide(a, 32, Z1)
-	for t, z := range acc {
-		a.VFMADD231PS(xqRow(0, t), Z0, z)
-	}
-	for t, z := range hi {
-		a.VFMADD231PS(xqRow(64, t), Z1, z)
-	}
-	a.ADDQ(U8(32*f.es), RSI)
-	a.ADDQ(U8(128), RDI)
-	a.SUBQ(U8(32), RCX)
-	a.JMP(lbl("loop32"))
-
-	a.Label("loop16")
-	a.CMPQ(RCX, U8(16))
-	a.JB(lbl("tail"))
-	f.wide(a, 0, Z0)
-	for t, z := range acc {
-		a.VFMADD231PS(xqRow(0, t), Z0, z)
-	}
-	a.ADDQ(U8(16*f.es), RSI)
-	a.ADDQ(U8(64), RDI)
-	a.SUBQ(U8(16), RCX)
+	a.fxSteps(f, 16, Z0, Z1, acc, hi, func() {})
 
 	a.Label("tail")
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("sum"))
+	a.jzero(RCX, "sum")
 	a.tailMask(K1)
 	f.masked(a, mem(RSI, 0), Z0)
 	for t, z := range hi {
@@ -507,20 +475,8 @@ func (a *asm) fxZ(n int, f floatFmt) {
 	}
 
 	a.Label("sum")
-	for t, z := range sum {
-		a.VADDPS(hi[t], acc[t], z)
-	}
-	for _, z := range sum {
-		a.foldz(z, Y0)
-	}
-	if n == 4 {
-		a.hsum4(Y8, Y9, Y10, Y11, 0)
-	} else {
-		a.hsumps(Y8, X0)
-		a.VMOVSS(X8, a.ret(""))
-	}
-	a.VZEROUPPER()
-	a.RET()
+	a.foldSums(acc, hi)
+	a.retSums([]VecPhysical{Y8, Y9, Y10, Y11}[:n], X0)
 }
 
 // dotF16x2x4Z is kernDotF16x2x4AVX512: fxZ for F16, four tokens and two
@@ -537,9 +493,7 @@ func (a *asm) dotF16x2x4Z() {
 	a.LEAQ(memx(RSI, 0, RCX, 1), RBX)
 	a.SHRQ(U8(1), RCX)
 	a.MOVQ(a.arg("x_base"), RDI)
-	a.MOVQ(a.arg("stride"), R9)
-	a.SHLQ(U8(2), R9)
-	a.LEAQ(memx(R9, 0, R9, 2), R10)
+	a.strideArg()
 	accA := [][]VecPhysical{{Z16, Z17, Z18, Z19}, {Z20, Z21, Z22, Z23}}
 	accB := [][]VecPhysical{{Z24, Z25, Z26, Z27}, {Z28, Z29, Z30, Z31}}
 	for _, acc := range append(accA, accB...) {
@@ -558,35 +512,30 @@ func (a *asm) dotF16x2x4Z() {
 	}
 	load := func(x Mem, z VecPhysical) { a.VMOVUPS(x, z) }
 
-	a.Label("loop32")
-	a.CMPQ(RCX, U8(32))
-	a.JB(lbl("loop16"))
-	a.VCVTPH2PS(mem(RSI, 0), Z0)
-	a.VCVTPH2PS(mem(RSI, 32), Z1)
-	a.VCVTPH2PS(mem(RBX, 0), Z2)
-	a.VCVTPH2PS(mem(RBX, 32), Z3)
-	tokens(0, Z0, Z2, 0, load)
-	tokens(64, Z1, Z3, 1, load)
-	a.ADDQ(U8(64), RSI)
-	a.ADDQ(U8(64), RBX)
-	a.ADDQ(U8(128), RDI)
-	a.SUBQ(U8(32), RCX)
-	a.JMP(lbl("loop32"))
+	a.whileN("loop32", RCX, 32, "loop16", func() {
+		a.VCVTPH2PS(mem(RSI, 0), Z0)
+		a.VCVTPH2PS(mem(RSI, 32), Z1)
+		a.VCVTPH2PS(mem(RBX, 0), Z2)
+		a.VCVTPH2PS(mem(RBX, 32), Z3)
+		tokens(0, Z0, Z2, 0, load)
+		tokens(64, Z1, Z3, 1, load)
+		a.ADDQ(U8(64), RSI)
+		a.ADDQ(U8(64), RBX)
+		a.ADDQ(U8(128), RDI)
+	})
 
 	a.Label("loop16")
-	a.CMPQ(RCX, U8(16))
-	a.JB(lbl("tail"))
-	a.VCVTPH2PS(mem(RSI, 0), Z0)
-	a.VCVTPH2PS(mem(RBX, 0), Z2)
-	tokens(0, Z0, Z2, 0, load)
-	a.ADDQ(U8(32), RSI)
-	a.ADDQ(U8(32), RBX)
-	a.ADDQ(U8(64), RDI)
-	a.SUBQ(U8(16), RCX)
+	a.ifN(RCX, 16, "tail", func() {
+		a.VCVTPH2PS(mem(RSI, 0), Z0)
+		a.VCVTPH2PS(mem(RBX, 0), Z2)
+		tokens(0, Z0, Z2, 0, load)
+		a.ADDQ(U8(32), RSI)
+		a.ADDQ(U8(32), RBX)
+		a.ADDQ(U8(64), RDI)
+	})
 
 	a.Label("tail")
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("sum"))
+	a.jzero(RCX, "sum")
 	a.tailMask(K1)
 	a.VMOVDQU16_Z(mem(RSI, 0), K1, Y0)
 	a.VCVTPH2PS(Y0, Z0)
@@ -596,13 +545,7 @@ func (a *asm) dotF16x2x4Z() {
 
 	a.Label("sum")
 	for r, acc := range [][][]VecPhysical{accA, accB} {
-		sum := []VecPhysical{Z8, Z9, Z10, Z11}
-		for t, z := range sum {
-			a.VADDPS(acc[1][t], acc[0][t], z)
-		}
-		for _, z := range sum {
-			a.foldz(z, Y0)
-		}
+		a.foldSums(acc[0], acc[1])
 		a.hsum4(Y8, Y9, Y10, Y11, 16*r)
 	}
 	a.VZEROUPPER()
@@ -615,43 +558,31 @@ func (a *asm) dotF16x2x4Z() {
 func (a *asm) kSetup(n int) {
 	if n == 1 {
 		a.x1Setup()
-		a.SHRQ(U8(3), RCX)
-		a.MOVQ(a.arg("xs_base"), R8)
-		a.setup512()
-		return
+	} else {
+		a.x4Setup(false)
 	}
-	a.x4Setup(false)
 	a.SHRQ(U8(3), RCX)
 	a.MOVQ(a.arg("xs_base"), R8)
 	a.setup512()
-	a.zeroD(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23)
+	if n == 4 {
+		a.zeroD(Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23)
+	}
 }
 
 // kEnd returns the sum of Z0 and Z1 (n = 1) or stores the sums of each
 // token's Z16+t and Z20+t (n = 4) at res, less min[t] (if any).
 func (a *asm) kEnd(n int, min []VecPhysical) {
+	sum := []VecPhysical{Y0}
 	if n == 1 {
-		a.VADDPS(Z1, Z0, Z0)
-		a.foldz(Z0, Y1)
-		if min != nil {
-			a.VSUBPS(min[0], Y0, Y0)
-		}
-		a.hsumOut(a.ret(""))
+		a.sum01()
 	} else {
-		sum := []VecPhysical{Z8, Z9, Z10, Z11}
-		for t, z := range sum {
-			a.VADDPS([]VecPhysical{Z20, Z21, Z22, Z23}[t], []VecPhysical{Z16, Z17, Z18, Z19}[t], z)
-		}
-		for _, z := range sum {
-			a.foldz(z, Y0)
-		}
-		for t := range min {
-			a.VSUBPS(min[t], sum[t].AsY(), sum[t].AsY())
-		}
-		a.hsum4(Y8, Y9, Y10, Y11, 0)
+		sum = []VecPhysical{Y8, Y9, Y10, Y11}
+		a.foldSums([]VecPhysical{Z16, Z17, Z18, Z19}, []VecPhysical{Z20, Z21, Z22, Z23})
 	}
-	a.VZEROUPPER()
-	a.RET()
+	for t := range min {
+		a.VSUBPS(min[t], sum[t], sum[t])
+	}
+	a.retSums(sum, X1)
 }
 
 // kAcc is the accumulator of token t for chunk or pair c of a K-quant
@@ -680,10 +611,7 @@ func (a *asm) dotQ4KZ(n int) {
 		a.kSetup(4)
 	}
 	a.zero(min...)
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("done"))
-
-	a.Label("loop")
+	a.kLoop()
 	// The header: Y6 = d·sc_j and Y7 = dmin·m_j for the eight sub-blocks.
 	a.VCVTPH2PS(mem(RSI, 0), X3)
 	a.VBROADCASTSS(X3, Y4)
@@ -721,8 +649,6 @@ func (a *asm) dotQ4KZ(n int) {
 		}
 	}
 	a.kNext(144, true)
-
-	a.Label("done")
 	a.kEnd(n, min)
 }
 
@@ -738,10 +664,8 @@ func (a *asm) dotQ6KZ(n int) {
 	// Q6_K's constants: Z12 0x30s, Z11 0x20s, Z15 the VPERMPS order
 	// kernQ6Pair, and Z10, Z28, Z29, Z30 the orders kernQ6Quad+4p that
 	// pick the scales of the p-th pair of blocks.
-	a.MOVL(U32(0x30), EAX)
-	a.VPBROADCASTB(EAX, Z12)
-	a.MOVL(U32(0x20), EAX)
-	a.VPBROADCASTB(EAX, Z11)
+	a.bcastbZ(0x30, Z12)
+	a.bcastbZ(0x20, Z11)
 	a.VMOVDQU64(kernQ6Pair, Z15)
 	a.VMOVDQU64(kernQ6Quad, Z10)
 	a.MOVL(U32(4), EAX)
@@ -753,18 +677,8 @@ func (a *asm) dotQ6KZ(n int) {
 	if n == 1 {
 		a.zeroD(Z0, Z1)
 	}
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("done"))
-
-	a.Label("loop")
-	// Z3 = d·sc for the sixteen sub-blocks.
-	a.MOVWLZX(mem(RSI, 208), EAX)
-	a.VMOVD(EAX, X2)
-	a.VCVTPH2PS(X2, X2)
-	a.VBROADCASTSS(X2, Z2)
-	a.VPMOVSXBD(mem(RSI, 192), Z3)
-	a.VCVTDQ2PS(Z3, Z3)
-	a.VMULPS(Z2, Z3, Z3)
+	a.kLoop()
+	a.q6kScales(Z2, Z3) // Z3 = d·sc for the sixteen sub-blocks
 	sc := []VecPhysical{Z24, Z25, Z26, Z27}
 	for t := range n {
 		// Token t's eight activation scales, each for two sub-blocks.
@@ -804,7 +718,5 @@ func (a *asm) dotQ6KZ(n int) {
 		}
 	}
 	a.kNext(210, false)
-
-	a.Label("done")
 	a.kEnd(n, nil)
 }

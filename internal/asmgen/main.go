@@ -149,21 +149,22 @@ func resolve(name string, c gotypes.Component) operand.Mem {
 }
 
 // data declares the read-only static table name of 8-byte words.
-func (a *asm) data(name string, words ...uint64) operand.Mem {
-	m := a.StaticGlobal(name)
-	a.DataAttributes(attr.RODATA | attr.NOPTR)
-	for i, w := range words {
-		a.AddDatum(8*i, operand.U64(w))
-	}
-	return m
-}
+func (a *asm) data(name string, words ...uint64) operand.Mem { return table(a, name, words) }
 
 // data32 is data with 4-byte words.
-func (a *asm) data32(name string, words ...uint32) operand.Mem {
+func (a *asm) data32(name string, words ...uint32) operand.Mem { return table(a, name, words) }
+
+// table declares the read-only static table name of the words.
+func table[W uint32 | uint64](a *asm, name string, words []W) operand.Mem {
 	m := a.StaticGlobal(name)
 	a.DataAttributes(attr.RODATA | attr.NOPTR)
 	for i, w := range words {
-		a.AddDatum(4*i, operand.U32(w))
+		switch w := any(w).(type) {
+		case uint32:
+			a.AddDatum(4*i, operand.U32(w))
+		case uint64:
+			a.AddDatum(8*i, operand.U64(w))
+		}
 	}
 	return m
 }

@@ -132,8 +132,7 @@ func (a *asm) expBlocks() {
 	}
 	a.MOVL(U32(32), EAX)
 	a.VPBROADCASTD(EAX, Z30)
-	a.TESTQ(R9, R9)
-	a.JZ(lbl("expDone"))
+	a.jzero(R9, "expDone")
 
 	a.Label("expBlock")
 	a.MOVQ(U32(256), RCX)
@@ -154,8 +153,7 @@ func (a *asm) expBlocks() {
 	a.JMP(lbl("expChunk"))
 
 	a.Label("expTail")
-	a.TESTQ(RCX, RCX)
-	a.JZ(lbl("expSum"))
+	a.jzero(RCX, "expSum")
 	a.tailMask(K7)
 	a.exp16()
 
