@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -79,14 +81,19 @@ type Member struct {
 	Updated time.Time
 }
 
-// Cluster is this node's membership in a cluster. Its methods are safe for
-// concurrent use.
+// Cluster is this node's membership in a cluster. Its lifecycle: [New]
+// creates and joins it, [Cluster.Run] runs it until its ctx ends and then
+// leaves the cluster, [Cluster.Kill] stops it without leaving (a crash).
+// The query methods (Addr, Members, Route, NumAlive, MarkFailed and the
+// others) work from New's return on, also after Run has returned (the
+// table then keeps the last view). Its methods are safe for concurrent
+// use.
 type Cluster struct {
 	cfg   Config
 	id    string
 	log   *slog.Logger
 	meta  []byte
-	ml    *memberlist.Memberlist // set once Start's memberlist.Create returns
+	ml    *memberlist.Memberlist // set once New's memberlist.Create returns
 	tr    *transport             // ml's transport
 	addr  string                 // the advertised gossip address, set with ml
 	queue *memberlist.TransmitLimitedQueue
@@ -112,7 +119,7 @@ type Cluster struct {
 	lastSent    time.Time // when a local state was last gossiped
 	left        bool      // memberlist Leave done
 
-	leaving bool // set by Leave: every later publication says so
+	leaving bool // set by leave: every later publication says so
 
 	// lost holds the members memberlist declared dead (not left), by id,
 	// for the reconnect loop; it outlives the table's entries. peak is the
@@ -120,18 +127,22 @@ type Cluster struct {
 	lost map[string]lost
 	peak int
 
-	lifeMu sync.Mutex // serialises Leave and Close
-	closed bool
-	stop   chan struct{}
-	done   chan struct{}
-
-	// The reconnect loop stops when reconnectStop is closed (by Leave or
-	// Close) and closes reconnectDone; joins tracks the Join goroutines of
-	// its rounds, which Close waits for after shutting memberlist down.
-	reconnectStop     chan struct{}
-	stopReconnectOnce sync.Once
-	reconnectDone     chan struct{}
-	joins             sync.WaitGroup
+	// Lifecycle. lifeMu guards ran (Run was called) and killed (Kill
+	// was). kill is closed by Kill. stopOnce shuts memberlist down once
+	// (at the end of Run, or in Kill when Run never started), sets stopErr
+	// and closes stopped. leaveOnce leaves once; leaveErr is its result.
+	// joins tracks the Join goroutines of reconnect rounds, which the
+	// shutdown waits for.
+	lifeMu    sync.Mutex
+	ran       bool
+	killed    bool
+	kill      chan struct{}
+	stopOnce  sync.Once
+	stopped   chan struct{}
+	stopErr   error
+	leaveOnce sync.Once
+	leaveErr  error
+	joins     sync.WaitGroup
 }
 
 // entry is the table's record of one node.
@@ -165,13 +176,22 @@ type entry struct {
 	localHashes map[string][]kvcache.Hash
 }
 
-// Start creates this node's memberlist, joins cfg.Join and starts the
-// goroutine that gossips the local state and the one that reconnects to
-// lost members; Close stops them all. It returns an
-// error, never panics, on a bad Config (see Config.Validate), when the
-// address cannot be bound, or when none of cfg.Join can be joined (joining
-// some is fine).
-func Start(cfg Config) (*Cluster, error) {
+// New validates cfg, creates this node's memberlist (bound to BindAddr,
+// with memberlist's own goroutines running), publishes the first local
+// state (one call of cfg.LocalState) and joins cfg.Join. It starts none of
+// the Cluster's goroutines: [Cluster.Run] republishes the local state,
+// reconnects to lost members and, when its ctx ends, leaves the cluster and
+// shuts memberlist down. The query methods work as soon as New returns.
+// Until Run starts, the local state is not republished (peers see the node
+// suspect after their SuspectAfter) and lost members are not retried, so
+// call Run soon; a Cluster whose Run is never called must be released with
+// [Cluster.Kill].
+//
+// New returns an error, never panics, on a bad Config (see
+// Config.Validate), when the address cannot be bound, or when none of
+// cfg.Join can be joined (joining some is fine); memberlist is then shut
+// down and nothing is left running.
+func New(cfg Config) (*Cluster, error) {
 	cfg.setDefaults()
 	meta, err := cfg.validate()
 	if err != nil {
@@ -216,12 +236,6 @@ func Start(cfg Config) (*Cluster, error) {
 			logger.Warn("some join addresses failed", "joined", n, "err", err)
 		}
 	}
-	go c.run()
-	if cfg.ReconnectInterval > 0 {
-		go c.reconnectLoop()
-	} else {
-		close(c.reconnectDone)
-	}
 	logger.Info("cluster started", "addr", c.Addr(), "joined", len(cfg.Join) > 0, "insecure", len(cfg.Key) == 0)
 	return c, nil
 }
@@ -246,11 +260,9 @@ func newCluster(cfg Config, meta []byte) *Cluster {
 		ver:   version{Epoch: epoch},
 		lost:  make(map[string]lost),
 		peak:  1,
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
 
-		reconnectStop: make(chan struct{}),
-		reconnectDone: make(chan struct{}),
+		kill:    make(chan struct{}),
+		stopped: make(chan struct{}),
 	}
 	c.nodes[c.id] = &entry{
 		id:    c.id,
@@ -276,14 +288,110 @@ func (c *Cluster) Addr() string {
 	return c.addr
 }
 
-// run publishes the local state every StateInterval until Close.
-func (c *Cluster) run() {
-	defer close(c.done)
+// Run runs this node until ctx ends: it publishes the local state every
+// StateInterval (gossiped when it changed, and every 4 intervals as a
+// heartbeat) and, unless ReconnectInterval is negative, tries to join
+// again the members it lost every ReconnectInterval (see the package doc).
+//
+// When ctx ends, Run stops both and leaves the cluster gracefully: it
+// gossips a final state marked leaving and draining (routers stop picking
+// this node at once), waits for it to go out (at most half of
+// Config.LeaveTimeout, and only while other members are alive), then leaves
+// memberlist, waiting at most the rest of LeaveTimeout for the leave to be
+// broadcast. Peers then see the node "left", not failed, and do not try to
+// reconnect to it. Last it shuts memberlist down and waits for the
+// reconnect dials in flight. A daemon cancels ctx when it starts draining.
+//
+// Run returns nil after a clean stop, or the error of leaving or of
+// shutting memberlist down (the node is shut down either way). When Kill
+// is called during Run, or before it (so the result does not depend on
+// which goroutine came first), Run returns without leaving: nil, or the
+// shutdown's error. A Cluster runs once: Run returns ErrClosed when Run
+// was already called.
+func (c *Cluster) Run(ctx context.Context) error {
+	c.lifeMu.Lock()
+	if c.ran {
+		c.lifeMu.Unlock()
+		return ErrClosed
+	}
+	c.ran = true
+	killed := c.killed
+	c.lifeMu.Unlock()
+	if killed {
+		return c.shutdown()
+	}
+
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	var loops sync.WaitGroup
+	loops.Go(func() { c.run(loopCtx) })
+	if c.cfg.ReconnectInterval > 0 {
+		loops.Go(func() { c.reconnectLoop(loopCtx) })
+	}
+	select {
+	case <-ctx.Done():
+	case <-c.kill:
+	}
+	stopLoops()
+	loops.Wait()
+
+	var leaveErr error
+	select {
+	case <-c.kill:
+	default:
+		leaveErr = c.leave(c.cfg.LeaveTimeout)
+	}
+	return errors.Join(leaveErr, c.shutdown())
+}
+
+// Kill stops this node without leaving, as a crash would: peers see it
+// fail (suspect, then dead) and keep trying to reconnect to it. It stops
+// Run's loops (Run then returns without leaving; a Run called later
+// returns at once), shuts memberlist down, which ends any reconnect dial
+// in flight, and waits for all of it. It is for tests that simulate a
+// crash and for releasing a Cluster whose Run was never called (an error
+// between New and Run); a node that stops normally cancels Run's ctx
+// instead, and leaves. Kill after Run has returned does nothing more; Kill
+// while Run is leaving waits for the leave (at most LeaveTimeout). Kill is
+// idempotent; it returns the error of shutting memberlist down, if any.
+func (c *Cluster) Kill() error {
+	c.lifeMu.Lock()
+	if !c.killed {
+		c.killed = true
+		close(c.kill)
+	}
+	ran := c.ran
+	c.lifeMu.Unlock()
+	if !ran {
+		// A Run starting now finds the node killed and starts nothing:
+		// the shutdown is Kill's.
+		return c.shutdown()
+	}
+	<-c.stopped
+	return c.stopErr
+}
+
+// shutdown shuts memberlist down and waits for the reconnect rounds' joins,
+// once; every call returns the first one's error after it is done.
+func (c *Cluster) shutdown() error {
+	c.stopOnce.Do(func() {
+		err := c.ml.Shutdown()
+		c.joins.Wait()
+		if err != nil {
+			c.stopErr = fmt.Errorf("cluster: shutdown: %w", err)
+		}
+		close(c.stopped)
+	})
+	<-c.stopped
+	return c.stopErr
+}
+
+// run publishes the local state every StateInterval until ctx ends.
+func (c *Cluster) run(ctx context.Context) {
 	t := time.NewTicker(c.cfg.StateInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-c.stop:
+		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			c.tick(now)
@@ -543,27 +651,21 @@ func (c *Cluster) Route(req RouteRequest, localPrefix func([]kvcache.Hash) int) 
 	return out
 }
 
-// DefaultLeaveTimeout is what Leave waits when given no positive timeout.
-const DefaultLeaveTimeout = 5 * time.Second
+// leave announces that this node is leaving, once: it gossips a final
+// state marked leaving and draining, waits for it to go out (at most half
+// of timeout), then leaves memberlist, waiting at most the rest of timeout
+// for the leave to be broadcast. Afterwards the node is "left" everywhere,
+// gets no requests, and reconnects to nobody (reconnectTargets). Later
+// calls return the first one's error. Run calls it when its ctx ends,
+// after stopping its loops; tests call it while Run runs to leave without
+// shutting memberlist down.
+func (c *Cluster) leave(timeout time.Duration) error {
+	c.leaveOnce.Do(func() { c.leaveErr = c.doLeave(timeout) })
+	return c.leaveErr
+}
 
-// Leave announces that this node is leaving: it gossips a final state
-// marked leaving and draining, waits for it to go out (at most half of
-// timeout), then leaves memberlist, waiting at most the rest of timeout
-// for the leave to be broadcast (a timeout of 0 or less means
-// DefaultLeaveTimeout). It first stops reconnecting to lost members.
-// Afterwards the node is "left" everywhere and gets no requests; call Close
-// to stop it. Leave after Close returns ErrClosed.
-func (c *Cluster) Leave(timeout time.Duration) error {
-	c.lifeMu.Lock()
-	defer c.lifeMu.Unlock()
-	if c.closed {
-		return ErrClosed
-	}
-	if timeout <= 0 {
-		timeout = DefaultLeaveTimeout
-	}
+func (c *Cluster) doLeave(timeout time.Duration) error {
 	start := time.Now()
-	c.stopReconnect()
 	c.mu.RLock()
 	last := c.last
 	c.mu.RUnlock()
@@ -585,27 +687,6 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 		return fmt.Errorf("cluster: leave: %w", err)
 	}
 	c.log.Info("left the cluster")
-	return nil
-}
-
-// Close stops the state and reconnect goroutines and shuts memberlist down
-// without a leave (peers see the node fail unless Leave came first), which
-// ends any reconnect dial in flight. It is idempotent.
-func (c *Cluster) Close() error {
-	c.lifeMu.Lock()
-	defer c.lifeMu.Unlock()
-	if c.closed {
-		return nil
-	}
-	c.closed = true
-	c.stopReconnect()
-	close(c.stop)
-	<-c.done
-	err := c.ml.Shutdown()
-	c.joins.Wait()
-	if err != nil {
-		return fmt.Errorf("cluster: shutdown: %w", err)
-	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -137,7 +138,7 @@ func TestRestartWithLowerVersion(t *testing.T) {
 	}
 	eventually(t, loadOnA(1, StatusAlive), 5*time.Second, "a sees b")
 
-	require.NoError(t, nb.Close())
+	require.NoError(t, nb.Kill())
 	eventually(t, loadOnA(1, StatusDead), 5*time.Second, "a sees b dead")
 	bcfg.epoch = 1000
 	running = 2
@@ -146,20 +147,23 @@ func TestRestartWithLowerVersion(t *testing.T) {
 
 	// Restarted again at once, before a notices: b hears of its old
 	// version and jumps past it.
-	require.NoError(t, nb.Close())
+	require.NoError(t, nb.Kill())
 	bcfg.epoch = 500
 	running = 3
 	nb = startNode(t, bcfg)
 	eventually(t, loadOnA(3, StatusAlive), 5*time.Second, "a accepts the quickly restarted b")
 }
 
-// TestFailureAndLeave: a node closed without leaving ends up dead, one that
-// leaves ends up left, and Route stops returning either.
+// TestFailureAndLeave: a node killed (stopped without leaving) ends up
+// dead, one whose Run's ctx ends leaves and ends up left, and Route stops
+// returning either.
 func TestFailureAndLeave(t *testing.T) {
 	na := startNode(t, testConfig("a"))
 	nb := startNode(t, testConfig("b", na.Addr()))
 	nc := startNode(t, testConfig("c", na.Addr()))
-	nd := startNode(t, testConfig("d", na.Addr()))
+	dcfg := testConfig("d", na.Addr())
+	dcfg.LeaveTimeout = time.Second
+	nd, stopD := runNode(t, dcfg)
 	routed := func(c *Cluster) []string {
 		var ids []string
 		for _, cand := range c.Route(RouteRequest{Model: "m"}, nil) {
@@ -170,8 +174,8 @@ func TestFailureAndLeave(t *testing.T) {
 	eventually(t, func() bool { return len(routed(na)) == 4 && len(routed(nb)) == 4 }, 5*time.Second, "all four routable")
 
 	start := time.Now()
-	require.NoError(t, nc.Close())
-	require.NoError(t, nd.Leave(time.Second))
+	require.NoError(t, nc.Kill())
+	require.NoError(t, stopD(), "d leaves when its Run's ctx ends")
 	status := func(c *Cluster, id string) Status { m, _ := member(c, id); return m.Status }
 	assert.Equal(t, StatusLeft, status(nd, "d"), "the leaver sees itself left")
 	for _, c := range []*Cluster{na, nb} {
@@ -183,9 +187,9 @@ func TestFailureAndLeave(t *testing.T) {
 	}
 	t.Logf("failure and leave seen by all after %v", time.Since(start))
 
-	require.NoError(t, nd.Close())
-	require.NoError(t, nd.Close(), "Close is idempotent")
-	require.ErrorIs(t, nd.Leave(time.Second), ErrClosed)
+	require.NoError(t, nd.Kill(), "Kill after Run returned does nothing more")
+	require.NoError(t, nd.Kill(), "Kill is idempotent")
+	require.ErrorIs(t, nd.Run(context.Background()), ErrClosed, "a Cluster runs once")
 }
 
 // TestRequiresKey is SE-6: no key, no start, unless explicitly insecure;
@@ -193,10 +197,10 @@ func TestFailureAndLeave(t *testing.T) {
 func TestRequiresKey(t *testing.T) {
 	cfg := testConfig("a")
 	cfg.Key = nil
-	_, err := Start(cfg)
+	_, err := New(cfg)
 	require.ErrorIs(t, err, ErrNoKey)
 	cfg.Key = []byte("short")
-	_, err = Start(cfg)
+	_, err = New(cfg)
 	require.Error(t, err)
 
 	def := DefaultConfig()
@@ -227,6 +231,7 @@ func TestRequiresKey(t *testing.T) {
 		"node id":   func(c *Config) { c.NodeID = "a\nb" },
 		"model":     func(c *Config) { c.Models = []string{""} },
 		"interval":  func(c *Config) { c.StateInterval = -time.Second },
+		"leave":     func(c *Config) { c.LeaveTimeout = -time.Second },
 	} {
 		c := testConfig("x")
 		bad(&c)
@@ -249,7 +254,7 @@ func TestIntruderNeverJoins(t *testing.T) {
 	none.Key, none.InsecureGossip = nil, true
 	var intruders []*Cluster
 	for _, cfg := range []Config{wrong, none} {
-		_, err := Start(cfg)
+		_, err := New(cfg)
 		require.Error(t, err, "%s cannot join", cfg.NodeID)
 		cfg.Join = nil
 		intruders = append(intruders, startNode(t, cfg))
@@ -280,4 +285,33 @@ func TestIntruderNeverJoins(t *testing.T) {
 		assert.Equal(t, 1, in.NumAlive(), "%s sees no one", in.ID())
 		assert.Len(t, in.Members(), 1)
 	}
+}
+
+// TestLifecycle: a node is usable right after New, before Run; Run runs
+// once; Kill releases a node whose Run never started (a later Run returns
+// at once), and peers see it dead; a node whose Run's ctx ends sees itself
+// left.
+func TestLifecycle(t *testing.T) {
+	na, stopA := runNode(t, testConfig("a"))
+	nb, err := New(testConfig("b", na.Addr()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nb.Kill() })
+	assert.NotEmpty(t, nb.Addr())
+	eventually(t, func() bool {
+		return na.NumAlive() == 2 && nb.NumAlive() == 2 && len(nb.Route(RouteRequest{Model: "m"}, nil)) == 2
+	}, 5*time.Second, "b, never run, joined a and routes to both")
+	nb.MarkFailed("a")
+	assert.Len(t, nb.Route(RouteRequest{Model: "m"}, nil), 1, "MarkFailed works before Run")
+
+	require.ErrorIs(t, na.Run(context.Background()), ErrClosed, "Run while running")
+	require.NoError(t, nb.Kill(), "Kill releases a node whose Run never started")
+	require.NoError(t, nb.Kill(), "Kill is idempotent")
+	require.NoError(t, nb.Run(context.Background()), "Run after Kill returns at once")
+	require.ErrorIs(t, nb.Run(context.Background()), ErrClosed, "Run twice")
+	eventually(t, func() bool { m, _ := member(na, "b"); return m.Status == StatusDead }, 5*time.Second, "a sees the killed b dead")
+
+	require.NoError(t, stopA())
+	m, _ := member(na, "a")
+	assert.Equal(t, StatusLeft, m.Status, "a left when its Run's ctx ended")
+	require.ErrorIs(t, na.Run(context.Background()), ErrClosed, "Run after Run returned")
 }

@@ -37,6 +37,9 @@ const (
 	DefaultReconnectTimeout  = 24 * time.Hour
 	localReconnectInterval   = 500 * time.Millisecond
 	localReconnectTimeout    = time.Minute
+	// DefaultLeaveTimeout bounds Run's graceful leave (see
+	// Config.LeaveTimeout).
+	DefaultLeaveTimeout = 5 * time.Second
 	// suspectIntervals is SuspectAfter's default in StateIntervals.
 	suspectIntervals = 20
 	// heartbeatIntervals: an unchanged local state is still republished
@@ -49,13 +52,14 @@ const (
 )
 
 var (
-	// ErrNoKey is returned by Start and Validate when Config.Key is empty
+	// ErrNoKey is returned by New and Validate when Config.Key is empty
 	// and Config.InsecureGossip is not set (SE-6).
 	ErrNoKey = errors.New("cluster: gossip key required (set Key, or InsecureGossip to run unencrypted)")
 	// ErrMetaTooLarge is returned when the node metadata (id, API address,
 	// models, version) does not fit memberlist's 512-byte limit.
 	ErrMetaTooLarge = errors.New("cluster: node metadata exceeds 512 bytes")
-	// ErrClosed is returned by Leave after Close.
+	// ErrClosed is returned by Cluster.Run when Run was already called: a
+	// Cluster runs once.
 	ErrClosed = errors.New("cluster: closed")
 )
 
@@ -73,13 +77,13 @@ type Config struct {
 	// AdvertiseAddr is the host:port other nodes reach this one at.
 	// Default: BindAddr (memberlist resolves an unspecified host).
 	AdvertiseAddr string
-	// Join lists host:port of existing members. Start fails only if none of
+	// Join lists host:port of existing members. New fails only if none of
 	// them can be joined.
 	Join []string
 	// Key is the gossip encryption key (AES-GCM): 16, 24 or 32 bytes. A node
 	// without the same key can neither join nor read the cluster (SE-7).
 	Key []byte
-	// InsecureGossip allows starting without Key; otherwise Start refuses.
+	// InsecureGossip allows starting without Key; otherwise New refuses.
 	InsecureGossip bool
 	// APIAddr is this node's HTTP API address, for peers forwarding to it.
 	APIAddr string
@@ -109,9 +113,14 @@ type Config struct {
 	// ReconnectTimeout is how long a lost member is retried after it was
 	// declared dead. Default 24 h (1 min with ProfileLocal).
 	ReconnectTimeout time.Duration
+	// LeaveTimeout bounds the graceful leave Run does when its ctx ends:
+	// at most half of it waiting for the final (leaving, draining) state to
+	// be gossiped, the rest for memberlist's leave to be broadcast. Default
+	// 5 s (DefaultLeaveTimeout); negative is invalid.
+	LeaveTimeout time.Duration
 	// LocalState returns this node's current state. It is called once by
-	// Start, then every StateInterval from the cluster's own goroutine,
-	// and must not block. The cluster copies what it keeps; nil publishes
+	// New, then every StateInterval from Run's goroutine, and must not
+	// block. The cluster copies what it keeps; nil publishes
 	// an empty state.
 	LocalState func() State
 	// Logger receives the cluster's logs and memberlist's (at Debug, with
@@ -143,13 +152,14 @@ func (c Config) LogValue() slog.Value {
 		slog.String("profile", c.Profile),
 		slog.Duration("state_interval", c.StateInterval),
 		slog.Duration("reconnect_interval", c.ReconnectInterval),
+		slog.Duration("leave_timeout", c.LeaveTimeout),
 	)
 }
 
 // DefaultConfig returns a Config with every default filled in except Key:
 // a generated NodeID, BindAddr 127.0.0.1:7946, ProfileLAN, StateInterval
-// 500 ms, SuspectAfter 10 s, ReconnectInterval 10 s and ReconnectTimeout
-// 24 h.
+// 500 ms, SuspectAfter 10 s, ReconnectInterval 10 s, ReconnectTimeout
+// 24 h and LeaveTimeout 5 s.
 func DefaultConfig() Config {
 	var c Config
 	c.setDefaults()
@@ -188,6 +198,9 @@ func (c *Config) setDefaults() {
 			c.ReconnectTimeout = localReconnectTimeout
 		}
 	}
+	if c.LeaveTimeout == 0 {
+		c.LeaveTimeout = DefaultLeaveTimeout
+	}
 }
 
 func defaultNodeID() string {
@@ -200,10 +213,11 @@ func defaultNodeID() string {
 	return host + "-" + hex.EncodeToString(b[:])
 }
 
-// Validate reports the first problem with c as Start would see it, after
+// Validate reports the first problem with c as New would see it, after
 // defaults: ErrNoKey without Key or InsecureGossip, a key that is not 16,
 // 24 or 32 bytes, a bad address, an unknown profile, a negative interval
-// (but ReconnectInterval) or ReconnectTimeout, or ErrMetaTooLarge when the metadata does not fit 512 bytes.
+// (but ReconnectInterval), ReconnectTimeout or LeaveTimeout, or
+// ErrMetaTooLarge when the metadata does not fit 512 bytes.
 func (c Config) Validate() error {
 	c.setDefaults()
 	_, err := c.validate()
@@ -238,8 +252,8 @@ func (c *Config) validate() ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("cluster: unknown profile %q (want %q or %q)", c.Profile, ProfileLAN, ProfileLocal)
 	}
-	if c.StateInterval < 0 || c.SuspectAfter < 0 || c.ReconnectTimeout < 0 {
-		return nil, errors.New("cluster: negative StateInterval, SuspectAfter or ReconnectTimeout")
+	if c.StateInterval < 0 || c.SuspectAfter < 0 || c.ReconnectTimeout < 0 || c.LeaveTimeout < 0 {
+		return nil, errors.New("cluster: negative StateInterval, SuspectAfter, ReconnectTimeout or LeaveTimeout")
 	}
 	if len(c.Models) > maxModels {
 		return nil, fmt.Errorf("cluster: %d models, at most %d", len(c.Models), maxModels)

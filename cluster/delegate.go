@@ -19,7 +19,7 @@ var (
 
 type delegate struct{ c *Cluster }
 
-// NodeMeta returns the metadata checked at Start; never more than limit.
+// NodeMeta returns the metadata checked by New; never more than limit.
 func (d *delegate) NodeMeta(limit int) []byte {
 	if len(d.c.meta) > limit {
 		return nil

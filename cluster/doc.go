@@ -3,16 +3,33 @@
 // and routes a request to the member best placed to serve it.
 //
 // It owns: the memberlist instance and its delegates, the table of known
-// members with their latest gossiped [State], one goroutine that publishes
-// the local state every [Config.StateInterval], and the router ([Cluster.Route]):
-// prefix affinity first, then a consistent-hash ring with bounded load, then
-// the least loaded members.
+// members with their latest gossiped [State], the goroutine that publishes
+// the local state every [Config.StateInterval] and the one that reconnects
+// to lost members (both run by [Cluster.Run]), and the router
+// ([Cluster.Route]): prefix affinity first, then a consistent-hash ring
+// with bounded load, then the least loaded members.
 //
-// Forwarding a request to the chosen peer is not done here: the daemon asks
-// Route for an ordered list of candidates and forwards with the api client.
+// Forwarding a request to the chosen peer is not done here: the request
+// pipeline asks Route for an ordered list of candidates (Route applies the
+// request's routing Policy), and package peer forwards to them, reading
+// the answer with api.SSEReader.
 //
-// Imports: engine/kvcache (the block hash type) and api only; never daemon
-// or store.
+// Imports: engine/kvcache (the block hash type) only; never the request
+// path (pipeline, server, peer, daemon) or store.
+//
+// # Lifecycle
+//
+// [New] validates the [Config], creates memberlist, publishes the first
+// local state and joins the given members; it starts no goroutine of this
+// package, and the node is usable (Addr, Members, Route, NumAlive,
+// MarkFailed) as soon as it returns. [Cluster.Run] blocks until its ctx
+// ends, running the state and reconnect loops; then it leaves gracefully
+// (a final state marked leaving and draining, then memberlist's leave,
+// within [Config.LeaveTimeout]) and shuts memberlist down. The daemon calls
+// New before serving, runs Run in its errgroup, and cancels Run's ctx when
+// it starts draining. [Cluster.Kill] stops a node without leaving, as a
+// crash would (peers see it dead): for tests, and to release a Cluster
+// whose Run never started. A Cluster runs once.
 //
 // # Membership status
 //
@@ -42,8 +59,9 @@
 // that resolves to new addresses, or a node this one no longer sees. One
 // join is a TCP push/pull of the member tables; the node that learns it was
 // declared dead refutes it, and both halves converge by gossip. The loop
-// runs outside the delegates and without locks held; Leave stops it, and
-// Close ends a dial in flight (the transport's dials end at shutdown).
+// runs outside the delegates and without locks held; it stops when Run's
+// ctx ends (a leaving node dials no one), and the shutdown that follows
+// ends a dial in flight (the transport's dials end at shutdown).
 //
 // # Wire formats
 //

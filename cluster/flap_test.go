@@ -55,9 +55,9 @@ func flapDuration(t *testing.T) time.Duration {
 	return 20 * time.Second
 }
 
-// TestFlappingPeer is CL-5: among four stable nodes, a fifth is closed
-// (without leaving) and restarted on the same address every 2 s (up 1 s,
-// down 1 s). The stable nodes must never see one another dead or suspect
+// TestFlappingPeer is CL-5: among four stable nodes, a fifth is killed
+// (stopped without leaving) and restarted on the same address every 2 s
+// (up 1 s, down 1 s). The stable nodes must never see one another dead or suspect
 // (false-positive deaths 0), and each must see every incarnation of the
 // flapping node come back (it gossips its generation as its load).
 //
@@ -198,7 +198,7 @@ func TestFlappingPeer(t *testing.T) {
 		}
 		time.Sleep(time.Until(up.Add(period / 2)))
 		fUp.Store(false)
-		require.NoError(t, f.Close())
+		require.NoError(t, f.Kill())
 		time.Sleep(period / 2)
 	}
 	close(stopWatch)

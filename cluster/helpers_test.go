@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/engine/kvcache"
@@ -46,13 +48,31 @@ func testConfig(id string, join ...string) Config {
 	}
 }
 
-// startNode starts cfg and closes it when the test ends.
+// startNode creates a node of cfg and runs it in a goroutine the test
+// owns; when the test ends, it cancels Run's ctx (the node leaves), waits
+// for Run to return and checks that it stopped cleanly.
 func startNode(t *testing.T, cfg Config) *Cluster {
 	t.Helper()
-	c, err := Start(cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	c, _ := runNode(t, cfg)
 	return c
+}
+
+// runNode is startNode that also returns stop, which cancels Run's ctx,
+// waits for Run to return and returns its error. stop may be called more
+// than once (each call returns Run's error); the cleanup calls it too.
+func runNode(t *testing.T, cfg Config) (c *Cluster, stop func() error) {
+	t.Helper()
+	c, err := New(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	stop = sync.OnceValue(func() error {
+		cancel()
+		return <-done
+	})
+	t.Cleanup(func() { assert.NoError(t, stop(), "%s stops cleanly", cfg.NodeID) })
+	return c, stop
 }
 
 // member returns id as c sees it.

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -18,14 +19,13 @@ type lost struct {
 }
 
 // reconnectLoop runs a reconnect round every ReconnectInterval, and waits
-// for a round's joins before the next, until Leave or Close.
-func (c *Cluster) reconnectLoop() {
-	defer close(c.reconnectDone)
+// for a round's joins before the next, until ctx ends.
+func (c *Cluster) reconnectLoop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.ReconnectInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-c.reconnectStop:
+		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			round := c.reconnect(now)
@@ -33,8 +33,8 @@ func (c *Cluster) reconnectLoop() {
 				continue
 			}
 			select {
-			case <-c.reconnectStop:
-				// Close ends the round's dials and waits for them.
+			case <-ctx.Done():
+				// The shutdown ends the round's dials and waits for them.
 				return
 			case <-round:
 			}
@@ -86,10 +86,14 @@ func (c *Cluster) reconnect(now time.Time) <-chan struct{} {
 // alive members (an alive seed is already in touch) nor this node. It
 // forgets lost members past ReconnectTimeout, those whose last state said
 // they were leaving, and those whose address an alive member now has (it
-// restarted under another id); the first two also lower the peak.
+// restarted under another id); the first two also lower the peak. Once this
+// node is leaving it returns nothing: a leaver rejoins no one.
 func (c *Cluster) reconnectTargets(now time.Time) (lostAddrs, seeds []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.leaving {
+		return nil, nil
+	}
 	alive := make(map[string]bool)
 	for _, e := range c.nodes {
 		if e.meta != nil && !e.gone && e.addr != "" {
@@ -133,11 +137,4 @@ func (c *Cluster) lowerPeakLocked() {
 // isSelf reports whether addr is one of this node's own addresses.
 func (c *Cluster) isSelf(addr string) bool {
 	return addr == c.cfg.BindAddr || addr == c.cfg.AdvertiseAddr || addr == c.addr
-}
-
-// stopReconnect stops the reconnect loop (once) and waits for it; joins
-// of its last round may still be running (Close waits for them).
-func (c *Cluster) stopReconnect() {
-	c.stopReconnectOnce.Do(func() { close(c.reconnectStop) })
-	<-c.reconnectDone
 }

@@ -124,7 +124,7 @@ func TestReconnectToRestartedNode(t *testing.T) {
 	nb := startNode(t, bcfg)
 	eventually(t, func() bool { return allAlive([]*Cluster{na, nb}, 2) }, 5*time.Second, "a and b see each other")
 
-	require.NoError(t, nb.Close())
+	require.NoError(t, nb.Kill())
 	eventually(t, func() bool { m, _ := member(na, "b"); return m.Status == StatusDead }, 5*time.Second, "a sees b dead")
 	bcfg.BindAddr, bcfg.Join = nb.Addr(), nil
 	start := time.Now()
@@ -139,10 +139,11 @@ func TestReconnectToRestartedNode(t *testing.T) {
 func TestNoReconnectToLeaver(t *testing.T) {
 	na := startNode(t, testConfig("a"))
 	nb := startNode(t, testConfig("b", na.Addr()))
-	nc := startNode(t, testConfig("c", na.Addr()))
+	nc, stopC := runNode(t, testConfig("c", na.Addr()))
 	eventually(t, func() bool { return allAlive([]*Cluster{na, nb, nc}, 3) }, 5*time.Second, "three nodes converge")
 
-	require.NoError(t, nc.Leave(time.Second))
+	// leave, not the end of Run: c leaves but keeps memberlist running.
+	require.NoError(t, nc.leave(time.Second))
 	for _, c := range []*Cluster{na, nb} {
 		eventually(t, func() bool { m, _ := member(c, "c"); return m.Status == StatusLeft }, 5*time.Second, "%s sees c left", c.ID())
 	}
@@ -157,7 +158,7 @@ func TestNoReconnectToLeaver(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	require.NoError(t, nc.Close())
+	require.NoError(t, stopC())
 }
 
 // TestReconnectTargets checks the bookkeeping without memberlist: who is

@@ -14,8 +14,8 @@ import (
 var _ memberlist.NodeAwareTransport = (*transport)(nil)
 
 // transport is memberlist's NetTransport with two changes: a dial ends
-// when the transport shuts down, so Close never waits out a TCP timeout on
-// an unreachable peer (the reconnect loop dials such peers), and a test can
+// when the transport shuts down, so stopping the node (the end of Run,
+// Kill) never waits out a TCP timeout on an unreachable peer (the reconnect loop dials such peers), and a test can
 // cut this node off from chosen addresses.
 type transport struct {
 	*memberlist.NetTransport

@@ -156,14 +156,14 @@ func TestMetaRoundTripAndSize(t *testing.T) {
 	_, err = decodeMeta("node-1", append([]byte{2}, b[1:]...))
 	require.ErrorIs(t, err, errMalformed, "unknown format")
 
-	// Metadata over 512 bytes is an error from Validate and Start, never a
+	// Metadata over 512 bytes is an error from Validate and New, never a
 	// panic in NodeMeta.
 	cfg := testConfig("big")
 	for i := range 40 {
 		cfg.Models = append(cfg.Models, fmt.Sprintf("a-rather-long-model-name-%02d", i))
 	}
 	require.ErrorIs(t, cfg.Validate(), ErrMetaTooLarge)
-	_, err = Start(cfg)
+	_, err = New(cfg)
 	require.ErrorIs(t, err, ErrMetaTooLarge)
 
 	cfg.Models = cfg.Models[:10]

@@ -19,6 +19,8 @@ import (
 	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/sim"
+	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/server"
 )
 
 // The tests in this file run the real engine over the simulated executor,
@@ -27,7 +29,7 @@ import (
 // startSim starts a server for sim/small on a virtual clock (steps take no
 // wall time) unless edit says otherwise. Each test ends by checking the
 // idle invariant: no block used, nothing running or waiting.
-func startSim(t *testing.T, edit func(*Config)) (*Server, string) {
+func startSim(t *testing.T, edit func(*Config)) (*Daemon, string) {
 	t.Helper()
 	cfg := testConfig()
 	cfg.Models = []string{"small"}
@@ -36,7 +38,7 @@ func startSim(t *testing.T, edit func(*Config)) (*Server, string) {
 	if edit != nil {
 		edit(&cfg)
 	}
-	s, err := New(cfg, testLogger(t))
+	s, err := Open(cfg, testLogger(t))
 	require.NoError(t, err)
 	base := startServer(t, s)
 	t.Cleanup(func() { requireIdle(t, s) }) // runs before the server stops
@@ -45,7 +47,7 @@ func startSim(t *testing.T, edit func(*Config)) (*Server, string) {
 
 // requireIdle waits for every engine of s to be idle: the invariant every
 // test ends with.
-func requireIdle(t *testing.T, s *Server) {
+func requireIdle(t *testing.T, s *Daemon) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		for _, st := range s.Stats() {
@@ -132,7 +134,7 @@ func TestSDKErrors(t *testing.T) {
 	var apiErr *openai.Error
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, http.StatusNotFound, apiErr.StatusCode)
-	require.Equal(t, codeModelNotFound, apiErr.Code)
+	require.Equal(t, pipeline.CodeModelNotFound, apiErr.Code)
 
 	_, err = client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
 		Model:     "sim/small",
@@ -141,7 +143,7 @@ func TestSDKErrors(t *testing.T) {
 	})
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, http.StatusBadRequest, apiErr.StatusCode)
-	require.Equal(t, codeContextLength, apiErr.Code)
+	require.Equal(t, pipeline.CodeContextLength, apiErr.Code)
 	require.Equal(t, "messages", apiErr.Param)
 
 	models, err := client.Models.List(t.Context())
@@ -340,14 +342,14 @@ func TestSimContextLimitIsThePool(t *testing.T) {
 	// sim/flagship on one H100 has KV room for fewer tokens than its
 	// context length: that smaller limit is the one enforced (and reported).
 	s, base := startSim(t, func(c *Config) { c.Models = []string{"flagship"} })
-	limit := s.models[0].limit
+	limit := s.models.List()[0].Limit
 	require.Less(t, limit, 32768)
 	c := testClient(t)
 	resp, body := post(t, c, base+"/v1/chat/completions", fmt.Sprintf(
 		`{"model":"sim/flagship","max_tokens":%d,"messages":[{"role":"user","content":"hi"}]}`, limit))
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	e := errorOf(t, body)
-	require.Equal(t, codeContextLength, e["code"])
+	require.Equal(t, pipeline.CodeContextLength, e["code"])
 	require.Contains(t, e["message"], fmt.Sprintf("maximum context length is %d tokens", limit))
 
 	resp, body = get(t, c, base+"/v1/models/sim/flagship")
@@ -382,14 +384,14 @@ func TestSimShutdownEndsStreams(t *testing.T) {
 	cfg := testConfig()
 	cfg.Models = []string{"small"}
 	cfg.ShutdownTimeout = 100 * time.Millisecond
-	s, err := New(cfg, testLogger(t))
+	s, err := Open(cfg, testLogger(t))
 	require.NoError(t, err)
 	addr, err := s.Listen()
 	require.NoError(t, err)
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	require.Eventually(t, func() bool { return s.state.Load() == stateReady }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return s.srv.State() == server.StateReady }, 5*time.Second, time.Millisecond)
 
 	c := testClient(t)
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr.String()+"/v1/chat/completions",
@@ -429,17 +431,17 @@ func TestNewRefusesWhatDoesNotFit(t *testing.T) {
 	cfg := testConfig()
 	cfg.GPU = "l40s"
 	cfg.Models = []string{"flagship"}
-	_, err := New(cfg, nil)
+	_, err := Open(cfg, nil)
 	require.ErrorContains(t, err, "cannot serve sim/flagship on 1x")
 
 	cfg = testConfig()
 	cfg.Models = []string{"huge"}
-	_, err = New(cfg, nil)
+	_, err = Open(cfg, nil)
 	require.ErrorContains(t, err, `unknown model "huge"`)
 
 	cfg = testConfig()
 	cfg.Listen = "0.0.0.0:8700"
-	_, err = New(cfg, nil)
+	_, err = Open(cfg, nil)
 	require.ErrorContains(t, err, "not a loopback address")
 }
 

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,12 +12,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmd/llmd/server"
 	"github.com/llmd/llmd/store"
 )
 
 // newStoreServer builds a sim server with a data directory and returns it
 // unstarted.
-func newStoreServer(t *testing.T, mutate func(*Config)) *Server {
+func newStoreServer(t *testing.T, mutate func(*Config)) *Daemon {
+	t.Helper()
+	return newStoreServerLogged(t, testLogger(t), mutate)
+}
+
+// newStoreServerLogged is newStoreServer logging to logger.
+func newStoreServerLogged(t *testing.T, logger *slog.Logger, mutate func(*Config)) *Daemon {
 	t.Helper()
 	cfg := testConfig()
 	cfg.Models = []string{"small"}
@@ -25,18 +33,18 @@ func newStoreServer(t *testing.T, mutate func(*Config)) *Server {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	s, err := New(cfg, testLogger(t))
+	s, err := Open(cfg, logger)
 	require.NoError(t, err)
 	return s
 }
 
 // makeKey creates a key directly in the server's store.
-func makeKey(t *testing.T, s *Server, tenant string, tier store.Tier, admin bool) string {
+func makeKey(t *testing.T, s *Daemon, tenant string, tier store.Tier, admin bool) string {
 	t.Helper()
 	ctx := context.Background()
-	_, err := s.store.EnsureTenant(ctx, tenant, tier)
+	_, err := s.deps.Store.EnsureTenant(ctx, tenant, tier)
 	require.NoError(t, err)
-	secret, _, err := s.store.CreateKey(ctx, tenant, admin, "test")
+	secret, _, err := s.deps.Store.CreateKey(ctx, tenant, admin, "test")
 	require.NoError(t, err)
 	return secret
 }
@@ -69,13 +77,13 @@ func call(t *testing.T, c *http.Client, method, url, key, body string) (*http.Re
 }
 
 // routePath turns a route pattern into a concrete path and method.
-func routePath(rt route) (method, path string) {
-	pattern := rt.pattern
+func routePath(rt server.RouteInfo) (method, path string) {
+	pattern := rt.Pattern
 	if m, p, ok := strings.Cut(pattern, " "); ok {
 		method, pattern = m, p
 	}
 	if method == "" {
-		method = rt.method
+		method = rt.Method
 	}
 	if method == "" {
 		method = http.MethodGet
@@ -99,8 +107,8 @@ func TestRouteTablePolicies(t *testing.T) {
 	c := testClient(t)
 
 	public := map[string]bool{"/healthz": true, "/readyz": true}
-	for _, rt := range s.routeTable() {
-		require.NotEqual(t, policyUnset, rt.policy, "route %s has no access policy", rt.pattern)
+	for _, rt := range s.srv.Routes() {
+		require.NotEqual(t, "unset", rt.Policy, "route %s has no access policy", rt.Pattern)
 		method, path := routePath(rt)
 		body := ""
 		if method == http.MethodPost || method == http.MethodPut {
@@ -109,7 +117,7 @@ func TestRouteTablePolicies(t *testing.T) {
 		t.Run(method+" "+path, func(t *testing.T) {
 			resp, b := call(t, c, method, base+path, "", body)
 			if public[path] {
-				require.Equal(t, policyPublic, rt.policy)
+				require.Equal(t, "public", rt.Policy)
 				require.NotEqual(t, http.StatusUnauthorized, resp.StatusCode)
 				return
 			}
@@ -120,7 +128,7 @@ func TestRouteTablePolicies(t *testing.T) {
 			require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", b)
 
 			resp, b = call(t, c, method, base+path, user, body)
-			if rt.policy == policyAdmin {
+			if rt.Policy == "admin" {
 				require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s", b)
 			} else {
 				require.NotContains(t, []int{401, 403}, resp.StatusCode, "%s", b)
@@ -129,16 +137,6 @@ func TestRouteTablePolicies(t *testing.T) {
 			require.NotContains(t, []int{401, 403}, resp.StatusCode, "%s", b)
 		})
 	}
-}
-
-func TestAuthenticateRefusesUnsetPolicy(t *testing.T) {
-	s := newStoreServer(t, nil)
-	defer closeServer(s)
-	req, err := http.NewRequest(http.MethodGet, "/x", nil)
-	require.NoError(t, err)
-	_, err = s.authenticate(req, policyUnset)
-	require.ErrorIs(t, err, errUnsetRoute)
-	require.Equal(t, http.StatusForbidden, authError(err).Status)
 }
 
 // TestAnonymousUntilFirstKey: with no key, a loopback client is the local
@@ -203,14 +201,14 @@ func TestNonLoopbackNeedsAKey(t *testing.T) {
 	cfg.Models = []string{"small"}
 	cfg.Listen = "0.0.0.0:0"
 	cfg.DataDir = dir
-	_, err := New(cfg, nil)
+	_, err := Open(cfg, nil)
 	require.ErrorContains(t, err, "no API key exists yet")
 
 	cfg.DataDir = ""
 	require.ErrorContains(t, cfg.Validate(), "not a loopback address")
 
 	cfg.DataDir, cfg.Insecure = dir, true
-	s, err := New(cfg, nil)
+	s, err := Open(cfg, nil)
 	require.NoError(t, err)
 	closeServer(s)
 
@@ -222,16 +220,17 @@ func TestNonLoopbackNeedsAKey(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, st.Close())
 	cfg.Insecure = false
-	s, err = New(cfg, nil)
+	s, err = Open(cfg, nil)
 	require.NoError(t, err, "with a key, a non-loopback listener is fine")
 	closeServer(s)
 }
 
-// closeServer releases what New opened for a server that never ran.
-func closeServer(s *Server) {
-	for _, c := range s.closers {
-		c()
+// closeServer releases what Open opened for a daemon that never ran.
+func closeServer(s *Daemon) {
+	if s.deps.Usage != nil {
+		stopWriter(s.deps.Usage)
 	}
+	s.deps.Close()
 }
 
 // TestKeyNeverInDatabaseOrLogs is SE-2 at the daemon level: after creating
@@ -243,7 +242,7 @@ func TestKeyNeverInDatabaseOrLogs(t *testing.T) {
 	cfg.Models = []string{"small"}
 	cfg.StepTimeScale = 0.01
 	cfg.DataDir = t.TempDir()
-	s, err := New(cfg, newBufferLogger(&logs))
+	s, err := Open(cfg, newBufferLogger(&logs))
 	require.NoError(t, err)
 	base := startServer(t, s)
 	c := testClient(t)

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/pipeline"
 )
 
 // badRequest is one invalid request and the error it must get.
@@ -37,7 +39,7 @@ func badRequests(model string, contextLength int, maxBody int64, longText string
 		{name: "max_tokens string", path: cc, body: chat(`,"max_tokens":"10"`), status: 400, param: "max_tokens"},
 		{name: "model missing", path: cc, body: `{"messages":[{"role":"user","content":"hi"}]}`, status: 400, param: "model"},
 		{name: "unknown model", path: cc, body: `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`,
-			status: 404, param: "model", code: codeModelNotFound},
+			status: 404, param: "model", code: pipeline.CodeModelNotFound},
 		{name: "no messages", path: cc, body: fmt.Sprintf(`{"model":%q,"messages":[]}`, model), status: 400, param: "messages"},
 		{name: "bad role", path: cc, body: fmt.Sprintf(`{"model":%q,"messages":[{"role":"wizard","content":"hi"}]}`, model),
 			status: 400, param: "messages[0].role"},
@@ -67,13 +69,13 @@ func badRequests(model string, contextLength int, maxBody int64, longText string
 		{name: "five stops", path: cc, body: chat(`,"stop":["a","b","c","d","e"]`), status: 400, param: "stop"},
 		{name: "stop wrong type", path: cc, body: chat(`,"stop":5`), status: 400},
 		{name: "max_tokens over context", path: cc, body: chat(fmt.Sprintf(`,"max_tokens":%d`, contextLength)),
-			status: 400, param: "messages", code: codeContextLength},
+			status: 400, param: "messages", code: pipeline.CodeContextLength},
 		{name: "prompt over context", path: cc,
 			body:   fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, model, longText),
-			status: 400, param: "messages", code: codeContextLength},
+			status: 400, param: "messages", code: pipeline.CodeContextLength},
 		{name: "prompt over context stream", path: cc,
 			body:   fmt.Sprintf(`{"model":%q,"stream":true,"messages":[{"role":"user","content":%q}]}`, model, longText),
-			status: 400, param: "messages", code: codeContextLength},
+			status: 400, param: "messages", code: pipeline.CodeContextLength},
 		{name: "body too large", path: cc,
 			body:   fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, model, strings.Repeat("a", int(maxBody))),
 			status: http.StatusRequestEntityTooLarge, code: "request_too_large"},
@@ -84,14 +86,14 @@ func badRequests(model string, contextLength int, maxBody int64, longText string
 		{name: "completions token prompt", path: co, body: compl(`,"prompt":[1,2]`), status: 400, param: "prompt"},
 		{name: "completions max_tokens zero", path: co, body: compl(`,"prompt":"a","max_tokens":0`), status: 400, param: "max_tokens"},
 		{name: "completions over context", path: co, body: compl(fmt.Sprintf(`,"prompt":"a","max_tokens":%d`, contextLength)),
-			status: 400, param: "prompt", code: codeContextLength},
+			status: 400, param: "prompt", code: pipeline.CodeContextLength},
 		{name: "completions unknown model", path: co, body: `{"model":"nope","prompt":"a"}`, status: 404, param: "model",
-			code: codeModelNotFound},
+			code: pipeline.CodeModelNotFound},
 
 		{name: "native bad priority", path: na, body: chat(`,"priority":"vip"`), status: 400, param: "priority"},
 		{name: "native no messages", path: na, body: fmt.Sprintf(`{"model":%q}`, model), status: 400, param: "messages"},
 		{name: "native unknown model", path: na, body: `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`,
-			status: 404, param: "model", code: codeModelNotFound},
+			status: 404, param: "model", code: pipeline.CodeModelNotFound},
 		{name: "native temperature", path: na, body: chat(`,"temperature":-1`), status: 400, param: "temperature"},
 	}
 }
@@ -106,7 +108,7 @@ func checkBadRequest(t *testing.T, c *http.Client, base string, tc badRequest) {
 	require.Equal(t, "invalid_request_error", e["type"])
 	require.Equal(t, tc.param, e["param"], "param; message %q", e["message"])
 	require.Equal(t, tc.code, e["code"], "code; message %q", e["message"])
-	if tc.code == codeContextLength {
+	if tc.code == pipeline.CodeContextLength {
 		require.Contains(t, e["message"], "maximum context length is")
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmd/llmd/engine"
 	modelfile "github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/server"
 )
 
 // Config configures a Server. Start from DefaultConfig; cmd/llmd fills it
@@ -34,8 +35,7 @@ type Config struct {
 	Models []string
 	// ModelFiles are GGUF models to load: file paths, directories, or
 	// "ollama:NAME[:TAG]" for a model in the Ollama store (resolved with
-	// Resolve). llmd loads and lists them and serves their tokenizers; it
-	// cannot generate with them until the CPU executor exists.
+	// Resolve). Each is served by its own CPU executor.
 	ModelFiles []string
 	// ModelsDir is a directory whose *.gguf files are loaded like
 	// ModelFiles.
@@ -138,13 +138,8 @@ type Config struct {
 	StepTimeScale float64
 }
 
-// Price is what a million tokens of a model cost: input (not served from
-// the prefix cache), cached input, and output.
-type Price struct {
-	Input  float64 `yaml:"input" json:"input"`
-	Cached float64 `yaml:"cached" json:"cached"`
-	Output float64 `yaml:"output" json:"output"`
-}
+// Price is what a million tokens of a model cost (see server.Price).
+type Price = server.Price
 
 // DefaultConfig returns the documented defaults: a simulated H100 per model
 // serving the small, mid and flagship profiles on 127.0.0.1:8700.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
+	"github.com/llmd/llmd/pipeline"
 )
 
 // byteTokenizer is a test tokenizer: one token per byte.
@@ -78,7 +79,7 @@ func answer(req engine.Request, text string) []engine.Event {
 		InputTokens: len(req.Prompt), CachedTokens: 3, OutputTokens: len(toks) * req.N}})
 }
 
-func (f *fakeReplica) Submit(ctx context.Context, req engine.Request) (eventStream, error) {
+func (f *fakeReplica) Submit(ctx context.Context, req engine.Request) (pipeline.EventStream, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {

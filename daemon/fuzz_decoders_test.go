@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/server"
 	"github.com/llmd/llmd/store"
 )
 
@@ -25,13 +27,14 @@ import (
 // fuzzServer returns a server over a fake (model sim/fake, context 64) that
 // the targets call through its handler; with a store it also returns an
 // admin key.
-func fuzzServer(f *testing.F, withStore bool) (*Server, string) {
+func fuzzServer(f *testing.F, withStore bool) (*Daemon, string) {
 	fake := newFake(fakeModel, 64, "okay then")
 	cfg := testConfig()
 	cfg.MaxBodyBytes = 1 << 12
-	s := newServer(cfg, nil, []*model{newModel(fake, byteTokenizer{}, time.Unix(0, 0), nil)})
-	s.state.Store(stateReady)
+	models := []*pipeline.Model{newModel(fake, byteTokenizer{}, time.Unix(0, 0), nil)}
 	if !withStore {
+		s := newServer(f, cfg, nil, models)
+		s.srv.SetState(server.StateReady)
 		return s, ""
 	}
 	ctx := context.Background()
@@ -40,7 +43,8 @@ func fuzzServer(f *testing.F, withStore bool) (*Server, string) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = st.Close() })
-	s.store = st
+	s := newDaemon(f, cfg, nil, Deps{Store: st, Models: models})
+	s.srv.SetState(server.StateReady)
 	if _, err := st.EnsureTenant(ctx, "ops", store.TierEnterprise); err != nil {
 		f.Fatal(err)
 	}
@@ -52,7 +56,7 @@ func fuzzServer(f *testing.F, withStore bool) (*Server, string) {
 }
 
 // fuzzCall sends one request through s's handler and checks the answer.
-func fuzzCall(t *testing.T, s *Server, method, path, key, body string) {
+func fuzzCall(t *testing.T, s *Daemon, method, path, key, body string) {
 	w := httptest.NewRecorder()
 	r := httptest.NewRequestWithContext(t.Context(), method, path, strings.NewReader(body))
 	if key != "" {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/server"
 )
 
 // FuzzRequests throws arbitrary bodies at every generation endpoint: the
@@ -33,8 +35,8 @@ func FuzzRequests(f *testing.F) {
 	fake := newFake(fakeModel, 64, "okay then")
 	cfg := testConfig()
 	cfg.MaxBodyBytes = 1 << 10
-	s := newServer(cfg, nil, []*model{newModel(fake, byteTokenizer{}, time.Unix(0, 0), nil)})
-	s.state.Store(stateReady)
+	s := newServer(f, cfg, nil, []*pipeline.Model{newModel(fake, byteTokenizer{}, time.Unix(0, 0), nil)})
+	s.srv.SetState(server.StateReady)
 	paths := []string{"/v1/chat/completions", "/v1/completions", "/v1/chat"}
 	f.Fuzz(func(t *testing.T, p uint8, body string) {
 		w := httptest.NewRecorder()

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -14,9 +13,10 @@ import (
 	"github.com/llmd/llmd/model/chat"
 	"github.com/llmd/llmd/model/gguf"
 	"github.com/llmd/llmd/model/tokenizer"
+	"github.com/llmd/llmd/pipeline"
 )
 
-// ggufText is the textModel of a GGUF model: its chat template and its
+// ggufText is the pipeline.TextModel of a GGUF model: its chat template and its
 // tokenizer.
 type ggufText struct {
 	tok  *tokenizer.Tokenizer
@@ -35,7 +35,7 @@ func (g ggufText) ChatPrompt(msgs []api.Message, addGenerationPrompt bool) ([]in
 	}
 	prompt, err := g.tmpl.Render(cm, addGenerationPrompt)
 	if err != nil {
-		return nil, invalidParam("messages", "%v", err)
+		return nil, pipeline.InvalidParam("messages", "%v", err)
 	}
 	// Templates that write bos_token themselves must not get a second one.
 	addBOS := g.bos == "" || !strings.HasPrefix(prompt, g.bos)
@@ -62,16 +62,16 @@ func (g ggufText) VocabSize() int           { return g.tok.VocabSize() }
 // GGUF file (memory-mapped), prepares its tokenizer and chat template, and
 // builds its CPU executor and engine. The returned closers release them
 // (after the engines stop).
-func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*model, error) {
+func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*pipeline.Model, error) {
 	specs := append([]string(nil), cfg.ModelFiles...)
 	if cfg.ModelsDir != "" {
 		specs = append(specs, cfg.ModelsDir)
 	}
 	var (
 		closers []func()
-		models  []*model
+		models  []*pipeline.Model
 	)
-	fail := func(err error) ([]func(), []*model, error) {
+	fail := func(err error) ([]func(), []*pipeline.Model, error) {
 		for _, c := range closers {
 			c()
 		}
@@ -96,10 +96,10 @@ func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*model, error)
 		}
 		closers = append(closers, closer)
 		models = append(models, m)
-		logger.Info("model loaded", "model", m.id, "path", ref.Path, "source", ref.Source, "arch", m.arch,
-			"parameters", m.params, "quantization", m.quantization, "context_length", m.limit,
-			"template", m.text.(ggufText).tmpl.Source(), "executor", "cpu", "kv_blocks", m.info.NumBlocks,
-			"max_seq_tokens", m.limit, "load_ms", time.Since(start).Milliseconds())
+		logger.Info("model loaded", "model", m.ID, "path", ref.Path, "source", ref.Source, "arch", m.Arch,
+			"parameters", m.Params, "quantization", m.Quantization, "context_length", m.Limit,
+			"template", m.Text.(ggufText).tmpl.Source(), "executor", "cpu", "kv_blocks", m.Info.NumBlocks,
+			"max_seq_tokens", m.Limit, "load_ms", time.Since(start).Milliseconds())
 	}
 	if cfg.LoadProgress != nil && len(refs) > 0 {
 		cfg.LoadProgress(len(refs), len(refs), "")
@@ -107,7 +107,7 @@ func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*model, error)
 	return closers, models, nil
 }
 
-func loadGGUF(ref modelfile.ModelRef, cfg Config, logger *slog.Logger) (func(), *model, error) {
+func loadGGUF(ref modelfile.ModelRef, cfg Config, logger *slog.Logger) (func(), *pipeline.Model, error) {
 	f, err := gguf.Open(ref.Path)
 	if err != nil {
 		return nil, nil, err
@@ -119,7 +119,7 @@ func loadGGUF(ref modelfile.ModelRef, cfg Config, logger *slog.Logger) (func(), 
 	}
 	cc := cpu.DefaultConfig()
 	cc.Name = ref.Name
-	cc.EOS = m.text.(ggufText).tok.EndOfGeneration()
+	cc.EOS = m.Text.(ggufText).tok.EndOfGeneration()
 	if cfg.CPUThreads > 0 {
 		cc.Threads = cfg.CPUThreads
 	}
@@ -137,14 +137,14 @@ func loadGGUF(ref modelfile.ModelRef, cfg Config, logger *slog.Logger) (func(), 
 		_ = f.Close()
 		return nil, nil, err
 	}
-	m.eng = engineReplica{eng}
-	m.info = eng.Info()
-	m.run = eng.Run
-	m.limit = min(m.limit, eng.MaxSeqTokens())
+	m.Replica = pipeline.EngineReplica{E: eng}
+	m.Info = eng.Info()
+	m.Run = eng.Run
+	m.Limit = min(m.Limit, eng.MaxSeqTokens())
 	return func() { exec.Close(); _ = f.Close() }, m, nil
 }
 
-func ggufModel(ref modelfile.ModelRef, f *gguf.File) (*model, error) {
+func ggufModel(ref modelfile.ModelRef, f *gguf.File) (*pipeline.Model, error) {
 	spec, err := modelfile.SpecFromFile(f)
 	if err != nil {
 		return nil, err
@@ -170,21 +170,19 @@ func ggufModel(ref modelfile.ModelRef, f *gguf.File) (*model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &model{
-		id:           ref.Name,
-		text:         ggufText{tok: tok, tmpl: tmpl, bos: bos},
-		eos:          map[int32]bool{},
-		limit:        spec.ContextLength,
-		arch:         spec.Arch,
-		params:       spec.ParamCount,
-		quantization: spec.FileType,
-		created:      time.Now().Unix(),
+	m := &pipeline.Model{
+		ID:           ref.Name,
+		Text:         ggufText{tok: tok, tmpl: tmpl, bos: bos},
+		EOS:          map[int32]bool{},
+		Limit:        spec.ContextLength,
+		Executor:     pipeline.ExecutorCPU,
+		Arch:         spec.Arch,
+		Params:       spec.ParamCount,
+		Quantization: spec.FileType,
+		Created:      time.Now().Unix(),
 	}
 	for _, id := range tok.EndOfGeneration() {
-		m.eos[id] = true
+		m.EOS[id] = true
 	}
 	return m, nil
 }
-
-// errDuplicateModel is two served models with one id.
-var errDuplicateModel = errors.New("daemon: two models have the same id")

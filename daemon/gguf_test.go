@@ -47,7 +47,7 @@ func TestGGUFModelLoadsAndTokenizes(t *testing.T) {
 	cfg := testConfig()
 	cfg.Models = nil
 	cfg.ModelFiles = []string{path}
-	s, err := New(cfg, testLogger(t))
+	s, err := Open(cfg, testLogger(t))
 	require.NoError(t, err)
 	base := startServer(t, s)
 	c := testClient(t)
@@ -144,7 +144,7 @@ func TestGGUFModelFromOllamaStore(t *testing.T) {
 	cfg.Clock = nil
 	cfg.ModelFiles = []string{"ollama:tiny:1b"}
 	cfg.Resolve = modelfile.ResolveEnv{OllamaModels: root}
-	s, err := New(cfg, testLogger(t))
+	s, err := Open(cfg, testLogger(t))
 	require.NoError(t, err)
 	require.Equal(t, []string{"sim/small", "tiny:1b"}, s.Models())
 	base := startServer(t, s)
@@ -152,7 +152,7 @@ func TestGGUFModelFromOllamaStore(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 
 	cfg.ModelFiles = []string{"ollama:missing"}
-	_, err = New(cfg, nil)
+	_, err = Open(cfg, nil)
 	require.ErrorIs(t, err, modelfile.ErrModelNotFound)
 }
 
@@ -172,7 +172,7 @@ func TestGGUFModelRefusesBadFiles(t *testing.T) {
 			cfg := testConfig()
 			cfg.Models = nil
 			cfg.ModelFiles = files
-			_, err := New(cfg, nil)
+			_, err := Open(cfg, nil)
 			require.Error(t, err)
 		})
 	}
@@ -186,7 +186,7 @@ func TestGGUFLogprobs(t *testing.T) {
 	cfg.Models = []string{"small"}
 	cfg.Clock = nil
 	cfg.ModelFiles = []string{path}
-	s, err := New(cfg, testLogger(t))
+	s, err := Open(cfg, testLogger(t))
 	require.NoError(t, err)
 	base := startServer(t, s)
 	c := testClient(t)

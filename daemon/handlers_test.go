@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/pipeline"
 )
 
 const fakeModel = "sim/fake"
@@ -80,7 +81,7 @@ func TestChatStreamFraming(t *testing.T) {
 	assert.Equal(t, id, reqs[0].ID)
 	assert.Equal(t, byteTokenizer{}.Encode("<|user|>\nhi\n<|assistant|>\n"), reqs[0].Prompt)
 	assert.Equal(t, 4096-len(reqs[0].Prompt), reqs[0].MaxTokens, "chat default: the rest of the context")
-	assert.Equal(t, promptSeed(reqs[0].Prompt), reqs[0].Seed)
+	assert.Equal(t, pipeline.PromptSeed(reqs[0].Prompt), reqs[0].Seed)
 	assert.Equal(t, engine.SamplingParams{Temperature: 1, TopP: 1}, reqs[0].Sampling)
 }
 
@@ -217,40 +218,6 @@ func TestStopStrings(t *testing.T) {
 	require.Equal(t, 1, f.cancellations())
 }
 
-func TestTextStream(t *testing.T) {
-	t.Parallel()
-	cases := map[string]struct {
-		stops   []string
-		pieces  []string
-		want    []string // output per push
-		stopped bool
-		flush   string
-	}{
-		"no stops":           {pieces: []string{"a", "b"}, want: []string{"a", "b"}},
-		"hold prefix":        {stops: []string{"END"}, pieces: []string{"xE", "N", "Q"}, want: []string{"x", "", "ENQ"}},
-		"match across":       {stops: []string{"END"}, pieces: []string{"aE", "ND tail"}, want: []string{"a", ""}, stopped: true},
-		"earliest of two":    {stops: []string{"cd", "b"}, pieces: []string{"abcd"}, want: []string{"a"}, stopped: true},
-		"held at end":        {stops: []string{"END"}, pieces: []string{"aEN"}, want: []string{"a"}, flush: "EN"},
-		"utf8 split":         {pieces: []string{"\xc3", "\xa9!"}, want: []string{"", "é!"}},
-		"utf8 3 bytes":       {pieces: []string{"\xe2\x82", "\xac"}, want: []string{"", "€"}},
-		"stop at start":      {stops: []string{"a"}, pieces: []string{"abc"}, want: []string{""}, stopped: true},
-		"after stop nothing": {stops: []string{"b"}, pieces: []string{"ab", "c"}, want: []string{"a", ""}, stopped: true},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			ts := textStream{stops: tc.stops}
-			var stopped bool
-			for i, p := range tc.pieces {
-				var out string
-				out, stopped = ts.push(p)
-				require.Equal(t, tc.want[i], out, "push %d", i)
-			}
-			require.Equal(t, tc.stopped, stopped)
-			require.Equal(t, tc.flush, ts.flush())
-		})
-	}
-}
-
 func TestBadRequestsFake(t *testing.T) {
 	t.Parallel()
 	f := newFake(fakeModel, 64, "ok")
@@ -301,7 +268,7 @@ func TestEngineErrors(t *testing.T) {
 		{name: "closed", submitErr: engine.ErrClosed, path: "/v1/chat/completions", body: chat + `,"stream":true}`,
 			status: 503, msg: "shutting down"},
 		{name: "context length from engine", submitErr: &engine.ContextLengthError{PromptTokens: 30, MaxTokens: 10, Limit: 32},
-			path: "/v1/chat/completions", body: chat + `,"max_tokens":10}`, status: 400, code: codeContextLength,
+			path: "/v1/chat/completions", body: chat + `,"max_tokens":10}`, status: 400, code: pipeline.CodeContextLength,
 			msg: "maximum context length is 32 tokens. However, you requested 40 tokens (30 in the messages, 10 in the completion)"},
 		{name: "invalid from engine", submitErr: &engine.InvalidRequestError{Reason: "bad"}, path: "/v1/chat", body: chat + `}`,
 			status: 400, msg: "bad"},
@@ -423,7 +390,7 @@ func TestRoutes(t *testing.T) {
 	for _, id := range []string{"nope", ""} {
 		resp, body = get(t, c, base+"/v1/models/"+id)
 		require.Equal(t, http.StatusNotFound, resp.StatusCode)
-		require.Equal(t, codeModelNotFound, errorOf(t, body)["code"])
+		require.Equal(t, pipeline.CodeModelNotFound, errorOf(t, body)["code"])
 	}
 
 	resp, body = get(t, c, base+"/healthz")
@@ -520,5 +487,37 @@ func TestKeepAliveAfterStream(t *testing.T) {
 		resp, b := post(t, c, base+"/v1/chat", `{"model":"sim/fake","stream":false,"messages":[{"role":"user","content":"hi"}]}`)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Contains(t, string(b), `"text":"abc"`)
+	}
+}
+
+// TestSamplingSameOnEveryAPI: the three generation APIs decode their
+// sampling fields into one shape and check them once: the same fields
+// reach the engine alike, and the same bad value gets the same 400.
+func TestSamplingSameOnEveryAPI(t *testing.T) {
+	t.Parallel()
+	f := newFake(fakeModel, 4096, "ab")
+	base := startFake(t, testConfig(), f)
+	c := testClient(t)
+	const sampling = `"temperature":0.5,"top_p":0.9,"top_k":7,"min_p":0.1,"presence_penalty":0.3,` +
+		`"frequency_penalty":-0.2,"repetition_penalty":1.1,"logit_bias":{"97":-5},"seed":11,"stop":["zz"],"max_tokens":2`
+	bodies := map[string]string{
+		"/v1/chat/completions": `{"model":"sim/fake","messages":[{"role":"user","content":"hi"}],` + sampling + `}`,
+		"/v1/completions":      `{"model":"sim/fake","prompt":"hi",` + sampling + `}`,
+		"/v1/chat":             `{"model":"sim/fake","stream":false,"messages":[{"role":"user","content":"hi"}],` + sampling + `}`,
+	}
+	want := engine.SamplingParams{Temperature: 0.5, TopP: 0.9, TopK: 7, MinP: 0.1, PresencePenalty: 0.3,
+		FrequencyPenalty: -0.2, RepetitionPenalty: 1.1, LogitBias: map[int32]float32{97: -5}}
+	for path, body := range bodies {
+		resp, b := post(t, c, base+path, body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, b)
+		reqs := f.requests()
+		got := reqs[len(reqs)-1]
+		require.Equal(t, want, got.Sampling, path)
+		require.Equal(t, uint64(11), got.Seed, path)
+		require.Equal(t, 2, got.MaxTokens, path)
+
+		resp, b = post(t, c, base+path, strings.Replace(body, `"min_p":0.1`, `"min_p":3`, 1))
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", path, b)
+		require.Equal(t, "min_p", errorOf(t, b)["param"], path)
 	}
 }

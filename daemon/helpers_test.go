@@ -15,6 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/quota"
+	"github.com/llmd/llmd/server"
 )
 
 func TestMain(m *testing.M) {
@@ -36,7 +40,7 @@ func testLogger(t *testing.T) *slog.Logger {
 
 // startServer runs s on a loopback port until the test ends and returns its
 // base URL.
-func startServer(t *testing.T, s *Server) string {
+func startServer(t *testing.T, s *Daemon) string {
 	t.Helper()
 	addr, err := s.Listen()
 	require.NoError(t, err)
@@ -53,18 +57,42 @@ func startServer(t *testing.T, s *Server) string {
 		}
 	})
 	base := "http://" + addr.String()
-	require.Eventually(t, func() bool { return s.state.Load() == stateReady }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return s.srv.State() == server.StateReady }, 5*time.Second, time.Millisecond)
 	return base
+}
+
+// newModel describes the model served by replica, with tok for its text.
+func newModel(replica pipeline.Replica, tok Tokenizer, created time.Time, run func(context.Context) error) *pipeline.Model {
+	return pipeline.NewModel(replica, plainText{tok}, created, run)
+}
+
+// newServer composes a daemon over models, with an in-memory quota
+// limiter and no store.
+func newServer(tb testing.TB, cfg Config, logger *slog.Logger, models []*pipeline.Model) *Daemon {
+	tb.Helper()
+	return newDaemon(tb, cfg, logger, Deps{Models: models})
+}
+
+// newDaemon composes a daemon over deps, with an in-memory quota limiter
+// when deps has none.
+func newDaemon(tb testing.TB, cfg Config, logger *slog.Logger, deps Deps) *Daemon {
+	tb.Helper()
+	if deps.Limiter == nil {
+		deps.Limiter = quota.NewMemory(quota.MemoryConfig{})
+	}
+	d, err := New(cfg, deps, logger)
+	require.NoError(tb, err)
+	return d
 }
 
 // startFake serves fakes with cfg.
 func startFake(t *testing.T, cfg Config, fakes ...*fakeReplica) string {
 	t.Helper()
-	models := make([]*model, len(fakes))
+	models := make([]*pipeline.Model, len(fakes))
 	for i, f := range fakes {
 		models[i] = newModel(f, byteTokenizer{}, time.Unix(1700000000, 0), nil)
 	}
-	return startServer(t, newServer(cfg, testLogger(t), models))
+	return startServer(t, newServer(t, cfg, testLogger(t), models))
 }
 
 // testClient returns an HTTP client whose connections close with the test.

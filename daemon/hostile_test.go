@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/server"
 	"github.com/llmd/llmd/store"
 )
 
@@ -223,7 +225,7 @@ func TestHeaderLimits(t *testing.T) {
 	t.Parallel()
 	var logs syncBuffer
 	f := newFake("m", 4096, "ok")
-	s := newServer(testConfig(), newBufferLogger(&logs), []*model{newModel(f, byteTokenizer{}, time.Unix(0, 0), nil)})
+	s := newServer(t, testConfig(), newBufferLogger(&logs), []*pipeline.Model{newModel(f, byteTokenizer{}, time.Unix(0, 0), nil)})
 	base := startServer(t, s)
 	c := testClient(t)
 
@@ -254,7 +256,7 @@ func TestHeaderLimits(t *testing.T) {
 		require.Less(t, len(line), 4096, "a log line holds the client's header: %.200s", line)
 		m := jsonMap(t, line)
 		if m["request_id"] == id {
-			require.Equal(t, huge[:maxClientRequestIDLen], m["client_request_id"])
+			require.Equal(t, huge[:server.MaxClientRequestIDLen], m["client_request_id"])
 		}
 	}
 }

@@ -14,29 +14,29 @@ import (
 
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/internal/redistest"
+	"github.com/llmd/llmd/pipeline"
 	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/store"
 )
 
 // startFakeWithStore serves fakes with a store in a temporary data
 // directory.
-func startFakeWithStore(t *testing.T, cfg Config, fakes ...*fakeReplica) (*Server, string) {
+func startFakeWithStore(t *testing.T, cfg Config, fakes ...*fakeReplica) (*Daemon, string) {
 	t.Helper()
-	models := make([]*model, len(fakes))
+	models := make([]*pipeline.Model, len(fakes))
 	for i, f := range fakes {
 		models[i] = newModel(f, byteTokenizer{}, time.Unix(1700000000, 0), nil)
 	}
-	s := newServer(cfg, testLogger(t), models)
 	st, err := store.Open(context.Background(), t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	s.store = st
+	s := newDaemon(t, cfg, testLogger(t), Deps{Store: st, Models: models})
 	return s, startServer(t, s)
 }
 
-func setQuota(t *testing.T, s *Server, tenant string, u store.QuotaUpdate) {
+func setQuota(t *testing.T, s *Daemon, tenant string, u store.QuotaUpdate) {
 	t.Helper()
-	_, err := s.store.UpdateQuota(context.Background(), tenant, u)
+	_, err := s.deps.Store.UpdateQuota(context.Background(), tenant, u)
 	require.NoError(t, err)
 }
 
@@ -183,7 +183,7 @@ func TestConcurrencyLimitIsExact(t *testing.T) {
 	}
 	// The slots come back once the streams end.
 	require.Eventually(t, func() bool {
-		u, err := s.quota.Usage(context.Background(), "acme", limitsOf(store.Limits{Concurrency: 10}))
+		u, err := s.deps.Limiter.Usage(context.Background(), "acme", pipeline.LimitsOf(store.Limits{Concurrency: 10}))
 		return err == nil && u.InFlight == 0
 	}, 5*time.Second, 5*time.Millisecond)
 }
@@ -195,12 +195,11 @@ func TestShadowModeAdmitsAndLogs(t *testing.T) {
 	cfg := testConfig()
 	cfg.QuotaShadow = true
 	var logs syncBuffer
-	models := []*model{newModel(f, byteTokenizer{}, time.Unix(1700000000, 0), nil)}
-	s := newServer(cfg, newBufferLogger(&logs), models)
+	models := []*pipeline.Model{newModel(f, byteTokenizer{}, time.Unix(1700000000, 0), nil)}
 	st, err := store.Open(context.Background(), t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	s.store = st
+	s := newDaemon(t, cfg, newBufferLogger(&logs), Deps{Store: st, Models: models})
 	base := startServer(t, s)
 	key := makeKey(t, s, "acme", store.TierPaid, false)
 	setQuota(t, s, "acme", store.QuotaUpdate{RPM: i64(1)})
@@ -210,7 +209,8 @@ func TestShadowModeAdmitsAndLogs(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
 	}
 	require.Contains(t, logs.String(), "quota would refuse (shadow mode)")
-	require.EqualValues(t, 2, s.rejected.get("acme"))
+	rejected, _ := s.pipe.Rejected("acme", time.Now())
+	require.EqualValues(t, 2, rejected)
 }
 
 // TestTierSetsPriority: a tenant's requests run at its tier's priority; it
@@ -352,15 +352,14 @@ func TestQuotaEstimateReservesLearnedLength(t *testing.T) {
 // sent.
 func TestSequentialClientNeverSeesItsOwnSlot(t *testing.T) {
 	f := newFake("m", 4096, "ok")
-	models := []*model{newModel(f, byteTokenizer{}, time.Unix(1700000000, 0), nil)}
-	s := newServer(testConfig(), testLogger(t), models)
+	models := []*pipeline.Model{newModel(f, byteTokenizer{}, time.Unix(1700000000, 0), nil)}
 	st, err := store.Open(context.Background(), t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	s.store = st
 	// A slow settlement (Redis on a bad day) widens the window in which a
 	// slot freed after the end would still be held.
-	s.quota = slowReconcile{Limiter: s.quota, delay: 20 * time.Millisecond}
+	s := newDaemon(t, testConfig(), testLogger(t), Deps{Store: st, Models: models,
+		Limiter: slowReconcile{Limiter: quota.NewMemory(quota.MemoryConfig{}), delay: 20 * time.Millisecond}})
 	base := startServer(t, s)
 	key := makeKey(t, s, "solo", store.TierPaid, false)
 	setQuota(t, s, "solo", store.QuotaUpdate{Concurrency: i64(1), RPM: i64(0), TPM: i64(0)})

@@ -23,7 +23,7 @@ func TestTwoNodesSeeEachOther(t *testing.T) {
 	second := newStoreServer(t, func(c *Config) {
 		c.NodeID = "node-b"
 		c.Models = []string{"mid"}
-		c.Cluster = &ClusterConfig{GossipAddr: "127.0.0.1:0", Key: key, Profile: "local", Join: []string{first.cluster.Addr()}}
+		c.Cluster = &ClusterConfig{GossipAddr: "127.0.0.1:0", Key: key, Profile: "local", Join: []string{first.cluster.Load().Addr()}}
 	})
 	baseB := startServer(t, second)
 	c := testClient(t)
@@ -63,10 +63,10 @@ func TestNodesWhenAlone(t *testing.T) {
 // at least 200 ms; a sooner sample keeps the last rate.
 func TestOutputRate(t *testing.T) {
 	t.Parallel()
-	s := &Server{}
+	s := &Daemon{}
 	t0 := time.Unix(1000, 0)
-	require.Zero(t, s.outputRate("m", 100, t0))
-	require.InDelta(t, 500, s.outputRate("m", 350, t0.Add(500*time.Millisecond)), 1e-9)
-	require.InDelta(t, 500, s.outputRate("m", 360, t0.Add(600*time.Millisecond)), 1e-9, "too soon: the last rate")
-	require.InDelta(t, 0, s.outputRate("m", 350, t0.Add(2*time.Second)), 1e-9, "a restarted count starts over")
+	require.Zero(t, s.rates.rate("m", 100, t0))
+	require.InDelta(t, 500, s.rates.rate("m", 350, t0.Add(500*time.Millisecond)), 1e-9)
+	require.InDelta(t, 500, s.rates.rate("m", 360, t0.Add(600*time.Millisecond)), 1e-9, "too soon: the last rate")
+	require.InDelta(t, 0, s.rates.rate("m", 350, t0.Add(2*time.Second)), 1e-9, "a restarted count starts over")
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -25,6 +26,8 @@ import (
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
 	"github.com/llmd/llmd/engine/sim"
+	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/server"
 	"github.com/llmd/llmd/store"
 )
 
@@ -36,7 +39,13 @@ import (
 // executor simEdit may change (KV pool, answer lengths); cfg edits come
 // first, and cfg.StepTimeScale becomes the executor's time scale. The
 // clock is the real one unless edit sets another.
-func newTunedSim(t *testing.T, simEdit func(*sim.Config), edit func(*Config)) *Server {
+func newTunedSim(t *testing.T, simEdit func(*sim.Config), edit func(*Config)) *Daemon {
+	t.Helper()
+	return newTunedSimLogged(t, testLogger(t), simEdit, edit)
+}
+
+// newTunedSimLogged is newTunedSim logging to logger.
+func newTunedSimLogged(t *testing.T, logger *slog.Logger, simEdit func(*sim.Config), edit func(*Config)) *Daemon {
 	t.Helper()
 	cfg := testConfig()
 	cfg.Models = []string{"small"}
@@ -56,12 +65,12 @@ func newTunedSim(t *testing.T, simEdit func(*sim.Config), edit func(*Config)) *S
 	require.NoError(t, err)
 	eng, err := engine.New(exec, clock, cfg.Engine, nil)
 	require.NoError(t, err)
-	m := newModel(engineReplica{eng}, exec.Tokenizer(), time.Now(), eng.Run)
-	return newServer(cfg, testLogger(t), []*model{m})
+	m := newModel(pipeline.EngineReplica{E: eng}, exec.Tokenizer(), time.Now(), eng.Run)
+	return newServer(t, cfg, logger, []*pipeline.Model{m})
 }
 
 // startChecked starts s and checks the idle invariant when the test ends.
-func startChecked(t *testing.T, s *Server) string {
+func startChecked(t *testing.T, s *Daemon) string {
 	t.Helper()
 	base := startServer(t, s)
 	t.Cleanup(func() { requireIdle(t, s) })
@@ -69,13 +78,13 @@ func startChecked(t *testing.T, s *Server) string {
 }
 
 // startReplicas serves replicas (fakes of any kind) with cfg.
-func startReplicas(t *testing.T, cfg Config, reps ...replica) (*Server, string) {
+func startReplicas(t *testing.T, cfg Config, reps ...pipeline.Replica) (*Daemon, string) {
 	t.Helper()
-	models := make([]*model, len(reps))
+	models := make([]*pipeline.Model, len(reps))
 	for i, r := range reps {
 		models[i] = newModel(r, byteTokenizer{}, time.Unix(1700000000, 0), nil)
 	}
-	s := newServer(cfg, testLogger(t), models)
+	s := newServer(t, cfg, testLogger(t), models)
 	return s, startServer(t, s)
 }
 
@@ -90,7 +99,7 @@ func poolClient(t *testing.T, n int) *http.Client {
 // serve sends one request through s's handler (no socket) and returns the
 // whole answer; the client gives up after timeout. It is safe in any
 // goroutine.
-func serve(ctx context.Context, s *Server, method, path, body string, hdr map[string]string, timeout time.Duration) *httptest.ResponseRecorder {
+func serve(ctx context.Context, s *Daemon, method, path, body string, hdr map[string]string, timeout time.Duration) *httptest.ResponseRecorder {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	w := httptest.NewRecorder()
@@ -256,7 +265,7 @@ func TestAbortHundredStreams(t *testing.T) {
 		var ev store.UsageEvent
 		require.Eventually(t, func() bool {
 			var err error
-			ev, err = s.store.UsageEvent(t.Context(), o.id)
+			ev, err = s.deps.Store.UsageEvent(t.Context(), o.id)
 			return err == nil && ev.Status != store.UsageInFlight
 		}, 5*time.Second, 5*time.Millisecond)
 		require.Equal(t, store.UsageCancelled, ev.Status)
@@ -397,7 +406,7 @@ func TestSlowClientDropped(t *testing.T) {
 	t.Parallel()
 	const tokens = 800
 	var logs syncBuffer
-	s := newTunedSim(t, func(sc *sim.Config) { sc.MeanOutputTokens = 0 }, func(c *Config) {
+	s := newTunedSimLogged(t, newBufferLogger(&logs), func(sc *sim.Config) { sc.MeanOutputTokens = 0 }, func(c *Config) {
 		c.StepTimeScale = 1 // about 5 ms a step: 4 s for the whole answer
 		// A few hundred milliseconds of output: the trickling reader
 		// (3 KB/s) falls that far behind long before the end; a busy
@@ -406,7 +415,6 @@ func TestSlowClientDropped(t *testing.T) {
 		c.StreamWriteTimeout = 3 * time.Second
 		c.ResumeGrace = time.Minute
 	})
-	s.log = newBufferLogger(&logs).With("component", "daemon")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	s.ln = smallBufListener{Listener: ln, size: 1024}
@@ -449,14 +457,11 @@ func TestSlowClientDropped(t *testing.T) {
 	var stalledDrop time.Time
 	for _, resp := range []*http.Response{stalled, trickle} {
 		id := resp.Header.Get("X-Request-Id")
-		l := s.logs.get(id, store.LocalTenant)
+		l := s.streams.Get(id, store.LocalTenant)
 		require.NotNil(t, l)
-		require.Eventually(t, func() bool {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			return l.readers == 0
-		}, 5*time.Second, time.Millisecond, "slow client %s never dropped", id)
-		require.False(t, l.isDone(), "dropped only after its request ended (%v)", time.Since(start))
+		require.Eventually(t, func() bool { return l.Readers() == 0 }, 5*time.Second, time.Millisecond,
+			"slow client %s never dropped", id)
+		require.False(t, l.Done(), "dropped only after its request ended (%v)", time.Since(start))
 		if resp == stalled {
 			stalledDrop = time.Now()
 		}
@@ -579,14 +584,14 @@ func TestOverAdmissionPreempts(t *testing.T) {
 	}
 
 	// EN-5: a request that can never fit is refused at once, not queued.
-	limit := s.models[0].limit
+	limit := s.models.List()[0].Limit
 	require.LessOrEqual(t, limit, blocks*16)
 	steps := s.Stats()[0].Steps
 	began := time.Now()
 	resp, b := post(t, c, base+"/v1/chat/completions",
 		fmt.Sprintf(`{"model":"sim/small","max_tokens":%d,"messages":[{"role":"user","content":"hi"}]}`, limit))
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", b)
-	require.Equal(t, codeContextLength, errorOf(t, b)["code"])
+	require.Equal(t, pipeline.CodeContextLength, errorOf(t, b)["code"])
 	require.Less(t, time.Since(began), 2*time.Second)
 	require.Equal(t, steps, s.Stats()[0].Steps, "never reached the engine")
 }
@@ -646,7 +651,7 @@ func TestOversizedPromptSameError(t *testing.T) {
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", b)
 			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 			e := errorOf(t, b)
-			require.Equal(t, codeContextLength, e["code"])
+			require.Equal(t, pipeline.CodeContextLength, e["code"])
 			require.Regexp(t, `maximum context length is 64 tokens.* resulted in 1\d\d tokens`, e["message"])
 			bodies = append(bodies, string(b))
 		}
@@ -683,7 +688,7 @@ func newPaced(id string, tokens int, pause func(i int) time.Duration) *pacedRepl
 		tokens: tokens, pause: pause}
 }
 
-func (r *pacedReplica) Submit(ctx context.Context, req engine.Request) (eventStream, error) {
+func (r *pacedReplica) Submit(ctx context.Context, req engine.Request) (pipeline.EventStream, error) {
 	return &pacedStream{r: r, sub: ctx, req: req}, nil
 }
 
@@ -1106,7 +1111,7 @@ func TestDrainLiveStreams(t *testing.T) {
 	defer stop()
 	ran := make(chan error, 1)
 	go func() { ran <- s.Run(ctx) }()
-	require.Eventually(t, func() bool { return s.state.Load() == stateReady }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return s.srv.State() == server.StateReady }, 5*time.Second, time.Millisecond)
 	c := poolClient(t, 64)
 
 	const streams = 50
@@ -1175,7 +1180,7 @@ func TestDrainLiveStreams(t *testing.T) {
 
 	began := time.Now()
 	stop()
-	require.Eventually(t, func() bool { return s.state.Load() == stateDraining }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return s.srv.State() == server.StateDraining }, time.Second, time.Millisecond)
 	t.Logf("draining %v after the stop", time.Since(began))
 	w := serve(t.Context(), s, http.MethodGet, "/readyz", "", nil, time.Second)
 	require.Equal(t, http.StatusServiceUnavailable, w.Code)
@@ -1224,46 +1229,4 @@ func TestDrainLiveStreams(t *testing.T) {
 		require.Equal(t, want, ev.Status, "stream %d", i)
 		require.Positive(t, ev.OutputTokens)
 	}
-}
-
-// tickStream delivers a token event after each of its gaps, then blocks.
-type tickStream struct{ gaps []time.Duration }
-
-func (s *tickStream) Next(ctx context.Context) (engine.Event, error) {
-	if len(s.gaps) == 0 {
-		<-ctx.Done()
-		return engine.Event{}, ctx.Err()
-	}
-	t := time.NewTimer(s.gaps[0])
-	defer t.Stop()
-	select {
-	case <-t.C:
-		s.gaps = s.gaps[1:]
-		return engine.Event{Kind: engine.EventToken}, nil
-	case <-ctx.Done():
-		return engine.Event{}, ctx.Err()
-	}
-}
-
-// TestWatchdogRearms: tokens closer together than the stall timeout keep a
-// request alive however long it runs; the first gap longer than it ends
-// the request with errStalled.
-func TestWatchdogRearms(t *testing.T) {
-	t.Parallel()
-	gaps := make([]time.Duration, 12)
-	for i := range gaps {
-		gaps[i] = 30 * time.Millisecond
-	}
-	st := &tickStream{gaps: gaps}
-	wd := watchdog{stall: 100 * time.Millisecond}
-	defer wd.stop()
-	start := time.Now()
-	for range gaps {
-		_, err := wd.next(t.Context(), st)
-		require.NoError(t, err)
-		wd.progress()
-	}
-	require.Greater(t, time.Since(start), 300*time.Millisecond, "longer than the stall timeout in all")
-	_, err := wd.next(t.Context(), st)
-	require.ErrorIs(t, err, errStalled)
 }

@@ -7,11 +7,12 @@ import (
 
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/sim"
+	"github.com/llmd/llmd/pipeline"
 )
 
 // buildSimModels builds one engine per configured model, each over its own
 // simulated GPU group (Config.GPU x Config.TP).
-func buildSimModels(cfg Config, logger *slog.Logger) ([]*model, error) {
+func buildSimModels(cfg Config, logger *slog.Logger) ([]*pipeline.Model, error) {
 	if len(cfg.Models) == 0 {
 		return nil, nil
 	}
@@ -28,7 +29,7 @@ func buildSimModels(cfg Config, logger *slog.Logger) ([]*model, error) {
 		clock = engine.RealClock{}
 	}
 	now := time.Now()
-	models := make([]*model, 0, len(cfg.Models))
+	models := make([]*pipeline.Model, 0, len(cfg.Models))
 	for _, name := range cfg.Models {
 		prof, err := sim.ModelByName(name)
 		if err != nil {
@@ -48,15 +49,15 @@ func buildSimModels(cfg Config, logger *slog.Logger) ([]*model, error) {
 		if err != nil {
 			return nil, fmt.Errorf("daemon: engine for %s: %w", prof.ID, err)
 		}
-		m := newModel(engineReplica{eng}, exec.Tokenizer(), now, eng.Run)
-		m.arch, m.params, m.quantization = "sim", prof.Params, "BF16"
-		m.sim = &simGPU{name: gpu.Name, tp: cfg.TP, memory: gpu.MemoryBytes * int64(cfg.TP), kvCapacity: exec.KVCapacityBytes()}
+		m := pipeline.NewModel(pipeline.EngineReplica{E: eng}, plainText{exec.Tokenizer()}, now, eng.Run)
+		m.Executor, m.Arch, m.Params, m.Quantization = pipeline.ExecutorSimulated, "sim", prof.Params, "BF16"
+		m.Sim = &pipeline.SimGPU{Name: gpu.Name, TP: cfg.TP, Memory: gpu.MemoryBytes * int64(cfg.TP), KVCapacity: exec.KVCapacityBytes()}
 		if prof.WeightDTypeBytes == 1 {
-			m.quantization = "FP8"
+			m.Quantization = "FP8"
 		}
-		log.Info("model ready", "model", m.id, "executor", "SIMULATED", "gpu", gpu.Name, "tp", cfg.TP,
-			"kv_blocks", m.info.NumBlocks, "block_size", m.info.BlockSize, "context_length", m.info.ContextLength,
-			"max_seq_tokens", m.limit)
+		log.Info("model ready", "model", m.ID, "executor", "SIMULATED", "gpu", gpu.Name, "tp", cfg.TP,
+			"kv_blocks", m.Info.NumBlocks, "block_size", m.Info.BlockSize, "context_length", m.Info.ContextLength,
+			"max_seq_tokens", m.Limit)
 		models = append(models, m)
 	}
 	log.Warn("the executor is SIMULATED: no model weights are loaded; the sim/ models answer with placeholder text " +

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/server"
 	"github.com/llmd/llmd/store"
 )
 
@@ -83,7 +84,7 @@ func TestCancelJSONRequest(t *testing.T) {
 	}()
 	var id string
 	require.Eventually(t, func() bool {
-		rs, err := s.models[0].eng.Requests(t.Context())
+		rs, err := s.models.List()[0].Replica.Requests(t.Context())
 		require.NoError(t, err)
 		if len(rs) == 1 && rs[0].Generated > 0 {
 			id = rs[0].ID
@@ -139,7 +140,7 @@ func TestDrainKeepsAnsweringProbes(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	require.Eventually(t, func() bool { return s.state.Load() == stateReady }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return s.srv.State() == server.StateReady }, 5*time.Second, time.Millisecond)
 
 	c := testClient(t)
 	long := make(chan int, 1)
@@ -150,7 +151,7 @@ func TestDrainKeepsAnsweringProbes(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return s.Stats()[0].Running == 1 }, 5*time.Second, time.Millisecond)
 	stop()
-	require.Eventually(t, func() bool { return s.state.Load() == stateDraining }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return s.srv.State() == server.StateDraining }, 5*time.Second, time.Millisecond)
 
 	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
 	resp, err := fresh.Get(base + "/readyz")
@@ -180,7 +181,7 @@ func TestSnapshotCluster(t *testing.T) {
 		c.NodeID = "node-b"
 		c.Models = []string{"mid"}
 		c.Cluster = &ClusterConfig{GossipAddr: "127.0.0.1:0", InsecureGossip: true, Profile: "local",
-			Join: []string{first.cluster.Addr()}}
+			Join: []string{first.cluster.Load().Addr()}}
 	})
 	startServer(t, second)
 	c := testClient(t)

@@ -38,12 +38,12 @@ func TestSoak(t *testing.T) {
 	require.NoError(t, err, "LLMD_SOAK")
 	require.GreaterOrEqual(t, dur, 30*time.Second, "LLMD_SOAK: at least 30s")
 
-	s := newStoreServer(t, func(c *Config) {
+	// A line per request would drown the figures.
+	s := newStoreServerLogged(t, slog.New(slog.DiscardHandler), func(c *Config) {
 		c.StepTimeScale = 1 // an H100's step times
 		c.ResumeTTL = 10 * time.Second
 		c.ResumeGrace = 5 * time.Second
 	})
-	s.log = slog.New(slog.DiscardHandler) // a line per request would drown the figures
 	base := startChecked(t, s)
 	ld := &soakLoad{base: base, c: poolClient(t, 256)}
 	time.Sleep(time.Second)
@@ -85,7 +85,7 @@ func TestSoak(t *testing.T) {
 
 	// Idle again: engine, logs (after their TTL) and goroutines.
 	requireIdle(t, s)
-	require.Eventually(t, func() bool { return s.logs.len() == 0 }, s.cfg.ResumeTTL+5*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return s.streams.Len() == 0 }, s.cfg.ResumeTTL+5*time.Second, 100*time.Millisecond,
 		"stream logs not expired")
 	ld.c.CloseIdleConnections()
 	// Polled here, not with Eventually, whose own goroutine would count.

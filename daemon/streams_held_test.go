@@ -32,6 +32,8 @@ import (
 
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/sim"
+	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/server"
 )
 
 // TestStreamsHeld (issue 11) measures how many concurrent SSE streams one
@@ -261,7 +263,7 @@ func serveStreamsHeld(t *testing.T, spec string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	require.Eventually(t, func() bool { return s.state.Load() == stateReady }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return s.srv.State() == server.StateReady }, 10*time.Second, time.Millisecond)
 
 	out := bufio.NewWriter(os.Stdout)
 	reply := func(v any) {
@@ -305,7 +307,7 @@ func serveStreamsHeld(t *testing.T, spec string) {
 // takes its fixed overhead (step) whatever the batch, with a KV pool for
 // maxStreams sequences of maxTokens and an engine that runs them all in one
 // batch.
-func newStreamsServer(t *testing.T, maxStreams int, step time.Duration, maxTokens int) (*Server, *timedExecutor) {
+func newStreamsServer(t *testing.T, maxStreams int, step time.Duration, maxTokens int) (*Daemon, *timedExecutor) {
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Models = []string{"small"}
@@ -339,9 +341,9 @@ func newStreamsServer(t *testing.T, maxStreams int, step time.Duration, maxToken
 	timed := &timedExecutor{Executor: exec}
 	eng, err := engine.New(timed, clock, cfg.Engine, nil)
 	require.NoError(t, err)
-	m := newModel(engineReplica{eng}, exec.Tokenizer(), time.Now(), eng.Run)
+	m := newModel(pipeline.EngineReplica{E: eng}, exec.Tokenizer(), time.Now(), eng.Run)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return newServer(cfg, logger, []*model{m}), timed
+	return newServer(t, cfg, logger, []*pipeline.Model{m}), timed
 }
 
 // timedExecutor times the engine's steps: the time in Forward (the
@@ -381,11 +383,11 @@ type streamsServerStats struct {
 	HostNanos    int64 `json:"host_nanos"`
 }
 
-func streamsStats(s *Server, x *timedExecutor) streamsServerStats {
+func streamsStats(s *Daemon, x *timedExecutor) streamsServerStats {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	st := streamsServerStats{Goroutines: runtime.NumGoroutine(), HeapBytes: ms.HeapAlloc, GoBytes: ms.Sys - ms.HeapReleased,
-		Logs: s.logs.len()}
+		Logs: s.streams.Len()}
 	st.Steps, st.ForwardNanos, st.HostNanos = x.steps.Load(), x.forwardNanos.Load(), x.hostNanos.Load()
 	for _, e := range s.Stats() {
 		st.Running += e.Running

@@ -18,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/relay"
 	"github.com/llmd/llmd/store"
 )
 
@@ -447,7 +449,7 @@ func TestResumeLimits(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, del.StatusCode)
 	require.Equal(t, string(otherBody), string(delBody))
 	// A guessed id: the same body but for the id.
-	guess := newID("req_")
+	guess := pipeline.NewID("req_")
 	resp, b = call(t, c, http.MethodGet, resumeURL(base, guess), acme, "")
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 	require.Equal(t, strings.ReplaceAll(string(otherBody), id, guess), string(b))
@@ -462,7 +464,7 @@ func TestResumeLimits(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond)
 	resp, b = call(t, c, http.MethodGet, resumeURL(base, id), acme, "")
 	require.Equal(t, string(otherBody), string(b))
-	require.Zero(t, s.logs.len(), "expired logs are dropped")
+	require.Zero(t, s.streams.Len(), "expired logs are dropped")
 }
 
 // TestResumeGraceCountsFromDisconnect: a resumable stream whose client
@@ -562,7 +564,7 @@ func TestCancelStream(t *testing.T) {
 
 			after := s.Stats()[0]
 			generated := int64(after.GeneratedTokens - before.GeneratedTokens)
-			ev, err := s.store.UsageEvent(t.Context(), id)
+			ev, err := s.deps.Store.UsageEvent(t.Context(), id)
 			require.NoError(t, err)
 			require.Equal(t, store.UsageCancelled, ev.Status)
 			require.Equal(t, generated, ev.OutputTokens, "billed exactly what the engine generated")
@@ -627,7 +629,7 @@ func TestCancelNonStreamed(t *testing.T) {
 
 	r := <-done
 	require.Equal(t, id, r.id)
-	ev, err := s.store.UsageEvent(t.Context(), id)
+	ev, err := s.deps.Store.UsageEvent(t.Context(), id)
 	require.NoError(t, err)
 	require.Equal(t, store.UsageCancelled, ev.Status)
 	require.Equal(t, int64(s.Stats()[0].GeneratedTokens), ev.OutputTokens)
@@ -639,46 +641,14 @@ func TestCancelNonStreamed(t *testing.T) {
 }
 
 // liveRequestID returns the id of a live request of tenant, "" if none.
-func liveRequestID(s *Server, tenant string) string {
-	s.logs.mu.Lock()
-	defer s.logs.mu.Unlock()
-	for id, l := range s.logs.logs {
-		if l.tenant == tenant && !l.isDone() {
-			return id
+func liveRequestID(s *Daemon, tenant string) string {
+	id := ""
+	s.streams.Range(func(l *relay.Stream) bool {
+		if l.Tenant == tenant && !l.Done() {
+			id = l.ID
+			return false
 		}
-	}
-	return ""
-}
-
-// TestEventLogDropsWhatItsOnlyReaderRead: a log that is not resumable
-// frees the events its one reader has read; a resumable one keeps them
-// for a later reader.
-func TestEventLogDropsWhatItsOnlyReaderRead(t *testing.T) {
-	t.Parallel()
-	for _, resumable := range []bool{false, true} {
-		l := newEventLog("r", "t", resumable, 100, 1<<20, func() {})
-		for range 3 {
-			l.push([]byte("data: x\n\n"))
-		}
-		evs, next, _, gone, _ := l.read(0)
-		require.Len(t, evs, 3)
-		require.False(t, gone)
-		l.push([]byte("data: y\n\n"))
-		evs, next, _, gone, _ = l.read(next)
-		require.Len(t, evs, 1)
-		require.Equal(t, "data: y\n\n", string(evs[0]))
-		require.False(t, gone)
-		require.Equal(t, 4, next)
-		require.Equal(t, 4, l.next(), "numbering goes on")
-		l.mu.Lock()
-		kept, bytes := len(l.events), l.bytes
-		l.mu.Unlock()
-		if resumable {
-			require.Equal(t, 4, kept)
-			require.Equal(t, 36, bytes)
-		} else {
-			require.Equal(t, 1, kept, "only what the reader has not passed yet")
-			require.Equal(t, 9, bytes)
-		}
-	}
+		return true
+	})
+	return id
 }

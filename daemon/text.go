@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"strings"
-	"unicode/utf8"
 
 	"github.com/llmd/llmd/api"
 )
@@ -19,24 +18,7 @@ type Tokenizer interface {
 	VocabSize() int
 }
 
-// textModel is a model's side of text: chat rendering, tokenization and
-// detokenization.
-type textModel interface {
-	// ChatPrompt renders messages with the model's chat template and
-	// tokenizes the result. An error is the template refusing the
-	// conversation (a 400).
-	ChatPrompt(msgs []api.Message, addGenerationPrompt bool) ([]int32, error)
-	// Prompt tokenizes raw text, adding the model's BOS/EOS when addSpecial.
-	Prompt(text string, addSpecial bool) []int32
-	Decode(tokens []int32) string
-	// DecodeToken is a generated token's text as shown (special tokens
-	// hidden); TokenText is its text in the vocabulary (for logprobs).
-	DecodeToken(token int32) string
-	TokenText(token int32) string
-	VocabSize() int
-}
-
-// plainText is the textModel of a model whose tokenizer has no special
+// plainText is the pipeline.TextModel of a model whose tokenizer has no special
 // tokens or template (the simulated models): messages are rendered with
 // renderChat.
 type plainText struct{ Tokenizer }
@@ -69,81 +51,4 @@ func renderChat(msgs []api.Message, addGenerationPrompt bool) string {
 		sb.WriteString("<|assistant|>\n")
 	}
 	return sb.String()
-}
-
-// textStream turns one choice's tokens into text to send, holding back what
-// may still turn out to be the start of a stop string or an incomplete UTF-8
-// sequence. Stop text is never sent.
-type textStream struct {
-	stops   []string
-	pending string
-	stopped bool
-}
-
-// push adds a token's text. It returns the text that is now safe to send
-// and whether a stop string matched (the choice is then over; later pushes
-// return nothing).
-func (t *textStream) push(piece string) (out string, stopped bool) {
-	if t.stopped {
-		return "", true
-	}
-	t.pending += piece
-	cut := -1
-	for _, s := range t.stops {
-		if i := strings.Index(t.pending, s); i >= 0 && (cut < 0 || i < cut) {
-			cut = i
-		}
-	}
-	if cut >= 0 {
-		out = t.pending[:cut]
-		t.pending = ""
-		t.stopped = true
-		return out, true
-	}
-	keep := 0
-	for _, s := range t.stops {
-		if k := overlap(t.pending, s); k > keep {
-			keep = k
-		}
-	}
-	if k := partialRune(t.pending); k > keep {
-		keep = k
-	}
-	out = t.pending[:len(t.pending)-keep]
-	t.pending = t.pending[len(t.pending)-keep:]
-	return out, false
-}
-
-// flush returns whatever is held back, at the end of a choice.
-func (t *textStream) flush() string {
-	out := t.pending
-	t.pending = ""
-	return out
-}
-
-// overlap returns the length of the longest proper prefix of stop that is a
-// suffix of s.
-func overlap(s, stop string) int {
-	n := min(len(s), len(stop)-1)
-	for k := n; k > 0; k-- {
-		if strings.HasSuffix(s, stop[:k]) {
-			return k
-		}
-	}
-	return 0
-}
-
-// partialRune returns the number of bytes at the end of s that start a
-// UTF-8 sequence not yet complete.
-func partialRune(s string) int {
-	for k := 1; k <= utf8.UTFMax-1 && k <= len(s); k++ {
-		b := s[len(s)-k]
-		if utf8.RuneStart(b) {
-			if b >= utf8.RuneSelf && !utf8.FullRuneInString(s[len(s)-k:]) {
-				return k
-			}
-			return 0
-		}
-	}
-	return 0
 }

@@ -90,7 +90,7 @@ func TestUsageAgreesWithClientsAndQuota(t *testing.T) {
 		}
 	}
 	require.Len(t, rep.Rows, 3)
-	require.Equal(t, settled, s.settled.Load(), "the quota settled exactly the ledger's tokens")
+	require.Equal(t, settled, s.pipe.Settled(), "the quota settled exactly the ledger's tokens")
 }
 
 // TestUsageReportCosts: prices from the configuration price each row, and

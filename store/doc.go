@@ -46,15 +46,23 @@
 // recorded or replayed any number of times. [Store.UsageReport] sums the
 // final rows by day, tenant, model or tier.
 //
-// One [UsageWriter] goroutine writes the events in group commits. When
-// SQLite fails (busy past its timeout, a full disk, an I/O error), the
-// events are appended to an fsynced JSON-lines spool, dir/usage-spool.jsonl,
-// and Record still succeeds: a request is never refused because the ledger
-// is down, and its usage is never dropped silently. The writer replays the
+// A [UsageWriter] writes the events in group commits. When SQLite fails
+// (busy past its timeout, a full disk, an I/O error), the events are
+// appended to an fsynced JSON-lines spool, dir/usage-spool.jsonl, and
+// Record still succeeds: a request is never refused because the ledger is
+// down, and its usage is never dropped silently. The writer replays the
 // spool once SQLite works again; at startup, [Store.RecoverUsage] replays
 // whatever is left and marks the rows that were in flight when llmd died as
 // interrupted. Only when the spool fails too does Record return an error
 // (counted in [UsageWriterStats].Failed).
+//
+// [Store.NewUsageWriter] starts no goroutine: the caller runs
+// [UsageWriter.Run] on a goroutine it owns (cmd/llmd's errgroup). Run writes
+// until its context ends, then refuses new events (ErrClosed), flushes the
+// queue, within [UsageWriterConfig].FlushTimeout or else to the spool, and
+// returns; it must have returned before [Store.Close]. So its context must
+// end only after the last event was queued (after the HTTP server's
+// Shutdown), not with the process's signal context.
 //
 // # Errors
 //

@@ -7,7 +7,7 @@ import (
 )
 
 // TestMain fails the package's tests if a goroutine outlives them: the
-// touch writer and the usage writer must stop on Close.
+// touch writer must stop on Close, and the usage writer when Run returns.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }

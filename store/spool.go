@@ -99,7 +99,7 @@ func parseSpool(data []byte) ([]UsageEvent, error) {
 }
 
 // spool is the append-only file of usage events that could not be
-// committed. Locking: only the usage writer's goroutine uses it.
+// committed. Locking: only the usage writer's Run loop uses it.
 //
 // Appends write at size, the end of the last complete write, and a failed
 // append truncates the file back to it, so that a short write (a full disk)

@@ -26,6 +26,7 @@ func BenchmarkUsageWriter(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			stop := runWriter(b, w)
 			ctx := context.Background()
 			var next atomic.Int64 // the events' numbers, 1 to b.N
 			var wg sync.WaitGroup
@@ -43,7 +44,7 @@ func BenchmarkUsageWriter(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
-			if err := w.Close(ctx); err != nil {
+			if err := stop(); err != nil {
 				b.Fatal(err)
 			}
 			st := w.Stats()

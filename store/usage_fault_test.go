@@ -60,6 +60,7 @@ func TestUsageSpoolWhenSQLiteFails(t *testing.T) {
 			db := openDB(t, s.Path(), 50*time.Millisecond)
 			w, err := s.newUsageWriter(UsageWriterConfig{MaxDelay: -1}, writerHooks{db: db})
 			require.NoError(t, err)
+			stop := runWriter(t, w)
 			ctx := t.Context()
 			release := fail(t, s, db)
 
@@ -78,7 +79,7 @@ func TestUsageSpoolWhenSQLiteFails(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, []UsageEvent{admitted("r1"), done("r1"), done("r2")}, evs)
 
-			require.NoError(t, w.Close(ctx))
+			require.NoError(t, stop())
 			release()
 			replayed, interrupted, err := s.RecoverUsage(ctx, "n1", t0.Add(time.Hour))
 			require.NoError(t, err)
@@ -105,7 +106,7 @@ func TestUsageSpoolFails(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	notDir := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(notDir, nil, 0o600))
-	w := newWriter(t, s, UsageWriterConfig{MaxDelay: -1, SpoolPath: filepath.Join(notDir, "spool.jsonl")},
+	w := startWriter(t, s, UsageWriterConfig{MaxDelay: -1, SpoolPath: filepath.Join(notDir, "spool.jsonl")},
 		writerHooks{db: openDB(t, s.Path(), 50*time.Millisecond)})
 	ctx := t.Context()
 	release := holdWriteLock(t, s)
@@ -141,7 +142,7 @@ func TestUsageWriterReplaysItsSpool(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(spoolPath, append(old, torn[:20]...), 0o600))
 
-	w := newWriter(t, s, UsageWriterConfig{MaxDelay: -1}, writerHooks{db: openDB(t, s.Path(), 50*time.Millisecond)})
+	w := startWriter(t, s, UsageWriterConfig{MaxDelay: -1}, writerHooks{db: openDB(t, s.Path(), 50*time.Millisecond)})
 	ctx := t.Context()
 	release := holdWriteLock(t, s)
 	require.NoError(t, w.Record(ctx, done("r1")))
@@ -208,7 +209,7 @@ func TestUsagePowerLoss(t *testing.T) {
 	const trials = 200
 	s := openStore(t, t.TempDir())
 	// A small CheckpointPages, so that checkpoints happen between copies.
-	w := newWriter(t, s, UsageWriterConfig{MaxDelay: time.Millisecond, CheckpointPages: 64}, writerHooks{})
+	w := startWriter(t, s, UsageWriterConfig{MaxDelay: time.Millisecond, CheckpointPages: 64}, writerHooks{})
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
@@ -326,7 +327,7 @@ func TestUsageWALBounded(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, dir)
 	readers := openStore(t, dir)
-	w := newWriter(t, s, cfg, writerHooks{})
+	w := startWriter(t, s, cfg, writerHooks{})
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

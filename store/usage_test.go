@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,18 +15,32 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// newWriter starts a usage writer on s, closed when the test ends (before
-// s, whose cleanup was registered first).
-func newWriter(t testing.TB, s *Store, cfg UsageWriterConfig, hooks writerHooks) *UsageWriter {
+// startWriter makes a usage writer on s and runs it until the test ends:
+// its cleanup (before s's, registered first) ends Run's context, waits for
+// Run and checks that it returned nil.
+func startWriter(t testing.TB, s *Store, cfg UsageWriterConfig, hooks writerHooks) *UsageWriter {
 	t.Helper()
 	w, err := s.newUsageWriter(cfg, hooks)
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		assert.NoError(t, w.Close(ctx))
-	})
+	stop := runWriter(t, w)
+	t.Cleanup(func() { assert.NoError(t, stop()) })
 	return w
+}
+
+// runWriter runs w.Run on a goroutine that the test owns. stop ends Run's
+// context, waits for Run and returns its error; calls after the first
+// return the same. The test's cleanup calls stop if the test did not.
+func runWriter(t testing.TB, w *UsageWriter) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	stop = sync.OnceValue(func() error {
+		cancel()
+		return <-errc
+	})
+	t.Cleanup(func() { _ = stop() })
+	return stop
 }
 
 // openDB opens a second connection pool on the database at path, with a
@@ -77,7 +92,7 @@ func countUsage(t *testing.T, s *Store, id string) int {
 func TestUsageIdempotent(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
-	w := newWriter(t, s, UsageWriterConfig{}, writerHooks{})
+	w := startWriter(t, s, UsageWriterConfig{}, writerHooks{})
 	ctx := t.Context()
 
 	t.Run("the same final event 3 times", func(t *testing.T) {
@@ -157,7 +172,7 @@ func TestUsageRecordIsDurable(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := openStore(t, dir)
-	w := newWriter(t, s, UsageWriterConfig{}, writerHooks{})
+	w := startWriter(t, s, UsageWriterConfig{}, writerHooks{})
 	other := openStore(t, dir)
 	ctx := t.Context()
 
@@ -193,7 +208,7 @@ func TestUsageRecordIsDurable(t *testing.T) {
 func TestUsageDefaults(t *testing.T) {
 	t.Parallel()
 	s, clk := newStore(t)
-	w := newWriter(t, s, UsageWriterConfig{}, writerHooks{})
+	w := startWriter(t, s, UsageWriterConfig{}, writerHooks{})
 	ctx := t.Context()
 
 	require.NoError(t, w.Begin(ctx, UsageEvent{RequestID: "r1", InputTokens: 5}))
@@ -212,7 +227,7 @@ func TestUsageDefaults(t *testing.T) {
 func TestUsageInvalidEvents(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
-	w := newWriter(t, s, UsageWriterConfig{}, writerHooks{})
+	w := startWriter(t, s, UsageWriterConfig{}, writerHooks{})
 	ctx := t.Context()
 	with := func(f func(*UsageEvent)) UsageEvent {
 		ev := done("r1")
@@ -236,6 +251,7 @@ func TestUsageInvalidEvents(t *testing.T) {
 		"begin without id":         {func() error { return w.Begin(ctx, UsageEvent{}) }},
 		"negative queue length":    {func() error { _, err := s.NewUsageWriter(UsageWriterConfig{QueueLen: -1}); return err }},
 		"negative checkpoint wait": {func() error { _, err := s.NewUsageWriter(UsageWriterConfig{CheckpointWait: -1}); return err }},
+		"negative flush timeout":   {func() error { _, err := s.NewUsageWriter(UsageWriterConfig{FlushTimeout: -1}); return err }},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -246,35 +262,71 @@ func TestUsageInvalidEvents(t *testing.T) {
 	assert.Zero(t, w.Stats().Committed)
 }
 
+// TestUsageWriterClosed checks that events queued before Run are written,
+// that Run writes what is queued when its context ends and that the writer
+// then refuses events, and that Run runs once.
 func TestUsageWriterClosed(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
 	w, err := s.NewUsageWriter(UsageWriterConfig{})
 	require.NoError(t, err)
 	ctx := t.Context()
-	require.NoError(t, w.RecordAsync(ctx, done("r1")))
+	require.NoError(t, w.RecordAsync(ctx, done("r1")), "queued before Run")
 	require.NoError(t, w.Begin(ctx, admitted("r2")))
-	require.NoError(t, w.Close(ctx))
-	require.NoError(t, w.Close(ctx), "a second Close")
+	stop := runWriter(t, w)
+	require.NoError(t, w.Record(ctx, done("r0")))
+	require.ErrorIs(t, w.Run(ctx), errRunTwice, "a second Run while running")
+	require.NoError(t, stop())
+	require.ErrorIs(t, w.Run(ctx), errRunTwice, "a second Run once stopped")
 
 	require.ErrorIs(t, w.Record(ctx, done("r3")), ErrClosed)
 	require.ErrorIs(t, w.RecordAsync(ctx, done("r3")), ErrClosed)
 	require.ErrorIs(t, w.Begin(ctx, admitted("r3")), ErrClosed)
-	assert.Equal(t, 1, countUsage(t, s, "r1"), "Close wrote what was queued")
+	assert.Equal(t, 1, countUsage(t, s, "r1"), "Run wrote what was queued")
 	assert.Equal(t, 1, countUsage(t, s, "r2"))
-	assert.EqualValues(t, 2, w.Stats().Committed)
+	assert.EqualValues(t, 3, w.Stats().Committed)
 
-	// The spool is free again.
+	// The spool is free again; Run with an ended context releases a
+	// writer at once.
 	w2, err := s.NewUsageWriter(UsageWriterConfig{})
 	require.NoError(t, err)
-	require.NoError(t, w2.Close(ctx))
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	require.NoError(t, w2.Run(ended))
+	w3, err := s.NewUsageWriter(UsageWriterConfig{})
+	require.NoError(t, err)
+	require.NoError(t, w3.Run(ended))
+}
+
+// TestUsageRecordBeforeRun checks that Record before Run waits for Run (or
+// its context), and that Run then writes what was queued.
+func TestUsageRecordBeforeRun(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	w, err := s.NewUsageWriter(UsageWriterConfig{})
+	require.NoError(t, err)
+	ctx := t.Context()
+
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, w.Record(short, done("r1")), context.DeadlineExceeded, "not durable without Run")
+	errc := make(chan error, 1)
+	go func() { errc <- w.Record(ctx, done("r2")) }()
+	require.Eventually(t, func() bool { return w.Stats().Queued == 2 }, 10*time.Second, time.Millisecond)
+	assert.Zero(t, w.Stats().Committed)
+
+	stop := runWriter(t, w)
+	require.NoError(t, <-errc)
+	assert.Equal(t, 1, countUsage(t, s, "r1"), "written once Run started")
+	assert.Equal(t, 1, countUsage(t, s, "r2"))
+	require.NoError(t, stop())
 }
 
 // TestUsageSpoolInUse checks that one spool has one user at a time.
 func TestUsageSpoolInUse(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
-	w := newWriter(t, s, UsageWriterConfig{}, writerHooks{})
+	w := startWriter(t, s, UsageWriterConfig{}, writerHooks{})
 	_ = w
 
 	_, err := s.NewUsageWriter(UsageWriterConfig{})
@@ -285,7 +337,7 @@ func TestUsageSpoolInUse(t *testing.T) {
 	require.ErrorIs(t, err, errSpoolInUse)
 
 	other := filepath.Join(t.TempDir(), "spool.jsonl")
-	w2 := newWriter(t, s, UsageWriterConfig{SpoolPath: other}, writerHooks{})
+	w2 := startWriter(t, s, UsageWriterConfig{SpoolPath: other}, writerHooks{})
 	_ = w2
 }
 
@@ -296,6 +348,7 @@ func TestRecoverUsage(t *testing.T) {
 	s, _ := newStore(t)
 	w, err := s.NewUsageWriter(UsageWriterConfig{})
 	require.NoError(t, err)
+	stop := runWriter(t, w)
 	ctx := t.Context()
 
 	require.NoError(t, w.Begin(ctx, admitted("a1")))
@@ -304,7 +357,7 @@ func TestRecoverUsage(t *testing.T) {
 	b1 := admitted("b1")
 	b1.Node = "n2"
 	require.NoError(t, w.Begin(ctx, b1))
-	require.NoError(t, w.Close(ctx))
+	require.NoError(t, stop())
 
 	now := t0.Add(time.Minute)
 	replayed, interrupted, err := s.RecoverUsage(ctx, "n1", now)
@@ -333,10 +386,11 @@ func TestRecoverUsage(t *testing.T) {
 	// A node without a name is a node too.
 	w, err = s.NewUsageWriter(UsageWriterConfig{})
 	require.NoError(t, err)
+	stop = runWriter(t, w)
 	c1 := admitted("c1")
 	c1.Node = ""
 	require.NoError(t, w.Begin(ctx, c1))
-	require.NoError(t, w.Close(ctx))
+	require.NoError(t, stop())
 	_, interrupted, err = s.RecoverUsage(ctx, "", now)
 	require.NoError(t, err)
 	assert.Equal(t, 1, interrupted)
@@ -413,7 +467,7 @@ func TestRecoverUsageKeepsABadSpool(t *testing.T) {
 func TestUsageBackpressure(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
-	w := newWriter(t, s, UsageWriterConfig{QueueLen: 2, MaxDelay: -1}, writerHooks{})
+	w := startWriter(t, s, UsageWriterConfig{QueueLen: 2, MaxDelay: -1}, writerHooks{})
 	ctx := t.Context()
 
 	s.writer <- struct{}{} // the writer's commit waits for this Store's write lock
@@ -458,7 +512,7 @@ func TestUsageBackpressure(t *testing.T) {
 func TestUsageRecordContext(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
-	w := newWriter(t, s, UsageWriterConfig{MaxDelay: -1}, writerHooks{})
+	w := startWriter(t, s, UsageWriterConfig{MaxDelay: -1}, writerHooks{})
 
 	s.writer <- struct{}{}
 	short, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
@@ -469,13 +523,15 @@ func TestUsageRecordContext(t *testing.T) {
 	assert.Equal(t, 1, countUsage(t, s, "r1"))
 }
 
-// TestUsageCloseDeadline checks that Close, when its context ends before
-// the queued events are committed, spools them.
-func TestUsageCloseDeadline(t *testing.T) {
+// TestUsageFlushTimeout checks that Run, when its final flush outlasts
+// FlushTimeout before the queued events are committed, spools them and
+// says so.
+func TestUsageFlushTimeout(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
-	w, err := s.NewUsageWriter(UsageWriterConfig{MaxDelay: -1})
+	w, err := s.NewUsageWriter(UsageWriterConfig{MaxDelay: -1, FlushTimeout: 20 * time.Millisecond})
 	require.NoError(t, err)
+	stop := runWriter(t, w)
 	ctx := t.Context()
 
 	s.writer <- struct{}{} // commits wait
@@ -484,9 +540,7 @@ func TestUsageCloseDeadline(t *testing.T) {
 		go func() { errs <- w.Record(ctx, done(fmt.Sprintf("r%d", i))) }()
 	}
 	require.Eventually(t, func() bool { return w.Stats().Queued == 3 }, 10*time.Second, time.Millisecond)
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, w.Close(short), context.DeadlineExceeded)
+	require.ErrorIs(t, stop(), context.DeadlineExceeded)
 	<-s.writer
 	for range 3 {
 		require.NoError(t, <-errs, "spooled is recorded")
@@ -509,6 +563,7 @@ func TestUsageReport(t *testing.T) {
 	s, _ := newStore(t)
 	w, err := s.NewUsageWriter(UsageWriterConfig{})
 	require.NoError(t, err)
+	stop := runWriter(t, w)
 	ctx := t.Context()
 
 	day1 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
@@ -538,7 +593,7 @@ func TestUsageReport(t *testing.T) {
 	r8.Ended, r8.Node = time.Time{}, "n2"
 	require.NoError(t, w.Begin(ctx, r6))
 	require.NoError(t, w.Begin(ctx, r8))
-	require.NoError(t, w.Close(ctx))
+	require.NoError(t, stop())
 	_, interrupted, err := s.RecoverUsage(ctx, "n1", day2.Add(20*time.Hour))
 	require.NoError(t, err)
 	require.Equal(t, 1, interrupted)

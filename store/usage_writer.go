@@ -14,9 +14,12 @@ import (
 	"time"
 )
 
-// ErrClosed is returned by a [UsageWriter]'s methods once Close has been
-// called.
+// ErrClosed is returned by a [UsageWriter]'s Begin, Record and RecordAsync
+// once the context of its [UsageWriter.Run] has ended.
 var ErrClosed = errors.New("store: usage writer closed")
+
+// errRunTwice is returned by a second call of [UsageWriter.Run].
+var errRunTwice = errors.New("store: usage writer: Run called twice")
 
 // The defaults of UsageWriterConfig.
 const (
@@ -25,6 +28,7 @@ const (
 	defaultQueueLen        = 8192
 	defaultCheckpointPages = 4096
 	defaultCheckpointWait  = time.Second
+	defaultFlushTimeout    = 30 * time.Second
 )
 
 const (
@@ -78,6 +82,10 @@ type UsageWriterConfig struct {
 	// then for those begun while it waited: it needs about twice the
 	// longest read transaction.
 	CheckpointWait time.Duration
+	// FlushTimeout bounds Run's final flush, from the end of Run's
+	// context: past it, the events still queued go to the spool instead
+	// of waiting for SQLite, and Run returns an error; default 30 s.
+	FlushTimeout time.Duration
 	// Logger receives the writer's warnings (spooling, failures); nil
 	// discards them.
 	Logger *slog.Logger
@@ -86,8 +94,9 @@ type UsageWriterConfig struct {
 // withDefaults fills in the defaults, the spool under dir, and checks the
 // values.
 func (c UsageWriterConfig) withDefaults(dir string) (UsageWriterConfig, error) {
-	if c.MaxBatch < 0 || c.QueueLen < 0 || c.CheckpointPages < 0 || c.CheckpointWait < 0 {
-		return c, fmt.Errorf("%w: usage writer: negative MaxBatch, QueueLen, CheckpointPages or CheckpointWait", ErrInvalid)
+	if c.MaxBatch < 0 || c.QueueLen < 0 || c.CheckpointPages < 0 || c.CheckpointWait < 0 || c.FlushTimeout < 0 {
+		return c, fmt.Errorf("%w: usage writer: negative MaxBatch, QueueLen, CheckpointPages, CheckpointWait or FlushTimeout",
+			ErrInvalid)
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = defaultMaxBatch
@@ -114,6 +123,9 @@ func (c UsageWriterConfig) withDefaults(dir string) (UsageWriterConfig, error) {
 	}
 	if c.CheckpointWait == 0 {
 		c.CheckpointWait = defaultCheckpointWait
+	}
+	if c.FlushTimeout == 0 {
+		c.FlushTimeout = defaultFlushTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -159,11 +171,11 @@ type usageItem struct {
 type writerHooks struct {
 	// db is the database the writer writes to; default the Store's.
 	db *sql.DB
-	// onCommit is called on the writer's goroutine after each commit.
+	// onCommit is called on Run's goroutine after each commit.
 	onCommit func(events int, d time.Duration)
 }
 
-// UsageWriter writes usage events to the ledger on its one goroutine, in
+// UsageWriter writes usage events to the ledger from its Run loop, in
 // group commits: it takes up to MaxBatch queued events, waiting at most
 // MaxDelay after the first (less when events stop coming), writes them in
 // one transaction, and then wakes the batch's Record calls. The database runs with synchronous=FULL, so a
@@ -177,9 +189,14 @@ type writerHooks struct {
 // lost: Record returns the error and Stats counts it in Failed.
 //
 // The writer also bounds the WAL (see [UsageWriterConfig.CheckpointPages]).
-// It is safe for concurrent use. The goroutine is started by
-// [Store.NewUsageWriter] and stopped by Close, which the caller must call
-// before closing the Store.
+// It is safe for concurrent use.
+//
+// Lifecycle: [Store.NewUsageWriter] prepares the writer and starts no
+// goroutine; the caller owns the one that calls [UsageWriter.Run], once,
+// which writes until its context ends, then stops accepting events, flushes
+// the queue (bounded by FlushTimeout) and releases the spool. Events may be
+// queued before Run starts (Record then waits for Run, or its context).
+// Run must have returned before the Store is closed.
 type UsageWriter struct {
 	s        *Store
 	db       *sql.DB
@@ -189,21 +206,20 @@ type UsageWriter struct {
 	pageSize int64
 	onCommit func(events int, d time.Duration)
 
-	cancel context.CancelFunc // ends the goroutine's context: Close gave up waiting
-	done   chan struct{}      // closed when run returns
-	wake   chan struct{}      // a token when an event is queued or Close is called
+	started atomic.Bool   // Run was called
+	wake    chan struct{} // a token when an event is queued or the writer is closed
 
 	mu      sync.Mutex
 	queue   []*usageItem  // guarded by mu; oldest first, removed once handled
 	space   chan struct{} // guarded by mu; closed (and replaced) when items are removed
-	closing chan struct{} // closed by Close
+	closing chan struct{} // closed by shutdown
 	closed  bool          // guarded by mu
 
 	committed, spooled, failed, commits atomic.Uint64
 	blocked, replayed, checkpoints      atomic.Uint64
 	lastCommit, walBytes                atomic.Int64
 
-	// Only the goroutine uses these.
+	// Only Run's loop uses these.
 	sp             spool
 	spoolPending   bool      // the spool may hold events to replay
 	retryAt        time.Time // no commits before it (backoff)
@@ -212,10 +228,12 @@ type UsageWriter struct {
 	nextCheckpoint time.Time // no checkpoint without waiting before it
 }
 
-// NewUsageWriter starts a usage writer on the Store's database; see
-// [UsageWriter]. Call [Store.RecoverUsage] first. It fails with ErrInvalid
-// for a negative setting, and when another writer of this process uses the
-// same spool.
+// NewUsageWriter prepares a usage writer on the Store's database: it
+// claims the spool and prepares its statement, and starts no goroutine;
+// the caller runs [UsageWriter.Run]. Call [Store.RecoverUsage] first. It
+// fails with ErrInvalid for a negative setting, and when another writer of
+// this process uses the same spool (the claim lasts until Run returns: a
+// writer that will not be run is released by Run with an ended context).
 func (s *Store) NewUsageWriter(cfg UsageWriterConfig) (*UsageWriter, error) {
 	return s.newUsageWriter(cfg, writerHooks{})
 }
@@ -236,7 +254,6 @@ func (s *Store) newUsageWriter(cfg UsageWriterConfig, hooks writerHooks) (*Usage
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "usage"),
 		onCommit: hooks.onCommit,
-		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		space:    make(chan struct{}),
 		closing:  make(chan struct{}),
@@ -256,15 +273,14 @@ func (s *Store) newUsageWriter(cfg UsageWriterConfig, hooks writerHooks) (*Usage
 		releaseSpool(cfg.SpoolPath)
 		return nil, fmt.Errorf("store: start usage writer: %w", err)
 	}
-	ctx, w.cancel = context.WithCancel(ctx)
-	go w.run(ctx)
 	return w, nil
 }
 
 // Begin queues the in-flight row of an admitted request (Status "" is
 // taken as in_flight; Started zero is now) and returns once it is queued,
 // not committed. It blocks while the queue is full, until ctx ends. Events
-// that are not valid give ErrInvalid; after Close, ErrClosed.
+// that are not valid give ErrInvalid; once Run's context has ended,
+// ErrClosed.
 func (w *UsageWriter) Begin(ctx context.Context, ev UsageEvent) error {
 	if ev.Status == "" {
 		ev.Status = UsageInFlight
@@ -285,10 +301,11 @@ func (w *UsageWriter) Begin(ctx context.Context, ev UsageEvent) error {
 // Record queues a final event (finished, cancelled, error or rejected;
 // Ended zero is now, Started zero is Ended) and waits until it is durable:
 // committed to SQLite, or, when SQLite fails, appended to the spool and
-// fsynced. It returns an error only when neither worked, or ctx ended first,
-// or the event is not valid (ErrInvalid), or the writer is closed
-// (ErrClosed): then the event must be taken as not recorded (recording it
-// again is harmless: the first final event of a request wins).
+// fsynced; before Run starts, it waits for Run. It returns an error only
+// when neither worked, or ctx ended first, or the event is not valid
+// (ErrInvalid), or the writer is closed (ErrClosed): then the event must be
+// taken as not recorded (recording it again is harmless: the first final
+// event of a request wins).
 func (w *UsageWriter) Record(ctx context.Context, ev UsageEvent) error {
 	ev, err := w.final(ev)
 	if err != nil {
@@ -364,7 +381,7 @@ func (w *UsageWriter) enqueue(ctx context.Context, it *usageItem) error {
 	return nil
 }
 
-// notify wakes the goroutine.
+// notify wakes Run's loop.
 func (w *UsageWriter) notify() {
 	select {
 	case w.wake <- struct{}{}:
@@ -396,12 +413,67 @@ func (w *UsageWriter) Stats() UsageWriterStats {
 	}
 }
 
-// Close stops accepting events, writes everything queued and stops the
-// goroutine. When ctx ends first, the events still queued (and the batch
-// being committed) go to the spool instead of waiting for SQLite, and Close
-// returns ctx's error once the goroutine has stopped. Calls after the first
-// return nil once the goroutine has stopped.
-func (w *UsageWriter) Close(ctx context.Context) error {
+// Run is the writer's loop: it writes the queued events, in group commits,
+// until ctx ends. Then it stops accepting events (Begin, Record and
+// RecordAsync return ErrClosed, also those waiting for room in a full
+// queue), writes everything still queued, releases the spool and returns
+// nil. The final flush lasts at most [UsageWriterConfig.FlushTimeout] from
+// the end of ctx: past it, the events still queued (and the batch being
+// committed) go to the spool instead of waiting for SQLite, and Run returns
+// an error wrapping context.DeadlineExceeded once it has stopped. Either
+// way no goroutine of the writer is left when Run returns, and the Store
+// may be closed.
+//
+// Run may be called once; another call returns an error at once. Run with
+// an ended ctx flushes what was queued and returns: it releases a writer
+// that will not be used.
+func (w *UsageWriter) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errRunTwice
+	}
+	// The loop's context outlives ctx by at most FlushTimeout; it keeps
+	// ctx's values.
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stopped := make(chan struct{})
+	var expired bool
+	var wg sync.WaitGroup
+	wg.Go(func() { expired = w.watch(ctx, cancel, stopped) })
+	w.loop(loopCtx)
+	close(stopped)
+	wg.Wait()
+	w.stop()
+	if expired {
+		return fmt.Errorf("store: usage writer: final flush past FlushTimeout (%v), queued events were spooled: %w",
+			w.cfg.FlushTimeout, context.DeadlineExceeded)
+	}
+	return nil
+}
+
+// watch, on its goroutine owned by Run, closes the writer once ctx ends,
+// and cancels the loop's context FlushTimeout later unless the loop has
+// stopped by then; it reports whether it cancelled.
+func (w *UsageWriter) watch(ctx context.Context, cancel context.CancelFunc, stopped <-chan struct{}) (expired bool) {
+	select {
+	case <-ctx.Done():
+	case <-stopped: // the loop stops only once closed; just in case
+		return false
+	}
+	w.shutdown()
+	t := time.NewTimer(w.cfg.FlushTimeout)
+	defer t.Stop()
+	select {
+	case <-stopped:
+		return false
+	case <-t.C:
+		cancel()
+		return true
+	}
+}
+
+// shutdown stops accepting events and wakes the loop and the producers
+// waiting for room.
+func (w *UsageWriter) shutdown() {
 	w.mu.Lock()
 	if !w.closed {
 		w.closed = true
@@ -409,22 +481,11 @@ func (w *UsageWriter) Close(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	w.notify()
-	select {
-	case <-w.done:
-		w.cancel()
-		return nil
-	case <-ctx.Done():
-	}
-	w.cancel()
-	<-w.done
-	return fmt.Errorf("store: close usage writer (queued events were spooled): %w", ctx.Err())
 }
 
-// run is the writer's goroutine: it writes batches until Close, then
-// writes what is left and returns.
-func (w *UsageWriter) run(ctx context.Context) {
-	defer close(w.done)
-	defer w.stop()
+// loop writes batches until the writer is closed, then writes what is
+// left and returns. When ctx ends, the batches go to the spool.
+func (w *UsageWriter) loop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	batch := make([]*usageItem, 0, w.cfg.MaxBatch)
@@ -488,7 +549,7 @@ func (w *UsageWriter) run(ctx context.Context) {
 	}
 }
 
-// stop releases what the goroutine holds.
+// stop releases what the writer holds.
 func (w *UsageWriter) stop() {
 	w.upsert.Close()
 	if err := w.sp.close(); err != nil {

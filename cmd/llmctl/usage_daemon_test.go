@@ -26,7 +26,7 @@ import (
 // the test if not before).
 func startDaemon(t *testing.T, cfg daemon.Config) (base string, stop func()) {
 	t.Helper()
-	s, err := daemon.New(cfg, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	s, err := daemon.Open(cfg, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 	require.NoError(t, err)
 	addr, err := s.Listen()
 	require.NoError(t, err)

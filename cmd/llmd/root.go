@@ -488,7 +488,7 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	if isTerminal(stderr) {
 		cfg.LoadProgress = progressBar(stderr)
 	}
-	srv, err := daemon.New(cfg, logger)
+	srv, err := daemon.Open(cfg, logger)
 	if err != nil {
 		return err
 	}

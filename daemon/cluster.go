@@ -2,14 +2,13 @@ package daemon
 
 import (
 	"fmt"
-	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/cluster"
-	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
+	"github.com/llmd/llmd/server"
 )
 
 // ClusterConfig joins llmd to a cluster: membership, the gossip of each
@@ -60,52 +59,85 @@ func (c *ClusterConfig) forwardTimeout() time.Duration {
 	return c.ForwardTimeout
 }
 
-// startCluster joins the cluster configured in cfg.Cluster, if any.
-func (s *Server) startCluster(apiAddr string) error {
-	cc := s.cfg.Cluster
+// leaveTimeout bounds leaving the cluster at the start of the drain.
+const leaveTimeout = 2 * time.Second
+
+// startCluster joins the cluster configured in cfg.Cluster, if any, with
+// apiAddr as the address peers reach this node's API at (unless the config
+// names one).
+func (d *Daemon) startCluster(apiAddr string) error {
+	cc := d.cfg.Cluster
 	if cc == nil {
 		return nil
 	}
 	if cc.APIAddr != "" {
 		apiAddr = cc.APIAddr
 	}
-	cl, err := cluster.Start(cluster.Config{NodeID: s.cfg.NodeID, BindAddr: cc.GossipAddr, Join: cc.Join, Key: cc.Key,
-		InsecureGossip: cc.InsecureGossip, APIAddr: apiAddr, Models: s.Models(), Version: Version,
-		Profile: cc.Profile, LocalState: s.clusterState, Logger: s.rootLog})
+	cl, err := cluster.New(cluster.Config{NodeID: d.cfg.NodeID, BindAddr: cc.GossipAddr, Join: cc.Join, Key: cc.Key,
+		InsecureGossip: cc.InsecureGossip, APIAddr: apiAddr, Models: d.models.IDs(), Version: Version,
+		Profile: cc.Profile, LocalState: d.clusterState, Logger: d.rootLog, LeaveTimeout: leaveTimeout})
 	if err != nil {
 		return fmt.Errorf("daemon: cluster: %w", err)
 	}
-	s.cluster = cl
-	s.peers = newPeerAuth(cc.Key)
-	s.peerClient = newPeerClient(cc.forwardTimeout())
+	d.cluster.Store(cl)
 	if len(cc.Key) == 0 {
-		s.log.Warn("forwarded requests are not authenticated: --insecure-gossip leaves the cluster without a key")
+		d.log.Warn("forwarded requests are not authenticated: --insecure-gossip leaves the cluster without a key")
 	}
-	if s.members != nil {
-		s.members.Store(cl)
-	}
-	s.log.Info("joined the cluster", "gossip", cl.Addr(), "members", len(cl.Members()))
+	d.log.Info("joined the cluster", "gossip", cl.Addr(), "members", len(cl.Members()))
 	return nil
 }
 
 // clusterState is what this node gossips: each model's load and its most
 // recently used cached prefixes.
-func (s *Server) clusterState() cluster.State {
-	st := cluster.State{Load: make(map[string]cluster.ModelLoad, len(s.models)),
-		Prefixes: make(map[string][]kvcache.Hash, len(s.models)), Draining: s.state.Load() == stateDraining}
-	for _, m := range s.models {
-		es := m.eng.Stats()
+func (d *Daemon) clusterState() cluster.State {
+	models := d.models.List()
+	st := cluster.State{Load: make(map[string]cluster.ModelLoad, len(models)),
+		Prefixes: make(map[string][]kvcache.Hash, len(models)), Draining: d.srv.State() == server.StateDraining}
+	for _, m := range models {
+		es := m.Replica.Stats()
 		kv := 0.0
 		if es.BlocksTotal > 0 {
 			kv = float64(es.BlocksUsed) / float64(es.BlocksTotal)
 		}
-		st.Load[m.id] = cluster.ModelLoad{Running: es.Running, Waiting: es.Waiting, KVUsage: kv,
-			TokensPerSecond: s.outputRate(m.id, es.GeneratedTokens, time.Now()), WaitingByTier: es.WaitingByPriority}
-		if s.cluster != nil {
-			st.Prefixes[m.id] = m.eng.RecentPrefixes(cluster.MaxPrefixKeys)
+		st.Load[m.ID] = cluster.ModelLoad{Running: es.Running, Waiting: es.Waiting, KVUsage: kv,
+			TokensPerSecond: d.rates.rate(m.ID, es.GeneratedTokens, time.Now()), WaitingByTier: es.WaitingByPriority}
+		if d.cluster.Load() != nil {
+			st.Prefixes[m.ID] = m.Replica.RecentPrefixes(cluster.MaxPrefixKeys)
 		}
 	}
 	return st
+}
+
+// members is the cluster as this node sees it, or this node alone.
+func (d *Daemon) members() ([]cluster.Member, bool) {
+	if cl := d.cluster.Load(); cl != nil {
+		return cl.Members(), true
+	}
+	local := cluster.Member{ID: d.cfg.NodeID, Version: Version, Models: d.models.IDs(), Status: cluster.StatusAlive,
+		Local: true, State: d.clusterState(), Updated: time.Now()}
+	if a := d.Addr(); a != nil {
+		local.APIAddr = a.String()
+	}
+	return []cluster.Member{local}, false
+}
+
+// router is the pipeline's view of the cluster: no candidates until the
+// cluster has started.
+type router struct {
+	cl *atomic.Pointer[cluster.Cluster]
+}
+
+func (r router) Route(req cluster.RouteRequest, localPrefix func([]kvcache.Hash) int) []cluster.Candidate {
+	if cl := r.cl.Load(); cl != nil {
+		return cl.Route(req, localPrefix)
+	}
+	return nil
+}
+
+func (r router) MarkFailed(id string) {
+	if cl := r.cl.Load(); cl != nil {
+		cl.MarkFailed(id)
+	}
 }
 
 // rateMeter turns each model's count of generated tokens into a recent
@@ -125,10 +157,9 @@ type rateMark struct {
 // sooner than that keeps the last rate.
 const minRateSpan = 200 * time.Millisecond
 
-// outputRate is model's output tokens per second since the previous
-// sample at least minRateSpan ago.
-func (s *Server) outputRate(model string, generated uint64, now time.Time) float64 {
-	m := &s.rates
+// rate is model's output tokens per second since the previous sample at
+// least minRateSpan ago.
+func (m *rateMeter) rate(model string, generated uint64, now time.Time) float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.marks == nil {
@@ -150,42 +181,3 @@ func (s *Server) outputRate(model string, generated uint64, now time.Time) float
 
 // Version is llmd's version in cluster metadata.
 const Version = "0.1.0"
-
-func (s *Server) handleNodes(w http.ResponseWriter, _ *http.Request, _ *reqLog) {
-	out := api.NodeList{Nodes: []api.NodeInfo{}}
-	if s.cluster == nil {
-		local := cluster.Member{ID: s.cfg.NodeID, Version: Version, Models: s.Models(), Status: cluster.StatusAlive,
-			Local: true, State: s.clusterState(), Updated: time.Now()}
-		if a := s.Addr(); a != nil {
-			local.APIAddr = a.String()
-		}
-		out.Nodes = append(out.Nodes, nodeInfo(local))
-		writeJSON(w, http.StatusOK, out)
-		return
-	}
-	out.Clustered = true
-	for _, m := range s.cluster.Members() {
-		out.Nodes = append(out.Nodes, nodeInfo(m))
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// nodeInfo is a member on the wire.
-func nodeInfo(m cluster.Member) api.NodeInfo {
-	n := api.NodeInfo{ID: m.ID, APIAddr: m.APIAddr, Version: m.Version, Models: m.Models, Status: string(m.Status),
-		Local: m.Local, Draining: m.State.Draining, Load: map[string]api.NodeModelLoad{}, Updated: m.Updated.UTC()}
-	for model, l := range m.State.Load {
-		byTier := map[string]int{}
-		for p, w := range l.WaitingByTier {
-			if w > 0 {
-				byTier[engine.Priority(p).String()] = w
-			}
-		}
-		n.Load[model] = api.NodeModelLoad{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage,
-			TokensPerSecond: l.TokensPerSecond, WaitingByTier: byTier}
-	}
-	for _, keys := range m.State.Prefixes {
-		n.PrefixKeys += len(keys)
-	}
-	return n
-}

@@ -1,4 +1,4 @@
-package daemon
+package server
 
 import (
 	"bytes"
@@ -11,55 +11,10 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/api"
-	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/peer"
+	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/quota"
 )
-
-// OpenAI error types and codes used in error bodies.
-const (
-	typeInvalidRequest = "invalid_request_error"
-	typeServer         = "server_error"
-
-	codeContextLength = "context_length_exceeded"
-	codeModelNotFound = "model_not_found"
-)
-
-// statusClientClosed is logged (never sent) for a request whose client went
-// away, as nginx does.
-const statusClientClosed = 499
-
-// errDraining is returned for requests that arrive while the server stops.
-var errDraining = errors.New("daemon: server is shutting down")
-
-// errStalled ends a request that produced no token for Config.StallTimeout.
-var errStalled = errors.New("daemon: no new token within the stall timeout; the request was stopped")
-
-// errRequestCancelled is the terminal event of a stream cancelled by
-// DELETE /v1/requests/{id}, by having no reader for too long, or by
-// shutdown.
-var errRequestCancelled = &requestError{Status: statusClientClosed, Type: typeInvalidRequest, Code: "request_cancelled",
-	Message: "the request was cancelled"}
-
-// errCancelledJSON answers a non-streamed request cancelled by DELETE
-// /v1/requests/{id} while its client still waits.
-var errCancelledJSON = &requestError{Status: http.StatusConflict, Type: typeInvalidRequest, Code: "request_cancelled",
-	Message: "the request was cancelled (DELETE /v1/requests/{id})"}
-
-// requestError is a problem with the request itself, found before it reaches
-// an engine. It is sent as is.
-type requestError struct {
-	Status  int
-	Type    string
-	Code    string // "" means null
-	Param   string // "" means null
-	Message string
-}
-
-func (e *requestError) Error() string { return e.Message }
-
-// invalidParam reports a bad parameter with status 400.
-func invalidParam(param, format string, args ...any) *requestError {
-	return &requestError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Param: param, Message: fmt.Sprintf(format, args...)}
-}
 
 // apiError is an error as the client sees it.
 type apiError struct {
@@ -78,22 +33,36 @@ func strPtr(s string) *string {
 	return &s
 }
 
+// Authentication failures.
+var (
+	errNoKey      = errors.New("server: no API key")
+	errBadKey     = errors.New("server: invalid API key")
+	errNotAdmin   = errors.New("server: admin key required")
+	errUnsetRoute = errors.New("server: route has no access policy")
+)
+
 // apiErrorFor is the one place that maps an error to an HTTP status and an
 // OpenAI error body. requestID goes into the text of 5xx bodies, whose
 // details stay in the log.
 func apiErrorFor(err error, requestID string) apiError {
 	var (
-		re    *requestError
+		re    *pipeline.Error
 		mbe   *http.MaxBytesError
-		cle   *engine.ContextLengthError
-		ire   *engine.InvalidRequestError
 		syn   *json.SyntaxError
 		typ   *json.UnmarshalTypeError
-		qe    *quotaError
-		oe    *overloadError
+		qe    *pipeline.QuotaError
+		oe    *pipeline.OverloadError
 		unavl = func(msg string, retry time.Duration) apiError {
 			return apiError{Status: http.StatusServiceUnavailable, RetryAfter: retry,
-				Detail: api.ErrorDetail{Message: msg, Type: typeServer}}
+				Detail: api.ErrorDetail{Message: msg, Type: pipeline.TypeServer}}
+		}
+		denied = func(code, msg string) apiError {
+			return apiError{Status: http.StatusForbidden, Detail: api.ErrorDetail{Message: msg,
+				Type: pipeline.TypeInvalidRequest, Code: strPtr(code)}}
+		}
+		unauthorized = func(msg string) apiError {
+			return apiError{Status: http.StatusUnauthorized, Detail: api.ErrorDetail{Message: msg,
+				Type: pipeline.TypeInvalidRequest, Code: strPtr("invalid_api_key")}}
 		}
 	)
 	switch {
@@ -101,14 +70,14 @@ func apiErrorFor(err error, requestID string) apiError {
 		return apiError{Status: re.Status, Detail: api.ErrorDetail{
 			Message: re.Message, Type: re.Type, Param: strPtr(re.Param), Code: strPtr(re.Code)}}
 	case errors.As(err, &qe):
-		typ, code, retry := "tokens", "rate_limit_exceeded", !qe.d.Hard
-		switch qe.d.Reason {
-		case "requests", "concurrency":
+		typ, code, retry := "tokens", "rate_limit_exceeded", !qe.Decision.Hard
+		if qe.Decision.Reason.PerRequest() {
 			typ = "requests"
-		case "daily_tokens":
+		}
+		if qe.Decision.Reason == quota.ReasonDailyTokens {
 			code = "insufficient_quota"
 		}
-		wait := qe.d.RetryAfter
+		wait := qe.Decision.RetryAfter
 		if wait <= 0 && retry {
 			wait = time.Second
 		}
@@ -116,44 +85,50 @@ func apiErrorFor(err error, requestID string) apiError {
 			Detail: api.ErrorDetail{Message: qe.Error(), Type: typ, Code: strPtr(code)}}
 	case errors.As(err, &oe):
 		retry := true
-		return apiError{Status: http.StatusTooManyRequests, RetryAfter: oe.retry, ShouldRetry: &retry,
+		return apiError{Status: http.StatusTooManyRequests, RetryAfter: oe.RetryAfter, ShouldRetry: &retry,
 			Detail: api.ErrorDetail{Message: oe.Error(), Type: "requests", Code: strPtr("rate_limit_exceeded")}}
+	case errors.Is(err, errNotAdmin):
+		return denied("permission_denied", "this route needs an admin API key; create one with `llmctl keys create --admin`")
+	case errors.Is(err, errNoKey):
+		return unauthorized("you must provide an API key: send `Authorization: Bearer <key>` (llmctl: --api-key or LLMD_API_KEY)")
+	case errors.Is(err, errUnsetRoute):
+		return denied("permission_denied", "this route is not open to any caller")
+	case errors.Is(err, peer.ErrAuth), errors.Is(err, peer.ErrReplay):
+		return denied("permission_denied", "forwarded request refused: its peer signature is missing, wrong, replayed or too old")
+	case errors.Is(err, errBadKey):
+		return unauthorized("the API key is not valid (it may have been revoked)")
 	case errors.As(err, &mbe):
 		return apiError{Status: http.StatusRequestEntityTooLarge, Detail: api.ErrorDetail{
 			Message: fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit),
-			Type:    typeInvalidRequest, Code: strPtr("request_too_large")}}
+			Type:    pipeline.TypeInvalidRequest, Code: strPtr("request_too_large")}}
 	case errors.As(err, &syn):
 		return apiError{Status: http.StatusBadRequest, Detail: api.ErrorDetail{
 			Message: fmt.Sprintf("request body is not valid JSON: %v (at byte %d)", syn, syn.Offset),
-			Type:    typeInvalidRequest}}
+			Type:    pipeline.TypeInvalidRequest}}
 	case errors.As(err, &typ):
 		return apiError{Status: http.StatusBadRequest, Detail: api.ErrorDetail{
 			Message: fmt.Sprintf("%s must be of type %s, not JSON %s", fieldOr(typ.Field, "request body"), typ.Type, typ.Value),
-			Type:    typeInvalidRequest, Param: strPtr(typ.Field)}}
-	case errors.As(err, &cle):
-		return apiError{Status: http.StatusBadRequest, Detail: api.ErrorDetail{
-			Message: contextLengthMessage(cle.Limit, cle.PromptTokens, cle.MaxTokens),
-			Type:    typeInvalidRequest, Param: strPtr("messages"), Code: strPtr(codeContextLength)}}
-	case errors.As(err, &ire):
-		return apiError{Status: http.StatusBadRequest, Detail: api.ErrorDetail{
-			Message: ire.Reason, Type: typeInvalidRequest}}
-	case errors.Is(err, errStalled):
+			Type:    pipeline.TypeInvalidRequest, Param: strPtr(typ.Field)}}
+	case errors.Is(err, pipeline.ErrStalled):
 		return apiError{Status: http.StatusGatewayTimeout, Detail: api.ErrorDetail{
 			Message: "the model produced no new token for too long; the request was stopped (request id " + requestID + ")",
-			Type:    typeServer, Code: strPtr("stalled")}}
-	case errors.Is(err, engine.ErrQueueFull):
+			Type:    pipeline.TypeServer, Code: strPtr("stalled")}}
+	case errors.Is(err, pipeline.ErrQueueFull):
 		return unavl("the engine is currently overloaded (queue full); retry later", time.Second)
-	case errors.Is(err, engine.ErrClosed), errors.Is(err, errDraining):
+	case errors.Is(err, pipeline.ErrClosed), errors.Is(err, pipeline.ErrDraining):
 		return unavl("the server is shutting down; retry later", 0)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The client went away; nobody reads this.
-		return apiError{Status: statusClientClosed, Detail: api.ErrorDetail{
-			Message: "request cancelled", Type: typeInvalidRequest}}
+		return apiError{Status: pipeline.StatusClientClosed, Detail: api.ErrorDetail{
+			Message: "request cancelled", Type: pipeline.TypeInvalidRequest}}
 	default:
 		return apiError{Status: http.StatusInternalServerError, Detail: api.ErrorDetail{
-			Message: "internal error (request id " + requestID + ")", Type: typeServer}}
+			Message: "internal error (request id " + requestID + ")", Type: pipeline.TypeServer}}
 	}
 }
+
+// StatusOf is the HTTP status err maps to.
+func StatusOf(err error) int { return apiErrorFor(err, "").Status }
 
 func fieldOr(field, alt string) string {
 	if field == "" {
@@ -162,18 +137,11 @@ func fieldOr(field, alt string) string {
 	return field
 }
 
-// contextLengthMessage words a context overflow as vLLM does.
-func contextLengthMessage(limit, prompt, completion int) string {
-	return fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens "+
-		"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-		limit, prompt+completion, prompt, completion)
-}
-
 // writeError writes err as an HTTP error response. It must be called before
 // anything else is written. It returns the status, for the request log.
 func writeError(w http.ResponseWriter, requestID string, err error) int {
 	ae := apiErrorFor(err, requestID)
-	if ae.Status == statusClientClosed {
+	if ae.Status == pipeline.StatusClientClosed {
 		return ae.Status
 	}
 	h := w.Header()
@@ -204,4 +172,28 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// setRateHeaders writes the x-ratelimit-* headers OpenAI clients log.
+func setRateHeaders(h http.Header, d quota.Decision) {
+	if d.LimitRequests > 0 {
+		h.Set("x-ratelimit-limit-requests", strconv.FormatInt(d.LimitRequests, 10))
+		h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(d.RemainingRequests, 10))
+		h.Set("x-ratelimit-reset-requests", pipeline.RoundUp(d.ResetRequests).String())
+	}
+	if d.LimitTokens > 0 {
+		h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(d.LimitTokens, 10))
+		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(d.RemainingTokens, 10))
+		h.Set("x-ratelimit-reset-tokens", pipeline.RoundUp(d.ResetTokens).String())
+	}
+}
+
+// setRetryHeaders writes Retry-After (whole seconds, rounded up),
+// retry-after-ms, and x-should-retry.
+func setRetryHeaders(h http.Header, retry time.Duration, shouldRetry bool) {
+	if retry > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
+		h.Set("retry-after-ms", strconv.FormatInt(max(retry.Milliseconds(), 1), 10))
+	}
+	h.Set("x-should-retry", strconv.FormatBool(shouldRetry))
 }

@@ -1,4 +1,4 @@
-package daemon
+package server
 
 import (
 	"net/http"
@@ -8,45 +8,9 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/api"
-	"github.com/llmd/llmd/metrics"
-	"github.com/llmd/llmd/quota"
+	"github.com/llmd/llmd/pipeline"
 	"github.com/llmd/llmd/store"
 )
-
-// newMetrics builds /metrics over the server's engines, quota and usage
-// writer, read at scrape time.
-func (s *Server) newMetrics() *metrics.Metrics {
-	return metrics.New(metrics.Source{
-		Engines: func() []metrics.EngineSnapshot {
-			out := make([]metrics.EngineSnapshot, 0, len(s.models))
-			for _, m := range s.models {
-				st := m.eng.Stats()
-				dtype := "sim"
-				if executorKind(m.id) == "cpu" {
-					dtype = "f16" // the CPU executor's KV type; llmd does not change it
-				}
-				out = append(out, metrics.EngineSnapshot{Model: m.id, Stats: st, BlockSize: m.info.BlockSize,
-					NumBlocks: m.info.NumBlocks, PrefixCaching: !s.cfg.Engine.DisablePrefixCache, CacheDType: dtype,
-					MaxModelLen: m.limit})
-			}
-			return out
-		},
-		Quota: func() quota.Counters { return s.quota.Counters() },
-		GPUs:  s.gpus,
-		Usage: func() metrics.UsageWriterSnapshot {
-			if s.usage == nil {
-				return metrics.UsageWriterSnapshot{}
-			}
-			st := s.usage.Stats()
-			return metrics.UsageWriterSnapshot{Queued: st.Queued, Lag: st.Lag, Committed: st.Committed,
-				Spooled: st.Spooled, Failed: st.Failed}
-		},
-	})
-}
-
-func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request, _ *reqLog) {
-	s.metrics.Handler().ServeHTTP(w, r)
-}
 
 // reportBy are the groupings of a usage report.
 var reportBy = []string{"day", "tenant", "model", "tier"}
@@ -67,12 +31,12 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		return time.Time{}, invalidParam("since", "since must be a positive duration back from now (24h, 7d) or an RFC 3339 time, got %q", v)
+		return time.Time{}, pipeline.InvalidParam("since", "since must be a positive duration back from now (24h, 7d) or an RFC 3339 time, got %q", v)
 	}
 	return now.Add(-d), nil
 }
 
-func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ *reqLog) {
+func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 	qv := r.URL.Query()
 	now := time.Now().UTC()
 	since, err := parseSince(qv.Get("since"), now)
@@ -83,12 +47,12 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ *reqLog) 
 	until := now
 	if v := qv.Get("until"); v != "" {
 		if until, err = time.Parse(time.RFC3339, v); err != nil {
-			writeError(w, "", invalidParam("until", "until must be an RFC 3339 time, got %q", v))
+			writeError(w, "", pipeline.InvalidParam("until", "until must be an RFC 3339 time, got %q", v))
 			return
 		}
 	}
 	if !until.After(since) {
-		writeError(w, "", invalidParam("until", "until must be after since"))
+		writeError(w, "", pipeline.InvalidParam("until", "until must be after since"))
 		return
 	}
 	by := qv.Get("by")
@@ -96,7 +60,7 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ *reqLog) 
 		by = "day"
 	}
 	if !slices.Contains(reportBy, by) {
-		writeError(w, "", invalidParam("by", "by must be one of %s, got %q", strings.Join(reportBy, ", "), by))
+		writeError(w, "", pipeline.InvalidParam("by", "by must be one of %s, got %q", strings.Join(reportBy, ", "), by))
 		return
 	}
 	rows, err := s.store.UsageReport(r.Context(), store.UsageQuery{Tenant: qv.Get("tenant"), Model: qv.Get("model"),
@@ -202,11 +166,11 @@ func (s *Server) price(r store.UsageRow) (float64, bool) {
 // gpusOf is how many GPUs a served model runs on: its simulated group's
 // tensor-parallel degree; 0 for CPU models and models no longer served.
 func (s *Server) gpusOf(model string) int {
-	m := s.byID[model]
-	if m == nil || executorKind(m.id) != "simulated" {
+	m := s.models.Get(model)
+	if m == nil || m.Sim == nil {
 		return 0
 	}
-	return s.cfg.TP
+	return m.Sim.TP
 }
 
 func later(a, b time.Time) time.Time {

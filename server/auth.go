@@ -1,4 +1,4 @@
-package daemon
+package server
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmd/llmd/peer"
+	"github.com/llmd/llmd/pipeline"
 	"github.com/llmd/llmd/store"
 )
 
@@ -39,76 +41,34 @@ func (p policy) String() string {
 	return "unset"
 }
 
-// principal is who a request acts for.
-type principal struct {
-	tenant string
-	// keyID is the API key's id; "" for anonymous (local) requests.
-	keyID string
-	admin bool
-	// peer is the id of the node that forwarded the request ("" for a
-	// client's own request); tier and requestID are what that node
-	// decided (see peerAuth).
-	peer, tier, requestID string
-}
-
 type principalKey struct{}
 
 // principalFrom returns the request's principal; requests that passed the
 // auth check always have one (public routes get the local tenant).
-func principalFrom(ctx context.Context) principal {
-	if p, ok := ctx.Value(principalKey{}).(principal); ok {
+func principalFrom(ctx context.Context) pipeline.Principal {
+	if p, ok := ctx.Value(principalKey{}).(pipeline.Principal); ok {
 		return p
 	}
-	return principal{tenant: store.LocalTenant}
-}
-
-var (
-	errNoKey      = errors.New("daemon: no API key")
-	errBadKey     = errors.New("daemon: invalid API key")
-	errNotAdmin   = errors.New("daemon: admin key required")
-	errUnsetRoute = errors.New("daemon: route has no access policy")
-)
-
-// authError is the client-facing form of an authentication failure, or
-// nil when err is not one (a store failure: a 500).
-func authError(err error) *requestError {
-	switch {
-	case errors.Is(err, errNotAdmin):
-		return &requestError{Status: http.StatusForbidden, Type: typeInvalidRequest, Code: "permission_denied",
-			Message: "this route needs an admin API key; create one with `llmctl keys create --admin`"}
-	case errors.Is(err, errNoKey):
-		return &requestError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
-			Message: "you must provide an API key: send `Authorization: Bearer <key>` (llmctl: --api-key or LLMD_API_KEY)"}
-	case errors.Is(err, errUnsetRoute):
-		return &requestError{Status: http.StatusForbidden, Type: typeInvalidRequest, Code: "permission_denied",
-			Message: "this route is not open to any caller"}
-	case errors.Is(err, errPeerAuth), errors.Is(err, errPeerReplay):
-		return &requestError{Status: http.StatusForbidden, Type: typeInvalidRequest, Code: "permission_denied",
-			Message: "forwarded request refused: its peer signature is missing, wrong, replayed or too old"}
-	case errors.Is(err, errBadKey):
-		return &requestError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "invalid_api_key",
-			Message: "the API key is not valid (it may have been revoked)"}
-	}
-	return nil
+	return pipeline.Principal{Tenant: store.LocalTenant}
 }
 
 // authenticate decides whether r may call a route of policy pol and returns
 // the principal it acts for. It reads the key from the Authorization header
 // only; the key is never logged or echoed.
-func (s *Server) authenticate(r *http.Request, pol policy) (principal, error) {
+func (s *Server) authenticate(r *http.Request, pol policy) (pipeline.Principal, error) {
 	switch pol {
 	case policyPublic:
-		return principal{tenant: store.LocalTenant}, nil
+		return pipeline.Principal{Tenant: store.LocalTenant}, nil
 	case policyUser, policyAdmin:
 	default:
-		return principal{}, errUnsetRoute
+		return pipeline.Principal{}, errUnsetRoute
 	}
 	p, err := s.principal(r)
 	if err != nil {
-		return principal{}, err
+		return pipeline.Principal{}, err
 	}
-	if pol == policyAdmin && !p.admin {
-		return principal{}, errNotAdmin
+	if pol == policyAdmin && !p.Admin {
+		return pipeline.Principal{}, errNotAdmin
 	}
 	return p, nil
 }
@@ -117,41 +77,42 @@ func (s *Server) authenticate(r *http.Request, pol policy) (principal, error) {
 // exists, the local tenant, whatever key is sent (the official SDKs insist
 // on sending one, "EMPTY" or "ollama", as with vLLM and Ollama). A valid key
 // costs one lookup; only a missing or refused key asks whether any exists.
-func (s *Server) principal(r *http.Request) (principal, error) {
-	if isForwarded(r) {
-		if s.peers == nil {
-			return principal{}, errPeerAuth
+// A request signed by a peer acts for the identity it carries.
+func (s *Server) principal(r *http.Request) (pipeline.Principal, error) {
+	if peer.IsForwarded(r) {
+		if s.peerAuth == nil {
+			return pipeline.Principal{}, peer.ErrAuth
 		}
-		id, err := s.peers.verify(r, s.cfg.MaxBodyBytes, time.Now())
+		id, err := s.peerAuth.Verify(r, s.cfg.MaxBodyBytes, time.Now())
 		if err != nil {
-			s.log.Warn("refused a forwarded request", "remote", r.RemoteAddr, "peer", capHeader(r.Header.Get(hdrPeer), 64),
-				"path", r.URL.Path, "err", err)
-			return principal{}, err
+			s.log.Warn("refused a forwarded request", "remote", r.RemoteAddr,
+				"peer", capText(r.Header.Get(peer.HeaderNode), 64), "path", r.URL.Path, "err", err)
+			return pipeline.Principal{}, err
 		}
-		return principal{tenant: id.tenant, keyID: id.keyID, admin: id.admin, peer: id.node, tier: id.tier,
-			requestID: id.requestID}, nil
+		return pipeline.Principal{Tenant: id.Tenant, KeyID: id.KeyID, Admin: id.Admin, Peer: id.Node, Tier: id.Tier,
+			RequestID: id.RequestID}, nil
 	}
 	if secret, present := bearer(r); present && s.store != nil {
 		k, err := s.store.Authenticate(r.Context(), secret)
 		if err == nil {
-			return principal{tenant: k.Tenant, keyID: k.ID, admin: k.Admin}, nil
+			return pipeline.Principal{Tenant: k.Tenant, KeyID: k.ID, Admin: k.Admin}, nil
 		}
 		if !errors.Is(err, store.ErrBadKey) {
-			return principal{}, err
+			return pipeline.Principal{}, err
 		}
 	}
 	open, err := s.anonymousAllowed(r.Context())
 	switch {
 	case err != nil:
-		return principal{}, err
+		return pipeline.Principal{}, err
 	case !open && r.Header.Get("Authorization") != "":
-		return principal{}, errBadKey
+		return pipeline.Principal{}, errBadKey
 	case !open:
-		return principal{}, errNoKey
+		return pipeline.Principal{}, errNoKey
 	}
 	// Anonymous callers act as the local tenant; they administer only from
 	// loopback (with --insecure the listener may not be).
-	return principal{tenant: store.LocalTenant, admin: loopbackRemote(r)}, nil
+	return pipeline.Principal{Tenant: store.LocalTenant, Admin: loopbackRemote(r)}, nil
 }
 
 // anonymousAllowed reports whether requests without a key are served (as
@@ -191,4 +152,13 @@ func loopbackRemote(r *http.Request) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// capText trims a client-supplied value for logging.
+func capText(v string, n int) string {
+	v = strings.TrimSpace(v)
+	if len(v) > n {
+		v = v[:n]
+	}
+	return v
 }

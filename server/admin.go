@@ -1,4 +1,4 @@
-package daemon
+package server
 
 import (
 	"errors"
@@ -7,39 +7,27 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/pipeline"
 	"github.com/llmd/llmd/store"
 )
 
 // defaultKeyTenant owns keys created without a tenant.
 const defaultKeyTenant = "default"
 
-// needStore wraps a handler of a route that reads the store: without a
-// data directory it answers 503.
-func (s *Server) needStore(h handlerFunc) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request, rl *reqLog) {
-		if s.store == nil {
-			writeError(w, "", &requestError{Status: http.StatusServiceUnavailable, Type: typeServer,
-				Message: "llmd runs without a data directory, so it has no tenants, keys, quotas or usage; start it with --data-dir"})
-			return
-		}
-		h(w, r, rl)
-	}
-}
-
 // storeError maps the store's errors to client errors.
 func storeError(err error, what string) error {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return &requestError{Status: http.StatusNotFound, Type: typeInvalidRequest, Message: what + " not found"}
+		return &pipeline.Error{Status: http.StatusNotFound, Type: pipeline.TypeInvalidRequest, Message: what + " not found"}
 	case errors.Is(err, store.ErrInvalid):
-		return &requestError{Status: http.StatusBadRequest, Type: typeInvalidRequest, Message: err.Error()}
+		return &pipeline.Error{Status: http.StatusBadRequest, Type: pipeline.TypeInvalidRequest, Message: err.Error()}
 	}
 	return err
 }
 
-func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ *reqLog) {
+func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 	var req api.KeyCreateRequest
-	if err := s.decode(w, r, &req); err != nil {
+	if err := s.decodeBody(w, r, &req); err != nil {
 		writeError(w, "", err)
 		return
 	}
@@ -50,7 +38,7 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ *reqL
 	if req.Tier != "" {
 		t, err := store.ParseTier(req.Tier)
 		if err != nil {
-			writeError(w, "", invalidParam("tier", "%v", err))
+			writeError(w, "", pipeline.InvalidParam("tier", "%v", err))
 			return
 		}
 		tier = t
@@ -68,7 +56,7 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ *reqL
 	if secret != "" {
 		k, err = s.store.ImportKey(ctx, req.Tenant, req.Admin, req.Name, secret)
 		if errors.Is(err, store.ErrInvalid) {
-			writeError(w, "", invalidParam("key", "%v", err))
+			writeError(w, "", pipeline.InvalidParam("key", "%v", err))
 			return
 		}
 	} else {
@@ -79,11 +67,11 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ *reqL
 		return
 	}
 	s.log.Info("api key created", "key_id", k.ID, "tenant", k.Tenant, "admin", k.Admin, "imported", req.Key != "",
-		"by", principalFrom(ctx).keyID)
+		"by", principalFrom(ctx).KeyID)
 	writeJSON(w, http.StatusCreated, api.KeyCreated{Key: secret, KeyInfo: keyInfo(k)})
 }
 
-func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request, _ *reqLog) {
+func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request) {
 	keys, err := s.store.Keys(r.Context())
 	if err != nil {
 		writeError(w, "", err)
@@ -96,17 +84,17 @@ func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request, _ *reqLo
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request, _ *reqLog) {
+func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
 	k, err := s.store.RevokeKey(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, "", storeError(err, fmt.Sprintf("key %q", r.PathValue("id"))))
 		return
 	}
-	s.log.Info("api key revoked", "key_id", k.ID, "tenant", k.Tenant, "by", principalFrom(r.Context()).keyID)
+	s.log.Info("api key revoked", "key_id", k.ID, "tenant", k.Tenant, "by", principalFrom(r.Context()).KeyID)
 	writeJSON(w, http.StatusOK, keyInfo(k))
 }
 
-func (s *Server) handleListTenants(w http.ResponseWriter, r *http.Request, _ *reqLog) {
+func (s *Server) handleListTenants(w http.ResponseWriter, r *http.Request) {
 	ts, err := s.store.Tenants(r.Context())
 	if err != nil {
 		writeError(w, "", err)
@@ -119,7 +107,7 @@ func (s *Server) handleListTenants(w http.ResponseWriter, r *http.Request, _ *re
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleListQuotas(w http.ResponseWriter, r *http.Request, _ *reqLog) {
+func (s *Server) handleListQuotas(w http.ResponseWriter, r *http.Request) {
 	qs, err := s.store.Quotas(r.Context())
 	if err != nil {
 		writeError(w, "", err)
@@ -132,7 +120,7 @@ func (s *Server) handleListQuotas(w http.ResponseWriter, r *http.Request, _ *req
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleGetQuota(w http.ResponseWriter, r *http.Request, _ *reqLog) {
+func (s *Server) handleGetQuota(w http.ResponseWriter, r *http.Request) {
 	tenant := r.PathValue("tenant")
 	q, err := s.store.Quota(r.Context(), tenant)
 	if err != nil {
@@ -142,9 +130,9 @@ func (s *Server) handleGetQuota(w http.ResponseWriter, r *http.Request, _ *reqLo
 	s.writeQuota(w, r, q)
 }
 
-func (s *Server) handleSetQuota(w http.ResponseWriter, r *http.Request, _ *reqLog) {
+func (s *Server) handleSetQuota(w http.ResponseWriter, r *http.Request) {
 	var req api.QuotaUpdate
-	if err := s.decode(w, r, &req); err != nil {
+	if err := s.decodeBody(w, r, &req); err != nil {
 		writeError(w, "", err)
 		return
 	}
@@ -153,7 +141,7 @@ func (s *Server) handleSetQuota(w http.ResponseWriter, r *http.Request, _ *reqLo
 	if req.Tier != nil {
 		t, err := store.ParseTier(*req.Tier)
 		if err != nil {
-			writeError(w, "", invalidParam("tier", "%v", err))
+			writeError(w, "", pipeline.InvalidParam("tier", "%v", err))
 			return
 		}
 		u.Tier = &t
@@ -165,14 +153,14 @@ func (s *Server) handleSetQuota(w http.ResponseWriter, r *http.Request, _ *reqLo
 		return
 	}
 	s.log.Info("quota set", "tenant", q.Tenant, "tier", q.Tier, "rpm", q.Limits.RPM, "tpm", q.Limits.TPM,
-		"concurrency", q.Limits.Concurrency, "daily_tokens", q.Limits.DailyTokens, "by", principalFrom(r.Context()).keyID)
+		"concurrency", q.Limits.Concurrency, "daily_tokens", q.Limits.DailyTokens, "by", principalFrom(r.Context()).KeyID)
 	s.writeQuota(w, r, q)
 }
 
 // writeQuota answers with q and the tenant's current usage.
 func (s *Server) writeQuota(w http.ResponseWriter, r *http.Request, q store.Quota) {
 	info := quotaInfo(q)
-	u, err := s.quota.Usage(r.Context(), q.Tenant, limitsOf(q.Limits))
+	u, err := s.limiter.Usage(r.Context(), q.Tenant, pipeline.LimitsOf(q.Limits))
 	if err != nil {
 		// Redis failing: the settings are still worth showing.
 		s.log.Warn("quota usage unavailable", "tenant", q.Tenant, "err", err)
@@ -180,7 +168,7 @@ func (s *Server) writeQuota(w http.ResponseWriter, r *http.Request, q store.Quot
 		return
 	}
 	info.Usage = &api.QuotaUsage{InFlight: u.InFlight, RequestsAvailable: u.RequestsAvailable,
-		TokensAvailable: u.TokensAvailable, DailyTokensUsed: u.DailyTokensUsed, Rejected: s.rejected.get(q.Tenant)}
+		TokensAvailable: u.TokensAvailable, DailyTokensUsed: u.DailyTokensUsed, Rejected: s.rejected(q.Tenant)}
 	writeJSON(w, http.StatusOK, info)
 }
 
@@ -210,4 +198,10 @@ func quotaInfo(q store.Quota) api.QuotaInfo {
 		}
 	}
 	return info
+}
+
+// rejected is how many of tenant's requests quota refused since start.
+func (s *Server) rejected(tenant string) uint64 {
+	n, _ := s.pipe.Rejected(tenant, time.Now())
+	return n
 }

@@ -1,0 +1,166 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/quota"
+	"github.com/llmd/llmd/store"
+)
+
+// TierPriority is each tier's class in the engine's scheduler.
+var TierPriority = map[store.Tier]engine.Priority{
+	store.TierEnterprise: engine.PriorityEnterprise,
+	store.TierPaid:       engine.PriorityPaid,
+	store.TierFree:       engine.PriorityFree,
+	store.TierBatch:      engine.PriorityBatch,
+}
+
+// admission is the admit stage's decision: the job as admitted (its
+// priority set, its max_tokens perhaps capped) and its reservation.
+type admission struct {
+	job *Job
+	// settle settles the reservation with the tokens used; idempotent.
+	settle   func(Usage)
+	decision *quota.Decision
+	// degraded notes what the ladder changed.
+	degraded string
+}
+
+// admit applies the tenant's tier and quota to job before it runs: the
+// priority, the degradation ladder's free-tier steps, and the reservation
+// of prompt plus output tokens. A forwarded request is admitted by its
+// entry node, which holds its reservation.
+func (p *Pipeline) admit(ctx context.Context, req *Request, t Tenant, c choice, j *Job) (admission, error) {
+	if p.draining.Load() {
+		return admission{}, ErrDraining
+	}
+	adm := admission{settle: func(Usage) {}}
+	job := *j
+	adm.job = &job
+	prio := TierPriority[t.Tier]
+	if req.Priority != nil {
+		if *req.Priority > prio && !req.Principal.Admin {
+			return adm, &Error{Status: http.StatusForbidden, Type: TypeInvalidRequest, Param: "priority",
+				Code: "permission_denied", Message: fmt.Sprintf("tenant %s is in the %s tier; it may not ask for a higher priority",
+					t.ID, t.Tier)}
+		}
+		prio = *req.Priority
+	}
+	job.Priority = prio
+
+	if prio == engine.PriorityFree && job.Model != nil {
+		switch level := max(c.level, job.Model.Replica.Stats().Degrade); {
+		case level >= engine.DegradeShedFree:
+			adm.degraded = "shed"
+			p.log.Warn("shedding free-tier request", "request_id", req.ID, "tenant", t.ID, "model", job.ModelID,
+				"level", level.String())
+			return adm, &OverloadError{Model: job.ModelID, RetryAfter: p.cfg.ShedRetryAfter}
+		case level >= engine.DegradeLimitFree:
+			if cap := p.cfg.DegradeFreeMaxTokens; cap > 0 && job.MaxTokens > cap {
+				job.MaxTokens = cap
+				adm.degraded = "max_tokens capped to " + strconv.Itoa(cap)
+			}
+		}
+	}
+	if req.Forwarded() {
+		return adm, nil
+	}
+	var tokens int64
+	if job.Model == nil {
+		// Only peers serve it: about 4 bytes a token of the body stand for
+		// the prompt.
+		tokens = int64(len(job.Forward.Body)/4) + int64(job.MaxTokens)*int64(job.N)
+	} else {
+		expect := job.MaxTokens
+		if p.cfg.QuotaEstimate {
+			expect = p.outputs.Expected(t.ID, job.MaxTokens)
+		}
+		tokens = int64(len(job.Prompt)) + int64(expect)*int64(job.N)
+	}
+	d, err := p.limiter.Reserve(ctx, quota.Request{ID: req.ID, Tenant: t.ID, Limits: t.Limits, Tokens: tokens})
+	if err != nil {
+		return adm, fmt.Errorf("pipeline: quota reserve: %w", err)
+	}
+	adm.decision = &d
+	if !d.Allowed {
+		p.rejected.add(t.ID, time.Now())
+		if !p.cfg.QuotaShadow {
+			return adm, &QuotaError{Tenant: t.ID, Decision: d, Tokens: tokens}
+		}
+		p.log.Info("quota would refuse (shadow mode)", "request_id", req.ID, "tenant", t.ID, "reason", d.Reason)
+		return adm, nil
+	}
+	n := job.N
+	var once sync.Once
+	adm.settle = func(u Usage) {
+		once.Do(func() {
+			if u.OutputTokens > 0 {
+				p.outputs.Observe(t.ID, u.OutputTokens/max(n, 1))
+			}
+			actual := int64(u.InputTokens) + int64(u.OutputTokens)
+			p.settled.Add(actual)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := p.limiter.Reconcile(ctx, t.ID, req.ID, actual); err != nil {
+				p.log.Error("quota reconcile failed", "request_id", req.ID, "tenant", t.ID, "err", err)
+			}
+		})
+	}
+	return adm, nil
+}
+
+// rejections counts quota refusals per tenant since start, and keeps the
+// times of the last minute's (at most 1,000 per tenant) for llmctl top.
+type rejections struct {
+	mu     sync.Mutex
+	n      map[string]uint64
+	recent map[string][]time.Time
+}
+
+const maxRecentRejections = 1000
+
+func (r *rejections) add(tenant string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n, r.recent = make(map[string]uint64), make(map[string][]time.Time)
+	}
+	r.n[tenant]++
+	rec := trimBefore(r.recent[tenant], now.Add(-time.Minute))
+	if len(rec) >= maxRecentRejections {
+		rec = rec[1:]
+	}
+	r.recent[tenant] = append(rec, now)
+}
+
+func (r *rejections) get(tenant string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[tenant]
+}
+
+// lastMinute counts tenant's refusals in the minute before now.
+func (r *rejections) lastMinute(tenant string, now time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := trimBefore(r.recent[tenant], now.Add(-time.Minute))
+	if r.recent != nil {
+		r.recent[tenant] = rec
+	}
+	return len(rec)
+}
+
+// trimBefore drops the times before cutoff from the front of ts (ordered).
+func trimBefore(ts []time.Time, cutoff time.Time) []time.Time {
+	i := 0
+	for i < len(ts) && ts[i].Before(cutoff) {
+		i++
+	}
+	return ts[i:]
+}

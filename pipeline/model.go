@@ -1,0 +1,264 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/kvcache"
+)
+
+// Replica is the part of a model's engine that the pipeline and the server
+// use; *engine.Engine provides it through EngineReplica, tests through a
+// fake.
+type Replica interface {
+	// Submit queues req; see engine.Engine.Submit. ctx cancels the request.
+	Submit(ctx context.Context, req engine.Request) (EventStream, error)
+	Info() engine.ExecutorInfo
+	// MaxSeqTokens is the most tokens (prompt plus output) one sequence
+	// can hold: the context length, or less if the KV pool is smaller.
+	MaxSeqTokens() int
+	Stats() engine.Stats
+	// Requests inspects the live requests; see engine.Engine.Requests.
+	Requests(ctx context.Context) ([]engine.RequestState, error)
+	// BlockSize and CachedPrefix serve the cluster router: the KV block
+	// size, and how many leading blocks of a prompt's hash chain the
+	// replica holds (see engine.Engine.CachedPrefix); safe for concurrent
+	// use.
+	BlockSize() int
+	CachedPrefix(hashes []kvcache.Hash) int
+	// RecentPrefixes is the summary of cached prefixes this node gossips.
+	RecentPrefixes(max int) []kvcache.Hash
+}
+
+// EventStream is a request's events; *engine.Stream implements it.
+type EventStream interface {
+	// Next returns the next event, io.EOF after the last, or ctx's error.
+	Next(ctx context.Context) (engine.Event, error)
+}
+
+// EngineReplica adapts *engine.Engine to Replica.
+type EngineReplica struct{ E *engine.Engine }
+
+// Submit implements Replica.
+func (r EngineReplica) Submit(ctx context.Context, req engine.Request) (EventStream, error) {
+	st, err := r.E.Submit(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Info implements Replica.
+func (r EngineReplica) Info() engine.ExecutorInfo { return r.E.Info() }
+
+// MaxSeqTokens implements Replica.
+func (r EngineReplica) MaxSeqTokens() int { return r.E.MaxSeqTokens() }
+
+// Stats implements Replica.
+func (r EngineReplica) Stats() engine.Stats { return r.E.Stats() }
+
+// Requests implements Replica.
+func (r EngineReplica) Requests(ctx context.Context) ([]engine.RequestState, error) {
+	return r.E.Requests(ctx)
+}
+
+// BlockSize implements Replica.
+func (r EngineReplica) BlockSize() int { return r.E.BlockSize() }
+
+// CachedPrefix implements Replica.
+func (r EngineReplica) CachedPrefix(hashes []kvcache.Hash) int { return r.E.CachedPrefix(hashes) }
+
+// RecentPrefixes implements Replica.
+func (r EngineReplica) RecentPrefixes(max int) []kvcache.Hash { return r.E.RecentPrefixes(max) }
+
+// TextModel is a model's side of text: chat rendering, tokenization and
+// detokenization.
+type TextModel interface {
+	// ChatPrompt renders messages with the model's chat template and
+	// tokenizes the result. An error is the template refusing the
+	// conversation (a 400).
+	ChatPrompt(msgs []api.Message, addGenerationPrompt bool) ([]int32, error)
+	// Prompt tokenizes raw text, adding the model's BOS/EOS when addSpecial.
+	Prompt(text string, addSpecial bool) []int32
+	Decode(tokens []int32) string
+	// DecodeToken is a generated token's text as shown (special tokens
+	// hidden); TokenText is its text in the vocabulary (for logprobs).
+	DecodeToken(token int32) string
+	TokenText(token int32) string
+	VocabSize() int
+}
+
+// Executor kinds (Model.Executor).
+const (
+	ExecutorSimulated = "simulated"
+	ExecutorCPU       = "cpu"
+)
+
+// Model is one served model: its engine replica, its text side and what
+// the API reports about it. Fields are set when the model is built and
+// read-only after; Latency is safe for concurrent use.
+type Model struct {
+	ID      string
+	Info    engine.ExecutorInfo
+	Replica Replica
+	Text    TextModel
+	// EOS holds the tokens that end a choice (never shown).
+	EOS map[int32]bool
+	// Limit is the most tokens (prompt plus output) one sequence may hold.
+	Limit int
+	// Executor is ExecutorSimulated or ExecutorCPU.
+	Executor string
+	// Details reported by /v1/models.
+	Arch         string
+	Params       int64
+	Quantization string
+	Created      int64 // Unix seconds
+	// Run runs the engine's step loop until ctx ends; nil for fakes.
+	Run func(ctx context.Context) error
+	// Sim describes the simulated GPU group of a simulated model, nil
+	// otherwise.
+	Sim *SimGPU
+	// Latency holds recent latencies, for the snapshot.
+	Latency LatencyWindow
+}
+
+// SimGPU is a simulated model's GPU group.
+type SimGPU struct {
+	Name       string
+	TP         int
+	Memory     int64 // bytes, the whole group
+	KVCapacity int64 // bytes of the KV pool
+}
+
+// NewModel describes the model served by replica, whose text side is text;
+// created is when it was loaded.
+func NewModel(replica Replica, text TextModel, created time.Time, run func(context.Context) error) *Model {
+	info := replica.Info()
+	m := &Model{ID: info.Model, Info: info, Replica: replica, Text: text, EOS: map[int32]bool{},
+		Limit: min(info.ContextLength, replica.MaxSeqTokens()), Created: created.Unix(), Run: run,
+		Executor: ExecutorCPU}
+	if strings.HasPrefix(m.ID, "sim/") {
+		m.Executor = ExecutorSimulated
+	}
+	for _, t := range info.EOS {
+		m.EOS[t] = true
+	}
+	return m
+}
+
+// ErrDuplicateModel is two served models with one id.
+var ErrDuplicateModel = errors.New("pipeline: two models have the same id")
+
+// Models is the set of models this node serves, in configuration order.
+// It is read-only once built.
+type Models struct {
+	list []*Model
+	byID map[string]*Model
+}
+
+// NewModels returns the set of ms, refusing two with one id.
+func NewModels(ms []*Model) (*Models, error) {
+	s := &Models{list: slices.Clone(ms), byID: make(map[string]*Model, len(ms))}
+	for _, m := range ms {
+		if s.byID[m.ID] != nil {
+			return nil, fmt.Errorf("%w: %q", ErrDuplicateModel, m.ID)
+		}
+		s.byID[m.ID] = m
+	}
+	return s, nil
+}
+
+// Get returns the model with id, nil if none.
+func (s *Models) Get(id string) *Model { return s.byID[id] }
+
+// List returns the models; the caller must not modify the slice.
+func (s *Models) List() []*Model { return s.list }
+
+// IDs returns the models' ids.
+func (s *Models) IDs() []string {
+	ids := make([]string, len(s.list))
+	for i, m := range s.list {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+// Lookup finds the model a request names: a 400 without a name, a 404
+// naming the served models for an unknown one.
+func (s *Models) Lookup(id string) (*Model, error) {
+	if id == "" {
+		return nil, InvalidParam("model", "you must provide a model parameter")
+	}
+	if m := s.byID[id]; m != nil {
+		return m, nil
+	}
+	return nil, &Error{Status: 404, Type: TypeInvalidRequest, Param: "model", Code: CodeModelNotFound,
+		Message: fmt.Sprintf("The model `%s` does not exist. Available models: %s.", id, strings.Join(s.IDs(), ", "))}
+}
+
+// LatencyWindow keeps the TTFT and mean inter-token latency of a model's
+// recently finished requests, for the percentiles of the last minute.
+//
+// Locking: mu guards all fields.
+type LatencyWindow struct {
+	mu      sync.Mutex
+	samples []latencySample // oldest first, bounded
+}
+
+type latencySample struct {
+	at   time.Time
+	ttft time.Duration
+	itl  time.Duration // 0: fewer than two tokens
+}
+
+const maxLatencySamples = 4096
+
+// Add records one finished request.
+func (w *LatencyWindow) Add(at time.Time, ttft, itl time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.samples) >= maxLatencySamples {
+		w.samples = append(w.samples[:0], w.samples[len(w.samples)/2:]...)
+	}
+	w.samples = append(w.samples, latencySample{at: at, ttft: ttft, itl: itl})
+}
+
+// Percentiles returns the p50 and p95 of the TTFT and ITL samples taken
+// since now-span, in seconds (0 without samples).
+func (w *LatencyWindow) Percentiles(now time.Time, span time.Duration) (ttft50, ttft95, itl50, itl95 float64) {
+	w.mu.Lock()
+	cutoff := now.Add(-span)
+	i := 0
+	for i < len(w.samples) && w.samples[i].at.Before(cutoff) {
+		i++
+	}
+	w.samples = w.samples[i:]
+	var ttfts, itls []time.Duration
+	for _, s := range w.samples {
+		ttfts = append(ttfts, s.ttft)
+		if s.itl > 0 {
+			itls = append(itls, s.itl)
+		}
+	}
+	w.mu.Unlock()
+	ttft50, ttft95 = pct(ttfts, 0.5), pct(ttfts, 0.95)
+	itl50, itl95 = pct(itls, 0.5), pct(itls, 0.95)
+	return
+}
+
+// pct is the nearest-rank percentile q of ds, in seconds.
+func pct(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(q*float64(len(ds))+0.5) - 1
+	return ds[min(max(i, 0), len(ds)-1)].Seconds()
+}

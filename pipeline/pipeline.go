@@ -1,0 +1,305 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmd/llmd/cluster"
+	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/kvcache"
+	"github.com/llmd/llmd/metrics"
+	"github.com/llmd/llmd/quota"
+	"github.com/llmd/llmd/store"
+)
+
+// Config holds the pipeline's settings. The daemon fills it from its own.
+type Config struct {
+	// NodeID names this node in usage rows and logs.
+	NodeID string
+	// MaxN is the most choices one request may ask for.
+	MaxN int
+	// QuotaEstimate reserves the tenant's learned answer length instead of
+	// max_tokens; QuotaShadow admits every request and logs refusals.
+	QuotaEstimate bool
+	QuotaShadow   bool
+	// DegradeRoutes maps a model to the smaller one that serves its
+	// free-tier requests from the ladder's limit_free up;
+	// DegradeFreeMaxTokens caps their max_tokens there (0: no cap).
+	DegradeRoutes        map[string]string
+	DegradeFreeMaxTokens int
+	// ShedRetryAfter is the Retry-After of a shed free-tier request.
+	ShedRetryAfter time.Duration
+	// StallTimeout ends a local request that produced no new token for
+	// this long after its first.
+	StallTimeout time.Duration
+	// Fallback maps a model to the one that serves its requests when no
+	// alive node serves it (a cluster).
+	Fallback map[string]string
+	// RoutePolicy, LoadBound and LoadSlack are the cluster router's (see
+	// cluster.RouteRequest).
+	RoutePolicy cluster.Policy
+	LoadBound   float64
+	LoadSlack   int
+}
+
+// Accounts looks tenants up; *store.Store implements it.
+type Accounts interface {
+	Quota(ctx context.Context, tenant string) (store.Quota, error)
+}
+
+// Ledger writes usage rows; *store.UsageWriter implements it.
+type Ledger interface {
+	Begin(ctx context.Context, ev store.UsageEvent) error
+	Record(ctx context.Context, ev store.UsageEvent) error
+	RecordAsync(ctx context.Context, ev store.UsageEvent) error
+}
+
+// Router orders the cluster's members for a request; *cluster.Cluster
+// implements it.
+type Router interface {
+	Route(req cluster.RouteRequest, localPrefix func([]kvcache.Hash) int) []cluster.Candidate
+	// MarkFailed takes a member out of routing after a failed forward.
+	MarkFailed(id string)
+}
+
+// Deps are the pipeline's collaborators. Models and Limiter are required;
+// the others may be nil (no data directory: one local tenant, no ledger;
+// no cluster: every request served here).
+type Deps struct {
+	Models   *Models
+	Limiter  quota.Limiter
+	Accounts Accounts
+	Ledger   Ledger
+	Metrics  *metrics.Metrics
+	// Router and Peer route requests between nodes: Peer makes the Target
+	// of a member.
+	Router Router
+	Peer   func(cluster.Candidate) Target
+	// StatusOf is the HTTP status an error maps to (the server's one
+	// mapping), for the level of a failed request's log line.
+	StatusOf func(error) int
+	Logger   *slog.Logger
+}
+
+// Pipeline runs generation requests. Its methods are safe for concurrent
+// use.
+type Pipeline struct {
+	cfg      Config
+	models   *Models
+	limiter  quota.Limiter
+	accounts Accounts
+	ledger   Ledger
+	metrics  *metrics.Metrics
+	router   Router
+	peer     func(cluster.Candidate) Target
+	statusOf func(error) int
+	log      *slog.Logger
+	local    Target
+
+	draining atomic.Bool
+	// settled counts the tokens of every settled reservation (they must
+	// equal the usage ledger's).
+	settled atomic.Int64
+	// outputs learns each tenant's answer lengths (Config.QuotaEstimate).
+	outputs  *engine.OutputEstimator
+	rejected rejections
+}
+
+// New returns a pipeline over deps.
+func New(cfg Config, deps Deps) *Pipeline {
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Pipeline{cfg: cfg, models: deps.Models, limiter: deps.Limiter, accounts: deps.Accounts, ledger: deps.Ledger,
+		metrics: deps.Metrics, router: deps.Router, peer: deps.Peer, statusOf: deps.StatusOf, log: log.With("component", "pipeline"),
+		outputs: engine.NewOutputEstimator()}
+	p.local = LocalTarget{Stall: cfg.StallTimeout}
+	return p
+}
+
+// Models returns the served models.
+func (p *Pipeline) Models() *Models { return p.models }
+
+// Drain makes the pipeline refuse new requests (ErrDraining); those already
+// admitted go on.
+func (p *Pipeline) Drain() { p.draining.Store(true) }
+
+// Settled is the tokens of every settled reservation since start.
+func (p *Pipeline) Settled() int64 { return p.settled.Load() }
+
+// Rejected is how many requests of tenant quota refused since start, and
+// in the minute before now.
+func (p *Pipeline) Rejected(tenant string, now time.Time) (total uint64, lastMinute int) {
+	return p.rejected.get(tenant), p.rejected.lastMinute(tenant, now)
+}
+
+// Plan is a prepared request: what Prepare's stages decided. Start and
+// Finish run it; Record records it when it is refused.
+type Plan struct {
+	Req    *Request
+	Tenant Tenant
+	// Job is nil when the request was refused before it was prepared.
+	Job *Job
+	// Model is the model the request asked for, or, once chosen, the one
+	// that serves it.
+	Model string
+	// Decision is the quota's decision, nil when none was asked (its
+	// x-ratelimit-* headers go on the answer).
+	Decision *quota.Decision
+	// route and degraded are the routing and degradation notes of the log
+	// line and the usage row.
+	route, degraded string
+	targets         []Target
+	settle          func(Usage)
+	// metered says the request was admitted: it has an in-flight usage row
+	// and gets a final one.
+	metered bool
+}
+
+// Prepare runs the stages that may refuse a request, in order: the
+// tenant, the checks that need no model, the model, the Job, admission
+// and the route. On error the Plan holds what was decided so far (for
+// Record); an *Error, *QuotaError or *OverloadError is the client's to
+// see.
+func (p *Pipeline) Prepare(ctx context.Context, req *Request) (*Plan, error) {
+	plan := &Plan{Req: req, Model: capText(req.Model, maxLoggedModelLen)}
+	tenant, err := p.tenant(ctx, req.Principal)
+	if err != nil {
+		return plan, err
+	}
+	plan.Tenant = tenant
+	if err := p.validate(req); err != nil {
+		return plan, err
+	}
+	choice, err := p.choose(req, tenant)
+	plan.route, plan.degraded = choice.route, choice.degraded
+	if err != nil {
+		return plan, err
+	}
+	plan.Model = choice.id
+	job, err := p.prepare(req, tenant, choice)
+	if err != nil {
+		return plan, err
+	}
+	plan.Job = job
+	adm, err := p.admit(ctx, req, tenant, choice, job)
+	plan.Decision, plan.degraded = adm.decision, appendNote(plan.degraded, adm.degraded)
+	if err != nil {
+		if reason := RejectReason(err); reason != "" {
+			p.rejectedRow(plan, reason)
+		}
+		return plan, err
+	}
+	plan.Job, plan.settle, plan.metered = adm.job, adm.settle, true
+	var note string
+	plan.targets, note = p.route(adm.job, choice.peers)
+	plan.route = appendNote(plan.route, note)
+	p.beginRow(ctx, plan)
+	return plan, nil
+}
+
+// Run is a plan started on a target.
+type Run struct {
+	plan *Plan
+	exec Execution
+	// next is the index of the target after the one running.
+	next int
+}
+
+// Start hands the plan's job to its targets in order until one accepts it.
+// A peer that fails is taken out of routing and the next target tried; an
+// *Error from a target (a peer refusing the request as the client sent it)
+// or an error of the local engine ends the request: the caller answers
+// with it and calls Record.
+func (p *Pipeline) Start(ctx context.Context, plan *Plan) (*Run, error) {
+	r := &Run{plan: plan}
+	if err := p.startNext(ctx, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// startNext starts r on the first of its remaining targets that accepts.
+func (p *Pipeline) startNext(ctx context.Context, r *Run) error {
+	plan := r.plan
+	for r.next < len(plan.targets) {
+		t := plan.targets[r.next]
+		r.next++
+		if t == p.local && r.next > 1 {
+			plan.route = appendNote(plan.route, "served locally")
+		}
+		exec, err := t.Start(ctx, plan.Job)
+		if err == nil {
+			r.exec = exec
+			return nil
+		}
+		var final *Error
+		if t == p.local || errors.As(err, &final) || ctx.Err() != nil {
+			return err
+		}
+		p.targetFailed(plan, t, err)
+	}
+	return ErrNoNodeAnswered
+}
+
+// targetFailed takes a peer out of routing after it failed before the
+// first token (gossip confirms or clears it later) and notes it.
+func (p *Pipeline) targetFailed(plan *Plan, t Target, err error) {
+	if p.router != nil {
+		p.router.MarkFailed(t.Name())
+	}
+	p.log.Warn("forward failed before the first token; trying the next node", "request_id", plan.Req.ID,
+		"peer", t.Name(), "err", err)
+	plan.route = appendNote(plan.route, t.Name()+" failed")
+}
+
+// tenant looks the principal's tier and limits up. Without a store there
+// is only the local tenant: paid and unlimited. A forwarded request comes
+// with the tier its entry node found, which holds its reservation.
+func (p *Pipeline) tenant(ctx context.Context, pr Principal) (Tenant, error) {
+	switch {
+	case pr.Peer != "":
+		return Tenant{ID: pr.Tenant, Tier: store.Tier(pr.Tier)}, nil
+	case p.accounts == nil:
+		return Tenant{ID: pr.Tenant, Tier: store.TierPaid}, nil
+	}
+	q, err := p.accounts.Quota(ctx, pr.Tenant)
+	if err != nil {
+		return Tenant{ID: pr.Tenant}, fmt.Errorf("pipeline: quota of tenant %s: %w", pr.Tenant, err)
+	}
+	return Tenant{ID: pr.Tenant, Tier: q.Tier, Limits: LimitsOf(q.Limits)}, nil
+}
+
+// LimitsOf converts stored limits to the quota's.
+func LimitsOf(l store.Limits) quota.Limits {
+	return quota.Limits{RPM: l.RPM, TPM: l.TPM, Concurrency: l.Concurrency, DailyTokens: l.DailyTokens}
+}
+
+// appendNote joins routing and degradation notes with "; ".
+func appendNote(notes, n string) string {
+	if n == "" {
+		return notes
+	}
+	if notes == "" {
+		return n
+	}
+	return notes + "; " + n
+}
+
+// maxLoggedModelLen bounds a client-supplied model name in logs.
+const maxLoggedModelLen = 256
+
+// capText trims a client-supplied value for logging.
+func capText(v string, n int) string {
+	v = strings.TrimSpace(v)
+	if len(v) > n {
+		v = v[:n]
+	}
+	return v
+}

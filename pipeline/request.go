@@ -1,0 +1,188 @@
+package pipeline
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"time"
+
+	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/quota"
+	"github.com/llmd/llmd/store"
+)
+
+// Endpoint names the API endpoint a request came in on. Its values are
+// stable: they appear in logs and usage rows.
+type Endpoint string
+
+// Endpoints.
+const (
+	EndpointChatCompletions Endpoint = "chat.completions"
+	EndpointCompletions     Endpoint = "completions"
+	EndpointChat            Endpoint = "chat" // the native API
+	EndpointTokenize        Endpoint = "tokenize"
+	EndpointDetokenize      Endpoint = "detokenize"
+)
+
+// IDPrefix is the prefix of the ids of e's requests.
+func (e Endpoint) IDPrefix() string {
+	switch e {
+	case EndpointChatCompletions:
+		return "chatcmpl-"
+	case EndpointCompletions:
+		return "cmpl-"
+	case EndpointTokenize:
+		return "tok-"
+	case EndpointDetokenize:
+		return "detok-"
+	}
+	return "req_"
+}
+
+// NewID returns prefix followed by 32 random hex digits (128 bits: ids are
+// unguessable, and the resume and cancel routes rely on that).
+func NewID(prefix string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Principal is who a request acts for.
+type Principal struct {
+	Tenant string
+	// KeyID is the API key's id; "" for anonymous (local) requests.
+	KeyID string
+	Admin bool
+	// Peer is the id of the node that forwarded the request ("" for a
+	// client's own request); Tier and RequestID are what that node
+	// decided: this node serves it under that tier and id, and that node
+	// holds its reservation and bills it.
+	Peer, Tier, RequestID string
+}
+
+// Forward is what a peer needs to serve the request as it came: the path,
+// the headers it keeps, and the body as read.
+type Forward struct {
+	Path   string
+	Header http.Header
+	Body   []byte
+}
+
+// Request is one generation request as an API codec decoded it: the
+// request's fields in API-neutral form, before any check that needs a
+// model. Prepare reads it and never changes it.
+type Request struct {
+	// ID is the request's id (the entry node's, for a forwarded request);
+	// ClientID is the client's own X-Request-Id, for the log.
+	ID, ClientID string
+	Endpoint     Endpoint
+	Principal    Principal
+	// Start is when the request arrived.
+	Start time.Time
+	// Model is the model asked for.
+	Model string
+	// Messages (chat endpoints) or Prompt (completions) is the input.
+	Messages []api.Message
+	Prompt   string
+	Sampling api.Sampling
+	// N is the number of choices; nil is one.
+	N *int
+	// MaxTokens is the most output tokens per choice; nil is the
+	// endpoint's default (16 for completions, else the room left in the
+	// context). MaxTokensParam names it in errors.
+	MaxTokens      *int
+	MaxTokensParam string
+	Stream         bool
+	// Logprobs asks for each token's log-probability and TopLogprobs
+	// alternatives.
+	Logprobs    bool
+	TopLogprobs int
+	// Priority is the class the request asks for (native API); nil is
+	// its tenant's tier.
+	Priority *engine.Priority
+	// AffinityKey names the conversation (a header, else the "user"
+	// field), for session affinity.
+	AffinityKey string
+	// Forward is the request as it came, for a peer.
+	Forward Forward
+}
+
+// Forwarded reports whether a peer forwarded the request to this node.
+func (r *Request) Forwarded() bool { return r.Principal.Peer != "" }
+
+// inputParam names the request's input in errors.
+func (r *Request) inputParam() string {
+	if r.Endpoint == EndpointCompletions {
+		return "prompt"
+	}
+	return "messages"
+}
+
+// defaultMaxTokens is max_tokens when the request does not set it: 16 for
+// completions (OpenAI's default), else 0 (the room left in the context).
+func (r *Request) defaultMaxTokens() int {
+	if r.Endpoint == EndpointCompletions {
+		return 16
+	}
+	return 0
+}
+
+// priorities names the engine's classes on the wire.
+var priorities = map[string]engine.Priority{
+	"enterprise": engine.PriorityEnterprise,
+	"paid":       engine.PriorityPaid,
+	"free":       engine.PriorityFree,
+	"batch":      engine.PriorityBatch,
+}
+
+// ParsePriority returns the class a request names: "enterprise", "paid",
+// "free" or "batch".
+func ParsePriority(name string) (engine.Priority, bool) {
+	p, ok := priorities[name]
+	return p, ok
+}
+
+// Tenant is the principal's account: its tier and limits.
+type Tenant struct {
+	ID     string
+	Tier   store.Tier
+	Limits quota.Limits
+}
+
+// Job is a request ready to run: its model chosen, its prompt tokenized,
+// its output bounded, its priority set. Targets read it and never change
+// it.
+type Job struct {
+	ID        string
+	Endpoint  Endpoint
+	Stream    bool
+	Principal Principal
+	Tier      store.Tier
+	// Model serves the job here; nil when only peers serve ModelID.
+	Model   *Model
+	ModelID string
+	// Prompt is the tokenized prompt (nil for a job only peers serve).
+	Prompt    []int32
+	MaxTokens int
+	N         int
+	Priority  engine.Priority
+	Seed      uint64
+	Sampling  engine.SamplingParams
+	Stops     []string
+	// Logprobs asks for each token's log-probability and TopLogprobs
+	// alternatives.
+	Logprobs    bool
+	TopLogprobs int
+	// AffinityKey names the conversation, for routing.
+	AffinityKey string
+	// Forward is the request as it came, for a peer (with "model"
+	// replaced when a fallback serves it).
+	Forward Forward
+}
+
+// EngineRequest is the job as the engine takes it.
+func (j *Job) EngineRequest() engine.Request {
+	return engine.Request{ID: j.ID, Tenant: j.Principal.Tenant, Prompt: j.Prompt, MaxTokens: j.MaxTokens, N: j.N,
+		Priority: j.Priority, Seed: j.Seed, Sampling: j.Sampling, Logprobs: j.Logprobs, TopLogprobs: j.TopLogprobs}
+}

@@ -1,0 +1,48 @@
+package pipeline
+
+import (
+	"github.com/llmd/llmd/cluster"
+	"github.com/llmd/llmd/engine/kvcache"
+)
+
+// route decides where job may run, in order of preference, and notes the
+// decision: the peers the router prefers to this node, then this node's
+// engine; or, for a model only peers serve, those peers (the choose
+// stage's). A forwarded request, a node alone and the local policy serve
+// it here.
+func (p *Pipeline) route(job *Job, peers []cluster.Candidate) ([]Target, string) {
+	if job.Model == nil {
+		targets := make([]Target, len(peers))
+		for i, c := range peers {
+			targets[i] = p.peer(c)
+		}
+		return targets, peers[0].Member.ID + " " + peers[0].Reason
+	}
+	if p.router == nil || job.Principal.Peer != "" || p.cfg.RoutePolicy == cluster.PolicyLocal {
+		return []Target{p.local}, ""
+	}
+	m := job.Model
+	req := cluster.RouteRequest{Model: m.ID, Prefix: kvcache.HashChain(job.Prompt, m.Replica.BlockSize()),
+		AffinityKey: job.AffinityKey, LoadBound: p.cfg.LoadBound, LoadSlack: p.cfg.LoadSlack, Policy: p.cfg.RoutePolicy}
+	cands := p.router.Route(req, func(h []kvcache.Hash) int {
+		return cluster.SummaryDepth(m.Replica.CachedPrefix(h), len(h))
+	})
+	var targets []Target
+	note := ""
+	for _, c := range cands {
+		if c.Member.Local {
+			if len(targets) == 0 {
+				note = "local " + c.Reason
+			}
+			break
+		}
+		if c.Member.APIAddr == "" {
+			continue
+		}
+		if len(targets) == 0 {
+			note = c.Member.ID + " " + c.Reason
+		}
+		targets = append(targets, p.peer(c))
+	}
+	return append(targets, p.local), note
+}

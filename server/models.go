@@ -1,0 +1,94 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/pipeline"
+)
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
+	list := api.ModelList{Object: "list", Data: make([]api.Model, 0, len(s.models.List()))}
+	for _, m := range s.models.List() {
+		list.Data = append(list.Data, apiModel(m))
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if id == "" {
+		id = "/" // an empty id is an unknown model, not a missing parameter
+	}
+	m, err := s.models.Lookup(id)
+	if err != nil {
+		writeError(w, "", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apiModel(m))
+}
+
+func apiModel(m *pipeline.Model) api.Model {
+	return api.Model{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: "llmd", MaxModelLen: m.Limit,
+		Architecture: m.Arch, ParameterCount: m.Params, Quantization: m.Quantization}
+}
+
+type statusBody struct {
+	Status string `json:"status"`
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, statusBody{Status: "ok"})
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request) {
+	switch s.State() {
+	case StateReady:
+		writeJSON(w, http.StatusOK, statusBody{Status: "ready"})
+	case StateDraining:
+		writeJSON(w, http.StatusServiceUnavailable, statusBody{Status: "draining"})
+	default:
+		writeJSON(w, http.StatusServiceUnavailable, statusBody{Status: "starting"})
+	}
+}
+
+// tierNames names the engine's priorities on the wire, by priority.
+var tierNames = [...]string{"batch", "free", "paid", "enterprise"}
+
+func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
+	resp := api.StatsResponse{Models: make([]api.EngineStats, 0, len(s.models.List()))}
+	for _, m := range s.models.List() {
+		resp.Models = append(resp.Models, apiEngineStats(m))
+	}
+	resp.Quota = s.quotaStats()
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// apiEngineStats is m's engine state on the wire.
+func apiEngineStats(m *pipeline.Model) api.EngineStats {
+	st := m.Replica.Stats()
+	byTier := make(map[string]int, len(tierNames))
+	for p, name := range tierNames {
+		byTier[name] = st.WaitingByPriority[p]
+	}
+	return api.EngineStats{
+		Model: m.ID, Executor: m.Executor,
+		BlocksTotal: st.BlocksTotal, BlocksUsed: st.BlocksUsed, BlocksCached: st.BlocksCached, BlockSize: st.BlockSize,
+		Running: st.Running, Waiting: st.Waiting, WaitingByTier: byTier,
+		Swapped: st.Swapped, SwapBlocksUsed: st.SwapBlocksUsed, SwapBlocksTotal: st.SwapBlocksTotal,
+		Steps: st.Steps, Completed: st.Completed, GeneratedTokens: st.GeneratedTokens, ComputedTokens: st.ComputedTokens,
+		PrefixQueryTokens: st.PrefixQueryTokens, PrefixHitTokens: st.PrefixHitTokens,
+		Preemptions: st.Preemptions, PreemptionsSwap: st.PreemptionsSwap, PreemptionsRecompute: st.PreemptionsRecompute,
+		Evictions: st.Evictions, Degrade: st.Degrade.String(), DegradeLevel: int(st.Degrade),
+	}
+}
+
+func (s *Server) quotaStats() *api.QuotaStats {
+	c := s.limiter.Counters()
+	return &api.QuotaStats{Allow: c.Allow, Deny: c.Deny, ErrorAllowed: c.ErrorAllowed, ErrorDenied: c.ErrorDenied,
+		Resets: c.Resets, FallbackActive: c.FallbackActive, Backend: s.cfg.QuotaBackend}
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	s.metrics.Handler().ServeHTTP(w, r)
+}
