@@ -521,3 +521,65 @@ func TestSamplingSameOnEveryAPI(t *testing.T) {
 		require.Equal(t, "min_p", errorOf(t, b)["param"], path)
 	}
 }
+
+// TestOneLogLinePerRequest: every generation request gets one log line,
+// written from its outcome, with the status the client got: 200, a 400
+// refused before any stage ran, 499 for a client that left mid-stream.
+func TestOneLogLinePerRequest(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	f := newFake(fakeModel, 4096, strings.Repeat("x", 1000))
+	f.delay = 5 * time.Millisecond
+	cfg := testConfig()
+	s := newServer(t, cfg, newBufferLogger(&logs), []*pipeline.Model{newModel(f, byteTokenizer{}, time.Unix(0, 0), nil)})
+	base := startServer(t, s)
+	c := testClient(t)
+
+	resp, b := post(t, c, base+"/v1/chat/completions", `{"model":"sim/fake","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	ok := resp.Header.Get("X-Request-Id")
+	resp, _ = post(t, c, base+"/v1/chat/completions", `{"model":"sim/fake","temperature":9,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	bad := resp.Header.Get("X-Request-Id")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"sim/fake","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	resp, err = c.Do(req)
+	require.NoError(t, err)
+	gone := resp.Header.Get("X-Request-Id")
+	sc := bufio.NewScanner(resp.Body)
+	for n := 0; n < 5 && sc.Scan(); {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			n++
+		}
+	}
+	cancel()
+	resp.Body.Close()
+
+	lines := func(id string) []map[string]any {
+		var out []map[string]any
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if line == "" {
+				continue
+			}
+			if m := jsonMap(t, line); m["msg"] == "request" && m["request_id"] == id {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return len(lines(gone)) == 1 }, 5*time.Second, 5*time.Millisecond)
+	for id, want := range map[string]struct {
+		status float64
+		finish string
+	}{ok: {200, "length"}, bad: {400, ""}, gone: {499, "cancelled"}} {
+		ls := lines(id)
+		require.Len(t, ls, 1, "one line for %s", id)
+		require.Equal(t, want.status, ls[0]["status"], "%v", ls[0])
+		require.Equal(t, want.finish, ls[0]["finish_reason"], "%v", ls[0])
+		require.Equal(t, "chat.completions", ls[0]["endpoint"])
+		require.Equal(t, "sim/fake", ls[0]["model"])
+	}
+}

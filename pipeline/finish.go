@@ -74,6 +74,7 @@ func (p *Pipeline) Finish(ctx context.Context, r *Run, sink Sink) Outcome {
 		// Still one terminal event, for whoever reads a stream's log (a
 		// DELETE, or a resumed client); a JSON client still waiting gets a
 		// 409.
+		out.Status = StatusClientClosed
 		if st := sink.Fail(ErrRequestCancelled); st >= 400 && st != StatusClientClosed {
 			out.Status = st
 		}

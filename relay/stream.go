@@ -98,7 +98,8 @@ func (s *Stream) Data(event string, v any) error {
 	if s.ids && !isRaw {
 		id = strconv.Itoa(s.Next())
 	}
-	s.Push(api.AppendSSEEvent(nil, id, event, raw))
+	// One allocation: the pushed event is kept, the buffer reused.
+	s.Push(api.AppendSSEEvent(make([]byte, 0, len(raw)+len(id)+len(event)+32), id, event, raw))
 	return nil
 }
 
@@ -111,9 +112,13 @@ func (s *Stream) Final(event string, v any) error {
 // Terminated reports whether a terminal event was written. Producer only.
 func (s *Stream) Terminated() bool { return s.terminated }
 
-// MarkFirstToken records when the first token came (for the snapshot); the
-// first call wins.
-func (s *Stream) MarkFirstToken(t time.Time) { s.firstToken.CompareAndSwap(0, t.UnixNano()) }
+// MarkFirstToken records that the first token came now (for the
+// snapshot); later calls do nothing and cost one atomic load.
+func (s *Stream) MarkFirstToken() {
+	if s.firstToken.Load() == 0 {
+		s.firstToken.CompareAndSwap(0, time.Now().UnixNano())
+	}
+}
 
 // FirstToken is when the first token came, zero before.
 func (s *Stream) FirstToken() time.Time {

@@ -207,7 +207,7 @@ type firstToken struct {
 }
 
 func (f *firstToken) Text(i int, text string, lps []api.TokenLogprob) error {
-	f.st.MarkFirstToken(time.Now())
+	f.st.MarkFirstToken()
 	return f.Sink.Text(i, text, lps)
 }
 
@@ -244,7 +244,7 @@ type jsonSink struct {
 func (j *jsonSink) Begin() error { return nil }
 
 func (j *jsonSink) Text(i int, text string, lps []api.TokenLogprob) error {
-	j.st.MarkFirstToken(time.Now())
+	j.st.MarkFirstToken()
 	j.c.texts[i].WriteString(text)
 	j.c.lps[i] = append(j.c.lps[i], lps...)
 	return nil
