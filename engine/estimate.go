@@ -66,8 +66,8 @@ func (o *outputEstimator) observe(tenant string, n int) {
 
 // OutputEstimator is the scheduler's per-tenant estimate of answer lengths
 // (the p90 of a tenant's last 64 answers once it has 8), safe for
-// concurrent use, for callers outside the step loop: the daemon reserves
-// quota with it.
+// concurrent use, for callers outside the step loop: the request pipeline
+// reserves quota with it.
 type OutputEstimator struct {
 	mu sync.Mutex
 	o  *outputEstimator

@@ -17,11 +17,11 @@ const (
 	// DegradePauseBatch: the scheduler admits no batch-tier work (it stays
 	// queued).
 	DegradePauseBatch
-	// DegradeLimitFree: the daemon caps free-tier max_tokens and routes the
-	// free tier to its configured smaller model.
+	// DegradeLimitFree: the request pipeline caps free-tier max_tokens and
+	// routes the free tier to its configured smaller model.
 	DegradeLimitFree
-	// DegradeShedFree: the daemon refuses new free-tier requests with 429
-	// and Retry-After.
+	// DegradeShedFree: the request pipeline refuses new free-tier requests
+	// with 429 and Retry-After.
 	DegradeShedFree
 	// DegradeQueuePaid: nothing is left to shed; paid tiers queue longer.
 	DegradeQueuePaid

@@ -70,7 +70,7 @@
 // every limit divided by the number of live nodes, behind a circuit breaker.
 // Both give the same decisions for the same operations at the same instants.
 //
-// Package quota imports nothing of llmd; the daemon owns a [Limiter] and
-// maps a denied [Decision] to a 429 with Retry-After and x-ratelimit-*
-// headers.
+// Package quota imports nothing of llmd; the request pipeline reserves and
+// reconciles through a [Limiter], and the HTTP server maps a denied
+// [Decision] to a 429 with Retry-After and x-ratelimit-* headers.
 package quota

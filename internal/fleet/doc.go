@@ -6,7 +6,7 @@
 // tensor-parallel degree. A router in front places each request with the
 // cluster package's router ([cluster.RoutePool]), fed each node's load and
 // prefix summary straight from its engine; an optional quota (the
-// in-memory limiter of daemon/quota, on the virtual clock) refuses
+// in-memory limiter of package quota, on the virtual clock) refuses
 // requests before they are routed. The traffic is an open-loop workload of
 // internal/workload.
 //
