@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/internal/fixtures"
 	"github.com/llmd/llmd/model"
 	"github.com/llmd/llmd/model/gguf"
 	"github.com/llmd/llmd/model/synth"
@@ -244,38 +245,12 @@ func TestForwardRopeUnsupported(t *testing.T) {
 	require.ErrorContains(t, err, "longrope")
 }
 
-// fixturesDir finds ../shared/fixtures next to the repository root, or
-// returns "" when it is not there.
-func fixturesDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-	fx := filepath.Join(filepath.Dir(dir), "shared", "fixtures")
-	if _, err := os.Stat(fx); err != nil {
-		return ""
-	}
-	return fx
-}
-
 // TestForwardFixtures checks the executor against the reference on the
 // GGUF files llama.cpp's tools wrote (shared/fixtures): both
 // architectures, tied and untied outputs, the qwen2 biases and every
 // weight type there, F16 cache.
 func TestForwardFixtures(t *testing.T) {
-	dir := fixturesDir(t)
-	if dir == "" {
-		t.Skip("shared/fixtures not found next to the repository; skipping the llama.cpp-written models")
-	}
+	dir := fixtures.Dir(t)
 	files := map[string]gguf.TensorType{
 		"llama-spm-d64-f32.gguf":     gguf.TypeF32,
 		"llama-spm-d64-f16.gguf":     gguf.TypeF16,

@@ -13,6 +13,7 @@ import (
 	"github.com/ardanlabs/jinja"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmd/llmd/internal/fixtures"
 	"github.com/llmd/llmd/model/gguf"
 )
 
@@ -21,29 +22,6 @@ func tmplTestTemplate(t *testing.T, name string) string {
 	b, err := os.ReadFile(filepath.Join("testdata", "templates", name))
 	require.NoError(t, err)
 	return string(b)
-}
-
-// tmplFixtureDir returns ../shared/fixtures next to the repository root
-// (GGUF files written by llama.cpp's tools), or skips the test.
-func tmplFixtureDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("no go.mod above the working directory; fixtures not located")
-		}
-		dir = parent
-	}
-	fixtures := filepath.Join(dir, "..", "shared", "fixtures")
-	if _, err := os.Stat(filepath.Join(fixtures, "llama-spm-d64-f32.gguf")); err != nil {
-		t.Skipf("llama.cpp fixtures absent (%s): skipping the cross-check", fixtures)
-	}
-	return fixtures
 }
 
 var tmplTestConversation = []Message{
@@ -545,7 +523,7 @@ func FuzzChatTemplate(f *testing.F) {
 // and the fixtures' vocabularies pick the matching fallback format.
 func TestTemplateFixtures(t *testing.T) {
 	t.Parallel()
-	dir := tmplFixtureDir(t)
+	dir := fixtures.Dir(t)
 	tests := map[string]struct {
 		template string
 		fallback string

@@ -2,39 +2,16 @@ package gguf_test
 
 import (
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmd/llmd/internal/fixtures"
 	"github.com/llmd/llmd/model"
 	"github.com/llmd/llmd/model/gguf"
 )
-
-// ggufFixtureDir returns ../shared/fixtures next to the repository root
-// (GGUF files written by llama.cpp's tools), or skips the test.
-func ggufFixtureDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("no go.mod above the working directory; fixtures not located")
-		}
-		dir = parent
-	}
-	fixtures := filepath.Join(dir, "..", "shared", "fixtures")
-	if _, err := os.Stat(filepath.Join(fixtures, "llama-spm-d64-f32.gguf")); err != nil {
-		t.Skipf("llama.cpp fixtures absent (%s): skipping the cross-check", fixtures)
-	}
-	return fixtures
-}
 
 // ggufFixture is what fixtures/README.md says about a file.
 type ggufFixture struct {
@@ -88,7 +65,7 @@ func ggufFixtures() map[string]ggufFixture {
 }
 
 func TestGGUFFixturesMetadataAndShapes(t *testing.T) {
-	dir := ggufFixtureDir(t)
+	dir := fixtures.Dir(t)
 	for file, want := range ggufFixtures() {
 		t.Run(file, func(t *testing.T) {
 			f, err := gguf.Open(filepath.Join(dir, file))
@@ -168,7 +145,7 @@ func TestGGUFFixturesMetadataAndShapes(t *testing.T) {
 // against the F32 file, within each type's precision, and reports whether
 // this package's quantizers reproduce llama-quantize's bytes.
 func TestGGUFFixturesDequantizeLikeF32(t *testing.T) {
-	dir := ggufFixtureDir(t)
+	dir := fixtures.Dir(t)
 	ref, err := gguf.Open(filepath.Join(dir, "llama-spm-d64-f32.gguf"))
 	require.NoError(t, err)
 	defer ref.Close()
@@ -213,7 +190,7 @@ func TestGGUFFixturesDequantizeLikeF32(t *testing.T) {
 // the distributions they were drawn from (there is no F32 twin of it), and
 // that requantizing them with this package's quantizers stays close.
 func TestGGUFFixtureKQuants(t *testing.T) {
-	dir := ggufFixtureDir(t)
+	dir := fixtures.Dir(t)
 	f, err := gguf.Open(filepath.Join(dir, "llama-spm-d256-q4_k_m.gguf"))
 	require.NoError(t, err)
 	defer f.Close()

@@ -3,7 +3,6 @@ package tokenizer
 import (
 	"bytes"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,32 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmd/llmd/internal/fixtures"
 	"github.com/llmd/llmd/model/gguf"
 )
-
-// tokFixtureDir returns ../shared/fixtures beside the repository root (the
-// directory holding go.mod above the working directory), or skips the
-// test when it is absent.
-func tokFixtureDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("fixtures: no go.mod above the working directory")
-		}
-		dir = parent
-	}
-	fixtures := filepath.Join(dir, "..", "shared", "fixtures")
-	if _, err := os.Stat(fixtures); err != nil {
-		t.Skipf("fixtures: %s is absent; the GGUF vocabulary checks need it", fixtures)
-	}
-	return fixtures
-}
 
 var (
 	tokFixtureMu    sync.Mutex
@@ -48,7 +24,7 @@ var (
 // The file is closed at once: its metadata outlives the mapping.
 func tokFixture(t testing.TB, name string) *Tokenizer {
 	t.Helper()
-	path := filepath.Join(tokFixtureDir(t), name)
+	path := filepath.Join(fixtures.Dir(t), name)
 	tokFixtureMu.Lock()
 	defer tokFixtureMu.Unlock()
 	if tk, ok := tokFixtureCache[path]; ok {
@@ -251,7 +227,7 @@ func TestTokenizerFixtureSpecials(t *testing.T) {
 // written with another tensor type, gives the same tokenizer.
 func TestTokenizerFixtureSPMFiles(t *testing.T) {
 	t.Parallel()
-	dir := tokFixtureDir(t)
+	dir := fixtures.Dir(t)
 	files, err := filepath.Glob(filepath.Join(dir, "llama-spm-*.gguf"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
