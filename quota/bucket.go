@@ -20,8 +20,9 @@ type bucket struct {
 	set       bool
 }
 
-// refill brings b to now for a bucket of limit tokens per minute and clamps
-// it to [0, capacity].
+// refill brings b to now for a bucket of limit tokens per minute and caps
+// it at capacity. A balance below zero (a debt) stays: it refills like any
+// other, which may take longer than a minute.
 func (b *bucket) refill(limit, now int64) {
 	capacity := limit * unitsPerToken
 	if !b.set {
@@ -29,14 +30,19 @@ func (b *bucket) refill(limit, now int64) {
 		return
 	}
 	if now > b.at {
-		b.units += min(now-b.at, fullRefillMs) * limit
+		// Never more time than fills the bucket, so the product stays far
+		// below 2^53 however long the tenant was idle.
+		b.units += min(now-b.at, max(0, ceilDiv(capacity-b.units, limit))) * limit
 		b.at = now
 	}
-	b.units = clamp(b.units, 0, capacity)
+	b.units = min(b.units, capacity)
 }
 
-// tokens is the whole tokens in b.
-func (b *bucket) tokens() int64 { return b.units / unitsPerToken }
+// tokens is the whole tokens in b, 0 when it is in debt.
+func (b *bucket) tokens() int64 { return max(0, b.units) / unitsPerToken }
+
+// owed is b's debt in whole tokens, rounded up: 0 unless it is below zero.
+func (b *bucket) owed() int64 { return ceilDiv(max(0, -b.units), unitsPerToken) }
 
 // waitMs is the milliseconds until b holds need units, refilling limit
 // units per millisecond.
@@ -48,8 +54,6 @@ func (b *bucket) waitMs(limit, need int64) int64 {
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
-
-func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
 
 // dayOf is the UTC calendar day of a time in ms since the Unix epoch.
 func dayOf(ms int64) int64 {
@@ -94,6 +98,9 @@ type tenantState struct {
 	last      int64 // ms: the tenant's clock, which never goes backward
 	rpm, tpm  bucket
 	day, used int64 // the UTC day of used, and the tokens used that day
+	// over is the potential overage of the reservations held: the sum of
+	// MaxTokens - Tokens over those taken from the TPM bucket, in tokens.
+	over int64
 }
 
 // clock advances the tenant's clock to now (ms) and returns it.
@@ -142,11 +149,19 @@ func (s *tenantState) decide(r *Request, now, inFlight int64) outcome {
 			}
 			o.retryMs = max(o.retryMs, s.rpm.waitMs(l.RPM, unitsPerToken))
 		}
-		if l.TPM > 0 && s.tpm.units < r.Tokens*unitsPerToken {
-			if o.code == codeAllowed {
-				o.code = codeTokens
+		if l.TPM > 0 {
+			if need := tpmNeed(r.Tokens, r.most()-r.Tokens, s.over, l.TPM); s.tpm.units < need*unitsPerToken {
+				if o.code == codeAllowed {
+					o.code = codeTokens
+				}
+				w := s.tpm.waitMs(l.TPM, need*unitsPerToken)
+				if need > l.TPM {
+					// More than the bucket holds: requests in flight must
+					// settle first, and when is up to them.
+					w = max(w, ConcurrencyRetryAfter.Milliseconds())
+				}
+				o.retryMs = max(o.retryMs, w)
 			}
-			o.retryMs = max(o.retryMs, s.tpm.waitMs(l.TPM, r.Tokens*unitsPerToken))
 		}
 	}
 	if o.code == codeAllowed {
@@ -169,17 +184,42 @@ func (s *tenantState) decide(r *Request, now, inFlight int64) outcome {
 	return o
 }
 
-// settle applies a reconciled reservation of tokens, made on day under
-// limit tpm (0: not taken from the TPM bucket), to actual tokens used.
-func (s *tenantState) settle(tokens, tpm, day, actual, now int64) {
+// tpmNeed is the tokens the TPM bucket (of limit tpm) must hold to admit a
+// request that reserves tokens and may use up to over more, while the
+// reservations held may together use up to held more than they reserved:
+// its reservation, plus the held overage beyond the allowance of tpm less
+// its own overage (see "Estimated reservations" in the package doc). With
+// nothing estimated (over and held 0) it is tokens.
+func tpmNeed(tokens, over, held, tpm int64) int64 {
+	return tokens + max(0, held-max(0, tpm-over))
+}
+
+// settle applies a reconciled reservation of tokens, which could use up to
+// most, made on day under limit tpm (0: not taken from the TPM bucket), to
+// actual tokens used.
+func (s *tenantState) settle(tokens, most, tpm, day, actual, now int64) {
 	if tpm > 0 {
 		s.tpm.refill(tpm, now)
-		s.tpm.units = clamp(s.tpm.units+(tokens-actual)*unitsPerToken, 0, tpm*unitsPerToken)
+		s.tpm.units = settleUnits(s.tpm.units, tokens, most, actual, tpm*unitsPerToken)
 	}
 	s.rollDay(dayOf(now))
 	if day == s.day {
 		s.used = max(0, s.used+actual-tokens)
 	}
+}
+
+// settleUnits is a TPM balance of units after settling a reservation of
+// tokens, which could use up to most, to actual: the unused part is
+// refunded (the balance capped at capacity); the part used above the
+// reservation, up to most, is charged even below zero (a debt); anything
+// used beyond most is charged only down to zero, and never raises a
+// balance already below it.
+func settleUnits(units, tokens, most, actual, capacity int64) int64 {
+	units += (tokens - min(actual, most)) * unitsPerToken
+	if actual > most {
+		units = max(min(units, 0), units-(actual-most)*unitsPerToken)
+	}
+	return min(units, capacity)
 }
 
 // usage is the tenant's usage at now under limits l, without changing s.
@@ -192,6 +232,7 @@ func (s tenantState) usage(l Limits, now, inFlight int64) Usage {
 	if l.TPM > 0 {
 		s.tpm.refill(l.TPM, now)
 		u.TokensAvailable = s.tpm.tokens()
+		u.TokensOwed = s.tpm.owed()
 	}
 	if s.day == dayOf(now) {
 		u.DailyTokensUsed = s.used

@@ -30,9 +30,21 @@ func TestBucketRefill(t *testing.T) {
 	b.refill(limit, 1500+10*fullRefillMs) // a long idle gap
 	assert.Equal(t, int64(limit*unitsPerToken), b.units, "never above capacity")
 
-	b.units = -5 // corrupt: clamp, never negative
+	// A debt stays, and refills like any balance: from two minutes' worth
+	// below zero it takes three minutes to be full.
+	b.units = -2 * limit * unitsPerToken
 	b.refill(limit, b.at)
+	assert.Equal(t, int64(-2*limit*unitsPerToken), b.units)
+	assert.Equal(t, int64(0), b.tokens(), "no tokens in debt")
+	assert.Equal(t, int64(2*limit), b.owed())
+	assert.Equal(t, int64(3*fullRefillMs), b.waitMs(limit, limit*unitsPerToken))
+	b.refill(limit, b.at+2*fullRefillMs)
 	assert.Equal(t, int64(0), b.units)
+	b.units = -2 * limit * unitsPerToken
+	b.refill(limit, b.at+10*fullRefillMs)
+	assert.Equal(t, int64(limit*unitsPerToken), b.units, "full, however long the gap")
+	b.units = -1
+	assert.Equal(t, int64(1), b.owed(), "a debt rounds up")
 
 	// The limit shrank: the balance is clamped to the new capacity.
 	b.units = limit * unitsPerToken
@@ -47,6 +59,9 @@ func TestBucketLargeLimitsStayExact(t *testing.T) {
 	require.Less(t, int64(MaxRate)*unitsPerToken+int64(MaxRate)*unitsPerToken, exact)
 	require.Less(t, int64(MaxDailyTokens)+int64(MaxRate)*1000, exact)
 	require.Less(t, int64(fullRefillMs)*MaxRate, exact)
+	// A TPM balance stays above -(held overage) and the held overage below
+	// a few MaxRate (see tpmNeed): a debt, and the refill of one, too.
+	require.Less(t, 4*int64(MaxRate)*unitsPerToken+MaxRate, exact)
 }
 
 func TestDayOf(t *testing.T) {

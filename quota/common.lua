@@ -4,8 +4,11 @@
 --
 -- A tenant's keys share the hash tag {tenant}:
 --   KEYS[1] state hash: last (ms), rb/ra and tb/ta (request and token bucket
---           units and their time), day and used (the UTC day and its tokens)
---   KEYS[2] reservations hash: id -> "tokens:tpm:day"
+--           units and their time), day and used (the UTC day and its tokens),
+--           ov (the potential overage of the reservations held, in tokens)
+--   KEYS[2] reservations hash: id -> "tokens:tpm:day", or
+--           "tokens:tpm:day:over" for an estimated reservation taken from the
+--           TPM bucket (over = max tokens - tokens)
 --   KEYS[3] expiries sorted set: id scored by its expiry (ms)
 
 local UNITS = 60000 -- bucket units per token; a bucket of limit L gains L units per ms
@@ -30,34 +33,67 @@ local function tenant_now(last)
   return now
 end
 
--- purge drops the reservations expired at now: their tokens stay charged.
-local function purge(now)
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-  local n = #ids
-  if n == 0 then return end
-  for i = 1, n, 1000 do
-    redis.call('HDEL', KEYS[2], unpack(ids, i, math.min(i + 999, n)))
-  end
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+-- parse_reservation splits a reservations hash value into tokens, tpm, day
+-- and over (0 when absent).
+local function parse_reservation(v)
+  local t, l, d, o = string.match(v, '^(%d+):(%d+):(%d+):?(%d*)$')
+  return tonumber(t), tonumber(l), tonumber(d), tonumber(o) or 0
 end
 
+-- purge drops the reservations expired at now: their tokens stay charged.
+-- ov is the state's ov field as read (nil when unset); purge returns it less
+-- the overage of the reservations dropped, and stores it when it changed,
+-- so that a script that returns early cannot lose the change.
+local function purge(now, ov)
+  ov = tonumber(ov) or 0
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  local n = #ids
+  if n == 0 then return ov end
+  local gone = 0
+  for i = 1, n, 1000 do
+    local j = math.min(i + 999, n)
+    local vals = redis.call('HMGET', KEYS[2], unpack(ids, i, j))
+    for k = 1, #vals do
+      if vals[k] then
+        local _, _, _, o = parse_reservation(vals[k])
+        gone = gone + o
+      end
+    end
+    redis.call('HDEL', KEYS[2], unpack(ids, i, j))
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if gone > 0 then
+    ov = math.max(0, ov - gone)
+    if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'ov', ov) end
+  end
+  return ov
+end
+
+local function ceil_div(a, b) return math.floor((a + b - 1) / b) end
+
 -- refill brings a bucket (units at time at, nil when unset) of limit tokens
--- per minute to now, clamped to [0, capacity]; an unset bucket starts full.
+-- per minute to now, capped at capacity; an unset bucket starts full. A
+-- balance below zero (a debt) stays and refills like any other.
 local function refill(units, at, limit, now)
   local cap = limit * UNITS
   if not units then return cap, now end
   units, at = tonumber(units), tonumber(at)
   if now > at then
+    -- Never more time than fills the bucket: the product stays exact.
     local dt = now - at
-    if dt > FULL then dt = FULL end
+    local fill = math.max(0, ceil_div(cap - units, limit))
+    if dt > fill then dt = fill end
     units = units + dt * limit
     at = now
   end
-  if units > cap then units = cap elseif units < 0 then units = 0 end
+  if units > cap then units = cap end
   return units, at
 end
 
-local function ceil_div(a, b) return math.floor((a + b - 1) / b) end
+-- whole_tokens is the whole tokens in a bucket of units, 0 in debt; owed is
+-- its debt in whole tokens, rounded up.
+local function whole_tokens(units) return math.floor(math.max(0, units) / UNITS) end
+local function owed(units) return ceil_div(math.max(0, -units), UNITS) end
 
 -- wait_ms is the ms until a bucket of limit holds need units.
 local function wait_ms(units, limit, need)

@@ -2,10 +2,12 @@ package quota
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
 
@@ -19,6 +21,9 @@ type diffOps struct {
 	advance      func(time.Duration)
 	ttl          time.Duration
 	sameDecision func(x, y Decision) bool
+	// check, when set, compares state the Limiter interface does not show,
+	// after every action.
+	check func(rt *rapid.T)
 }
 
 func (o *diffOps) run(rt *rapid.T) {
@@ -39,17 +44,21 @@ func (o *diffOps) run(rt *rapid.T) {
 		"reserve": func(rt *rapid.T) {
 			id := fmt.Sprintf("%s-r%d", o.tenant, len(ids))
 			req := Request{ID: id, Tenant: o.tenant, Limits: o.lim, Tokens: rapid.Int64Range(0, 150).Draw(rt, "tokens")}
+			if rapid.Bool().Draw(rt, "estimated") {
+				// It may use more than it reserves: debt and held overage.
+				req.MaxTokens = req.Tokens + rapid.Int64Range(0, 300).Draw(rt, "over")
+			}
 			da, ea := o.a.Reserve(ctx, req)
 			db, eb := o.b.Reserve(ctx, req)
 			if ea != nil || eb != nil {
 				rt.Fatalf("reserve: %v, %v", ea, eb)
 			}
 			if !o.sameDecision(da, db) {
-				rt.Fatalf("reserve %d tokens:\n memory %+v\n redis  %+v", req.Tokens, da, db)
+				rt.Fatalf("reserve %d tokens (max %d):\n memory %+v\n redis  %+v", req.Tokens, req.MaxTokens, da, db)
 			}
 			ids = append(ids, id)
 		},
-		"reconcile": func(rt *rapid.T) { settle(rt, rapid.Int64Range(0, 200).Draw(rt, "actual")) },
+		"reconcile": func(rt *rapid.T) { settle(rt, rapid.Int64Range(0, 500).Draw(rt, "actual")) },
 		"cancel":    func(rt *rapid.T) { settle(rt, 0) },
 		"": func(rt *rapid.T) {
 			ua, ea := o.a.Usage(ctx, o.tenant, o.lim)
@@ -68,7 +77,35 @@ func (o *diffOps) run(rt *rapid.T) {
 		}
 		actions["crash-expire"] = func(rt *rapid.T) { o.advance(o.ttl) }
 	}
+	if o.check != nil {
+		for name, act := range actions {
+			actions[name] = func(rt *rapid.T) {
+				act(rt)
+				o.check(rt)
+			}
+		}
+	}
 	rt.Repeat(actions)
+}
+
+// sameHeldOverage returns a check that the held overage of m and of the
+// Redis state (its ov field) agree.
+func sameHeldOverage(t *testing.T, m *Memory, client *redis.Client, tenant string) func(rt *rapid.T) {
+	return func(rt *rapid.T) {
+		var mem int64
+		if tn := m.tenant(tenant, false); tn != nil {
+			tn.mu.Lock()
+			mem = tn.over
+			tn.mu.Unlock()
+		}
+		red, err := client.HGet(context.Background(), keys(tenant)[0], "ov").Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			rt.Fatalf("hget ov: %v", err)
+		}
+		if mem != red {
+			rt.Fatalf("held overage: memory %d, redis %d", mem, red)
+		}
+	}
 }
 
 func drawLimits(rt *rapid.T, maxRPM, maxTPM int64) Limits {
@@ -92,11 +129,13 @@ func TestDifferentialSameInstants(t *testing.T) {
 		// Start ten minutes before a UTC midnight: some cases cross it.
 		clock := newFakeClock(time.Date(2026, 3, 14, 23, 50, 0, 0, time.UTC))
 		m := NewMemory(MemoryConfig{Now: clock.Now, TTL: ttl})
+		tenant := tenantName(t)
 		o := &diffOps{
 			a: m, b: newArgvRedis(t, r.client, clock.Now, ttl),
-			tenant: tenantName(t), lim: drawLimits(rt, 30, 600),
+			tenant: tenant, lim: drawLimits(rt, 30, 600),
 			advance: clock.Advance, ttl: ttl,
 			sameDecision: func(x, y Decision) bool { return x == y },
+			check:        sameHeldOverage(t, m, r.client, tenant),
 		}
 		o.run(rt)
 	})
@@ -137,5 +176,31 @@ func TestDifferentialRedisTime(t *testing.T) {
 		if el := time.Since(start); el > 900*time.Millisecond {
 			rt.Fatalf("the case took %v: refill may have reached a token, the comparison is not valid", el)
 		}
+	})
+}
+
+// RL-3 for estimated reservations: the exact comparison of
+// TestDifferentialSameInstants with limits that let many reservations be
+// held at once (no daily budget, a small TPM), so that held overage, debt
+// and the expiry of estimated reservations decide often.
+func TestDifferentialEstimated(t *testing.T) {
+	_, r := startRedis(t)
+	setRapidChecks(t, 60, 1000)
+	const ttl = 2 * time.Minute
+	rapid.Check(t, func(rt *rapid.T) {
+		clock := newFakeClock(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
+		m := NewMemory(MemoryConfig{Now: clock.Now, TTL: ttl})
+		tenant := tenantName(t)
+		o := &diffOps{
+			a: m, b: newArgvRedis(t, r.client, clock.Now, ttl),
+			tenant: tenant, check: sameHeldOverage(t, m, r.client, tenant),
+			lim: Limits{
+				TPM:         rapid.Int64Range(50, 400).Draw(rt, "tpm"),
+				Concurrency: rapid.Int64Range(0, 8).Draw(rt, "concurrency"),
+			},
+			advance: clock.Advance, ttl: ttl,
+			sameDecision: func(x, y Decision) bool { return x == y },
+		}
+		o.run(rt)
 	})
 }

@@ -17,8 +17,10 @@
 // (the Redis scripts use Lua numbers, which are exact below 2^53). Time is
 // counted in whole milliseconds. A bucket holds units: one token is 60,000
 // units, and a bucket of limit L gains L units per millisecond, so it fills
-// from empty in exactly 60 s. Balances stay in [0, capacity]. Remaining
-// counts are whole tokens rounded down; waits are milliseconds rounded up.
+// from empty in exactly 60 s. Balances stay in [0, capacity], except that
+// the TPM bucket may go below zero by the debt of estimated reservations
+// (below). Remaining counts are whole tokens rounded down (0 in debt);
+// waits are milliseconds rounded up.
 //
 // A tenant's clock never goes backward: each decision uses the later of the
 // current time and the last time used for that tenant, so a clock step back
@@ -29,7 +31,8 @@
 // Reserve checks the limits in this order and denies with the first that
 // fails; a denied Reserve changes nothing:
 //
-//  1. "too_large": Tokens > TPM. It can never pass: Hard.
+//  1. "too_large": Tokens > TPM. It can never pass: Hard. (An estimated
+//     request's MaxTokens may exceed TPM.)
 //  2. "daily_tokens": the day's used tokens + Tokens > DailyTokens. Hard;
 //     RetryAfter is the time until the next UTC midnight, or 0 when
 //     Tokens > DailyTokens (it can never pass).
@@ -37,22 +40,76 @@
 //     The wait depends on other requests finishing: RetryAfter is at least
 //     [ConcurrencyRetryAfter].
 //  4. "requests": the RPM bucket holds less than one request.
-//  5. "tokens": the TPM bucket holds less than Tokens.
+//  5. "tokens": the TPM bucket holds less than Tokens, or, when estimated
+//     reservations are held, less than the need of "Estimated reservations"
+//     below. When that need exceeds TPM, requests in flight must settle
+//     before it can pass, and RetryAfter is at least ConcurrencyRetryAfter.
 //
 // When a soft check (3-5) fails, RetryAfter is the longest wait among all
 // the soft checks that fail, so that the same request can pass after it (if
-// nothing else takes from the buckets meanwhile).
+// nothing else takes from the buckets meanwhile; a debt charged by a
+// settlement takes from them).
 //
 // # Reconcile
 //
 // Reconcile settles a reservation to the tokens actually used: the TPM
 // bucket gets back reserved-actual (never more than the reservation, never
-// above capacity) or is charged actual-reserved (never below 0), the day's
-// used tokens move by the same difference (when the reservation was made the
+// above capacity) or is charged actual-reserved: the part up to the
+// reservation's [Request.MaxTokens] even below 0 (a debt), the part beyond
+// it only down to 0 (it never raises a balance already below 0). The day's
+// used tokens move by actual-reserved (when the reservation was made the
 // same UTC day; a reservation settled after midnight leaves the new day
 // alone), and the concurrency slot is freed. The RPM bucket is not refunded:
 // a request was made. Settling twice, or an unknown or expired id, does
 // nothing.
+//
+// In the default (exact) mode a request reserves the most it may use
+// (MaxTokens is 0 or Tokens), so it is never charged more than it reserved
+// and the TPM balance stays in [0, TPM].
+//
+// # Estimated reservations
+//
+// A reservation whose MaxTokens is above its Tokens is estimated (llmd's
+// --quota-estimate reserves the prompt plus the tenant's usual answer
+// length, and MaxTokens is the prompt plus max_tokens). Its potential
+// overage is o = MaxTokens - Tokens; while it is held (not settled, not
+// expired) it counts in the tenant's held overage O, the sum of the held
+// reservations' o (reservations not taken from the TPM bucket count 0).
+// An estimated reservation settled above its Tokens leaves the bucket in
+// debt, and every request then waits until the bucket refills past its
+// debt and its need. The need of a request (Tokens r, overage o) is
+//
+//	need = r + max(0, O - max(0, TPM - o))
+//
+// its reservation plus the overage held beyond an allowance of one TPM
+// less its own overage. With nothing estimated held (O = 0) the need is r,
+// the default mode's check.
+//
+// Invariant: the worst-case balance W = balance - O (the balance if every
+// held reservation used its MaxTokens) is at least -max(TPM, o) after each
+// admission (o of the request admitted), and refills, settlements (of at
+// most MaxTokens) and expiry only raise it. So W and the balance stay in
+// [-D, TPM] with D = max(TPM, the largest potential overage of one
+// request), under fixed limits.
+//
+// The bound: from a full bucket with nothing held, the requests admitted
+// within t seconds use at most TPM*(1 + t/60) + D tokens, even if all of
+// them run concurrently and use their MaxTokens; the default mode's bound is
+// TPM*(1 + t/60). Whatever was used beyond it is then a debt that delays
+// the tenant's next requests, so over time the tenant uses no more than
+// TPM per minute plus D once.
+//
+// The allowance is a choice between the worst case and concurrency.
+// Without it (need = r + O) the overshoot would be at most the largest
+// single overage, but every request in flight would hold its whole
+// MaxTokens from the worst-case balance, so a tenant could run only one
+// more request at once than by reserving MaxTokens. No admission rule does
+// better: the limiter cannot tell at admission which requests will use
+// their MaxTokens, and requests admitted together whose MaxTokens add up to
+// more than the balance + D overshoot by more than D when they all do. With
+// the allowance a tenant whose answers match its estimate holds up to twice
+// as much MaxTokens in flight as in the default mode (its reservations
+// still within the balance).
 //
 // # Expiry
 //
@@ -60,7 +117,8 @@
 // request): its concurrency slot is freed and its tokens stay charged as
 // reserved, i.e. it is settled with actual = reserved. Expiry is applied
 // lazily, by the next call for that tenant, so a tenant's held reservations
-// are at most those made within the last TTL.
+// are at most those made within the last TTL. An expired estimated
+// reservation leaves the held overage.
 //
 // # Backends
 //

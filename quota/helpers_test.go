@@ -174,7 +174,7 @@ func (a *argvRedis) Usage(ctx context.Context, tenant string, l Limits) (Usage, 
 	if err != nil {
 		return Usage{}, err
 	}
-	return Usage{InFlight: res[0], RequestsAvailable: res[1], TokensAvailable: res[2], DailyTokensUsed: res[3]}, nil
+	return parseUsage(res)
 }
 
 func (a *argvRedis) Counters() Counters { return Counters{} }

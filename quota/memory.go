@@ -47,7 +47,8 @@ type shard struct {
 	_       [64]byte // keep shards' locks on separate cache lines
 }
 
-// memTenant is one tenant's state and its unsettled reservations.
+// memTenant is one tenant's state and its unsettled reservations; add and
+// remove keep the state's held overage (over) the sum of theirs.
 //
 // Locking: mu guards every field.
 type memTenant struct {
@@ -67,6 +68,7 @@ type reservation struct {
 	id         string
 	tokens     int64
 	tpm        int64 // the TPM limit it was taken under; 0: not from the bucket
+	over       int64 // MaxTokens - Tokens when taken from the bucket, else 0
 	day        int64 // the UTC day it was counted in
 	expires    int64 // ms
 	prev, next int32
@@ -123,7 +125,11 @@ func (m *Memory) reserve(r *Request) (outcome, error) {
 	}
 	o := t.decide(r, now, int64(len(t.byID)))
 	if o.code == codeAllowed {
-		t.add(reservation{id: r.ID, tokens: r.Tokens, tpm: r.Limits.TPM, day: t.day, expires: now + m.ttlMs})
+		res := reservation{id: r.ID, tokens: r.Tokens, tpm: r.Limits.TPM, day: t.day, expires: now + m.ttlMs}
+		if res.tpm > 0 {
+			res.over = r.most() - r.Tokens
+		}
+		t.add(res)
 	}
 	return o, nil
 }
@@ -156,7 +162,7 @@ func (m *Memory) settle(tenant, id string, actual int64) bool {
 	}
 	res := t.slots[i]
 	t.remove(i)
-	t.tenantState.settle(res.tokens, res.tpm, res.day, actual, now)
+	t.tenantState.settle(res.tokens, res.tokens+res.over, res.tpm, res.day, actual, now)
 	return true
 }
 
@@ -216,6 +222,7 @@ func (m *Memory) tenant(name string, create bool) *memTenant {
 
 // add records a reservation as the newest.
 func (t *memTenant) add(res reservation) {
+	t.over += res.over
 	var i int32
 	if t.free >= 0 {
 		i = t.free
@@ -239,6 +246,7 @@ func (t *memTenant) add(res reservation) {
 func (t *memTenant) remove(i int32) {
 	res := &t.slots[i]
 	delete(t.byID, res.id)
+	t.over -= res.over
 	if res.prev >= 0 {
 		t.slots[res.prev].next = res.next
 	} else {

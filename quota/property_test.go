@@ -45,19 +45,23 @@ type quotaModel struct {
 	ttlMs int64
 	now   int64 // ms
 
-	rpm, tpm int64 // units
+	rpm, tpm int64 // units; tpm may be negative (a debt)
 	at       int64 // ms of the last refill
 
 	open    map[string]modelReservation // unsettled, maybe expired
 	settled map[string]bool             // ids settled or expired, never to settle again
 	charged int64                       // tokens charged for settled (actual) and expired (reserved) reservations
+	maxOver int64                       // the largest potential overage admitted
+	// beyondMost reports a reservation settled for more than its most,
+	// which the worst-case balance does not bound.
+	beyondMost bool
 }
 
-type modelReservation struct{ tokens, expires int64 }
+type modelReservation struct{ tokens, most, expires int64 }
 
 func (q *quotaModel) advanceTo(now int64) {
-	// Refill: min(capacity, balance + elapsed*limit); no 60 s cap needed,
-	// balances are never negative.
+	// Refill: min(capacity, balance + elapsed*limit), from a debt too; the
+	// model's int64 holds any elapsed time of a case.
 	dt := now - q.at
 	q.rpm = min(q.lim.RPM*unitsPerToken, q.rpm+dt*q.lim.RPM)
 	q.tpm = min(q.lim.TPM*unitsPerToken, q.tpm+dt*q.lim.TPM)
@@ -71,8 +75,18 @@ func (q *quotaModel) advanceTo(now int64) {
 	}
 }
 
-// reserve returns the expected allowed, reason and RetryAfter in ms.
-func (q *quotaModel) reserve(id string, tokens int64) (bool, Reason, int64) {
+// held is the potential overage of the open reservations, in tokens.
+func (q *quotaModel) held() int64 {
+	var n int64
+	for _, r := range q.open {
+		n += r.most - r.tokens
+	}
+	return n
+}
+
+// reserve returns the expected allowed, reason and RetryAfter in ms for a
+// request of tokens that may use most.
+func (q *quotaModel) reserve(id string, tokens, most int64) (bool, Reason, int64) {
 	l := q.lim
 	wait := func(have, need, rate int64) int64 {
 		if have >= need {
@@ -91,9 +105,18 @@ func (q *quotaModel) reserve(id string, tokens int64) (bool, Reason, int64) {
 		reason = cmp.Or(reason, ReasonRequests)
 		retry = max(retry, wait(q.rpm, unitsPerToken, l.RPM))
 	}
-	if l.TPM > 0 && q.tpm < tokens*unitsPerToken {
+	// The estimate must fit the balance, and the balance if every held
+	// reservation and this one used their most must stay at or above
+	// -max(TPM, this one's overage).
+	over := most - tokens
+	worstNeed := (q.held() + most - max(l.TPM, over)) * unitsPerToken
+	if l.TPM > 0 && (q.tpm < tokens*unitsPerToken || q.tpm < worstNeed) {
 		reason = cmp.Or(reason, ReasonTokens)
-		retry = max(retry, wait(q.tpm, tokens*unitsPerToken, l.TPM))
+		w := max(wait(q.tpm, tokens*unitsPerToken, l.TPM), wait(q.tpm, worstNeed, l.TPM))
+		if worstNeed > l.TPM*unitsPerToken { // refill alone cannot get there
+			w = max(w, 1000)
+		}
+		retry = max(retry, w)
 	}
 	if reason != "" {
 		return false, reason, retry
@@ -103,8 +126,11 @@ func (q *quotaModel) reserve(id string, tokens int64) (bool, Reason, int64) {
 	}
 	if l.TPM > 0 {
 		q.tpm -= tokens * unitsPerToken
+		q.maxOver = max(q.maxOver, over)
+	} else {
+		most = tokens // not from the bucket: nothing at risk
 	}
-	q.open[id] = modelReservation{tokens: tokens, expires: q.now + q.ttlMs}
+	q.open[id] = modelReservation{tokens: tokens, most: most, expires: q.now + q.ttlMs}
 	return true, "", 0
 }
 
@@ -120,8 +146,19 @@ func (q *quotaModel) reconcile(id string, actual int64) int64 {
 	if q.lim.TPM == 0 {
 		return 0
 	}
+	q.beyondMost = q.beyondMost || actual > r.most
 	before := q.tpm
-	q.tpm = max(0, min(q.lim.TPM*unitsPerToken, q.tpm+(r.tokens-actual)*unitsPerToken))
+	switch {
+	case actual <= r.tokens: // a refund, up to capacity
+		q.tpm = min(q.lim.TPM*unitsPerToken, q.tpm+(r.tokens-actual)*unitsPerToken)
+	case actual <= r.most: // a charge, into debt if need be
+		q.tpm -= (actual - r.tokens) * unitsPerToken
+	default: // the charge up to most, then the rest only down to 0
+		q.tpm -= (r.most - r.tokens) * unitsPerToken
+		if q.tpm > 0 {
+			q.tpm = max(0, q.tpm-(actual-r.most)*unitsPerToken)
+		}
+	}
 	return q.tpm - before
 }
 
@@ -134,10 +171,13 @@ func (q *quotaModel) outstanding() int64 {
 }
 
 // RL-2: random interleavings of reserve, reconcile, cancel, crash-expire and
-// refill against Memory and the model.
+// refill against Memory and the model, in the default mode (every request
+// reserves the most it may use) or with estimated reservations (some may use
+// more than they reserve, and leave a debt).
 func TestMemoryProperties(t *testing.T) {
 	setRapidChecks(t, 300, 10_000)
 	rapid.Check(t, func(rt *rapid.T) {
+		estimate := rapid.Bool().Draw(rt, "estimate")
 		start := time.Date(2026, 3, 14, 0, 0, 0, 0, time.UTC) // a day's start: the case stays in one UTC day
 		clock := newFakeClock(start)
 		const ttl = 10 * time.Minute
@@ -204,13 +244,17 @@ func TestMemoryProperties(t *testing.T) {
 			"reserve": func(rt *rapid.T) {
 				id := fmt.Sprintf("r%d", len(ids))
 				tokens := rapid.Int64Range(0, 600).Draw(rt, "tokens")
-				allowed, reason, retry := q.reserve(id, tokens)
-				d, err := m.Reserve(ctx, Request{ID: id, Tenant: "acme", Limits: lim, Tokens: tokens})
+				most := tokens
+				if estimate {
+					most += rapid.Int64Range(0, 700).Draw(rt, "over")
+				}
+				allowed, reason, retry := q.reserve(id, tokens, most)
+				d, err := m.Reserve(ctx, Request{ID: id, Tenant: "acme", Limits: lim, Tokens: tokens, MaxTokens: most})
 				if err != nil {
 					rt.Fatalf("reserve: %v", err)
 				}
 				if d.Allowed != allowed || d.Reason != reason || d.RetryAfter != millis(retry) {
-					rt.Fatalf("reserve %d: got %+v, model allowed=%v reason=%q retry=%dms", tokens, d, allowed, reason, retry)
+					rt.Fatalf("reserve %d (most %d): got %+v, model allowed=%v reason=%q retry=%dms", tokens, most, d, allowed, reason, retry)
 				}
 				ids = append(ids, id)
 			},
@@ -233,14 +277,30 @@ func TestMemoryProperties(t *testing.T) {
 				}
 				q.advanceTo(clock.Now().UnixMilli()) // Usage expires what the model expires
 				s, inFlight := state()
+				// The default mode keeps balances in [0, capacity]; estimated
+				// reservations may leave the TPM bucket in debt, down to
+				// -max(TPM, the largest overage), and so may the balance if
+				// every held reservation used its most, while settlements
+				// stay within most.
+				debt := max(lim.TPM, q.maxOver) * unitsPerToken
 				if s.rpm.set && (s.rpm.units < 0 || s.rpm.units > lim.RPM*unitsPerToken) ||
-					s.tpm.set && (s.tpm.units < 0 || s.tpm.units > lim.TPM*unitsPerToken) {
-					rt.Fatalf("balance outside [0, capacity]: %+v", s)
+					s.tpm.set && (s.tpm.units < -debt || s.tpm.units > lim.TPM*unitsPerToken) {
+					rt.Fatalf("balance outside [-%d, capacity]: %+v", debt, s)
+				}
+				if !estimate && s.tpm.set && s.tpm.units < 0 {
+					rt.Fatalf("default mode in debt: %+v", s)
+				}
+				if s.over != q.held() {
+					rt.Fatalf("held overage %d, model %d", s.over, q.held())
+				}
+				if worst := q.tpm - q.held()*unitsPerToken; lim.TPM > 0 && !q.beyondMost && worst < -debt {
+					rt.Fatalf("worst-case balance %d below -%d", worst, debt)
 				}
 				if want := (Usage{
 					InFlight:          int64(len(q.open)),
 					RequestsAvailable: q.rpm / unitsPerToken,
-					TokensAvailable:   q.tpm / unitsPerToken,
+					TokensAvailable:   max(0, q.tpm) / unitsPerToken,
+					TokensOwed:        (max(0, -q.tpm) + unitsPerToken - 1) / unitsPerToken,
 					DailyTokensUsed:   q.charged + q.outstanding(),
 				}); u != want {
 					rt.Fatalf("usage %+v, model %+v", u, want)

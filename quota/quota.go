@@ -33,7 +33,18 @@ type Request struct {
 	Limits Limits
 	// Tokens are the input plus the expected output tokens to reserve.
 	Tokens int64
+	// MaxTokens is the most tokens the request may use (input plus
+	// max_tokens for each choice), at least Tokens; 0 means Tokens. When it
+	// is above Tokens the reservation is estimated: it may be settled for up
+	// to MaxTokens, the excess charged to the TPM bucket even below zero (a
+	// debt), and until it is settled its potential overage, MaxTokens -
+	// Tokens, counts against the admission of the tenant's other requests
+	// (see "Estimated reservations" in the package doc).
+	MaxTokens int64
 }
+
+// most is the most tokens r may use.
+func (r *Request) most() int64 { return max(r.Tokens, r.MaxTokens) }
 
 // Reason names the limit that denied a reservation. Its values are stable:
 // they appear in usage rows ("quota_" + reason) and error messages.
@@ -126,8 +137,13 @@ type Usage struct {
 	// InFlight counts unsettled, unexpired reservations.
 	InFlight int64
 	// RequestsAvailable and TokensAvailable are the whole requests and
-	// tokens in the buckets (0 when the limit is 0).
+	// tokens in the buckets (0 when the limit is 0, or the bucket is in
+	// debt).
 	RequestsAvailable, TokensAvailable int64
+	// TokensOwed is the TPM bucket's debt: the tokens it is below zero,
+	// rounded up, after estimated reservations were settled above what they
+	// reserved (0 when the limit is 0).
+	TokensOwed int64
 	// DailyTokensUsed are the tokens reserved and reconciled today (UTC),
 	// counted even when DailyTokens is 0.
 	DailyTokensUsed int64
@@ -160,8 +176,9 @@ type Limiter interface {
 	Reserve(ctx context.Context, r Request) (Decision, error)
 	// Reconcile settles a reservation at finish, cancel or error to the
 	// tokens actually used: refunds the difference (capped at the
-	// reservation) or charges the shortfall (bucket floored at 0), frees
-	// the concurrency slot. Settling twice, or an unknown/expired id, is a
+	// reservation) or charges the shortfall (below zero up to the
+	// reservation's MaxTokens, beyond it with the bucket floored at 0),
+	// frees the concurrency slot. Settling twice, or an unknown/expired id, is a
 	// no-op returning nil.
 	Reconcile(ctx context.Context, tenant, id string, actual int64) error
 	// Usage reports a tenant's state under limits l.
@@ -194,8 +211,8 @@ const (
 	// MaxTenantLen and MaxIDLen bound the tenant and id in bytes.
 	MaxTenantLen = 128
 	MaxIDLen     = 128
-	// MaxRate bounds RPM, TPM, Concurrency, Tokens and the actual tokens
-	// of Reconcile.
+	// MaxRate bounds RPM, TPM, Concurrency, Tokens, MaxTokens and the
+	// actual tokens of Reconcile.
 	MaxRate = 1_000_000_000
 	// MaxDailyTokens bounds DailyTokens.
 	MaxDailyTokens = 1_000_000_000_000_000
@@ -239,6 +256,9 @@ func (r *Request) validate() error {
 	}
 	if r.Tokens < 0 || r.Tokens > MaxRate {
 		return fmt.Errorf("%w: tokens %d outside [0, %d]", ErrInvalid, r.Tokens, MaxRate)
+	}
+	if r.MaxTokens != 0 && (r.MaxTokens < r.Tokens || r.MaxTokens > MaxRate) {
+		return fmt.Errorf("%w: max tokens %d outside [tokens %d, %d]", ErrInvalid, r.MaxTokens, r.Tokens, MaxRate)
 	}
 	return r.Limits.validate()
 }

@@ -7,9 +7,9 @@
 
 local id, actual = ARGV[1], tonumber(ARGV[2])
 
-local st = redis.call('HMGET', KEYS[1], 'last', 'tb', 'ta', 'day', 'used')
+local st = redis.call('HMGET', KEYS[1], 'last', 'tb', 'ta', 'day', 'used', 'ov')
 local now = tenant_now(st[1])
-purge(now)
+local ov = purge(now, st[6])
 local v = redis.call('HGET', KEYS[2], id)
 if not v then return 0 end
 redis.call('HDEL', KEYS[2], id)
@@ -18,14 +18,19 @@ redis.call('ZREM', KEYS[3], id)
 -- else to settle against.
 if not st[1] then return 1 end
 
-local t, l, d = string.match(v, '^(%d+):(%d+):(%d+)$')
-local tokens, tpm, day = tonumber(t), tonumber(l), tonumber(d)
-local f = {'last', now}
+local tokens, tpm, day, over = parse_reservation(v)
+local f = {'last', now, 'ov', math.max(0, ov - over)}
 if tpm > 0 then
+  -- settleUnits in bucket.go: a debt up to the reservation's max tokens,
+  -- beyond it floored at 0 (never raising a balance below it).
   local tb, ta = refill(st[2], st[3], tpm, now)
-  tb = tb + (tokens - actual) * UNITS
+  local most = tokens + over
+  tb = tb + (tokens - math.min(actual, most)) * UNITS
+  if actual > most then
+    tb = math.max(math.min(tb, 0), tb - (actual - most) * UNITS)
+  end
   local cap = tpm * UNITS
-  if tb > cap then tb = cap elseif tb < 0 then tb = 0 end
+  if tb > cap then tb = cap end
   f[#f + 1] = 'tb'; f[#f + 1] = tb; f[#f + 1] = 'ta'; f[#f + 1] = ta
 end
 local today = day_of(now)

@@ -221,7 +221,8 @@ func (r *Redis) reserve(ctx context.Context, req *Request) (outcome, error) {
 // reserveArgs are reserve.lua's ARGV.
 func reserveArgs(req *Request, ttlMs int64) []any {
 	l := req.Limits
-	return []any{req.ID, req.Tokens, l.RPM, l.TPM, l.Concurrency, l.DailyTokens, ttlMs, max(stateTTL.Milliseconds(), 2*ttlMs)}
+	return []any{req.ID, req.Tokens, l.RPM, l.TPM, l.Concurrency, l.DailyTokens, ttlMs, max(stateTTL.Milliseconds(), 2*ttlMs),
+		req.most() - req.Tokens}
 }
 
 func parseReserve(res []int64) (outcome, error) {
@@ -305,10 +306,15 @@ func (r *Redis) Usage(ctx context.Context, tenant string, l Limits) (Usage, erro
 		return Usage{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	r.succeeded()
-	if len(res) != 4 {
+	return parseUsage(res)
+}
+
+func parseUsage(res []int64) (Usage, error) {
+	if len(res) != 5 {
 		return Usage{}, fmt.Errorf("quota: usage script returned %v", res)
 	}
-	return Usage{InFlight: res[0], RequestsAvailable: res[1], TokensAvailable: res[2], DailyTokensUsed: res[3]}, nil
+	return Usage{InFlight: res[0], RequestsAvailable: res[1], TokensAvailable: res[2], DailyTokensUsed: res[3],
+		TokensOwed: res[4]}, nil
 }
 
 // Counters implements [Limiter.Counters].

@@ -3,7 +3,8 @@
 -- Mirrors tenantState.decide in bucket.go.
 --
 -- ARGV: 1 id, 2 tokens, 3 rpm, 4 tpm, 5 concurrency, 6 daily tokens,
---       7 reservation ttl (ms), 8 state ttl (ms)
+--       7 reservation ttl (ms), 8 state ttl (ms), 9 over (max tokens -
+--       tokens)
 -- Returns {code, retry_ms, remaining_requests, reset_requests_ms,
 --          remaining_tokens, reset_tokens_ms, created}; code 0 is allowed,
 --          6 a duplicate id; created is 1 when the state hash did not exist.
@@ -12,14 +13,16 @@ local id = ARGV[1]
 local tokens, rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local conc, daily = tonumber(ARGV[5]), tonumber(ARGV[6])
 local ttl, state_ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
+local over = tonumber(ARGV[9])
+if tpm == 0 then over = 0 end -- not taken from the bucket: nothing at risk
 
-local st = redis.call('HMGET', KEYS[1], 'last', 'rb', 'ra', 'tb', 'ta', 'day', 'used')
+local st = redis.call('HMGET', KEYS[1], 'last', 'rb', 'ra', 'tb', 'ta', 'day', 'used', 'ov')
 -- Every reserve writes 'last': without it the tenant is new, or Redis lost
 -- its state.
 local created = 0
 if not st[1] then created = 1 end
 local now = tenant_now(st[1])
-purge(now)
+local ov = purge(now, st[8])
 if redis.call('HEXISTS', KEYS[2], id) == 1 then
   return {6, 0, 0, 0, 0, 0, created}
 end
@@ -31,6 +34,8 @@ local today = day_of(now)
 local used = tonumber(st[7]) or 0
 if tonumber(st[6]) ~= today then used = 0 end
 local inflight = redis.call('HLEN', KEYS[2])
+-- No reservation held (the keys may also have expired whole): none at risk.
+if inflight == 0 then ov = 0 end
 
 local code, retry = 0, 0
 if tpm > 0 and tokens > tpm then
@@ -45,9 +50,13 @@ else
     local w = wait_ms(rb, rpm, UNITS)
     if w > retry then retry = w end
   end
-  if tpm > 0 and tb < tokens * UNITS then
+  -- tpmNeed in bucket.go: the reservation plus the overage held beyond
+  -- the allowance its own overage leaves.
+  local need = tokens + math.max(0, ov - math.max(0, tpm - over))
+  if tpm > 0 and tb < need * UNITS then
     if code == 0 then code = 2 end
-    local w = wait_ms(tb, tpm, tokens * UNITS)
+    local w = wait_ms(tb, tpm, need * UNITS)
+    if need > tpm and w < 1000 then w = 1000 end
     if w > retry then retry = w end
   end
 end
@@ -56,7 +65,12 @@ if code == 0 then
   if rpm > 0 then rb = rb - UNITS end
   if tpm > 0 then tb = tb - tokens * UNITS end
   used = used + tokens
-  redis.call('HSET', KEYS[2], id, ARGV[2] .. ':' .. ARGV[4] .. ':' .. string.format('%d', today))
+  local v = ARGV[2] .. ':' .. ARGV[4] .. ':' .. string.format('%d', today)
+  if over > 0 then
+    ov = ov + over
+    v = v .. ':' .. string.format('%d', over)
+  end
+  redis.call('HSET', KEYS[2], id, v)
   redis.call('ZADD', KEYS[3], now + ttl, id)
   -- The reservation keys outlive their newest reservation's expiry.
   redis.call('PEXPIRE', KEYS[2], ttl + FULL)
@@ -65,7 +79,7 @@ end
 
 -- Refilled buckets are written even when denied: the same balance as a
 -- function of time, so nothing observable changes.
-local f = {'last', now, 'day', today, 'used', used}
+local f = {'last', now, 'day', today, 'used', used, 'ov', ov}
 if rpm > 0 then
   f[#f + 1] = 'rb'; f[#f + 1] = rb; f[#f + 1] = 'ra'; f[#f + 1] = ra
 end
@@ -81,7 +95,7 @@ if rpm > 0 then
   reset_req = wait_ms(rb, rpm, rpm * UNITS)
 end
 if tpm > 0 then
-  rem_tok = math.floor(tb / UNITS)
+  rem_tok = whole_tokens(tb)
   reset_tok = wait_ms(tb, tpm, tpm * UNITS)
 end
 return {code, retry, rem_req, reset_req, rem_tok, reset_tok, created}

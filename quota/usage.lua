@@ -2,22 +2,24 @@
 -- It writes nothing but the purge of expired reservations.
 --
 -- ARGV: 1 rpm, 2 tpm
--- Returns {in_flight, requests_available, tokens_available, daily_tokens_used}.
+-- Returns {in_flight, requests_available, tokens_available, daily_tokens_used,
+--          tokens_owed}.
 
 local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
 
-local st = redis.call('HMGET', KEYS[1], 'last', 'rb', 'ra', 'tb', 'ta', 'day', 'used')
+local st = redis.call('HMGET', KEYS[1], 'last', 'rb', 'ra', 'tb', 'ta', 'day', 'used', 'ov')
 local now = tenant_now(st[1])
-purge(now)
+purge(now, st[8])
 local inflight = redis.call('HLEN', KEYS[2])
-local req, tok, used = 0, 0, 0
+local req, tok, used, debt = 0, 0, 0, 0
 if rpm > 0 then
   local rb = refill(st[2], st[3], rpm, now)
   req = math.floor(rb / UNITS)
 end
 if tpm > 0 then
   local tb = refill(st[4], st[5], tpm, now)
-  tok = math.floor(tb / UNITS)
+  tok = whole_tokens(tb)
+  debt = owed(tb)
 end
 if tonumber(st[6]) == day_of(now) then used = tonumber(st[7]) end
-return {inflight, req, tok, used}
+return {inflight, req, tok, used, debt}
