@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,7 +38,9 @@ type Config struct {
 	ForwardTimeout time.Duration
 	// Stall is how long a peer's stream may stay silent (it writes
 	// heartbeat comments) before it counts as failed.
-	Stall  time.Duration
+	Stall time.Duration
+	// TLS, when set, forwards over HTTPS with it (peers serve TLS too).
+	TLS    *tls.Config
 	Logger *slog.Logger
 }
 
@@ -46,6 +49,8 @@ type Forwarder struct {
 	cfg    Config
 	client *http.Client
 	log    *slog.Logger
+	// scheme is "https" with TLS, else "http".
+	scheme string
 }
 
 // NewForwarder returns a forwarder with its own HTTP client: no overall
@@ -56,12 +61,18 @@ func NewForwarder(cfg Config) *Forwarder {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Forwarder{cfg: cfg, log: log.With("component", "peer"), client: &http.Client{Transport: &http.Transport{
+	f := &Forwarder{cfg: cfg, log: log.With("component", "peer"), scheme: "http", client: &http.Client{Transport: &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: cfg.ForwardTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:     cfg.TLS,
+		TLSHandshakeTimeout: cfg.ForwardTimeout,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}}}
+	if cfg.TLS != nil {
+		f.scheme = "https"
+	}
+	return f
 }
 
 // Close closes the forwarder's idle connections.
@@ -153,7 +164,7 @@ func (f *Forwarder) do(ctx context.Context, addr, method, path string, hdr http.
 		accept()
 		return nil
 	}}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(actx, trace), method, "http://"+addr+path,
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(actx, trace), method, f.scheme+"://"+addr+path,
 		bytes.NewReader(body))
 	if err != nil {
 		cancel(nil)
@@ -164,7 +175,7 @@ func (f *Forwarder) do(ctx context.Context, addr, method, path string, hdr http.
 	}
 	p := job.Principal
 	f.cfg.Auth.Sign(req, Identity{Node: f.cfg.NodeID, Tenant: p.Tenant, Tier: cmp.Or(string(job.Tier), string(store.TierPaid)),
-		KeyID: p.KeyID, Admin: p.Admin, RequestID: job.ID}, body, time.Now())
+		KeyID: p.KeyID, RequestID: job.ID}, body, time.Now())
 	timer := time.AfterFunc(f.cfg.ForwardTimeout, func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -196,11 +207,18 @@ type run struct {
 	release func()
 	// relayed counts the text events passed on.
 	relayed int
+	// progress takes relayed as it grows (the entry node's checkpoints of
+	// the usage row); nil for none.
+	progress *pipeline.Progress
 }
 
-// Relay reads the peer's answer into sink.
-func (r *run) Relay(ctx context.Context, sink pipeline.Sink) pipeline.Result {
+// Relay reads the peer's answer into sink. A stream reports each text
+// event it passes on to progress, as one output token (the estimate
+// relayedUsage bills when the peer's count is lost); a whole answer
+// reports nothing (its client gets nothing before the end).
+func (r *run) Relay(ctx context.Context, sink pipeline.Sink, progress *pipeline.Progress) pipeline.Result {
 	defer r.release()
+	r.progress = progress
 	if r.job.Stream {
 		return r.relayStream(ctx, sink)
 	}
@@ -303,6 +321,7 @@ func (r *run) emit(sink pipeline.Sink, d delta, res *pipeline.Result) error {
 		if err := sink.Text(d.index, d.text, d.lps); err != nil {
 			return err
 		}
+		r.progress.Delivered(r.relayed, now)
 		d.lps = nil
 	}
 	if d.finish != "" {

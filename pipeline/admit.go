@@ -45,7 +45,8 @@ func (p *Pipeline) admit(ctx context.Context, req *Request, t Tenant, c choice, 
 	adm.job = &job
 	prio := TierPriority[t.Tier]
 	if req.Priority != nil {
-		if *req.Priority > prio && !req.Principal.Admin {
+		// The entry node checked a forwarded request's priority.
+		if *req.Priority > prio && !req.Principal.Admin && !req.Forwarded() {
 			return adm, &Error{Status: http.StatusForbidden, Type: TypeInvalidRequest, Param: "priority",
 				Code: "permission_denied", Message: fmt.Sprintf("tenant %s is in the %s tier; it may not ask for a higher priority",
 					t.ID, t.Tier)}
@@ -71,19 +72,21 @@ func (p *Pipeline) admit(ctx context.Context, req *Request, t Tenant, c choice, 
 	if req.Forwarded() {
 		return adm, nil
 	}
-	var tokens int64
+	var tokens, most int64 // reserved, and the most the request may use
 	if job.Model == nil {
 		// Only peers serve it: about 4 bytes a token of the body stand for
 		// the prompt.
 		tokens = int64(len(job.Forward.Body)/4) + int64(job.MaxTokens)*int64(job.N)
+		most = tokens
 	} else {
 		expect := job.MaxTokens
 		if p.cfg.QuotaEstimate {
 			expect = p.outputs.Expected(t.ID, job.MaxTokens)
 		}
 		tokens = int64(len(job.Prompt)) + int64(expect)*int64(job.N)
+		most = int64(len(job.Prompt)) + int64(job.MaxTokens)*int64(job.N)
 	}
-	d, err := p.limiter.Reserve(ctx, quota.Request{ID: req.ID, Tenant: t.ID, Limits: t.Limits, Tokens: tokens})
+	d, err := p.limiter.Reserve(ctx, quota.Request{ID: req.ID, Tenant: t.ID, Limits: t.Limits, Tokens: tokens, MaxTokens: most})
 	if err != nil {
 		return adm, fmt.Errorf("pipeline: quota reserve: %w", err)
 	}

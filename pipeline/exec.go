@@ -47,8 +47,51 @@ type Target interface {
 type Execution interface {
 	// Relay writes the answer's text and each choice's normal end to sink
 	// (never Begin, End or Fail) until the request ends, and reports how
-	// it ended. ctx is the one Start was given.
-	Relay(ctx context.Context, sink Sink) Result
+	// it ended. ctx is the one Start was given. As it writes, it reports
+	// to progress (which may be nil) the output tokens, of every choice,
+	// passed to sink so far.
+	Relay(ctx context.Context, sink Sink, progress *Progress) Result
+}
+
+// Progress follows the output tokens an execution has passed to its sink,
+// and checkpoints them into the request's in-flight usage row at most
+// once per interval, so that a request cut short by a crash is billed what
+// its client was sent, less at most the tokens of the last interval. A nil
+// *Progress ignores every call.
+//
+// Locking: only the relaying goroutine calls Delivered.
+type Progress struct {
+	every time.Duration
+	// next is the earliest time of the next checkpoint.
+	next time.Time
+	// save checkpoints the count; it must not block.
+	save func(outputTokens int)
+}
+
+// NewProgress returns a Progress that calls save with the output tokens
+// delivered at most once per every (at the first delivery, then once
+// every has passed since the last call). save runs on the relaying
+// goroutine and must not block.
+func NewProgress(every time.Duration, save func(outputTokens int)) *Progress {
+	return &Progress{every: every, save: save}
+}
+
+// Delivered reports that outputTokens tokens (every choice's) have been
+// passed to the sink so far, at at: the engine's time of the latest token,
+// or now; zero means now. It costs a comparison unless a checkpoint is
+// due: call it for every token.
+func (p *Progress) Delivered(outputTokens int, at time.Time) {
+	if p == nil {
+		return
+	}
+	if at.IsZero() {
+		at = time.Now()
+	}
+	if at.Before(p.next) {
+		return
+	}
+	p.next = at.Add(p.every)
+	p.save(outputTokens)
 }
 
 // Usage counts a request's tokens: its prompt, the part of the prompt

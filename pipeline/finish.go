@@ -55,14 +55,15 @@ func (p *Pipeline) Finish(ctx context.Context, r *Run, sink Sink) Outcome {
 	} else if err := sink.Begin(); err != nil {
 		sink = failingSink{err}
 	}
-	res := r.exec.Relay(ctx, sink)
+	progress := p.progress(plan)
+	res := r.exec.Relay(ctx, sink, progress)
 	for res.Retry && ctx.Err() == nil {
 		p.targetFailed(plan, plan.targets[r.next-1], res.Err)
 		if err := p.startNext(ctx, r); err != nil {
 			res = Result{Err: err, Finish: string(engine.FinishError)}
 			break
 		}
-		res = r.exec.Relay(ctx, sink)
+		res = r.exec.Relay(ctx, sink, progress)
 	}
 	if res.Retry {
 		res.Retry, res.ClientGone, res.Finish, res.Err = false, true, string(engine.FinishCancelled), nil
@@ -184,6 +185,38 @@ func (p *Pipeline) beginRow(ctx context.Context, plan *Plan) {
 	if err := p.ledger.Begin(ctx, p.usageEvent(out, store.UsageInFlight)); err != nil {
 		p.log.Warn("usage begin not queued", "request_id", out.ID, "err", err)
 	}
+}
+
+// DefaultUsageCheckpoint is the default of Config.UsageCheckpoint.
+const DefaultUsageCheckpoint = 50 * time.Millisecond
+
+// progress returns the checkpointer of plan's in-flight usage row while
+// its answer streams: each checkpoint is the row beginRow wrote with the
+// prompt's tokens and the output tokens sent so far, queued without
+// waiting (the usage writer coalesces or drops it when its queue is full:
+// the relay never waits on the ledger). It is nil when there is nothing
+// to checkpoint: no ledger, checkpoints off, a JSON answer (its client
+// gets nothing before the end, which the final row bills), or a request
+// forwarded here (its entry node bills it, from what it relays).
+func (p *Pipeline) progress(plan *Plan) *Progress {
+	if p.ledger == nil || p.cfg.UsageCheckpoint < 0 || !plan.Req.Stream || plan.Req.Forwarded() || !plan.metered {
+		return nil
+	}
+	every := p.cfg.UsageCheckpoint
+	if every == 0 {
+		every = DefaultUsageCheckpoint
+	}
+	row := p.usageEvent(p.outcome(plan, Result{}), store.UsageInFlight)
+	if plan.Job != nil {
+		row.InputTokens = int64(len(plan.Job.Prompt))
+	}
+	return NewProgress(every, func(outputTokens int) {
+		ev := row
+		ev.OutputTokens, ev.Duration = int64(outputTokens), time.Since(ev.Started)
+		if err := p.ledger.Progress(ev); err != nil {
+			p.log.Debug("usage checkpoint not queued", "request_id", ev.RequestID, "err", err)
+		}
+	})
 }
 
 // meter writes a metered request's final row and waits until it is

@@ -60,8 +60,10 @@ type choiceState struct {
 
 // Relay reads the engine's events and writes each choice's text, with stop
 // strings applied and end-of-generation tokens hidden, until the request
-// ends.
-func (r *localRun) Relay(ctx context.Context, sink Sink) (res Result) {
+// ends. It reports every token of a choice still open to progress (those
+// the engine bills: hidden ones and text held back by stop strings too),
+// at the engine's time of the token.
+func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (res Result) {
 	defer r.cancel()
 	j, m := r.job, r.job.Model
 	wd := watchdog{stall: r.stall}
@@ -72,6 +74,7 @@ func (r *localRun) Relay(ctx context.Context, sink Sink) (res Result) {
 		choices[i].ts.stops = j.Stops
 	}
 	open := j.N
+	delivered := 0 // token events of open choices, every choice's
 	var failure error
 	end := func(i int, reason string) error {
 		c := &choices[i]
@@ -122,6 +125,8 @@ func (r *localRun) Relay(ctx context.Context, sink Sink) (res Result) {
 		switch ev.Kind {
 		case engine.EventToken:
 			wd.progress()
+			delivered++
+			progress.Delivered(delivered, ev.Time)
 			if res.FirstToken.IsZero() {
 				res.FirstToken = time.Now()
 			}

@@ -37,6 +37,12 @@ type Config struct {
 	// StallTimeout ends a local request that produced no new token for
 	// this long after its first.
 	StallTimeout time.Duration
+	// UsageCheckpoint is the most time between two checkpoints of a
+	// streaming request's in-flight usage row (the output tokens sent so
+	// far), which bounds what a crash leaves unbilled: the tokens of one
+	// interval, plus the usage writer's commit delay. 0 is
+	// DefaultUsageCheckpoint; negative turns checkpoints off.
+	UsageCheckpoint time.Duration
 	// Fallback maps a model to the one that serves its requests when no
 	// alive node serves it (a cluster).
 	Fallback map[string]string
@@ -55,6 +61,8 @@ type Accounts interface {
 // Ledger writes usage rows; *store.UsageWriter implements it.
 type Ledger interface {
 	Begin(ctx context.Context, ev store.UsageEvent) error
+	// Progress checkpoints an in-flight row; it never blocks.
+	Progress(ev store.UsageEvent) error
 	Record(ctx context.Context, ev store.UsageEvent) error
 	RecordAsync(ctx context.Context, ev store.UsageEvent) error
 }

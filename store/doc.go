@@ -39,11 +39,13 @@
 // # Usage ledger
 //
 // The table usage_events holds one row per request, keyed by its request
-// id: [UsageWriter.Begin] writes it as in_flight at admission, and
-// [UsageWriter.Record] (or RecordAsync, for rejections) replaces it with
-// the final event. Writes are idempotent: an in-flight event never
-// replaces a row, and the first final event wins, so an event may be
-// recorded or replayed any number of times. [Store.UsageReport] sums the
+// id: [UsageWriter.Begin] writes it as in_flight at admission,
+// [UsageWriter.Progress] checkpoints the output tokens of a streaming
+// answer into it, and [UsageWriter.Record] (or RecordAsync, for
+// rejections) replaces it with the final event. Writes are idempotent: an
+// in-flight event replaces only an in-flight row with fewer output tokens,
+// and the first final event wins, so an event may be recorded or replayed
+// any number of times. [Store.UsageReport] sums the
 // final rows by day, tenant, model or tier.
 //
 // A [UsageWriter] writes the events in group commits. When SQLite fails

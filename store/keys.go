@@ -263,6 +263,17 @@ func (s *Store) RevokeKey(ctx context.Context, id string) (Key, error) {
 	return k, nil
 }
 
+// KeysEverMade reports whether an API key was ever made in this store
+// (revoked keys count: revoking is the only way a key ends). A store that
+// has had a key never goes back to anonymous access by itself.
+func (s *Store) KeysEverMade(ctx context.Context) (bool, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM api_keys`).Scan(&n); err != nil {
+		return false, fmt.Errorf("store: count keys: %w", err)
+	}
+	return n > 0, nil
+}
+
 // ActiveKeys counts the keys that are not revoked, and the admin keys
 // among them.
 func (s *Store) ActiveKeys(ctx context.Context) (total, admins int, err error) {

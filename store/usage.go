@@ -17,7 +17,8 @@ type UsageStatus string
 // The statuses of a usage row. UsageInFlight is the only one that a later
 // event replaces; the others are final.
 const (
-	// UsageInFlight: admitted, not yet ended (written at admission).
+	// UsageInFlight: admitted, not yet ended (written at admission, and
+	// checkpointed while the answer streams).
 	UsageInFlight UsageStatus = "in_flight"
 	// UsageFinished: the request ended normally (finish reason stop or
 	// length).
@@ -35,8 +36,9 @@ const (
 )
 
 // UsageEvent is one request's usage row: queued by [UsageWriter.Begin] at
-// admission (status in_flight) and by [UsageWriter.Record] or
-// [UsageWriter.RecordAsync] when the request ends.
+// admission (status in_flight), by [UsageWriter.Progress] while it streams
+// (in_flight, with the output tokens sent so far) and by
+// [UsageWriter.Record] or [UsageWriter.RecordAsync] when the request ends.
 //
 // Times are stored to the millisecond and read back in UTC; durations are
 // stored as (fractional) milliseconds.
@@ -94,8 +96,11 @@ func checkEvent(ev UsageEvent, inFlight bool) error {
 }
 
 // upsertUsage writes an event. A final event replaces an in-flight row; an
-// in-flight event never replaces a row, and a final event never replaces a
-// final row: the first final event wins, so replaying events is harmless.
+// in-flight event (a progress checkpoint, see [UsageWriter.Progress])
+// replaces an in-flight row only when it counts more output tokens, and
+// never a final row; a final event never replaces a final row: the first
+// final event wins, whatever checkpoint commits after it, so replaying
+// events is harmless.
 const upsertUsage = `INSERT INTO usage_events (request_id, tenant, key_id, model, tier, node,
 	endpoint, status, finish_reason, reason, input_tokens, cached_tokens, output_tokens,
 	queue_ms, ttft_ms, itl_ms, duration_ms, route, started, ended)
@@ -109,7 +114,8 @@ const upsertUsage = `INSERT INTO usage_events (request_id, tenant, key_id, model
 		queue_ms = excluded.queue_ms, ttft_ms = excluded.ttft_ms, itl_ms = excluded.itl_ms,
 		duration_ms = excluded.duration_ms, route = excluded.route,
 		started = excluded.started, ended = excluded.ended
-	WHERE usage_events.status = 'in_flight' AND excluded.status <> 'in_flight'`
+	WHERE usage_events.status = 'in_flight' AND (excluded.status <> 'in_flight'
+		OR excluded.output_tokens > usage_events.output_tokens)`
 
 // usageArgs are ev's arguments to upsertUsage.
 func usageArgs(ev UsageEvent) []any {
@@ -180,9 +186,10 @@ const interruptedReason = "llmd stopped while the request was in flight"
 // [Store.NewUsageWriter]: it replays the default spool
 // (dir/usage-spool.jsonl) into the database, idempotently, and removes it;
 // then it marks every in-flight row of node as interrupted: Ended = now,
-// Duration = now - Started, the tokens as recorded at admission (the
-// prompt; OutputTokens stays 0). Both happen in one transaction, the
-// replay first, so that a final event in the spool is not marked
+// Duration = now - Started, the tokens as last recorded: at admission, or
+// by the request's last progress checkpoint ([UsageWriter.Progress]: the
+// output tokens its client had been sent). Both happen in one transaction,
+// the replay first, so that a final event in the spool is not marked
 // interrupted. It returns the events replayed and the rows marked.
 //
 // A spool line that does not parse (other than a torn last line, which was

@@ -59,3 +59,41 @@ func BenchmarkUsageWriter(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUsageProgress measures the checkpoints of running requests
+// (issue 18): one producer calls Progress as fast as it can, round-robin
+// over the requests, each call with one more output token. ns/op is the
+// call's cost on the relay; rows/s the checkpoints committed (the rest
+// were coalesced: the writer takes what it can).
+func BenchmarkUsageProgress(b *testing.B) {
+	for _, requests := range []int{24, 5000} {
+		b.Run(fmt.Sprintf("requests=%d", requests), func(b *testing.B) {
+			s := openStore(b, b.TempDir())
+			w, err := s.newUsageWriter(UsageWriterConfig{}, writerHooks{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			stop := runWriter(b, w)
+			evs := make([]UsageEvent, requests)
+			for i := range evs {
+				evs[i] = admitted(fmt.Sprintf("r%d", i))
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				ev := &evs[i%requests]
+				ev.OutputTokens++
+				if err := w.Progress(*ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			st := w.Stats()
+			if err := stop(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(st.Committed)/b.Elapsed().Seconds(), "rows/s")
+			b.ReportMetric(float64(st.ProgressDropped), "dropped")
+		})
+	}
+}

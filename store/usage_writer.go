@@ -135,7 +135,8 @@ func (c UsageWriterConfig) withDefaults(dir string) (UsageWriterConfig, error) {
 
 // UsageWriterStats is a snapshot of a writer's counters.
 type UsageWriterStats struct {
-	// Queued counts the events queued or being written.
+	// Queued counts the events queued or being written, and the progress
+	// checkpoints queued.
 	Queued int
 	// Committed, Spooled and Failed count the events written to SQLite,
 	// to the spool (SQLite failed), and to neither (both failed: Record
@@ -151,6 +152,10 @@ type UsageWriterStats struct {
 	// BlockedProducers counts the calls that waited for room in a full
 	// queue.
 	BlockedProducers uint64
+	// ProgressCoalesced counts the progress checkpoints that replaced one
+	// of the same request still queued; ProgressDropped those left out
+	// because the queue was full.
+	ProgressCoalesced, ProgressDropped uint64
 	// Replayed counts the spooled events that the writer wrote to SQLite
 	// once it could again.
 	Replayed uint64
@@ -164,7 +169,10 @@ type UsageWriterStats struct {
 type usageItem struct {
 	ev     UsageEvent
 	queued time.Time
-	done   chan error // nil for Begin and RecordAsync; buffered
+	done   chan error // nil for Begin, Progress and RecordAsync; buffered
+	// superseded marks a progress checkpoint whose request's final event
+	// was queued after it: it need not be written. Guarded by mu.
+	superseded bool
 }
 
 // writerHooks replace a writer's parts in tests.
@@ -214,9 +222,15 @@ type UsageWriter struct {
 	space   chan struct{} // guarded by mu; closed (and replaced) when items are removed
 	closing chan struct{} // closed by shutdown
 	closed  bool          // guarded by mu
+	// progress holds the progress checkpoints not yet taken into a batch,
+	// oldest first, and pending each of them by request id: a request has
+	// at most one there (Progress replaces it).
+	progress []*usageItem          // guarded by mu
+	pending  map[string]*usageItem // guarded by mu
 
 	committed, spooled, failed, commits atomic.Uint64
 	blocked, replayed, checkpoints      atomic.Uint64
+	coalesced, dropped                  atomic.Uint64
 	lastCommit, walBytes                atomic.Int64
 
 	// Only Run's loop uses these.
@@ -255,6 +269,7 @@ func (s *Store) newUsageWriter(cfg UsageWriterConfig, hooks writerHooks) (*Usage
 		log:      cfg.Logger.With("component", "usage"),
 		onCommit: hooks.onCommit,
 		wake:     make(chan struct{}, 1),
+		pending:  make(map[string]*usageItem),
 		space:    make(chan struct{}),
 		closing:  make(chan struct{}),
 		sp:       spool{path: cfg.SpoolPath},
@@ -296,6 +311,58 @@ func (w *UsageWriter) Begin(ctx context.Context, ev UsageEvent) error {
 		return err
 	}
 	return w.enqueue(ctx, &usageItem{ev: ev})
+}
+
+// Progress queues a progress checkpoint of a running request: its
+// in-flight row (Status "" is taken as in_flight; Started zero is now)
+// with the tokens counted so far, so that if llmd dies before the request
+// ends, [Store.RecoverUsage] marks the row interrupted with these counts.
+// It never blocks: a checkpoint replaces the one of the same request still
+// queued (the queue holds at most one per request), and when the queue is
+// full it is dropped (counted in Stats; a later checkpoint or the final
+// event carries the counts). The row takes a checkpoint only while it is
+// in flight and only when it counts more output tokens than the row: a
+// final event always wins, even over a checkpoint that commits after it.
+// Events that are not valid give ErrInvalid; once Run's context has ended,
+// ErrClosed.
+func (w *UsageWriter) Progress(ev UsageEvent) error {
+	if ev.Status == "" {
+		ev.Status = UsageInFlight
+	}
+	if ev.Status != UsageInFlight || !ev.Ended.IsZero() {
+		return fmt.Errorf("%w: usage event %q: Progress takes an in-flight event (no status, no end)",
+			ErrInvalid, ev.RequestID)
+	}
+	if ev.Started.IsZero() {
+		ev.Started = w.s.now()
+	}
+	if err := checkEvent(ev, true); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	if it := w.pending[ev.RequestID]; it != nil {
+		if ev.OutputTokens >= it.ev.OutputTokens {
+			it.ev = ev
+		}
+		w.mu.Unlock()
+		w.coalesced.Add(1)
+		return nil
+	}
+	if len(w.progress) >= w.cfg.QueueLen || len(w.queue) >= w.cfg.QueueLen {
+		w.mu.Unlock()
+		w.dropped.Add(1)
+		return nil
+	}
+	it := &usageItem{ev: ev, queued: time.Now()}
+	w.progress = append(w.progress, it)
+	w.pending[ev.RequestID] = it
+	w.mu.Unlock()
+	w.notify()
+	return nil
 }
 
 // Record queues a final event (finished, cancelled, error or rejected;
@@ -376,6 +443,11 @@ func (w *UsageWriter) enqueue(ctx context.Context, it *usageItem) error {
 	}
 	it.queued = time.Now()
 	w.queue = append(w.queue, it)
+	if p := w.pending[it.ev.RequestID]; p != nil && it.ev.Status != UsageInFlight {
+		// The final event wins anyway; the checkpoint need not be written.
+		p.superseded = true
+		delete(w.pending, it.ev.RequestID)
+	}
 	w.mu.Unlock()
 	w.notify()
 	return nil
@@ -392,10 +464,10 @@ func (w *UsageWriter) notify() {
 // Stats returns the writer's counters.
 func (w *UsageWriter) Stats() UsageWriterStats {
 	w.mu.Lock()
-	queued := len(w.queue)
+	queued := len(w.queue) + len(w.progress)
 	var lag time.Duration
-	if queued > 0 {
-		lag = time.Since(w.queue[0].queued)
+	if oldest, ok := w.oldest(); ok {
+		lag = time.Since(oldest)
 	}
 	w.mu.Unlock()
 	return UsageWriterStats{
@@ -407,15 +479,31 @@ func (w *UsageWriter) Stats() UsageWriterStats {
 		LastCommitDuration: time.Duration(w.lastCommit.Load()),
 		Lag:                lag,
 		BlockedProducers:   w.blocked.Load(),
+		ProgressCoalesced:  w.coalesced.Load(),
+		ProgressDropped:    w.dropped.Load(),
 		Replayed:           w.replayed.Load(),
 		Checkpoints:        w.checkpoints.Load(),
 		WALBytes:           w.walBytes.Load(),
 	}
 }
 
+// oldest is the time the oldest queued event or checkpoint was queued;
+// false when there is none. The caller holds mu.
+func (w *UsageWriter) oldest() (time.Time, bool) {
+	switch {
+	case len(w.queue) == 0 && len(w.progress) == 0:
+		return time.Time{}, false
+	case len(w.progress) == 0:
+		return w.queue[0].queued, true
+	case len(w.queue) == 0 || w.progress[0].queued.Before(w.queue[0].queued):
+		return w.progress[0].queued, true
+	}
+	return w.queue[0].queued, true
+}
+
 // Run is the writer's loop: it writes the queued events, in group commits,
-// until ctx ends. Then it stops accepting events (Begin, Record and
-// RecordAsync return ErrClosed, also those waiting for room in a full
+// until ctx ends. Then it stops accepting events (Begin, Progress, Record
+// and RecordAsync return ErrClosed, also those waiting for room in a full
 // queue), writes everything still queued, releases the spool and returns
 // nil. The final flush lasts at most [UsageWriterConfig.FlushTimeout] from
 // the end of ctx: past it, the events still queued (and the batch being
@@ -492,11 +580,8 @@ func (w *UsageWriter) loop(ctx context.Context) {
 	waited := 0 // the queue's length when the writer last waited for more
 	for {
 		w.mu.Lock()
-		n, closed := len(w.queue), w.closed
-		var oldest time.Time
-		if n > 0 {
-			oldest = w.queue[0].queued
-		}
+		n, closed := len(w.queue)+len(w.progress), w.closed
+		oldest, _ := w.oldest()
 		w.mu.Unlock()
 
 		if n == 0 {
@@ -525,11 +610,19 @@ func (w *UsageWriter) loop(ctx context.Context) {
 		waited = 0
 
 		w.mu.Lock()
-		batch = append(batch[:0], w.queue[:min(len(w.queue), w.cfg.MaxBatch)]...)
+		queued := min(len(w.queue), w.cfg.MaxBatch)
+		batch = append(batch[:0], w.queue[:queued]...)
+		batch = w.takeProgress(batch)
 		w.mu.Unlock()
-		committed, err := w.write(ctx, batch)
+		var (
+			committed bool
+			err       error
+		)
+		if len(batch) > 0 {
+			committed, err = w.write(ctx, batch)
+		}
 		w.mu.Lock()
-		k := copy(w.queue, w.queue[len(batch):])
+		k := copy(w.queue, w.queue[queued:])
 		clear(w.queue[k:])
 		w.queue = w.queue[:k]
 		close(w.space)
@@ -547,6 +640,25 @@ func (w *UsageWriter) loop(ctx context.Context) {
 			w.afterCommit(ctx)
 		}
 	}
+}
+
+// takeProgress appends to batch the oldest progress checkpoints that fit
+// in MaxBatch, less those superseded by their request's final event, and
+// takes them out of the queue: a later checkpoint of the same request is
+// queued anew. The caller holds mu.
+func (w *UsageWriter) takeProgress(batch []*usageItem) []*usageItem {
+	k := min(len(w.progress), w.cfg.MaxBatch-len(batch))
+	for _, it := range w.progress[:k] {
+		if it.superseded {
+			continue
+		}
+		delete(w.pending, it.ev.RequestID)
+		batch = append(batch, it)
+	}
+	rest := copy(w.progress, w.progress[k:])
+	clear(w.progress[rest:])
+	w.progress = w.progress[:rest]
+	return batch
 }
 
 // stop releases what the writer holds.
