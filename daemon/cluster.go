@@ -80,8 +80,9 @@ func (d *Daemon) startCluster(apiAddr string) error {
 		return fmt.Errorf("daemon: cluster: %w", err)
 	}
 	d.cluster.Store(cl)
-	if len(cc.Key) == 0 {
-		d.log.Warn("forwarded requests are not authenticated: --insecure-gossip leaves the cluster without a key")
+	if d.auth == nil {
+		d.log.Warn("the cluster has no key (--insecure-gossip): this node serves every request itself, " +
+			"forwards none and refuses forwarded ones")
 	}
 	d.log.Info("joined the cluster", "gossip", cl.Addr(), "members", len(cl.Members()))
 	return nil

@@ -23,6 +23,11 @@ type Config struct {
 	// Insecure allows a non-loopback Listen address while no API key
 	// exists: anyone who reaches the port acts as the local tenant.
 	Insecure bool
+	// Anonymous serves requests without a key as the local tenant even
+	// once API keys have been made (without it, a node that has ever had a
+	// key stays closed to them, even when every key is revoked). Refused
+	// with a non-loopback Listen.
+	Anonymous bool
 	// GPU is the simulated GPU each model replica runs on, e.g. "h100".
 	// Default "h100".
 	GPU string
@@ -112,6 +117,10 @@ type Config struct {
 	// 4 MiB and 65536.
 	ResumeMaxBytes  int
 	ResumeMaxEvents int
+	// MaxClientLagTime is how long a streaming client may fall behind (the
+	// age of the oldest event it has not taken) before its connection is
+	// closed (it can resume). Default 30s.
+	MaxClientLagTime time.Duration
 	// MaxClientLag is how many bytes of events a client may fall behind
 	// before its connection is closed (it can resume). Default 1 MiB.
 	MaxClientLag int
@@ -121,6 +130,36 @@ type Config struct {
 	// MaxN is the most choices (the "n" parameter) one request may ask
 	// for. Default 8.
 	MaxN int
+	// BodyTimeout bounds reading a whole request, headers and body: a
+	// client that trickles its body is cut. Default 30s.
+	BodyTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection idle this long.
+	// Default 30s.
+	IdleTimeout time.Duration
+	// MaxConnections and MaxClientConnections bound the open connections,
+	// in all and from one IP address; past them a connection gets 503 (or
+	// is closed, with TLS). 0 means no bound. Defaults 16384 and 1024.
+	MaxConnections       int
+	MaxClientConnections int
+	// SendBufferBytes is each connection's socket send buffer, so that a
+	// slow reader holds writes back early (and is cut by the write
+	// timeout) instead of hiding megabytes in the kernel. 0 leaves the
+	// system's. Default 64 KiB.
+	SendBufferBytes int
+	// AllowedHosts are host names, besides IP addresses, loopback names and
+	// the listen address's host, that anonymous requests may name in their
+	// Host header (a defence against DNS rebinding).
+	AllowedHosts []string
+	// CORSOrigins are the origins a browser page may call llmd from;
+	// without any, cross-origin requests may read nothing and change
+	// nothing.
+	CORSOrigins []string
+	// TLSCertFile and TLSKeyFile serve HTTPS with this certificate and key
+	// (PEM), reloaded by ReloadTLS (SIGHUP). CAFile, when set, is the CA
+	// that peers' certificates are checked against when forwarding (else
+	// the system's roots); in a cluster, every node serves TLS or none.
+	TLSCertFile, TLSKeyFile string
+	CAFile                  string
 	// ReadHeaderTimeout is the http.Server's ReadHeaderTimeout: a client
 	// that does not send its headers within it is disconnected. Default 5s.
 	ReadHeaderTimeout time.Duration
@@ -164,6 +203,12 @@ func DefaultConfig() Config {
 		ResumeMaxBytes:       4 << 20,
 		ResumeMaxEvents:      65536,
 		MaxClientLag:         1 << 20,
+		MaxClientLagTime:     30 * time.Second,
+		BodyTimeout:          30 * time.Second,
+		IdleTimeout:          30 * time.Second,
+		MaxConnections:       16384,
+		MaxClientConnections: 1024,
+		SendBufferBytes:      64 << 10,
 		DegradeFreeMaxTokens: 256,
 		Currency:             "USD",
 	}
@@ -178,6 +223,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("daemon: listen address %q is not a loopback address and llmd runs without a data "+
 			"directory, so it has no API keys: anyone who reaches the port could use the models; listen on "+
 			"127.0.0.1, set a data directory and create a key, or pass --insecure", c.Listen)
+	}
+	if c.Anonymous && !isLoopback(c.Listen) {
+		return fmt.Errorf("daemon: anonymous access (--anonymous) is for a loopback listen address; %q is not: "+
+			"use API keys (llmctl keys create)", c.Listen)
 	}
 	var errs []error
 	if c.GPU == "" {
@@ -206,6 +255,8 @@ func (c Config) Validate() error {
 	}{
 		{"heartbeat interval", c.HeartbeatInterval},
 		{"stream write timeout", c.StreamWriteTimeout},
+		{"body timeout", c.BodyTimeout},
+		{"idle timeout", c.IdleTimeout},
 		{"read header timeout", c.ReadHeaderTimeout},
 		{"shutdown timeout", c.ShutdownTimeout},
 		{"stall timeout", c.StallTimeout},
@@ -230,6 +281,12 @@ func (c Config) Validate() error {
 	}
 	if c.QuotaTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("quota timeout is %v; it must be positive", c.QuotaTimeout))
+	}
+	if c.MaxClientLagTime < 0 || c.MaxConnections < 0 || c.MaxClientConnections < 0 || c.SendBufferBytes < 0 {
+		errs = append(errs, errors.New("the client lag in time, the connection limits and the send buffer must not be negative"))
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("TLS needs both a certificate and a key file"))
 	}
 	for m, p := range c.Prices {
 		if !(p.Input >= 0 && p.Cached >= 0 && p.Output >= 0) {

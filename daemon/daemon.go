@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,6 +71,9 @@ type Daemon struct {
 	forwarder *peer.Forwarder
 	auth      *peer.Auth
 	cluster   atomic.Pointer[cluster.Cluster]
+	// cert is the TLS certificate served, nil without TLS; ReloadTLS
+	// replaces it.
+	cert atomic.Pointer[tls.Certificate]
 	// gpu reads the node's real GPUs through NVML, when there are any.
 	gpu   gpu.Telemetry
 	rates rateMeter
@@ -121,6 +126,11 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, deps: deps, log: logger.With("component", "daemon"), rootLog: logger, models: models,
 		streams: relay.NewRegistry(cfg.ResumeGrace, cfg.ResumeTTL), stop: make(chan struct{}), done: make(chan struct{}),
 		started: time.Now()}
+	if cfg.TLSCertFile != "" {
+		if err := d.ReloadTLS(); err != nil {
+			return nil, err
+		}
+	}
 	d.metrics = d.newMetrics()
 	if deps.live != nil {
 		deps.live.cl = &d.cluster
@@ -138,11 +148,20 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 		DegradeRoutes: cfg.DegradeRoutes, DegradeFreeMaxTokens: cfg.DegradeFreeMaxTokens,
 		ShedRetryAfter: max(5*cfg.Engine.Ladder.Hold, time.Second), StallTimeout: cfg.StallTimeout}
 	if cc := cfg.Cluster; cc != nil {
-		d.auth = peer.NewAuth(cc.Key)
-		d.forwarder = peer.NewForwarder(peer.Config{NodeID: cfg.NodeID, Auth: d.auth, ForwardTimeout: cc.forwardTimeout(),
-			Stall: max(3*cfg.HeartbeatInterval, cc.forwardTimeout()), Logger: logger})
-		pdeps.Router, pdeps.Peer = router{&d.cluster}, d.forwarder.Target
-		pcfg.Fallback, pcfg.RoutePolicy, pcfg.LoadBound, pcfg.LoadSlack = cc.Fallback, cc.RoutePolicy, cc.LoadBound, cc.LoadSlack
+		// Forwarding is signed with a key derived from the gossip key;
+		// without one (--insecure-gossip) the node gossips but serves every
+		// request itself and refuses forwarded ones.
+		if auth, err := peer.NewAuth(cc.Key); err == nil {
+			d.auth = auth
+			clientTLS, err := peerTLS(cfg)
+			if err != nil {
+				return nil, err
+			}
+			d.forwarder = peer.NewForwarder(peer.Config{NodeID: cfg.NodeID, Auth: d.auth, ForwardTimeout: cc.forwardTimeout(),
+				Stall: max(3*cfg.HeartbeatInterval, cc.forwardTimeout()), TLS: clientTLS, Logger: logger})
+			pdeps.Router, pdeps.Peer = router{&d.cluster}, d.forwarder.Target
+			pcfg.Fallback, pcfg.RoutePolicy, pcfg.LoadBound, pcfg.LoadSlack = cc.Fallback, cc.RoutePolicy, cc.LoadBound, cc.LoadSlack
+		}
 	}
 	d.pipe = pipeline.New(pcfg, pdeps)
 	backend := "memory"
@@ -150,9 +169,11 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 		backend = "redis"
 	}
 	d.srv = server.New(server.Config{NodeID: cfg.NodeID, Version: Version, MaxBodyBytes: cfg.MaxBodyBytes,
-		Follow: relay.FollowConfig{Heartbeat: cfg.HeartbeatInterval, WriteTimeout: cfg.StreamWriteTimeout, MaxLag: cfg.MaxClientLag},
+		Follow: relay.FollowConfig{Heartbeat: cfg.HeartbeatInterval, WriteTimeout: cfg.StreamWriteTimeout, MaxLag: cfg.MaxClientLag,
+			MaxLagTime: cfg.MaxClientLagTime},
 		Resume: relay.Limits{MaxEvents: cfg.ResumeMaxEvents, MaxBytes: cfg.ResumeMaxBytes},
-		Prices: cfg.Prices, GPUHourPrice: cfg.GPUHourPrice, Currency: cfg.Currency, QuotaBackend: backend},
+		Prices: cfg.Prices, GPUHourPrice: cfg.GPUHourPrice, Currency: cfg.Currency, QuotaBackend: backend,
+		Anonymous: cfg.Anonymous, Listen: cfg.Listen, AllowedHosts: cfg.AllowedHosts, CORSOrigins: cfg.CORSOrigins},
 		server.Deps{Pipeline: d.pipe, Streams: d.streams, Store: deps.Store, Limiter: deps.Limiter, Metrics: d.metrics,
 			PeerAuth: d.auth, GPUs: d.gpus, Members: d.members, Started: d.started, Logger: logger})
 	return d, nil
@@ -215,6 +236,43 @@ func (d *Daemon) gpus() []api.GPUInfo {
 			MemoryUsed: used, MemoryTotal: m.Sim.Memory, Simulated: true})
 	}
 	return out
+}
+
+// ReloadTLS reads Config.TLSCertFile and TLSKeyFile again and serves the
+// pair from the next TLS handshake on; connections already open (and their
+// streams) keep theirs. On error the certificate in use stays.
+func (d *Daemon) ReloadTLS() error {
+	if d.cfg.TLSCertFile == "" {
+		return errors.New("daemon: no TLS certificate configured (--tls-cert, --tls-key)")
+	}
+	cert, err := tls.LoadX509KeyPair(d.cfg.TLSCertFile, d.cfg.TLSKeyFile)
+	if err != nil {
+		return fmt.Errorf("daemon: load the TLS certificate: %w", err)
+	}
+	d.cert.Store(&cert)
+	d.log.Info("TLS certificate loaded", "cert", d.cfg.TLSCertFile)
+	return nil
+}
+
+// peerTLS is the TLS configuration of forwarding to peers: nil when this
+// node serves plain HTTP (so do its peers); else the peers' certificates
+// are checked against Config.CAFile, or the system's roots.
+func peerTLS(cfg Config) (*tls.Config, error) {
+	if cfg.TLSCertFile == "" {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("daemon: read the CA certificate: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("daemon: %s holds no PEM certificate", cfg.CAFile)
+		}
+	}
+	return c, nil
 }
 
 // Handler returns the daemon's HTTP handler (every route).
@@ -300,9 +358,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 	srv := &http.Server{
 		Handler:           d.srv.Handler(),
 		ReadHeaderTimeout: d.cfg.ReadHeaderTimeout,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    1 << 20,
-		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
+		// The whole request, body included; a stream's writes are bounded
+		// per write (StreamWriteTimeout).
+		ReadTimeout:    d.cfg.BodyTimeout,
+		IdleTimeout:    d.cfg.IdleTimeout,
+		MaxHeaderBytes: 1 << 20,
+		ErrorLog:       slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
+	}
+	ln = server.LimitListener(ln, server.ConnLimits{Max: d.cfg.MaxConnections, PerClient: d.cfg.MaxClientConnections,
+		SendBuffer: d.cfg.SendBufferBytes, TLS: d.cert.Load() != nil}, d.log)
+	if d.cert.Load() != nil {
+		ln = tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return d.cert.Load(), nil }})
+	} else if !isLoopback(d.cfg.Listen) {
+		d.log.Warn("serving plain HTTP on a non-loopback address: API keys and prompts cross the network in clear; "+
+			"use --tls-cert and --tls-key", "addr", ln.Addr().String())
 	}
 
 	// The engines outlive ctx: in-flight requests still need them while

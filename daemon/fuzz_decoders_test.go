@@ -58,7 +58,7 @@ func fuzzServer(f *testing.F, withStore bool) (*Daemon, string) {
 // fuzzCall sends one request through s's handler and checks the answer.
 func fuzzCall(t *testing.T, s *Daemon, method, path, key, body string) {
 	w := httptest.NewRecorder()
-	r := httptest.NewRequestWithContext(t.Context(), method, path, strings.NewReader(body))
+	r := httptest.NewRequestWithContext(t.Context(), method, "http://localhost"+path, strings.NewReader(body))
 	if key != "" {
 		r.Header.Set("Authorization", "Bearer "+key)
 	}

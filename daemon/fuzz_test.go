@@ -40,7 +40,7 @@ func FuzzRequests(f *testing.F) {
 	paths := []string{"/v1/chat/completions", "/v1/completions", "/v1/chat"}
 	f.Fuzz(func(t *testing.T, p uint8, body string) {
 		w := httptest.NewRecorder()
-		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, paths[int(p)%len(paths)], strings.NewReader(body))
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "http://localhost"+paths[int(p)%len(paths)], strings.NewReader(body))
 		s.Handler().ServeHTTP(w, r)
 		if w.Code >= 500 {
 			t.Fatalf("status %d for %q: %s", w.Code, body, w.Body)

@@ -187,7 +187,7 @@ func TestBodyOverLimit(t *testing.T) {
 			require.NoError(t, err)
 			defer conn.Close()
 			const declared = 256 << 20
-			_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: llmd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"+
+			_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"+
 				`{"model":"m","messages":[{"role":"user","content":"`, path, declared)
 			require.NoError(t, err)
 			var sent atomic.Int64
@@ -314,7 +314,7 @@ func TestSlowloris(t *testing.T) {
 				defer close(closed)
 				_, _ = io.Copy(io.Discard, conn)
 			}()
-			header := "GET /healthz HTTP/1.1\r\nHost: llmd\r\nX-Slow: " + strings.Repeat("s", 100)
+			header := "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + strings.Repeat("s", 100)
 			tick := time.NewTicker(200 * time.Millisecond)
 			defer tick.Stop()
 			giveUp := time.After(10 * time.Second)

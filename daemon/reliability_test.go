@@ -103,7 +103,7 @@ func serve(ctx context.Context, s *Daemon, method, path, body string, hdr map[st
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	w := httptest.NewRecorder()
-	r := httptest.NewRequestWithContext(ctx, method, path, strings.NewReader(body))
+	r := httptest.NewRequestWithContext(ctx, method, "http://localhost"+path, strings.NewReader(body))
 	for k, v := range hdr {
 		r.Header.Set(k, v)
 	}
@@ -356,7 +356,7 @@ func dialSmallWindow(t *testing.T, addr string) net.Conn {
 func rawStream(t *testing.T, conn net.Conn, path, body string, hdr map[string]string) *http.Response {
 	t.Helper()
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "POST %s HTTP/1.1\r\nHost: llmd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", path, len(body))
+	fmt.Fprintf(&sb, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", path, len(body))
 	for k, v := range hdr {
 		fmt.Fprintf(&sb, "%s: %s\r\n", k, v)
 	}
@@ -412,6 +412,7 @@ func TestSlowClientDropped(t *testing.T) {
 		// (3 KB/s) falls that far behind long before the end; a busy
 		// machine's normal readers do not.
 		c.MaxClientLag = 12 << 10
+		c.SendBufferBytes = 0 // smallBufListener sets 1 KiB
 		c.StreamWriteTimeout = 3 * time.Second
 		c.ResumeGrace = time.Minute
 	})

@@ -318,6 +318,8 @@ func newStreamsServer(t *testing.T, maxStreams int, step time.Duration, maxToken
 	// the step.
 	cfg.Engine.MaxBatchTokens = 64*maxStreams + 4096
 	cfg.Engine.MaxWaiting = max(cfg.Engine.MaxWaiting, maxStreams)
+	// One client (this process) holds every stream.
+	cfg.MaxConnections, cfg.MaxClientConnections = 0, 0
 	require.NoError(t, cfg.Validate())
 
 	sc := sim.DefaultConfig()
@@ -587,7 +589,7 @@ func (h *streamsHolder) stream(i int) {
 	stop := context.AfterFunc(h.ctx, func() { _ = conn.Close() })
 	defer stop()
 	body := openaiBody("sim/small", int64(i), h.maxTokens, fmt.Sprintf("Tell me a long story, number %d.", i))
-	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: llmd\r\nContent-Type: application/json\r\n"+
+	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"+
 		"Content-Length: %d\r\n\r\n%s", len(body), body)
 	if _, err := io.WriteString(conn, req); err != nil {
 		if h.ctx.Err() == nil {

@@ -31,7 +31,6 @@ const (
 	HeaderTenant    = "X-Llmd-Peer-Tenant"     // the tenant the request acts for
 	HeaderTier      = "X-Llmd-Peer-Tier"       // the tenant's tier on the entry node
 	HeaderKeyID     = "X-Llmd-Peer-Key-Id"     // the client's API key id, "" if anonymous
-	HeaderAdmin     = "X-Llmd-Peer-Admin"      // "1" for an admin key
 	HeaderRequest   = "X-Llmd-Peer-Request-Id" // the entry node's request id, kept by the peer
 	HeaderSignature = "X-Llmd-Peer-Signature"  // hex HMAC of all the above, the method, path and body
 
@@ -66,19 +65,27 @@ type Auth struct {
 	sweep  time.Time
 }
 
-// NewAuth derives the forwarding key from the gossip key. An empty
-// gossip key (--insecure-gossip) gives a key anyone can compute: forwarded
-// requests are then as unauthenticated as the gossip.
-func NewAuth(gossipKey []byte) *Auth {
+// ErrNoKey refuses to make an Auth without a cluster key: a key derived
+// from nothing is one anyone can compute, so a cluster without one
+// (--insecure-gossip) does not forward requests at all.
+var ErrNoKey = errors.New("peer: forwarding needs the cluster's gossip key")
+
+// NewAuth derives the forwarding key from the cluster's gossip key (16,
+// 24 or 32 bytes), never empty.
+func NewAuth(gossipKey []byte) (*Auth, error) {
+	if len(gossipKey) < 16 {
+		return nil, ErrNoKey
+	}
 	m := hmac.New(sha256.New, gossipKey)
-	m.Write([]byte("llmd peer forwarding v1"))
-	return &Auth{key: m.Sum(nil), nonces: map[string]time.Time{}}
+	m.Write([]byte("llmd peer forwarding v2"))
+	return &Auth{key: m.Sum(nil), nonces: map[string]time.Time{}}, nil
 }
 
-// Identity is what a forwarded request acts for.
+// Identity is what a forwarded request acts for. It carries no admin
+// right: a peer reaches the generation routes only, whatever key the
+// client used on the entry node.
 type Identity struct {
 	Node, Tenant, Tier, KeyID, RequestID string
-	Admin                                bool
 }
 
 // mac is the signature of a request with these headers and body.
@@ -86,7 +93,7 @@ func (a *Auth) mac(method, uri string, h http.Header, body []byte) []byte {
 	sum := sha256.Sum256(body)
 	m := hmac.New(sha256.New, a.key)
 	for _, part := range []string{method, uri, h.Get(HeaderTime), h.Get(HeaderNonce), h.Get(HeaderNode),
-		h.Get(HeaderTenant), h.Get(HeaderTier), h.Get(HeaderKeyID), h.Get(HeaderAdmin), h.Get(HeaderRequest),
+		h.Get(HeaderTenant), h.Get(HeaderTier), h.Get(HeaderKeyID), h.Get(HeaderRequest),
 		hex.EncodeToString(sum[:])} {
 		m.Write([]byte(strconv.Itoa(len(part))))
 		m.Write([]byte{':'})
@@ -106,7 +113,6 @@ func (a *Auth) Sign(req *http.Request, id Identity, body []byte, now time.Time) 
 	h.Set(HeaderTenant, id.Tenant)
 	h.Set(HeaderTier, id.Tier)
 	h.Set(HeaderKeyID, id.KeyID)
-	h.Set(HeaderAdmin, map[bool]string{true: "1", false: "0"}[id.Admin])
 	h.Set(HeaderRequest, id.RequestID)
 	h.Set(HeaderSignature, hex.EncodeToString(a.mac(req.Method, req.URL.RequestURI(), h, body)))
 }
@@ -152,7 +158,7 @@ func (a *Auth) Verify(r *http.Request, maxBody int64, now time.Time) (Identity, 
 		return Identity{}, ErrReplay
 	}
 	id := Identity{Node: h.Get(HeaderNode), Tenant: h.Get(HeaderTenant), Tier: h.Get(HeaderTier),
-		KeyID: h.Get(HeaderKeyID), Admin: h.Get(HeaderAdmin) == "1", RequestID: h.Get(HeaderRequest)}
+		KeyID: h.Get(HeaderKeyID), RequestID: h.Get(HeaderRequest)}
 	if id.Node == "" || id.Tenant == "" || !validPeerRequestID(id.RequestID) {
 		return Identity{}, ErrAuth
 	}

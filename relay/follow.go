@@ -17,14 +17,16 @@ type FollowConfig struct {
 	// WriteTimeout bounds each write and flush; a client that does not
 	// take an event within it is dropped.
 	WriteTimeout time.Duration
-	// MaxLag is how many bytes of events a client may fall behind before
-	// its connection is closed (it can resume).
-	MaxLag int
+	// MaxLag is how many bytes of events a client may fall behind, and
+	// MaxLagTime how long, before its connection is closed (it can
+	// resume); 0 means no bound in time.
+	MaxLag     int
+	MaxLagTime time.Duration
 }
 
 // Follow copies s's events from number from to w until the stream ends,
 // ctx ends (the client left), or the client falls more than MaxLag bytes
-// behind (then its connection is closed: it can resume). It sends the
+// or MaxLagTime behind (then its connection is closed: it can resume). It sends the
 // status and the stream's headers first, and a heartbeat comment whenever
 // the connection has been silent for the heartbeat interval. It never
 // blocks the producer.
@@ -46,8 +48,15 @@ func Follow(ctx context.Context, w http.ResponseWriter, s *Stream, from int, cfg
 			return
 		}
 		from = next
-		if s.Lag(from) > cfg.MaxLag { // what piled up during the write: a resumed backlog does not count
+		// What piled up during the write counts, not a resumed backlog:
+		// events written while this client took its time, by their size
+		// and by their age.
+		if s.Lag(from) > cfg.MaxLag {
 			log.Info("closing a client that fell behind", "request_id", s.ID, "lag_bytes", s.Lag(from))
+			return
+		}
+		if behind := s.Behind(from, time.Now()); cfg.MaxLagTime > 0 && behind > cfg.MaxLagTime {
+			log.Info("closing a client that fell behind", "request_id", s.ID, "behind", behind.String())
 			return
 		}
 		if done && len(evs) == 0 {

@@ -56,10 +56,12 @@ type Stream struct {
 
 	mu     sync.Mutex
 	events [][]byte
-	first  int // the number of events[0]; earlier ones were evicted
-	bytes  int
-	done   bool
-	ended  time.Time
+	// at is when each event was pushed (Unix nanoseconds), beside events.
+	at    []int64
+	first int // the number of events[0]; earlier ones were evicted
+	bytes int
+	done  bool
+	ended time.Time
 	// changed is closed (and replaced) whenever an event is added or the
 	// stream ends.
 	changed chan struct{}
@@ -143,11 +145,12 @@ func (s *Stream) Push(b []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.events = append(s.events, b)
+	s.at = append(s.at, time.Now().UnixNano())
 	s.bytes += len(b)
 	for len(s.events) > 1 && (len(s.events) > s.limits.MaxEvents || s.bytes > s.limits.MaxBytes) {
 		s.bytes -= len(s.events[0])
 		s.events[0] = nil
-		s.events = s.events[1:]
+		s.events, s.at = s.events[1:], s.at[1:]
 		s.first++
 	}
 	close(s.changed)
@@ -182,7 +185,7 @@ func (s *Stream) Read(from int) (evs [][]byte, next int, done, gone bool, wait <
 			s.bytes -= len(s.events[k])
 			s.events[k] = nil
 		}
-		s.events = s.events[drop:]
+		s.events, s.at = s.events[drop:], s.at[drop:]
 		s.first += drop
 	}
 	if from < s.first {
@@ -204,6 +207,18 @@ func (s *Stream) Lag(from int) int {
 		n += len(s.events[i])
 	}
 	return n
+}
+
+// Behind is how long ago the oldest event numbered from on was written:
+// how far behind a reader at from is (0 when it is not).
+func (s *Stream) Behind(from int, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := max(from-s.first, 0)
+	if i >= len(s.at) {
+		return 0
+	}
+	return now.Sub(time.Unix(0, s.at[i]))
 }
 
 // Readers is how many connections read the stream now.

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -50,4 +51,18 @@ func TestStreamIDs(t *testing.T) {
 	evs, _, _, _, _ := s.Read(0)
 	require.Equal(t, "id: 0\ndata: {\"delta\":\"a<b\"}\n\n", string(evs[0]))
 	require.Equal(t, "event: done\ndata: [DONE]\n\n", string(evs[1]))
+}
+
+// TestBehind: a reader's lag in time is the age of the oldest event it has
+// not read; none left, none behind.
+func TestBehind(t *testing.T) {
+	t.Parallel()
+	s := NewStream("r", "t", true, false, Limits{MaxEvents: 100, MaxBytes: 1 << 20}, func() {})
+	s.Push([]byte("data: a\n\n"))
+	time.Sleep(20 * time.Millisecond)
+	s.Push([]byte("data: b\n\n"))
+	now := time.Now()
+	require.GreaterOrEqual(t, s.Behind(0, now), 20*time.Millisecond)
+	require.Less(t, s.Behind(1, now), 20*time.Millisecond)
+	require.Zero(t, s.Behind(2, now))
 }

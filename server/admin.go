@@ -91,6 +91,13 @@ func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("api key revoked", "key_id", k.ID, "tenant", k.Tenant, "by", principalFrom(r.Context()).KeyID)
+	if n, admins, err := s.store.ActiveKeys(r.Context()); err == nil && (n == 0 || admins == 0) {
+		// Fail closed: no key at all means no request is served; no admin
+		// key means keys are made only offline (llmctl keys create
+		// --data-dir) from now on.
+		s.log.Warn("no active API key left for some callers", "active_keys", n, "admin_keys", admins,
+			"anonymous_access", s.cfg.Anonymous)
+	}
 	writeJSON(w, http.StatusOK, keyInfo(k))
 }
 

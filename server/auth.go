@@ -89,7 +89,7 @@ func (s *Server) principal(r *http.Request) (pipeline.Principal, error) {
 				"peer", capText(r.Header.Get(peer.HeaderNode), 64), "path", r.URL.Path, "err", err)
 			return pipeline.Principal{}, err
 		}
-		return pipeline.Principal{Tenant: id.Tenant, KeyID: id.KeyID, Admin: id.Admin, Peer: id.Node, Tier: id.Tier,
+		return pipeline.Principal{Tenant: id.Tenant, KeyID: id.KeyID, Peer: id.Node, Tier: id.Tier,
 			RequestID: id.RequestID}, nil
 	}
 	if secret, present := bearer(r); present && s.store != nil {
@@ -111,23 +111,28 @@ func (s *Server) principal(r *http.Request) (pipeline.Principal, error) {
 		return pipeline.Principal{}, errNoKey
 	}
 	// Anonymous callers act as the local tenant; they administer only from
-	// loopback (with --insecure the listener may not be).
+	// loopback (with --insecure the listener may not be). A page whose host
+	// name points at this machine (DNS rebinding) is not one of them.
+	if !s.hostAllowed(r.Host) {
+		return pipeline.Principal{}, errMisdirected
+	}
 	return pipeline.Principal{Tenant: store.LocalTenant, Admin: loopbackRemote(r)}, nil
 }
 
 // anonymousAllowed reports whether requests without a key are served (as
-// the local tenant): while no API key exists. It asks the store each time,
-// so a key created offline (llmctl keys create --data-dir) closes the door
-// at once.
+// the local tenant): on a node whose store has never had an API key, or
+// with Config.Anonymous. It fails closed: revoking every key leaves the
+// node closed. It asks the store each time, so a key created offline
+// (llmctl keys create --data-dir) closes the door at once.
 func (s *Server) anonymousAllowed(ctx context.Context) (bool, error) {
-	if s.store == nil {
+	if s.store == nil || s.cfg.Anonymous {
 		return true, nil
 	}
-	n, _, err := s.store.ActiveKeys(ctx)
+	made, err := s.store.KeysEverMade(ctx)
 	if err != nil {
 		return false, err
 	}
-	return n == 0, nil
+	return !made, nil
 }
 
 // bearer returns the token of an "Authorization: Bearer" header and whether

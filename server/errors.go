@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -39,6 +40,7 @@ var (
 	errBadKey     = errors.New("server: invalid API key")
 	errNotAdmin   = errors.New("server: admin key required")
 	errUnsetRoute = errors.New("server: route has no access policy")
+	errPeerRoute  = errors.New("server: a forwarded request on a route peers may not reach")
 )
 
 // apiErrorFor is the one place that maps an error to an HTTP status and an
@@ -93,10 +95,30 @@ func apiErrorFor(err error, requestID string) apiError {
 		return unauthorized("you must provide an API key: send `Authorization: Bearer <key>` (llmctl: --api-key or LLMD_API_KEY)")
 	case errors.Is(err, errUnsetRoute):
 		return denied("permission_denied", "this route is not open to any caller")
+	case errors.Is(err, errCrossOrigin):
+		return denied("cross_origin", "a request from another origin (a web page) may not change state; "+
+			"start llmd with --cors-origin to allow a page")
+	case errors.Is(err, errPreflightRefused):
+		return denied("cross_origin", "cross-origin requests are not allowed from this origin (see llmd --cors-origin)")
+	case errors.Is(err, errContentType):
+		return apiError{Status: http.StatusUnsupportedMediaType, Detail: api.ErrorDetail{
+			Message: "the request body must be JSON: send Content-Type: application/json", Type: pipeline.TypeInvalidRequest,
+			Code: strPtr("unsupported_media_type")}}
+	case errors.Is(err, errMisdirected):
+		return apiError{Status: http.StatusMisdirectedRequest, Detail: api.ErrorDetail{
+			Message: "llmd serves anonymous requests only for its own host names: use http://localhost or its IP address " +
+				"(or start llmd with --allowed-host)", Type: pipeline.TypeInvalidRequest, Code: strPtr("misdirected_request")}}
+	case errors.Is(err, errPeerRoute):
+		return denied("permission_denied", "forwarded requests reach the generation routes only")
 	case errors.Is(err, peer.ErrAuth), errors.Is(err, peer.ErrReplay):
 		return denied("permission_denied", "forwarded request refused: its peer signature is missing, wrong, replayed or too old")
 	case errors.Is(err, errBadKey):
 		return unauthorized("the API key is not valid (it may have been revoked)")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The body did not arrive within the body timeout.
+		return apiError{Status: http.StatusRequestTimeout, Detail: api.ErrorDetail{
+			Message: "the request body did not arrive in time", Type: pipeline.TypeInvalidRequest,
+			Code: strPtr("request_timeout")}}
 	case errors.As(err, &mbe):
 		return apiError{Status: http.StatusRequestEntityTooLarge, Detail: api.ErrorDetail{
 			Message: fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit),

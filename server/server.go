@@ -47,6 +47,17 @@ type Config struct {
 	Currency     string
 	// QuotaBackend names the quota backend ("memory" or "redis").
 	QuotaBackend string
+	// Anonymous serves requests without a key as the local tenant even
+	// once keys have been made (llmd --anonymous; loopback listeners only).
+	Anonymous bool
+	// Listen is the listen address; with AllowedHosts, the host names
+	// anonymous requests may name in their Host header (besides IP
+	// addresses and loopback names).
+	Listen       string
+	AllowedHosts []string
+	// CORSOrigins are the origins (scheme://host[:port]) a browser page may
+	// call llmd from; none by default.
+	CORSOrigins []string
 }
 
 // Deps are the server's collaborators. Pipeline, Streams and Limiter are
@@ -203,40 +214,43 @@ type route struct {
 	method string
 	policy policy
 	h      http.HandlerFunc
+	// peer lets a signed request forwarded by a peer in: the generation
+	// routes, and the cancel that follows a forwarded stream.
+	peer bool
 }
 
 // routeTable lists every route with its policy.
 func (s *Server) routeTable() []route {
 	const get, post, put, del = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete
 	return []route{
-		{"/v1/chat/completions", post, policyUser, s.generate(chatCodec)},
-		{"/v1/completions", post, policyUser, s.generate(completionCodec)},
-		{"/v1/chat", post, policyUser, s.generate(nativeCodec)},
-		{"/v1/models", get, policyUser, s.handleModels},
-		{"/v1/models/{id...}", get, policyUser, s.handleModel},
-		{"/tokenize", post, policyUser, s.handleTokenize},
-		{"/detokenize", post, policyUser, s.handleDetokenize},
-		{"/v1/stats", get, policyAdmin, s.handleStats},
-		{"/metrics", get, policyUser, s.handleMetrics},
-		{"GET /v1/requests/{id}/stream", get, policyUser, s.handleResume},
-		{"DELETE /v1/requests/{id}", del, policyUser, s.handleCancel},
-		{"GET /v1/admin/usage", get, policyAdmin, s.needStore(s.handleUsage)},
-		{"GET /v1/admin/snapshot", get, policyAdmin, s.handleSnapshot},
-		{"GET /v1/admin/nodes", get, policyAdmin, s.handleNodes},
-		{"POST /v1/admin/keys", post, policyAdmin, s.needStore(s.handleCreateKey)},
-		{"GET /v1/admin/keys", get, policyAdmin, s.needStore(s.handleListKeys)},
-		{"DELETE /v1/admin/keys/{id}", del, policyAdmin, s.needStore(s.handleRevokeKey)},
-		{"GET /v1/admin/tenants", get, policyAdmin, s.needStore(s.handleListTenants)},
-		{"GET /v1/admin/quotas", get, policyAdmin, s.needStore(s.handleListQuotas)},
-		{"GET /v1/admin/quotas/{tenant}", get, policyAdmin, s.needStore(s.handleGetQuota)},
-		{"PUT /v1/admin/quotas/{tenant}", put, policyAdmin, s.needStore(s.handleSetQuota)},
-		{"/healthz", get, policyPublic, s.handleHealthz},
-		{"/readyz", get, policyPublic, s.handleReadyz},
+		{"/v1/chat/completions", post, policyUser, s.generate(chatCodec), true},
+		{"/v1/completions", post, policyUser, s.generate(completionCodec), true},
+		{"/v1/chat", post, policyUser, s.generate(nativeCodec), true},
+		{"/v1/models", get, policyUser, s.handleModels, false},
+		{"/v1/models/{id...}", get, policyUser, s.handleModel, false},
+		{"/tokenize", post, policyUser, s.handleTokenize, false},
+		{"/detokenize", post, policyUser, s.handleDetokenize, false},
+		{"/v1/stats", get, policyAdmin, s.handleStats, false},
+		{"/metrics", get, policyUser, s.handleMetrics, false},
+		{"GET /v1/requests/{id}/stream", get, policyUser, s.handleResume, false},
+		{"DELETE /v1/requests/{id}", del, policyUser, s.handleCancel, true},
+		{"GET /v1/admin/usage", get, policyAdmin, s.needStore(s.handleUsage), false},
+		{"GET /v1/admin/snapshot", get, policyAdmin, s.handleSnapshot, false},
+		{"GET /v1/admin/nodes", get, policyAdmin, s.handleNodes, false},
+		{"POST /v1/admin/keys", post, policyAdmin, s.needStore(s.handleCreateKey), false},
+		{"GET /v1/admin/keys", get, policyAdmin, s.needStore(s.handleListKeys), false},
+		{"DELETE /v1/admin/keys/{id}", del, policyAdmin, s.needStore(s.handleRevokeKey), false},
+		{"GET /v1/admin/tenants", get, policyAdmin, s.needStore(s.handleListTenants), false},
+		{"GET /v1/admin/quotas", get, policyAdmin, s.needStore(s.handleListQuotas), false},
+		{"GET /v1/admin/quotas/{tenant}", get, policyAdmin, s.needStore(s.handleGetQuota), false},
+		{"PUT /v1/admin/quotas/{tenant}", put, policyAdmin, s.needStore(s.handleSetQuota), false},
+		{"/healthz", get, policyPublic, s.handleHealthz, false},
+		{"/readyz", get, policyPublic, s.handleReadyz, false},
 		// Anything else: 401 without a key (nothing is revealed), else 404.
 		{"/", "", policyUser, func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, "", &pipeline.Error{Status: http.StatusNotFound, Type: pipeline.TypeInvalidRequest,
 				Message: fmt.Sprintf("unknown route %s %s", r.Method, r.URL.Path)})
-		}},
+		}, false},
 	}
 }
 
@@ -264,11 +278,11 @@ func (s *Server) Routes() []RouteInfo {
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	for _, rt := range s.routeTable() {
-		mux.Handle(rt.pattern, s.api(rt.method, rt.policy, rt.h))
+		mux.Handle(rt.pattern, s.api(rt, rt.h))
 	}
 	for _, p := range []string{"/v1/admin/keys", "/v1/admin/keys/{id}", "/v1/admin/tenants", "/v1/admin/quotas",
 		"/v1/admin/quotas/{tenant}", "/v1/admin/usage", "/v1/admin/snapshot", "/v1/admin/nodes", "/v1/requests/{id}", "/v1/requests/{id}/stream"} {
-		mux.Handle(p, s.api("", policyAdmin, methodNotAllowed))
+		mux.Handle(p, s.api(route{policy: policyAdmin}, methodNotAllowed))
 	}
 	return mux
 }
@@ -280,21 +294,30 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 		Message: fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path)})
 }
 
-// api wraps a handler: it gives every answer a request id, authenticates
-// the caller for the route's policy, answers a wrong method with 405, and
-// turns a handler's panic into a 500 (or an aborted connection once the
-// answer started).
-func (s *Server) api(method string, pol policy, h http.HandlerFunc) http.Handler {
+// api wraps a route's handler: it gives every answer a request id,
+// authenticates the caller for the route's policy (a peer's forwarded
+// request only on the routes that let peers in), answers a wrong method
+// with 405, and turns a handler's panic into a 500 (or an aborted
+// connection once the answer started).
+func (s *Server) api(rt route, h http.HandlerFunc) http.Handler {
+	method, pol := rt.method, rt.policy
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Every answer carries an id, refusals included; a generation
 		// request replaces it with its own.
 		w.Header().Set("X-Request-Id", pipeline.NewID("req_"))
+		if !s.guard(w, r) {
+			return
+		}
 		p, err := s.authenticate(r, pol)
 		if err != nil {
 			if StatusOf(err) >= 500 {
 				s.log.Error("authentication failed", "path", r.URL.Path, "err", err)
 			}
 			writeError(w, "", err)
+			return
+		}
+		if p.Peer != "" && !rt.peer {
+			writeError(w, "", errPeerRoute)
 			return
 		}
 		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))

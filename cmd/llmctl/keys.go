@@ -158,16 +158,30 @@ func newKeysListCmd(a *app) *cobra.Command {
 }
 
 func newKeysRevokeCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	cmd := &cobra.Command{
 		Use:   "revoke ID",
 		Short: "Revoke an API key: llmd refuses it from now on",
 		Long: `Revoke the API key with the given ID (the ID column of "llmctl keys list",
-which is the start of the key). Requests with it are refused from now on.`,
+which is the start of the key). Requests with it are refused from now on.
+
+Revoking the last active admin key needs --force: keys can then only be made
+offline (llmctl keys create --data-dir), and llmd stays closed to requests
+without a key (it never goes back to anonymous access once keys were made).`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if a.apiKey != "" && args[0] == a.apiKey {
 				// Never echo a key back, not even in "no key with ID ...".
 				return usageError(cmd, errors.New(`give the key's ID (see "llmctl keys list"), not the key itself`))
+			}
+			last, err := lastAdminKey(cmd, a, args[0])
+			if err != nil {
+				return a.adminError(err)
+			}
+			if last && !force {
+				return &exitError{code: exitFailure, err: fmt.Errorf("%s is the last active admin key: without it no "+
+					"one can manage keys, tenants or quotas through llmd (only offline, with llmctl keys create "+
+					"--data-dir); pass --force to revoke it anyway", args[0])}
 			}
 			k, err := a.client.RevokeKey(cmd.Context(), args[0])
 			if isNotFound(err) {
@@ -177,8 +191,34 @@ which is the start of the key). Requests with it are refused from now on.`,
 			if err != nil {
 				return a.adminError(err)
 			}
+			if last {
+				fmt.Fprintln(cmd.ErrOrStderr(), "llmctl: warning: no active admin key is left; make one offline with "+
+					"\"llmctl keys create --admin --data-dir DIR\"")
+			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "revoked key %s of tenant %q\n", k.ID, k.Tenant)
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "revoke the last active admin key too")
+	return cmd
+}
+
+// lastAdminKey reports whether id is the only active admin key.
+func lastAdminKey(cmd *cobra.Command, a *app, id string) (bool, error) {
+	keys, err := a.client.Keys(cmd.Context())
+	if err != nil {
+		return false, err
+	}
+	target, others := false, 0
+	for _, k := range keys {
+		if !k.Admin || k.Revoked != nil {
+			continue
+		}
+		if k.ID == id {
+			target = true
+		} else {
+			others++
+		}
+	}
+	return target && others == 0, nil
 }

@@ -388,3 +388,21 @@ func TestUnauthorizedNonAdmin(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "sim/small")
 }
+
+// TestKeysRevokeLastAdminNeedsForce (issue 18): the last active admin key
+// is revoked only with --force, with a warning.
+func TestKeysRevokeLastAdminNeedsForce(t *testing.T) {
+	srv := newFakeAdmin(t, &fakeAdmin{})
+	var stdout, stderr bytes.Buffer
+	code := execute(t.Context(), []string{"--addr", srv.URL, "--api-key", adminKey, "keys", "revoke", "llmd-ADMIN001"},
+		strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, exitFailure, code)
+	require.Empty(t, stdout.String())
+	require.Contains(t, stderr.String(), "llmd-ADMIN001 is the last active admin key")
+	require.Contains(t, stderr.String(), "--force")
+
+	out, errOut, err := runCmd(t, "", "--addr", srv.URL, "--api-key", adminKey, "keys", "revoke", "--force", "llmd-ADMIN001")
+	require.NoError(t, err)
+	require.Equal(t, "revoked key llmd-ADMIN001 of tenant \"default\"\n", out)
+	require.Contains(t, errOut, "warning: no active admin key is left")
+}

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -373,4 +376,29 @@ func TestNormalizeAddr(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
+}
+
+// TestCACert: --ca-cert trusts a private CA for an https:// llmd; without
+// it the certificate is refused; a file without a certificate is an error.
+func TestCACert(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"sim/small","object":"model","owned_by":"llmd"}]}`)
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	require.NoError(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+
+	out, _, err := runCmd(t, "", "--addr", srv.URL, "--ca-cert", ca, "models")
+	require.NoError(t, err)
+	require.Contains(t, out, "sim/small")
+
+	_, _, err = runCmd(t, "", "--addr", srv.URL, "models")
+	require.Error(t, err, "an unknown CA is refused")
+
+	bad := filepath.Join(dir, "bad.pem")
+	require.NoError(t, os.WriteFile(bad, []byte("nothing"), 0o600))
+	_, _, err = runCmd(t, "", "--addr", srv.URL, "--ca-cert", bad, "models")
+	require.ErrorContains(t, err, "holds no PEM certificate")
 }

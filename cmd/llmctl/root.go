@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +32,9 @@ type app struct {
 	// apiKey is --api-key, else $LLMD_API_KEY; "" means none. It must never
 	// be printed, in help or in errors.
 	apiKey string
+	// caCert is --ca-cert, else $LLMD_CA_CERT: the CA llmd's TLS
+	// certificate is checked against (else the system's roots).
+	caCert string
 	client *api.Client
 }
 
@@ -67,6 +72,8 @@ func newRootCmd() *cobra.Command {
 	// reads the environment when the flag is not given.
 	root.PersistentFlags().StringVar(&a.apiKey, "api-key", "",
 		"API key for llmd (env LLMD_API_KEY; prefer it: a flag shows in the process list)")
+	root.PersistentFlags().StringVar(&a.caCert, "ca-cert", os.Getenv("LLMD_CA_CERT"),
+		"CA certificate (PEM) that an https:// llmd's certificate is checked against (env LLMD_CA_CERT)")
 
 	root.AddCommand(newModelsCmd(a), newNodesCmd(a), newChatCmd(a), newStatsCmd(a), newModelCmd(a),
 		newKeysCmd(a), newQuotaCmd(a), newTenantsCmd(a), newUsageCmd(a), newTopCmd(a), newBenchCmd(a),
@@ -82,7 +89,11 @@ func (a *app) connect(cmd *cobra.Command) error {
 	if err != nil {
 		return usageError(cmd, err)
 	}
-	c, err := api.NewClient(base, nil)
+	hc, err := httpClient(a.caCert)
+	if err != nil {
+		return &exitError{code: exitFailure, err: err}
+	}
+	c, err := api.NewClient(base, hc)
 	if err != nil {
 		return usageError(cmd, err)
 	}
@@ -95,6 +106,25 @@ func (a *app) connect(cmd *cobra.Command) error {
 	c.SetAPIKey(a.apiKey)
 	a.base, a.client = base, c
 	return nil
+}
+
+// httpClient is the client of llmd: nil (the default) without a CA, else
+// one that checks llmd's certificate against the CA in the PEM file.
+func httpClient(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("read the CA certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}, nil
 }
 
 // normalizeAddr turns --addr into a base URL: a bare "host:port" gets

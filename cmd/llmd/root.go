@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/daemon"
@@ -79,20 +80,32 @@ type options struct {
 	prefixCache    bool
 	tierWeights    []string
 	// access and quotas
-	insecure      bool
-	redis         string
-	quotaTimeout  time.Duration
-	quotaShadow   bool
-	quotaEstimate bool
-	degradeRoutes []string
-	degradeMax    int
-	degradeWait   time.Duration
-	noDegrade     bool
-	configFile    string
-	nodeID        string
-	stallTimeout  time.Duration
-	resumeGrace   time.Duration
-	drainTimeout  time.Duration
+	insecure     bool
+	anonymous    bool
+	allowedHosts []string
+	corsOrigins  []string
+	tlsCert      string
+	tlsKey       string
+	caCert       string
+	// connections
+	bodyTimeout    time.Duration
+	idleTimeout    time.Duration
+	maxConns       int
+	maxClientConns int
+	maxClientLag   time.Duration
+	redis          string
+	quotaTimeout   time.Duration
+	quotaShadow    bool
+	quotaEstimate  bool
+	degradeRoutes  []string
+	degradeMax     int
+	degradeWait    time.Duration
+	noDegrade      bool
+	configFile     string
+	nodeID         string
+	stallTimeout   time.Duration
+	resumeGrace    time.Duration
+	drainTimeout   time.Duration
 	// cluster
 	join           []string
 	gossipAddr     string
@@ -131,6 +144,17 @@ var envVars = map[string]string{
 	"prefix-cache":           "LLMD_PREFIX_CACHE",
 	"tier-weights":           "LLMD_TIER_WEIGHTS",
 	"insecure":               "LLMD_INSECURE",
+	"anonymous":              "LLMD_ANONYMOUS",
+	"allowed-host":           "LLMD_ALLOWED_HOST",
+	"cors-origin":            "LLMD_CORS_ORIGIN",
+	"tls-cert":               "LLMD_TLS_CERT",
+	"tls-key":                "LLMD_TLS_KEY",
+	"ca-cert":                "LLMD_CA_CERT",
+	"body-timeout":           "LLMD_BODY_TIMEOUT",
+	"idle-timeout":           "LLMD_IDLE_TIMEOUT",
+	"max-connections":        "LLMD_MAX_CONNECTIONS",
+	"max-client-connections": "LLMD_MAX_CLIENT_CONNECTIONS",
+	"max-client-lag":         "LLMD_MAX_CLIENT_LAG",
 	"redis":                  "LLMD_REDIS",
 	"quota-timeout":          "LLMD_QUOTA_TIMEOUT",
 	"quota-shadow":           "LLMD_QUOTA_SHADOW",
@@ -175,16 +199,19 @@ CPU executor.
 Every flag can also be set with its environment variable (LLMD_LISTEN, LLMD_GPU,
 LLMD_TP, LLMD_MODELS, LLMD_MODEL, LLMD_MODELS_DIR, LLMD_DATA_DIR, LLMD_LOG_LEVEL, LLMD_LOG_FORMAT,
 LLMD_HEARTBEAT, LLMD_MAX_BATCH_TOKENS, LLMD_MAX_RUNNING,
-LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE, LLMD_TIER_WEIGHTS, LLMD_INSECURE, LLMD_REDIS,
+LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE, LLMD_TIER_WEIGHTS, LLMD_INSECURE, LLMD_ANONYMOUS,
+LLMD_ALLOWED_HOST, LLMD_CORS_ORIGIN, LLMD_TLS_CERT, LLMD_TLS_KEY, LLMD_CA_CERT, LLMD_BODY_TIMEOUT,
+LLMD_IDLE_TIMEOUT, LLMD_MAX_CONNECTIONS, LLMD_MAX_CLIENT_CONNECTIONS, LLMD_MAX_CLIENT_LAG, LLMD_REDIS,
 LLMD_QUOTA_TIMEOUT, LLMD_QUOTA_SHADOW, LLMD_QUOTA_ESTIMATE, LLMD_DEGRADE_ROUTE, LLMD_DEGRADE_MAX_TOKENS,
 LLMD_DEGRADE_QUEUE_WAIT, LLMD_NO_DEGRADE, LLMD_CONFIG, LLMD_NODE_ID, LLMD_STALL_TIMEOUT,
 LLMD_RESUME_GRACE, LLMD_DRAIN_TIMEOUT, LLMD_JOIN, LLMD_GOSSIP_ADDR, LLMD_GOSSIP_KEY,
 LLMD_INSECURE_GOSSIP, LLMD_ADVERTISE_API); a flag wins over the environment.
 
-Access: while no API key exists, requests without a key act as the built-in
-"local" tenant, and llmd refuses a non-loopback --listen (unless --insecure).
-Create the first admin key with "llmctl keys create --admin" (against this llmd,
-or offline with --data-dir).`,
+Access: until the first API key is made, requests without a key act as the
+built-in "local" tenant, and llmd refuses a non-loopback --listen (unless
+--insecure). Create the first admin key with "llmctl keys create --admin"
+(against this llmd, or offline with --data-dir). From then on every request needs
+a key, even if every key is revoked later, unless --anonymous (loopback only).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.NoArgs(cmd, args); err != nil {
 				return &usageError{err}
@@ -230,6 +257,22 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.tierWeights, "tier-weights", nil,
 		"weighted-fair-queuing weights of the tiers, e.g. enterprise=8,paid=4,free=2,batch=1 (the default)")
 	fs.BoolVar(&o.insecure, "insecure", false, "allow a non-loopback --listen while no API key exists (anyone can use it)")
+	fs.BoolVar(&o.anonymous, "anonymous", false,
+		"serve requests without a key as the local tenant even after API keys were made (loopback --listen only)")
+	fs.StringSliceVar(&o.allowedHosts, "allowed-host", nil,
+		"host names (besides IP addresses and localhost) that keyless requests may use in their Host header")
+	fs.StringSliceVar(&o.corsOrigins, "cors-origin", nil,
+		"origins (https://app.example) whose web pages may call llmd; none by default")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM); reloaded on SIGHUP")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "the private key (PEM) of --tls-cert")
+	fs.StringVar(&o.caCert, "ca-cert", "", "CA certificate (PEM) that peers' TLS certificates are checked against (default: the system's)")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", def.BodyTimeout, "bound on reading a whole request, headers and body")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", def.IdleTimeout, "close a kept-alive connection idle this long")
+	fs.IntVar(&o.maxConns, "max-connections", def.MaxConnections, "most open connections (0: no bound); past it 503")
+	fs.IntVar(&o.maxClientConns, "max-client-connections", def.MaxClientConnections,
+		"most open connections from one IP address (0: no bound); past it 503")
+	fs.DurationVar(&o.maxClientLag, "max-client-lag", def.MaxClientLagTime,
+		"close a streaming client this far behind its stream (it can resume); 0: no bound in time")
 	fs.StringVar(&o.redis, "redis", "", "keep quota buckets in Redis at this URL (redis://host:port/db), shared by every llmd using it")
 	fs.DurationVar(&o.quotaTimeout, "quota-timeout", def.QuotaTimeout, "bound on each Redis quota call; past it a local bucket decides")
 	fs.BoolVar(&o.quotaShadow, "quota-shadow", false, "evaluate quotas and log refusals, but admit every request")
@@ -332,6 +375,11 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 		return cfg, err
 	}
 	cfg.Insecure = o.insecure
+	cfg.Anonymous = o.anonymous
+	cfg.AllowedHosts, cfg.CORSOrigins = o.allowedHosts, o.corsOrigins
+	cfg.TLSCertFile, cfg.TLSKeyFile, cfg.CAFile = o.tlsCert, o.tlsKey, o.caCert
+	cfg.BodyTimeout, cfg.IdleTimeout, cfg.MaxClientLagTime = o.bodyTimeout, o.idleTimeout, o.maxClientLag
+	cfg.MaxConnections, cfg.MaxClientConnections = o.maxConns, o.maxClientConns
 	cfg.RedisURL = o.redis
 	cfg.QuotaTimeout = o.quotaTimeout
 	cfg.QuotaShadow = o.quotaShadow
@@ -498,7 +546,11 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(stdout, "llmd listening on http://%s serving %s\n", addr, strings.Join(srv.Models(), ", "))
+	scheme := "http"
+	if cfg.TLSCertFile != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(stdout, "llmd listening on %s://%s serving %s\n", scheme, addr, strings.Join(srv.Models(), ", "))
 	if len(cfg.Models) > 0 {
 		fmt.Fprintf(stdout, "  sim/ models: SIMULATED executor on %s x%s per model, no real weights, placeholder text\n",
 			cfg.GPU, strconv.Itoa(cfg.TP))
@@ -506,7 +558,28 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	if len(cfg.ModelFiles) > 0 || cfg.ModelsDir != "" {
 		fmt.Fprintln(stdout, "  GGUF models: CPU executor (real weights)")
 	}
-	return srv.Run(ctx)
+	// SIGHUP reloads the TLS certificate; open connections keep theirs.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	done := make(chan struct{})
+	var reloads errgroup.Group
+	reloads.Go(func() error {
+		for {
+			select {
+			case <-done:
+				return nil
+			case <-hup:
+				if err := srv.ReloadTLS(); err != nil {
+					logger.Error("SIGHUP: TLS certificate not reloaded", "err", err)
+				}
+			}
+		}
+	})
+	err = srv.Run(ctx)
+	close(done)
+	_ = reloads.Wait()
+	return err
 }
 
 // redisLogger adapts slog to go-redis's logger.
