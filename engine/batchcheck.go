@@ -11,8 +11,8 @@ import (
 // cache. Executors share it; it keeps reusable scratch and is not safe for
 // concurrent use.
 type BatchChecker struct {
-	numBlocks, blockSize, contextLength, swapSlots int
-	opts                                           BatchCheckOptions
+	numBlocks, blockSize, contextLength, swapSlots, vocabSize int
+	opts                                                      BatchCheckOptions
 	// held marks the host slots that hold a swapped-out block, as the
 	// batches checked so far leave them.
 	held bitset.Set
@@ -35,7 +35,7 @@ type BatchCheckOptions struct {
 func NewBatchChecker(info ExecutorInfo, opts BatchCheckOptions) *BatchChecker {
 	return &BatchChecker{
 		numBlocks: info.NumBlocks, blockSize: info.BlockSize, contextLength: info.ContextLength,
-		swapSlots: info.SwapBlocks, opts: opts,
+		swapSlots: info.SwapBlocks, vocabSize: info.VocabSize, opts: opts,
 		written: bitset.New(info.NumBlocks), inDevice: bitset.New(info.NumBlocks),
 		outMark: bitset.New(info.SwapBlocks), inMark: bitset.New(info.SwapBlocks), held: bitset.New(info.SwapBlocks),
 		writer: make([]int32, info.NumBlocks),
@@ -64,6 +64,8 @@ func (c *BatchChecker) Check(b *Batch) error {
 			return fmt.Errorf("batch: sequence %d: negative generated count %d", s.SeqID, s.Generated)
 		case len(s.Blocks) < (s.Context+bs-1)/bs:
 			return fmt.Errorf("batch: sequence %d: %d blocks cannot hold %d tokens", s.SeqID, len(s.Blocks), s.Context)
+		case s.Mask != nil && (!s.Sample || len(s.Mask) != MaskWords(c.vocabSize)):
+			return fmt.Errorf("batch: sequence %d: a mask of %d words on a vocabulary of %d tokens (sample %v)", s.SeqID, len(s.Mask), c.vocabSize, s.Sample)
 		}
 		if c.opts.Vocab > 0 {
 			for _, t := range s.Tokens {

@@ -180,6 +180,7 @@ func New(exec Executor, clock Clock, cfg Config, logger *slog.Logger) (*Engine, 
 		DisablePrefixCache:    cfg.DisablePrefixCache,
 		DefaultExpectedOutput: cfg.ExpectedOutputTokens,
 		Logprobs:              info.Logprobs,
+		VocabSize:             info.VocabSize,
 		TierWeights:           cfg.TierWeights,
 	}
 	if cm, ok := exec.(CostModel); ok && info.SwapBlocks > 0 {

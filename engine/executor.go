@@ -40,7 +40,33 @@ type ExecutorInfo struct {
 	// Logprobs reports that the executor computes log-probabilities of the
 	// tokens it samples (SeqInput.Logprobs).
 	Logprobs bool
+	// VocabSize is the number of token ids the executor samples from; a
+	// token mask (SeqInput.Mask) has one bit per id.
+	VocabSize int
 }
+
+// Constraint restricts the tokens a sequence may sample: structured output
+// (a grammar matcher, engine/grammar) or anything else that can say, at each
+// step, which tokens may come next.
+//
+// Locking: the engine calls a Constraint from its step goroutine only.
+type Constraint interface {
+	// Allowed writes into mask (one bit per token id, token t at bit t%64
+	// of word t/64; MaskWords words) the tokens allowed next. The
+	// end-of-generation tokens are allowed only where the constraint may
+	// end.
+	Allowed(mask []uint64)
+	// Accept advances the constraint over the sampled token; an error
+	// means the token was not allowed.
+	Accept(tok int32) error
+	// Done reports that nothing but the end may follow.
+	Done() bool
+	// Clone returns an independent copy in the same state.
+	Clone() Constraint
+}
+
+// MaskWords is the length of a token mask over a vocabulary of n tokens.
+func MaskWords(n int) int { return (n + 63) / 64 }
 
 // CostModel is an optional Executor ability: estimates the scheduler uses to
 // choose, per preempted sequence, between swapping its blocks to host
@@ -109,6 +135,12 @@ type SeqInput struct {
 	// TopLogprobs most likely alternatives (Output.Logprobs).
 	Logprobs    bool
 	TopLogprobs int
+	// Mask, when set, is the set of tokens the sample must come from (one
+	// bit per token id, as Constraint.Allowed writes it; ids past its end
+	// are not allowed). The executor applies it before anything else of
+	// sampling, as if the other tokens' logits were -Inf; log-probabilities
+	// are of the masked distribution. The caller owns it; read only.
+	Mask []uint64
 }
 
 // Logprobs is a sampled token's log-probability and the most likely

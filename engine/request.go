@@ -85,6 +85,21 @@ type Request struct {
 	// must support it (ExecutorInfo.Logprobs).
 	Logprobs    bool
 	TopLogprobs int
+	// Constraint, when set, restricts every choice to the tokens it allows
+	// (structured output); choices after the first get clones of it. The
+	// engine advances it over each sampled token and ends a choice with
+	// FinishStop once it is Done.
+	Constraint Constraint
+	// MinTokens is the fewest output tokens per choice: until then no
+	// end-of-generation or stop token is sampled.
+	MinTokens int
+	// IgnoreEOS keeps generating past the end-of-generation tokens (they
+	// are delivered like any other token); StopTokens still stop, and a
+	// Constraint that is Done still ends the choice.
+	IgnoreEOS bool
+	// StopTokens are token ids that end a choice as EOS does (not
+	// delivered).
+	StopTokens []int32
 }
 
 // FinishReason says why a choice ended.

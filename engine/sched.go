@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -37,6 +38,9 @@ type SchedulerConfig struct {
 	RecomputeCost func(tokens int) time.Duration
 	// Logprobs reports that the executor computes logprobs.
 	Logprobs bool
+	// VocabSize is the number of token ids, the width of token masks; 0
+	// refuses requests that need a mask (a Constraint or MinTokens).
+	VocabSize int
 	// TierWeights are the weighted-fair-queuing weights of the priority
 	// classes, indexed by Priority; zero entries take the defaults (batch 1,
 	// free 2, paid 4, enterprise 8).
@@ -96,6 +100,12 @@ type sequence struct {
 	// projected is the tokens admission expects it to hold at the end.
 	projected int
 	host      []int32 // swap slots holding its blocks while swapped out
+	// constraint is the choice's grammar state (nil: none). It moves only
+	// when a token is appended, so preemption, by swap or by recompute,
+	// leaves it where the kept tokens put it.
+	constraint Constraint
+	// mask is the buffer of the choice's token mask, when it needs one.
+	mask []uint64
 }
 
 // Plan is one step's decision: the batch plus the sequences behind it.
@@ -329,6 +339,7 @@ func (s *Scheduler) AddAt(req Request, now time.Time) error {
 		for c := range req.N {
 			seq := s.newSeq(r, req.Prompt)
 			seq.index = c
+			seq.constraint = cloneConstraint(req.Constraint, c)
 			r.seqs = append(r.seqs, seq)
 			s.enqueue(seq)
 		}
@@ -338,6 +349,8 @@ func (s *Scheduler) AddAt(req Request, now time.Time) error {
 	seq := s.newSeq(r, req.Prompt)
 	if req.N > 1 {
 		seq.index = -1 // shared prefill, forked into the choices
+	} else {
+		seq.constraint = req.Constraint
 	}
 	r.seqs = []*sequence{seq}
 	r.live = 1
@@ -359,6 +372,12 @@ func (s *Scheduler) check(req Request) error {
 		return &InvalidRequestError{Reason: "top logprobs must not be negative"}
 	case req.Logprobs && !s.cfg.Logprobs:
 		return &InvalidRequestError{Reason: "this model's executor does not compute logprobs"}
+	case req.MinTokens < 0:
+		return &InvalidRequestError{Reason: "min tokens must not be negative"}
+	case req.MinTokens > req.MaxTokens:
+		return &InvalidRequestError{Reason: "min tokens must not exceed max tokens"}
+	case (req.Constraint != nil || req.MinTokens > 0) && s.cfg.VocabSize <= 0:
+		return &InvalidRequestError{Reason: "this model's executor does not take token masks"}
 	}
 	if limit := s.MaxSeqTokens(); len(req.Prompt)+req.MaxTokens > limit {
 		return &ContextLengthError{PromptTokens: len(req.Prompt), MaxTokens: req.MaxTokens, Limit: limit}
@@ -463,8 +482,12 @@ func (s *Scheduler) Step() *Plan {
 			break
 		}
 	}
-	for i := range plan.seqs {
-		plan.Batch.Seqs[i].Blocks = plan.seqs[i].blocks
+	for i, seq := range plan.seqs {
+		in := &plan.Batch.Seqs[i]
+		in.Blocks = seq.blocks
+		if in.Sample {
+			in.Mask = s.maskFor(seq)
+		}
 	}
 	s.stats.StepTokens = s.cfg.MaxBatchTokens - s.budget
 	for _, slot := range s.slotsRead {
@@ -651,6 +674,7 @@ func (s *Scheduler) fork(parent *sequence) {
 	for c := range r.req.N {
 		child := s.newSeq(r, parent.tokens)
 		child.index = c
+		child.constraint = cloneConstraint(r.req.Constraint, c)
 		child.computed = parent.computed
 		child.hashed = parent.hashed
 		child.hashes = slices.Clone(parent.hashes)
@@ -675,7 +699,19 @@ func (s *Scheduler) appendToken(seq *sequence, tok int32, lp *Logprobs, now time
 		s.finishSeq(seq, FinishError, fmt.Errorf("engine: executor returned no token for sequence %d", seq.id))
 		return
 	}
-	if s.eos[tok] {
+	stop := s.isStop(r, tok)
+	if seq.constraint != nil && (!stop || s.eos[tok]) {
+		if err := seq.constraint.Accept(tok); err != nil {
+			if seq.mask != nil && maskEmpty(seq.mask) {
+				err = errors.New("engine: the grammar allows no token of this vocabulary here")
+			} else {
+				err = fmt.Errorf("engine: token %d breaks the grammar: %w", tok, err)
+			}
+			s.finishSeq(seq, FinishError, err)
+			return
+		}
+	}
+	if stop {
 		s.finishSeq(seq, FinishStop, nil)
 		return
 	}
@@ -685,11 +721,75 @@ func (s *Scheduler) appendToken(seq *sequence, tok int32, lp *Logprobs, now time
 	s.stats.GeneratedTokens++
 	s.emit(&r.req, Event{Kind: EventToken, Index: seq.index, Token: tok, Time: now, Logprobs: lp})
 	switch {
+	case seq.constraint != nil && seq.constraint.Done():
+		s.finishSeq(seq, FinishStop, nil)
 	case seq.generated >= r.req.MaxTokens:
 		s.finishSeq(seq, FinishLength, nil)
 	case len(seq.tokens) >= s.cfg.ContextLength:
 		s.finishSeq(seq, FinishLength, nil)
 	}
+}
+
+// isStop reports whether tok ends r's choice: an end-of-generation token
+// (unless r ignores them) or one of r's stop tokens.
+func (s *Scheduler) isStop(r *request, tok int32) bool {
+	return s.eos[tok] && !r.req.IgnoreEOS || slices.Contains(r.req.StopTokens, tok)
+}
+
+// maskFor returns the token mask seq samples under this step, nil if every
+// token is allowed: its constraint's, less the end-of-generation and stop
+// tokens while it has fewer than MinTokens.
+func (s *Scheduler) maskFor(seq *sequence) []uint64 {
+	req := &seq.r.req
+	early := seq.generated < req.MinTokens
+	if seq.constraint == nil && !early {
+		return nil
+	}
+	if seq.mask == nil {
+		seq.mask = make([]uint64, MaskWords(s.cfg.VocabSize))
+	}
+	m := seq.mask
+	if seq.constraint != nil {
+		seq.constraint.Allowed(m)
+	} else {
+		for i := range m {
+			m[i] = ^uint64(0)
+		}
+	}
+	if early || req.IgnoreEOS && seq.constraint != nil && !seq.constraint.Done() {
+		for t := range s.eos {
+			clearBit(m, t)
+		}
+	}
+	if early {
+		for _, t := range req.StopTokens {
+			clearBit(m, t)
+		}
+	}
+	return m
+}
+
+func clearBit(m []uint64, t int32) {
+	if t >= 0 && int(t>>6) < len(m) {
+		m[t>>6] &^= 1 << (t & 63)
+	}
+}
+
+func maskEmpty(m []uint64) bool {
+	for _, w := range m {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// cloneConstraint returns c for choice 0 and a clone for the others.
+func cloneConstraint(c Constraint, choice int) Constraint {
+	if c == nil || choice == 0 {
+		return c
+	}
+	return c.Clone()
 }
 
 // finishSeq ends one choice; the request ends with its last choice.

@@ -234,6 +234,7 @@ func New(f *gguf.File, cfg Config) (*Executor, error) {
 		EOS:           append([]int32(nil), cfg.EOS...),
 		SwapBlocks:    int(swap),
 		Logprobs:      true,
+		VocabSize:     spec.Vocab,
 	}
 	e.flopRate.Store(math.Float64bits(flopsPerThread * float64(cfg.Threads)))
 	e.check = engine.NewBatchChecker(e.info, engine.BatchCheckOptions{Vocab: spec.Vocab, ExclusiveWrites: true})
@@ -443,5 +444,8 @@ func (e *Executor) logprobs(w int, logits []float32, tok int32, top int) *engine
 const maxTopLogprobs = 20
 
 func (e *Executor) sampleSeq(w, _ int, logits []float32, s *engine.SeqInput) int32 {
+	if s.Mask != nil {
+		sample.ApplyMask(logits, s.Mask)
+	}
 	return e.samplers[w].Sample(logits, s.Sampling, s.Seed, s.Generated, s.History, s.Generated)
 }

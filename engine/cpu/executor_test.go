@@ -504,7 +504,7 @@ func TestExecutorConfig(t *testing.T) {
 	blockBytes := kvBytesPerBlock(spec, 16, true)
 	require.Equal(t, engine.ExecutorInfo{
 		Model: "tiny", NumBlocks: int(DefaultKVCacheBytes / blockBytes), BlockSize: 16,
-		ContextLength: 512, EOS: []int32{2}, SwapBlocks: int(DefaultSwapBytes / blockBytes), Logprobs: true,
+		ContextLength: 512, EOS: []int32{2}, SwapBlocks: int(DefaultSwapBytes / blockBytes), Logprobs: true, VocabSize: spec.Vocab,
 	}, info)
 	require.Positive(t, e.SwapTime(10))
 	require.Greater(t, e.PrefillTime(1000), e.PrefillTime(10))

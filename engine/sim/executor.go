@@ -92,6 +92,7 @@ func New(cfg Config, clock engine.Clock) (*Executor, error) {
 		ContextLength: m.ContextLength,
 		EOS:           []int32{e.tok.EOS()},
 		SwapBlocks:    e.swapSlots,
+		VocabSize:     e.tok.VocabSize(),
 	}
 	// The simulator keeps no K/V, so blocks shared by sequences are harmless.
 	e.check = engine.NewBatchChecker(e.info, engine.BatchCheckOptions{})
@@ -284,6 +285,9 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (*engine.Output
 		s := &b.Seqs[i]
 		if s.Sample {
 			out.Tokens[i] = e.gen.token(s.Seed, s.Generated)
+			if s.Mask != nil {
+				out.Tokens[i] = e.gen.masked(out.Tokens[i], s.Seed, s.Generated, s.Mask)
+			}
 		} else {
 			out.Tokens[i] = -1
 		}

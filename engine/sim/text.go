@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/llmd/llmd/engine/hashmix"
 )
@@ -28,6 +29,7 @@ const (
 const (
 	saltWindow = 0x9e3779b97f4a7c15
 	saltWord   = 0xbf58476d1ce4e5b9
+	saltMask   = 0x94d049bb133111eb
 	saltLength = 0x94d049bb133111eb
 )
 
@@ -154,4 +156,49 @@ func (g textGen) length(seed uint64) (int, bool) {
 		return k*sentenceWindow + p + 1, true
 	}
 	return (k+1)*sentenceWindow + windowAt(seed, k+1).period + 1, true
+}
+
+// closers are the tokens that finish a JSON value, in the order the
+// simulator tries them: under a grammar it prefers them now and then, so
+// that what it generates ends. The quote comes first: inside a string the
+// brackets are text.
+var closers = [...]int32{symbolIDs['"'], symbolIDs['}'], symbolIDs[']']}
+
+// masked returns the token a sequence produces at output index i when only
+// the tokens in mask are allowed (a grammar: structured output). EOS comes
+// first where allowed; then, one time in eight, a closing quote or
+// bracket if one is allowed, so that strings and arrays end; then tok, the
+// unconstrained choice, if allowed; else a pseudo-random allowed token. It
+// depends only on its arguments, so a preempted sequence produces the same
+// tokens again. An empty mask gives EOS, which the engine reports as a
+// grammar that admits no token.
+func (g textGen) masked(tok int32, seed uint64, i int, mask []uint64) int32 {
+	allowed := func(t int32) bool { return t >= 0 && int(t>>6) < len(mask) && mask[t>>6]&(1<<(t&63)) != 0 }
+	if allowed(eosID) {
+		return eosID
+	}
+	h := hashmix.Mix64(seed ^ hashmix.Mix64(uint64(i)+saltMask))
+	if h%8 == 0 || !allowed(tok) && h%3 == 0 {
+		for _, c := range closers {
+			if allowed(c) {
+				return c
+			}
+		}
+	}
+	if allowed(tok) {
+		return tok
+	}
+	// The first allowed token at or after a random id, wrapping around.
+	start := int((h >> 8) % uint64(len(mask)*64))
+	w0 := start >> 6
+	if word := mask[w0] &^ (1<<(start&63) - 1); word != 0 {
+		return int32(w0*64 + bits.TrailingZeros64(word))
+	}
+	for k := 1; k <= len(mask); k++ {
+		w := (w0 + k) % len(mask)
+		if mask[w] != 0 {
+			return int32(w*64 + bits.TrailingZeros64(mask[w]))
+		}
+	}
+	return eosID
 }

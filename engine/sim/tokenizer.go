@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -9,7 +10,8 @@ import (
 // The vocabulary of every simulated model, by id:
 //
 //	0                     EOS (decodes to "")
-//	[1, wordBase)         punctuation and whitespace pieces (symbolPieces)
+//	[1, byteBase)         punctuation, whitespace and digit pieces (symbolPieces)
+//	[byteBase, wordBase)  one-byte pieces for every other byte (bytePieces)
 //	[wordBase, hashBase)  the word list four times: " word", " Word",
 //	                      "word", "Word"
 //	[hashBase, hashMid)   hashed pieces that start with a space
@@ -51,8 +53,13 @@ const (
 
 var (
 	numWords = len(functionWords) + len(contentWords)
-	wordBase = int32(1 + len(symbolPieces))
-	hashBase = wordBase + int32(numVariants*numWords)
+	// bytePieces give every byte a token, so that a grammar can spell any
+	// text (a JSON key, a non-ASCII enum value); only generation under a
+	// grammar uses them.
+	bytePieces = buildBytePieces()
+	byteBase   = int32(1 + len(symbolPieces))
+	wordBase   = byteBase + int32(len(bytePieces))
+	hashBase   = wordBase + int32(numVariants*numWords)
 
 	// pieces holds the text of every fixed id below hashBase.
 	pieces = buildPieces()
@@ -100,6 +107,9 @@ func buildPieces() []string {
 	for i, s := range symbolPieces {
 		p[1+i] = s
 	}
+	for i, s := range bytePieces {
+		p[byteBase+int32(i)] = s
+	}
 	for w := range numWords {
 		s := word(w)
 		c := capitalize(s)
@@ -109,6 +119,19 @@ func buildPieces() []string {
 		p[wordID(w, variantBareCap)] = c
 	}
 	return p
+}
+
+// buildBytePieces returns a one-byte piece for every byte value 1 to 255
+// that is not a symbol piece.
+func buildBytePieces() []string {
+	var out []string
+	for c := 1; c < 256; c++ {
+		if slices.Contains(symbolPieces[:], string(rune(c))) && c < utf8.RuneSelf {
+			continue
+		}
+		out = append(out, string([]byte{byte(c)}))
+	}
+	return out
 }
 
 func buildBareIDs() map[string]int32 {
@@ -344,4 +367,17 @@ func (t *Tokenizer) appendToken(b *strings.Builder, id int32) {
 		b.WriteByte(vowels[x%len(vowels)])
 		x /= len(vowels)
 	}
+}
+
+// TokenBytes returns the text of every token id as bytes (nil for EOS):
+// the vocabulary a grammar matches tokens against.
+func (t *Tokenizer) TokenBytes() [][]byte {
+	out := make([][]byte, t.vocab)
+	var b strings.Builder
+	for id := int32(1); id < t.vocab; id++ {
+		b.Reset()
+		t.appendToken(&b, id)
+		out[id] = []byte(b.String())
+	}
+	return out
 }

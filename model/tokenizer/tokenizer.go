@@ -486,3 +486,17 @@ func (h *tokHeap) pop() tokBigram {
 	*h = s
 	return top
 }
+
+// TokenBytes returns the bytes every token id decodes to, nil for the
+// tokens Decode leaves out (control and unknown tokens) and unused ones:
+// the vocabulary a grammar matches generated tokens against. The slices
+// are fresh; the caller may keep them.
+func (t *Tokenizer) TokenBytes() [][]byte {
+	out := make([][]byte, len(t.pieces))
+	for id, p := range t.pieces {
+		if p != "" && !t.tokHidden(int32(id)) {
+			out[id] = []byte(p)
+		}
+	}
+	return out
+}
