@@ -15,9 +15,12 @@
 //     and the built-in fallback formats.
 //   - model/synth: models with random weights, for tests and
 //     `llmctl model init`.
+//   - model/toolcall: the tool-call formats of chat templates (Hermes,
+//     Llama 3 JSON, Mistral): detection from a template, an incremental
+//     parser of generated text into calls, and GBNF for a forced call.
 //
 // Imports point one way: gguf imports nothing of llmd; model, tokenizer
-// and synth import gguf; chat imports none of them. Nothing under model/
+// and synth import gguf; chat and toolcall import none of them. Nothing under model/
 // imports a package of llmd outside model/, nor net/http (checked by
 // scripts/check-imports.sh). It does no model math beyond dequantization;
 // the forward pass lives in engine/cpu.

@@ -125,7 +125,7 @@ func TestTemplateInstrumentKeepsOutput(t *testing.T) {
 	// Real chat templates: ours, and the ones the library tests with when
 	// its module source is on disk.
 	templates := map[string]string{}
-	for _, name := range []string{"llama3.jinja", "qwen3.jinja"} {
+	for _, name := range []string{"llama3.jinja", "qwen3.jinja", "llama3.1.jinja", "llama3.2.jinja", "mistral-v3.jinja"} {
 		b, err := os.ReadFile(filepath.Join("testdata", "templates", name))
 		require.NoError(t, err)
 		templates[name] = string(b)

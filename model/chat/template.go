@@ -61,9 +61,44 @@ func (e *ExceptionError) Error() string {
 }
 
 // Message is one message of a conversation.
+//
+// Templates see it as Hugging Face passes OpenAI messages: a dict with
+// role and content (always a string, "" when there is none, as Qwen's
+// template needs for an assistant message that only calls tools), plus
+// tool_calls when ToolCalls is not empty, tool_call_id and name when set.
+// Keys are left out, not set to none, when empty: Llama 3.1's template
+// tests 'tool_calls' in message and Mistral's tests tool_calls is
+// defined.
 type Message struct {
 	Role    string
 	Content string
+	// ToolCalls are the calls an assistant message made. Each is given to
+	// templates as {"id", "type": "function", "function": {"name",
+	// "arguments"}}, arguments as a dict when it is a JSON object (Qwen's
+	// and Llama's templates apply tojson to it) and as the string
+	// otherwise.
+	ToolCalls []ToolCall
+	// ToolCallID is the id of the call a tool message answers.
+	ToolCallID string
+	// Name is the name of the tool whose result a tool message carries.
+	Name string
+}
+
+// ToolCall is one tool call of an assistant message.
+type ToolCall struct {
+	ID   string
+	Name string
+	// Arguments is the call's arguments as JSON text.
+	Arguments string
+}
+
+// size is what m counts for in the conversation size limit.
+func (m *Message) size() int {
+	n := len(m.Role) + len(m.Content) + len(m.ToolCallID) + len(m.Name)
+	for _, tc := range m.ToolCalls {
+		n += len(tc.ID) + len(tc.Name) + len(tc.Arguments)
+	}
+	return n
 }
 
 // Request is what a chat template renders.
@@ -206,8 +241,8 @@ func (t *Template) Render(msgs []Message, addGenerationPrompt bool) (string, err
 // falls back.
 func (t *Template) RenderRequest(req Request) (RenderResult, error) {
 	size := len(req.Tools)
-	for _, m := range req.Messages {
-		size += len(m.Role) + len(m.Content)
+	for i := range req.Messages {
+		size += req.Messages[i].size()
 	}
 	if size > t.opts.MaxOutputBytes {
 		return RenderResult{}, fmt.Errorf("%w: the conversation is %d bytes, the limit is %d",

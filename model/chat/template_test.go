@@ -481,7 +481,7 @@ func TestTemplateConcurrentRenders(t *testing.T) {
 // FuzzChatTemplate renders arbitrary templates: NewTemplate and Render
 // must not panic, hang or crash, whatever the template.
 func FuzzChatTemplate(f *testing.F) {
-	for _, name := range []string{"llama3.jinja", "qwen3.jinja"} {
+	for _, name := range []string{"llama3.jinja", "qwen3.jinja", "llama3.1.jinja", "llama3.2.jinja", "mistral-v3.jinja"} {
 		b, err := os.ReadFile(filepath.Join("testdata", "templates", name))
 		require.NoError(f, err)
 		f.Add(string(b))

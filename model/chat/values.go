@@ -326,15 +326,53 @@ func tmplStrftime(t time.Time, format string) string {
 	return b.String()
 }
 
-// tmplMessagesValue converts messages to the list of {role, content} dicts
-// templates iterate over.
+// tmplMessagesValue converts messages to the list of dicts templates
+// iterate over (see [Message]).
 func tmplMessagesValue(msgs []Message) jinja.Value {
 	items := make([]jinja.Value, len(msgs))
 	for i, m := range msgs {
-		d := jinja.NewDict()
-		d.AsDict().Set("role", jinja.NewString(m.Role))
-		d.AsDict().Set("content", jinja.NewString(m.Content))
-		items[i] = d
+		v := jinja.NewDict()
+		d := v.AsDict()
+		d.Set("role", jinja.NewString(m.Role))
+		d.Set("content", jinja.NewString(m.Content))
+		if len(m.ToolCalls) > 0 {
+			calls := make([]jinja.Value, len(m.ToolCalls))
+			for j, tc := range m.ToolCalls {
+				fn := jinja.NewDict()
+				fn.AsDict().Set("name", jinja.NewString(tc.Name))
+				fn.AsDict().Set("arguments", tmplArgumentsValue(tc.Arguments))
+				call := jinja.NewDict()
+				call.AsDict().Set("id", jinja.NewString(tc.ID))
+				call.AsDict().Set("type", jinja.NewString("function"))
+				call.AsDict().Set("function", fn)
+				calls[j] = call
+			}
+			d.Set("tool_calls", jinja.NewList(calls))
+		}
+		if m.ToolCallID != "" {
+			d.Set("tool_call_id", jinja.NewString(m.ToolCallID))
+		}
+		if m.Name != "" {
+			d.Set("name", jinja.NewString(m.Name))
+		}
+		items[i] = v
 	}
 	return jinja.NewList(items)
+}
+
+// tmplArgumentsValue is a tool call's arguments as templates get them: a
+// dict when the text is a JSON object (key order kept), else the text.
+func tmplArgumentsValue(args string) jinja.Value {
+	if t := strings.TrimSpace(args); strings.HasPrefix(t, "{") {
+		dec := json.NewDecoder(strings.NewReader(t))
+		dec.UseNumber()
+		// The arguments sit five levels down in messages: count them, so
+		// that the whole list stays within tmplMaxValueDepth.
+		if v, err := tmplDecodeJSON(dec, 6); err == nil && v.IsDict() {
+			if _, err := dec.Token(); err == io.EOF {
+				return v
+			}
+		}
+	}
+	return jinja.NewString(args)
 }
