@@ -25,6 +25,10 @@ type automaton struct {
 	sets  []dset
 	setID map[string]int32
 
+	// Scratch for closeNode.
+	cwork []int32
+	cseen []uint32
+	cmark uint32
 	// Scratch for step.
 	buf  []int32
 	key  []byte
@@ -80,33 +84,54 @@ func (a *automaton) intern(state, parent int32) int32 {
 
 // closeNode returns the stacks with a byte edge on top that stack n
 // reaches without consuming input (entering called rules, leaving ended
-// ones), and whether it reaches the empty stack. Compile refused left
-// recursion, so this terminates.
+// ones), and whether it reaches the empty stack. It explores those moves
+// breadth-first with a visited mark, so that a rule that matches the empty
+// string inside a loop (which reaches the stack it started from) ends; a
+// stack whose closure is known contributes it whole. Compile refused left
+// recursion, so the stacks explored are finitely many.
 func (a *automaton) closeNode(n int32) ([]int32, bool) {
 	if c := &a.closes[n]; c.done {
 		return c.ready, c.end
 	}
-	nd := a.nodes[n]
-	sc := &a.g.closure[nd.state]
+	a.cmark++
+	if a.cmark == 0 {
+		clear(a.cseen)
+		a.cmark = 1
+	}
 	var ready []int32
 	end := false
-	for _, q := range sc.ready {
-		ready = append(ready, a.intern(q, nd.parent))
+	work := append(a.cwork[:0], n)
+	for len(work) > 0 {
+		x := work[len(work)-1]
+		work = work[:len(work)-1]
+		if int(x) >= len(a.cseen) {
+			a.cseen = append(a.cseen, make([]uint32, int(x)+1-len(a.cseen)+len(a.cseen)/2)...)
+		}
+		if a.cseen[x] == a.cmark {
+			continue
+		}
+		a.cseen[x] = a.cmark
+		if c := &a.closes[x]; c.done {
+			ready = append(ready, c.ready...)
+			end = end || c.end
+			continue
+		}
+		nd := a.nodes[x]
+		sc := &a.g.closure[nd.state]
+		for _, q := range sc.ready {
+			ready = append(ready, a.intern(q, nd.parent))
+		}
+		for _, cl := range sc.calls {
+			work = append(work, a.intern(a.g.ruleStart[cl.rule], a.intern(cl.ret, nd.parent)))
+		}
+		if sc.final {
+			work = append(work, nd.parent)
+		}
 	}
-	for _, cl := range sc.calls {
-		child := a.intern(a.g.ruleStart[cl.rule], a.intern(cl.ret, nd.parent))
-		r, e := a.closeNode(child)
-		ready = append(ready, r...)
-		end = end || e
-	}
-	if sc.final {
-		r, e := a.closeNode(nd.parent)
-		ready = append(ready, r...)
-		end = end || e
-	}
+	a.cwork = work
 	slices.Sort(ready)
-	ready = slices.Compact(ready)
-	a.closes[n] = nodeClosure{ready: slices.Clip(ready), end: end, done: true}
+	ready = slices.Clip(slices.Compact(ready))
+	a.closes[n] = nodeClosure{ready: ready, end: end, done: true}
 	return ready, end
 }
 

@@ -309,3 +309,17 @@ func TestLlamaCppGrammars(t *testing.T) {
 	}
 	_ = strings.TrimSpace
 }
+
+// A rule that matches the empty string, repeated, reaches the stack it
+// started from without consuming input: matching must still end.
+func TestNullableRuleInLoop(t *testing.T) {
+	g, err := Compile("root ::= r* \"b\"\nr ::= \"a\"*")
+	require.NoError(t, err)
+	assert.True(t, g.Match("aab"))
+	assert.True(t, g.Match("b"))
+	assert.False(t, g.Match("aa"))
+	g, err = Compile("root ::= ( x | y )+\nx ::= \"a\"?\ny ::= \"b\"*")
+	require.NoError(t, err)
+	assert.True(t, g.Match("abba"))
+	assert.True(t, g.Match(""))
+}
