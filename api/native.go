@@ -11,13 +11,24 @@ type NativeChatRequest struct {
 	// Priority is the request's class: "enterprise", "paid", "free" or
 	// "batch". Empty means the tenant's default.
 	Priority string `json:"priority,omitempty"`
+	// ResponseFormat, Tools, ToolChoice and ParallelToolCalls are as in
+	// ChatCompletionRequest.
+	ResponseFormat    *ResponseFormat `json:"response_format,omitempty"`
+	Tools             []Tool          `json:"tools,omitempty"`
+	ToolChoice        *ToolChoice     `json:"tool_choice,omitempty"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls,omitempty"`
+	Guided
+	Controls
 }
 
 // NativeDelta is the data of one native token event:
 // "id: N\ndata: {\"delta\": \"...\", \"index\": 0}".
+// A tool call comes as deltas with ToolCall set (and Delta empty), as in
+// the OpenAI stream.
 type NativeDelta struct {
-	Delta string `json:"delta"`
-	Index int    `json:"index"`
+	Delta    string         `json:"delta"`
+	Index    int            `json:"index"`
+	ToolCall *ToolCallDelta `json:"tool_call,omitempty"`
 }
 
 // NativeUsage counts tokens in the native API.
@@ -35,8 +46,10 @@ type NativeDone struct {
 	Model        string      `json:"model"`
 	FinishReason string      `json:"finish_reason"`
 	Usage        NativeUsage `json:"usage"`
-	// Text is the whole answer; set only on non-streamed responses.
-	Text string `json:"text,omitempty"`
+	// Text is the whole answer and ToolCalls the calls it made; set only
+	// on non-streamed responses.
+	Text      string     `json:"text,omitempty"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // NativeError is the data of an "event: error" frame of a native stream.

@@ -1,17 +1,175 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 )
 
 // Message is one chat message. Content on the wire is a string or an array
-// of parts ([{"type":"text","text":"..."}]); both decode into Content.
+// of parts ([{"type":"text","text":"..."}]); both decode into Content. An
+// assistant message may carry the ToolCalls it made (its content then
+// often null), and a "tool" message answers the call ToolCallID.
 type Message struct {
-	Role    string  `json:"role"`
-	Content Content `json:"content"`
-	Name    string  `json:"name,omitempty"`
+	Role       string     `json:"role"`
+	Content    Content    `json:"content"`
+	Name       string     `json:"name,omitempty"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+// Tool is a tool the model may call: a function with a JSON Schema for its
+// arguments ({"type": "function", "function": {...}}).
+type Tool struct {
+	Type     string      `json:"type"`
+	Function FunctionDef `json:"function"`
+}
+
+// FunctionDef defines a function tool. Parameters is a JSON Schema (an
+// object schema); absent means no arguments.
+type FunctionDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Strict      *bool           `json:"strict,omitempty"`
+}
+
+// ToolCall is a call the model made: in an assistant message of the
+// history, and in a non-streamed answer.
+type ToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"` // "function"
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall names the function called and its arguments, a JSON text.
+type FunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// ToolCallDelta is a fragment of a tool call in a streamed chunk: the
+// first fragment of call Index carries its ID, Type and Function.Name;
+// the following ones carry pieces of Function.Arguments to concatenate.
+type ToolCallDelta struct {
+	Index    int               `json:"index"`
+	ID       string            `json:"id,omitempty"`
+	Type     string            `json:"type,omitempty"`
+	Function FunctionCallDelta `json:"function"`
+}
+
+// FunctionCallDelta is the function part of a ToolCallDelta.
+type FunctionCallDelta struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+// ToolChoice is tool_choice: "none", "auto", "required", or a named
+// function ({"type": "function", "function": {"name": "..."}}), which
+// decodes into Mode "function" and Name.
+type ToolChoice struct {
+	Mode string
+	Name string
+}
+
+// Tool choice modes.
+const (
+	ToolChoiceNone     = "none"
+	ToolChoiceAuto     = "auto"
+	ToolChoiceRequired = "required"
+	ToolChoiceFunction = "function"
+)
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (c *ToolChoice) UnmarshalJSON(b []byte) error {
+	var mode string
+	if err := json.Unmarshal(b, &mode); err == nil {
+		switch mode {
+		case ToolChoiceNone, ToolChoiceAuto, ToolChoiceRequired:
+			*c = ToolChoice{Mode: mode}
+			return nil
+		}
+		return errors.New(`tool_choice must be "none", "auto", "required" or a function`)
+	}
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := strictUnmarshal(b, &named); err != nil || named.Type != "function" || named.Function.Name == "" {
+		return errors.New(`tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}`)
+	}
+	*c = ToolChoice{Mode: ToolChoiceFunction, Name: named.Function.Name}
+	return nil
+}
+
+// MarshalJSON implements json.Marshaler.
+func (c ToolChoice) MarshalJSON() ([]byte, error) {
+	if c.Mode == ToolChoiceFunction {
+		return json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": c.Name}})
+	}
+	return json.Marshal(c.Mode)
+}
+
+// ResponseFormat is response_format: {"type": "text"}, {"type":
+// "json_object"} or {"type": "json_schema", "json_schema": {...}}.
+type ResponseFormat struct {
+	Type       string          `json:"type"`
+	JSONSchema *JSONSchemaSpec `json:"json_schema,omitempty"`
+}
+
+// JSONSchemaSpec is the json_schema of a ResponseFormat.
+type JSONSchemaSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Schema      json.RawMessage `json:"schema,omitempty"`
+	Strict      *bool           `json:"strict,omitempty"`
+}
+
+// Guided holds the structured-output fields of vLLM (guided_*) and of
+// llama.cpp's server (grammar, json_schema), embedded in the generation
+// requests. At most one structured-output field may be set per request,
+// response_format included.
+type Guided struct {
+	// GuidedJSON is a JSON Schema the output must validate against.
+	GuidedJSON json.RawMessage `json:"guided_json,omitempty"`
+	// GuidedRegex is a regular expression the output must match whole.
+	GuidedRegex string `json:"guided_regex,omitempty"`
+	// GuidedChoice is a list of strings the output must be one of.
+	GuidedChoice []string `json:"guided_choice,omitempty"`
+	// GuidedGrammar and Grammar are GBNF grammars (llama.cpp's dialect).
+	GuidedGrammar string `json:"guided_grammar,omitempty"`
+	Grammar       string `json:"grammar,omitempty"`
+	// JSONSchema is llama.cpp's name for a JSON Schema constraint.
+	JSONSchema json.RawMessage `json:"json_schema,omitempty"`
+}
+
+// Controls are the generation controls vLLM adds to OpenAI's, embedded in
+// the generation requests.
+type Controls struct {
+	// IgnoreEOS generates past end-of-generation tokens, to max_tokens.
+	IgnoreEOS bool `json:"ignore_eos,omitempty"`
+	// MinTokens is the fewest tokens generated before an end-of-generation
+	// or stop token may end a choice.
+	MinTokens *int `json:"min_tokens,omitempty"`
+	// StopTokenIDs end a choice as EOS does.
+	StopTokenIDs []int32 `json:"stop_token_ids,omitempty"`
+	// SkipSpecialTokens leaves special tokens out of the text (default
+	// true).
+	SkipSpecialTokens *bool `json:"skip_special_tokens,omitempty"`
+	// BestOf is accepted only when it equals n (or is 1): llmd does not
+	// generate extra candidates to pick from.
+	BestOf *int `json:"best_of,omitempty"`
+}
+
+// strictUnmarshal decodes b into v, refusing fields v does not have.
+func strictUnmarshal(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 // Content is message text. It unmarshals from a string, null, or an array of
@@ -77,9 +235,54 @@ func (s *Stop) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// StreamOptions are the options of a streamed response.
+// StreamOptions are the options of a streamed response. IncludeObfuscation
+// is accepted and ignored: llmd adds no obfuscation padding to chunks.
 type StreamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
+	IncludeUsage       bool  `json:"include_usage"`
+	IncludeObfuscation *bool `json:"include_obfuscation,omitempty"`
+}
+
+// UnmarshalJSON implements json.Unmarshaler, refusing unknown fields.
+func (o *StreamOptions) UnmarshalJSON(b []byte) error {
+	type plain StreamOptions
+	return strictField("stream_options", b, (*plain)(o))
+}
+
+// UnmarshalJSON implements json.Unmarshaler, refusing unknown fields.
+func (f *ResponseFormat) UnmarshalJSON(b []byte) error {
+	type plain ResponseFormat
+	return strictField("response_format", b, (*plain)(f))
+}
+
+// UnmarshalJSON implements json.Unmarshaler, refusing unknown fields.
+func (s *JSONSchemaSpec) UnmarshalJSON(b []byte) error {
+	type plain JSONSchemaSpec
+	return strictField("response_format.json_schema", b, (*plain)(s))
+}
+
+// UnmarshalJSON implements json.Unmarshaler, refusing unknown fields.
+func (t *Tool) UnmarshalJSON(b []byte) error {
+	type plain Tool
+	return strictField("tools[]", b, (*plain)(t))
+}
+
+// UnmarshalJSON implements json.Unmarshaler, refusing unknown fields.
+func (f *FunctionDef) UnmarshalJSON(b []byte) error {
+	type plain FunctionDef
+	return strictField("tools[].function", b, (*plain)(f))
+}
+
+// strictField decodes b into v, refusing fields v does not have with an
+// error that names the object.
+func strictField(name string, b []byte, v any) error {
+	if err := strictUnmarshal(b, v); err != nil {
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) {
+			return err
+		}
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
 }
 
 // Sampling holds the sampling parameters that every generation request
@@ -109,8 +312,10 @@ type Sampling struct {
 	Stop Stop `json:"stop,omitempty"`
 }
 
-// ChatCompletionRequest is the body of POST /v1/chat/completions. Unknown
-// fields are ignored. Pointer fields distinguish "absent" from zero.
+// ChatCompletionRequest is the body of POST /v1/chat/completions. llmd
+// refuses a field it does not implement with a 400 naming it (see the
+// README for the few it accepts and ignores). Pointer fields distinguish
+// "absent" from zero.
 type ChatCompletionRequest struct {
 	Model               string         `json:"model"`
 	Messages            []Message      `json:"messages"`
@@ -125,6 +330,16 @@ type ChatCompletionRequest struct {
 	Logprobs    *bool  `json:"logprobs,omitempty"`
 	TopLogprobs *int   `json:"top_logprobs,omitempty"`
 	User        string `json:"user,omitempty"`
+	// ResponseFormat constrains the answer to JSON (any object, or one
+	// valid against a schema).
+	ResponseFormat *ResponseFormat `json:"response_format,omitempty"`
+	// Tools the model may call, whether and which it must call, and
+	// whether it may call several at once (default true).
+	Tools             []Tool      `json:"tools,omitempty"`
+	ToolChoice        *ToolChoice `json:"tool_choice,omitempty"`
+	ParallelToolCalls *bool       `json:"parallel_tool_calls,omitempty"`
+	Guided
+	Controls
 }
 
 // CompletionRequest is the body of POST /v1/completions. Prompt is a string
@@ -142,6 +357,13 @@ type CompletionRequest struct {
 	// (0 to 5) most likely alternatives, in the legacy format
 	// (CompletionLogprobs).
 	Logprobs *int `json:"logprobs,omitempty"`
+	// Echo starts each choice's text with the prompt.
+	Echo bool `json:"echo,omitempty"`
+	// ResponseFormat constrains the text to JSON (a vLLM extension on
+	// completions).
+	ResponseFormat *ResponseFormat `json:"response_format,omitempty"`
+	Guided
+	Controls
 }
 
 // PromptTokensDetails breaks down prompt tokens.
@@ -166,10 +388,24 @@ type Usage struct {
 }
 
 // ResponseMessage is the assistant message in a non-streamed response.
+// Its content is null when it made tool calls and wrote no text.
 type ResponseMessage struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role      string     `json:"role"`
+	Content   string     `json:"content"`
+	Refusal   *string    `json:"refusal"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// MarshalJSON writes content as null for a message of tool calls only.
+func (m ResponseMessage) MarshalJSON() ([]byte, error) {
+	type plain ResponseMessage
+	if m.Content == "" && len(m.ToolCalls) > 0 {
+		return json.Marshal(struct {
+			Content *string `json:"content"`
+			plain
+		}{nil, plain(m)})
+	}
+	return json.Marshal(plain(m))
 }
 
 // ChatChoice is one choice of a non-streamed chat completion.
@@ -216,8 +452,9 @@ type ChatCompletion struct {
 
 // ChunkDelta is the delta of a streamed chat chunk.
 type ChunkDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	ToolCalls []ToolCallDelta `json:"tool_calls,omitempty"`
 }
 
 // ChunkChoice is one choice of a streamed chat chunk.

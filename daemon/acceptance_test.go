@@ -331,7 +331,9 @@ func TestSimBadRequests(t *testing.T) {
 	require.Zero(t, st.Steps, "no bad request reached the engine")
 	require.Zero(t, st.Completed)
 
-	resp, body := post(t, c, base+"/v1/chat/completions", `{"model":"sim/small","max_tokens":5,"unknown_field":{"x":1},
+	// OpenAI's bookkeeping fields are accepted and ignored (the README
+	// lists them); any other unknown field is refused (badRequests).
+	resp, body := post(t, c, base+"/v1/chat/completions", `{"model":"sim/small","max_tokens":5,"store":true,"metadata":{"x":"1"},
 		"messages":[{"role":"developer","content":"hi"},{"role":"user","content":"hello"}]}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 	require.Equal(t, uint64(1), s.Stats()[0].Completed)

@@ -95,6 +95,32 @@ func badRequests(model string, contextLength int, maxBody int64, longText string
 		{name: "native unknown model", path: na, body: `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`,
 			status: 404, param: "model", code: pipeline.CodeModelNotFound},
 		{name: "native temperature", path: na, body: chat(`,"temperature":-1`), status: 400, param: "temperature"},
+
+		// No field is silently ignored (issue 19).
+		{name: "unknown field", path: cc, body: chat(`,"max_token":5`), status: 400, param: "max_token"},
+		{name: "legacy functions", path: cc, body: chat(`,"functions":[]`), status: 400, param: "functions"},
+		{name: "reasoning effort", path: cc, body: chat(`,"reasoning_effort":"high"`), status: 400, param: "reasoning_effort"},
+		{name: "completions suffix", path: co, body: compl(`,"prompt":"a","suffix":"b"`), status: 400, param: "suffix"},
+		{name: "native unknown field", path: na, body: chat(`,"temprature":1`), status: 400, param: "temprature"},
+		{name: "unknown stream option", path: cc, body: chat(`,"stream":true,"stream_options":{"continuous_usage_stats":true}`), status: 400},
+		{name: "unknown response_format field", path: cc, body: chat(`,"response_format":{"type":"json_object","strict":true}`), status: 400},
+		{name: "response_format type", path: cc, body: chat(`,"response_format":{"type":"yaml"}`), status: 400, param: "response_format"},
+		{name: "json_schema without schema", path: cc, body: chat(`,"response_format":{"type":"json_schema","json_schema":{"name":"x"}}`),
+			status: 400, param: "response_format"},
+		{name: "unsupported schema keyword", path: cc,
+			body:   chat(`,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","patternProperties":{"a":{}}}}}`),
+			status: 400, param: "response_format"},
+		{name: "bad grammar", path: cc, body: chat(`,"grammar":"root ::= (\"a\""`), status: 400, param: "grammar"},
+		{name: "bad regex", path: cc, body: chat(`,"guided_regex":"(a"`), status: 400, param: "guided_regex"},
+		{name: "empty guided_choice", path: cc, body: chat(`,"guided_choice":[]`), status: 400, param: "guided_choice"},
+		{name: "two structured fields", path: cc, body: chat(`,"response_format":{"type":"json_object"},"guided_regex":"a+"`),
+			status: 400, param: "guided_regex"},
+		{name: "best_of over n", path: cc, body: chat(`,"best_of":3`), status: 400, param: "best_of"},
+		{name: "min_tokens over max_tokens", path: cc, body: chat(`,"min_tokens":9,"max_tokens":4`), status: 400, param: "min_tokens"},
+		{name: "min_tokens negative", path: cc, body: chat(`,"min_tokens":-1`), status: 400, param: "min_tokens"},
+		{name: "stop_token_ids past vocab", path: cc, body: chat(`,"stop_token_ids":[2000000000]`), status: 400, param: "stop_token_ids"},
+		{name: "echo with logprobs", path: co, body: compl(`,"prompt":"a","echo":true,"logprobs":1`), status: 400, param: "echo"},
+		{name: "completions tools", path: co, body: compl(`,"prompt":"a","tools":[]`), status: 400, param: "tools"},
 	}
 }
 

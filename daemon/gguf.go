@@ -3,16 +3,18 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/cpu"
+	"github.com/llmd/llmd/engine/grammar"
 	modelfile "github.com/llmd/llmd/model"
 	"github.com/llmd/llmd/model/chat"
 	"github.com/llmd/llmd/model/gguf"
 	"github.com/llmd/llmd/model/tokenizer"
+	"github.com/llmd/llmd/model/toolcall"
 	"github.com/llmd/llmd/pipeline"
 )
 
@@ -22,24 +24,50 @@ type ggufText struct {
 	tok  *tokenizer.Tokenizer
 	tmpl *chat.Template
 	bos  string // the BOS token's text, "" when the vocabulary has none
+	// tools is the template's tool-call format, renders whether it
+	// renders tools itself.
+	tools   toolcall.Format
+	renders bool
+	vocab   *lazyVocab
 }
 
-func (g ggufText) ChatPrompt(msgs []api.Message, addGenerationPrompt bool) ([]int32, error) {
-	cm := make([]chat.Message, len(msgs))
-	for i, m := range msgs {
+func (g ggufText) ChatPrompt(in pipeline.ChatInput) ([]int32, error) {
+	cm := make([]chat.Message, len(in.Messages))
+	for i, m := range in.Messages {
 		role := m.Role
 		if role == "developer" {
 			role = "system"
 		}
-		cm[i] = chat.Message{Role: role, Content: string(m.Content)}
+		cm[i] = chat.Message{Role: role, Content: string(m.Content), Name: m.Name, ToolCallID: m.ToolCallID}
+		for _, tc := range m.ToolCalls {
+			cm[i].ToolCalls = append(cm[i].ToolCalls, chat.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
 	}
-	prompt, err := g.tmpl.Render(cm, addGenerationPrompt)
+	res, err := g.tmpl.RenderRequest(chat.Request{Messages: cm, Tools: in.Tools, AddGenerationPrompt: in.AddGenerationPrompt})
+	if err == nil && res.Source != chat.SourceGGUF && len(in.Tools) > 0 {
+		// The built-in formats leave tools out: describe them in a system
+		// message instead, so they are not lost.
+		cm = withToolSystemPrompt(cm, toolcall.SystemPrompt(g.tools, in.Tools))
+		res, err = g.tmpl.RenderRequest(chat.Request{Messages: cm, AddGenerationPrompt: in.AddGenerationPrompt})
+	}
 	if err != nil {
 		return nil, pipeline.InvalidParam("messages", "%v", err)
 	}
+	prompt := res.Prompt
 	// Templates that write bos_token themselves must not get a second one.
 	addBOS := g.bos == "" || !strings.HasPrefix(prompt, g.bos)
 	return g.tok.Encode(prompt, addBOS), nil
+}
+
+// withToolSystemPrompt adds text to the system message of msgs, or puts a
+// system message of text first.
+func withToolSystemPrompt(msgs []chat.Message, text string) []chat.Message {
+	if len(msgs) > 0 && msgs[0].Role == "system" {
+		out := slices.Clone(msgs)
+		out[0].Content = strings.TrimRight(out[0].Content, "\n") + "\n\n" + text
+		return out
+	}
+	return append([]chat.Message{{Role: "system", Content: text}}, msgs...)
 }
 
 func (g ggufText) Prompt(text string, addSpecial bool) []int32 { return g.tok.Encode(text, addSpecial) }
@@ -57,6 +85,10 @@ func (g ggufText) DecodeToken(t int32) string {
 }
 func (g ggufText) TokenText(t int32) string { return g.tok.DecodeToken(t) }
 func (g ggufText) VocabSize() int           { return g.tok.VocabSize() }
+
+func (g ggufText) Vocabulary() *grammar.Vocabulary { return g.vocab.get() }
+
+func (g ggufText) ToolFormat() (toolcall.Format, bool) { return g.tools, g.renders }
 
 // loadGGUFModels resolves every --model and --models-dir value, opens each
 // GGUF file (memory-mapped), prepares its tokenizer and chat template, and
@@ -171,8 +203,12 @@ func ggufModel(ref modelfile.ModelRef, f *gguf.File) (*pipeline.Model, error) {
 		return nil, err
 	}
 	m := &pipeline.Model{
-		ID:           ref.Name,
-		Text:         ggufText{tok: tok, tmpl: tmpl, bos: bos},
+		ID: ref.Name,
+		Text: ggufText{tok: tok, tmpl: tmpl, bos: bos, tools: toolcall.Detect(src),
+			renders: toolcall.Detect(src).RendersTools(src) && tmpl.Source() == chat.SourceGGUF,
+			vocab: &lazyVocab{build: func() *grammar.Vocabulary {
+				return grammar.NewVocabulary(tok.TokenBytes(), tok.EndOfGeneration())
+			}}},
 		EOS:          map[int32]bool{},
 		Limit:        spec.ContextLength,
 		Executor:     pipeline.ExecutorCPU,

@@ -63,7 +63,7 @@ func startServer(t *testing.T, s *Daemon) string {
 
 // newModel describes the model served by replica, with tok for its text.
 func newModel(replica pipeline.Replica, tok Tokenizer, created time.Time, run func(context.Context) error) *pipeline.Model {
-	return pipeline.NewModel(replica, plainText{tok}, created, run)
+	return pipeline.NewModel(replica, newPlainText(tok), created, run)
 }
 
 // newServer composes a daemon over models, with an in-memory quota

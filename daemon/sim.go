@@ -49,7 +49,7 @@ func buildSimModels(cfg Config, logger *slog.Logger) ([]*pipeline.Model, error) 
 		if err != nil {
 			return nil, fmt.Errorf("daemon: engine for %s: %w", prof.ID, err)
 		}
-		m := pipeline.NewModel(pipeline.EngineReplica{E: eng}, plainText{exec.Tokenizer()}, now, eng.Run)
+		m := pipeline.NewModel(pipeline.EngineReplica{E: eng}, newPlainText(exec.Tokenizer()), now, eng.Run)
 		m.Executor, m.Arch, m.Params, m.Quantization = pipeline.ExecutorSimulated, "sim", prof.Params, "BF16"
 		m.Sim = &pipeline.SimGPU{Name: gpu.Name, TP: cfg.TP, Memory: gpu.MemoryBytes * int64(cfg.TP), KVCapacity: exec.KVCapacityBytes()}
 		if prof.WeightDTypeBytes == 1 {

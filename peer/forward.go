@@ -252,6 +252,13 @@ func (r *run) relayJSON(sink pipeline.Sink) pipeline.Result {
 			}
 			c.lps = nil
 		}
+		for k, tc := range c.calls {
+			if err := sink.ToolCall(i, api.ToolCallDelta{Index: k, ID: tc.ID, Type: tc.Type,
+				Function: api.FunctionCallDelta{Name: tc.Function.Name, Arguments: tc.Function.Arguments}}); err != nil {
+				res.ClientGone = true
+				return res
+			}
+		}
 		if err := sink.Finish(i, c.finish, c.lps); err != nil {
 			res.ClientGone = true
 			return res
@@ -324,6 +331,17 @@ func (r *run) emit(sink pipeline.Sink, d delta, res *pipeline.Result) error {
 		r.progress.Delivered(r.relayed, now)
 		d.lps = nil
 	}
+	for _, c := range d.calls {
+		now := time.Now()
+		if res.FirstToken.IsZero() {
+			res.FirstToken = now
+		}
+		r.relayed++
+		if err := sink.ToolCall(d.index, c); err != nil {
+			return err
+		}
+		r.progress.Delivered(r.relayed, now)
+	}
 	if d.finish != "" {
 		return sink.Finish(d.index, d.finish, d.lps)
 	}
@@ -394,6 +412,8 @@ type delta struct {
 	text   string
 	lps    []api.TokenLogprob
 	finish string
+	// calls are tool-call fragments, in order.
+	calls []api.ToolCallDelta
 }
 
 // streamDecoder turns a peer's events, in its endpoint's format, into
@@ -425,7 +445,11 @@ func (d *streamDecoder) decode(ev api.SSEEvent) (out []delta, end bool, err erro
 		if err := json.Unmarshal([]byte(ev.Data), &nd); err != nil {
 			return nil, false, fmt.Errorf("peer: decode token event: %w", err)
 		}
-		return []delta{{index: nd.Index, text: nd.Delta}}, false, nil
+		d := delta{index: nd.Index, text: nd.Delta}
+		if nd.ToolCall != nil {
+			d.calls = []api.ToolCallDelta{*nd.ToolCall}
+		}
+		return []delta{d}, false, nil
 	}
 	if ev.Data == "[DONE]" {
 		return nil, true, nil
@@ -466,6 +490,7 @@ func decodeChunk(endpoint pipeline.Endpoint, data []byte) ([]delta, bool, error)
 		if ch.Logprobs != nil {
 			d.lps = ch.Logprobs.Content
 		}
+		d.calls = ch.Delta.ToolCalls
 		out = append(out, d)
 	}
 	return out, false, nil
@@ -475,6 +500,7 @@ func decodeChunk(endpoint pipeline.Endpoint, data []byte) ([]delta, bool, error)
 type choice struct {
 	text, finish string
 	lps          []api.TokenLogprob
+	calls        []api.ToolCall
 }
 
 // decodeJSON decodes a peer's whole answer in its endpoint's format.
@@ -486,7 +512,7 @@ func decodeJSON(endpoint pipeline.Endpoint, body []byte) ([]choice, error) {
 		if err := json.Unmarshal(body, &d); err != nil {
 			return nil, fmt.Errorf("peer: decode answer: %w", err)
 		}
-		return []choice{{text: d.Text, finish: d.FinishReason}}, nil
+		return []choice{{text: d.Text, finish: d.FinishReason, calls: d.ToolCalls}}, nil
 	case pipeline.EndpointCompletions:
 		var c api.Completion
 		if err := json.Unmarshal(body, &c); err != nil {
@@ -506,7 +532,7 @@ func decodeJSON(endpoint pipeline.Endpoint, body []byte) ([]choice, error) {
 		out = make([]choice, len(c.Choices))
 		for _, ch := range c.Choices {
 			if ch.Index >= 0 && ch.Index < len(out) {
-				out[ch.Index] = choice{text: ch.Message.Content, finish: ch.FinishReason}
+				out[ch.Index] = choice{text: ch.Message.Content, finish: ch.FinishReason, calls: ch.Message.ToolCalls}
 				if ch.Logprobs != nil {
 					out[ch.Index].lps = ch.Logprobs.Content
 				}

@@ -20,6 +20,7 @@ type discardSink struct{}
 
 func (discardSink) Begin() error                                 { return nil }
 func (discardSink) Text(int, string, []api.TokenLogprob) error   { return nil }
+func (discardSink) ToolCall(int, api.ToolCallDelta) error        { return nil }
 func (discardSink) Finish(int, string, []api.TokenLogprob) error { return nil }
 func (discardSink) End(pipeline.Usage) error                     { return nil }
 func (discardSink) Fail(error) int                               { return http.StatusOK }

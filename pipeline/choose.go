@@ -70,7 +70,16 @@ func (p *Pipeline) validate(req *Request) error {
 			return InvalidParam("stop", "stop strings must not be empty")
 		}
 	}
-	return nil
+	if req.MinTokens < 0 {
+		return InvalidParam("min_tokens", "min_tokens must not be negative, got %d", req.MinTokens)
+	}
+	if v := req.MaxTokens; v != nil && req.MinTokens > *v {
+		return InvalidParam("min_tokens", "min_tokens (%d) must not exceed %s (%d)", req.MinTokens, req.MaxTokensParam, *v)
+	}
+	if req.Endpoint == EndpointCompletions && len(req.Tools) > 0 {
+		return InvalidParam("tools", "tools need a chat endpoint")
+	}
+	return validateTools(req)
 }
 
 // CheckMessages validates chat messages: at least one, each with a known role.
@@ -213,9 +222,36 @@ func (p *Pipeline) prepare(req *Request, t Tenant, c choice) (*Job, error) {
 		if len(j.Prompt) == 0 {
 			return nil, InvalidParam("prompt", "prompt must not be empty")
 		}
-	} else if j.Prompt, err = m.Text.ChatPrompt(req.Messages, true); err != nil {
+		if req.Echo {
+			j.Echo = req.Prompt
+		}
+	} else {
+		in, tp, err := chatInput(req, m.Text)
+		if err != nil {
+			return nil, err
+		}
+		if j.Prompt, err = m.Text.ChatPrompt(in); err != nil {
+			return nil, err
+		}
+		j.Tools = tp
+	}
+	src, err := grammarSource(req, j.Tools)
+	if err != nil {
 		return nil, err
 	}
+	if src != "" {
+		if j.Grammar, err = bindGrammar(m, src, grammarParam(req)); err != nil {
+			return nil, err
+		}
+	}
+	for _, t := range req.StopTokenIDs {
+		if t < 0 || int(t) >= m.Text.VocabSize() {
+			return nil, InvalidParam("stop_token_ids", "stop_token_ids holds %d, not a token id of this model (0 to %d)", t, m.Text.VocabSize()-1)
+		}
+	}
+	j.MinTokens, j.IgnoreEOS, j.StopTokens = req.MinTokens, req.IgnoreEOS, slices.Clone(req.StopTokenIDs)
+	// A tool call's markers may be special tokens (<|python_tag|>).
+	j.ShowSpecial = req.ShowSpecial || j.Tools != nil
 	if j.Sampling, err = samplingParams(req.Sampling, m.Text.VocabSize()); err != nil {
 		return nil, err
 	}
@@ -230,6 +266,9 @@ func (p *Pipeline) prepare(req *Request, t Tenant, c choice) (*Job, error) {
 	}
 	if j.MaxTokens, err = fit(m.Limit, len(j.Prompt), req.MaxTokens, req.defaultMaxTokens(), req.inputParam()); err != nil {
 		return nil, err
+	}
+	if j.MinTokens > j.MaxTokens {
+		return nil, InvalidParam("min_tokens", "min_tokens (%d) exceeds the %d tokens left for the answer", j.MinTokens, j.MaxTokens)
 	}
 	return j, nil
 }

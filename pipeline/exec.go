@@ -18,8 +18,12 @@ type Sink interface {
 	// Text adds text to choice i (never empty) with the log-probabilities
 	// of the tokens it completes (nil unless asked for).
 	Text(i int, text string, lps []api.TokenLogprob) error
-	// Finish ends choice i normally ("stop" or "length"), with the
-	// log-probabilities not sent yet.
+	// ToolCall adds a fragment of a tool call to choice i: the first of
+	// call d.Index carries its ID, Type and Function.Name, the following
+	// ones pieces of its arguments (OpenAI's stream delta).
+	ToolCall(i int, d api.ToolCallDelta) error
+	// Finish ends choice i normally ("stop", "length" or "tool_calls"),
+	// with the log-probabilities not sent yet.
 	Finish(i int, reason string, lps []api.TokenLogprob) error
 	// End ends the answer after every choice finished; u is what it used.
 	// An error means the client could not be written to.
@@ -199,6 +203,13 @@ func (s *lazySink) Text(i int, text string, lps []api.TokenLogprob) error {
 		return err
 	}
 	return s.Sink.Text(i, text, lps)
+}
+
+func (s *lazySink) ToolCall(i int, d api.ToolCallDelta) error {
+	if err := s.start(); err != nil {
+		return err
+	}
+	return s.Sink.ToolCall(i, d)
 }
 
 func (s *lazySink) Finish(i int, reason string, lps []api.TokenLogprob) error {

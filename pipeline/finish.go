@@ -19,7 +19,9 @@ type Outcome struct {
 	ID, ClientID string
 	Endpoint     Endpoint
 	Principal    Principal
-	Tier         string
+	// User is the client's end-user tag (the "user" field).
+	User string
+	Tier string
 	// Model is the model that served the request, or the one it asked for
 	// when it was refused before one was chosen.
 	Model  string
@@ -127,7 +129,7 @@ func (p *Pipeline) Record(req *Request, plan *Plan, status int, err error) Outco
 // outcome is the Outcome of plan with res.
 func (p *Pipeline) outcome(plan *Plan, res Result) Outcome {
 	req := plan.Req
-	out := Outcome{ID: req.ID, ClientID: req.ClientID, Endpoint: req.Endpoint, Principal: req.Principal,
+	out := Outcome{ID: req.ID, ClientID: req.ClientID, Endpoint: req.Endpoint, Principal: req.Principal, User: req.User,
 		Tier: string(plan.Tenant.Tier), Model: plan.Model, Stream: req.Stream, Start: req.Start, Finish: res.Finish,
 		Usage: res.Usage, Queued: res.Queued, ITL: res.MeanITL(), TTFT: res.TTFT, Route: plan.route,
 		Degraded: plan.degraded, ServedBy: res.ServedBy, Err: res.Err}
@@ -163,7 +165,7 @@ func (p *Pipeline) usageEvent(out Outcome, status store.UsageStatus) store.Usage
 		InputTokens: int64(out.Usage.InputTokens), CachedTokens: int64(out.Usage.CachedTokens),
 		OutputTokens: int64(out.Usage.OutputTokens),
 		QueueTime:    out.Queued, TTFT: out.TTFT, MeanITL: out.ITL, Duration: time.Since(out.Start),
-		Route: appendNote(out.Route, out.Degraded), Started: out.Start,
+		Route: appendNote(out.Route, out.Degraded), User: out.User, Started: out.Start,
 	}
 	if status != store.UsageInFlight {
 		ev.Ended = time.Now()
@@ -339,6 +341,7 @@ type failingSink struct{ err error }
 
 func (s failingSink) Begin() error                                 { return s.err }
 func (s failingSink) Text(int, string, []api.TokenLogprob) error   { return s.err }
+func (s failingSink) ToolCall(int, api.ToolCallDelta) error        { return s.err }
 func (s failingSink) Finish(int, string, []api.TokenLogprob) error { return s.err }
 func (s failingSink) End(Usage) error                              { return s.err }
 func (s failingSink) Fail(error) int                               { return StatusClientClosed }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/model/toolcall"
 )
 
 // LocalTarget runs jobs on this node's engines.
@@ -56,6 +57,64 @@ type choiceState struct {
 	reason string
 	// lps are the log-probabilities of tokens whose text is held back.
 	lps []api.TokenLogprob
+	// tools parses the text into tool calls (nil: the text is sent as
+	// is); ids are the ids of the calls so far.
+	tools *toolcall.Parser
+	ids   []string
+}
+
+// send passes text of choice i to sink, through the tool-call parser when
+// the job has tools: content goes out as text (with the log-probabilities
+// held), calls as tool-call deltas.
+func (c *choiceState) send(sink Sink, i int, text string, format toolcall.Format) error {
+	lps := c.lps
+	c.lps = nil
+	if c.tools == nil {
+		return sink.Text(i, text, lps)
+	}
+	return c.toolEvents(sink, i, c.tools.Push(text), lps, format)
+}
+
+// flushTools ends choice i's tool-call parsing and sends what it held.
+func (c *choiceState) flushTools(sink Sink, i int, format toolcall.Format) error {
+	if c.tools == nil {
+		return nil
+	}
+	lps := c.lps
+	c.lps = nil
+	return c.toolEvents(sink, i, c.tools.Finish(), lps, format)
+}
+
+func (c *choiceState) toolEvents(sink Sink, i int, evs []toolcall.Event, lps []api.TokenLogprob, format toolcall.Format) error {
+	for _, ev := range evs {
+		var err error
+		switch {
+		case ev.Content != "":
+			err = sink.Text(i, ev.Content, lps)
+			lps = nil
+		case ev.Name != "":
+			id := NewToolCallID(format)
+			c.ids = append(c.ids, id)
+			err = sink.ToolCall(i, api.ToolCallDelta{Index: ev.Index, ID: id, Type: "function",
+				Function: api.FunctionCallDelta{Name: ev.Name}})
+		case ev.Args != "":
+			err = sink.ToolCall(i, api.ToolCallDelta{Index: ev.Index, Function: api.FunctionCallDelta{Arguments: ev.Args}})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	c.lps = append(lps, c.lps...) // the log-probabilities of text still held
+	return nil
+}
+
+// finishReason is the reason a choice that ended with reason gives: a
+// choice that made tool calls and stopped ends with "tool_calls".
+func (c *choiceState) finishReason(reason string) string {
+	if reason == string(engine.FinishStop) && len(c.ids) > 0 {
+		return "tool_calls"
+	}
+	return reason
 }
 
 // Relay reads the engine's events and writes each choice's text, with stop
@@ -70,14 +129,36 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 	defer wd.stop()
 
 	choices := make([]choiceState, j.N)
+	var format toolcall.Format
+	if j.Tools != nil {
+		format = j.Tools.Format
+	}
 	for i := range choices {
 		choices[i].ts.stops = j.Stops
+		if j.Tools != nil {
+			choices[i].tools = toolcall.NewParser(format)
+		}
+	}
+	decode := m.Text.DecodeToken
+	if j.ShowSpecial {
+		decode = m.Text.TokenText
+	}
+	if j.Echo != "" {
+		for i := range choices {
+			if err := sink.Text(i, j.Echo, nil); err != nil {
+				return r.abandon(res, err)
+			}
+		}
 	}
 	open := j.N
 	delivered := 0 // token events of open choices, every choice's
 	var failure error
 	end := func(i int, reason string) error {
 		c := &choices[i]
+		if err := c.flushTools(sink, i, format); err != nil {
+			return err
+		}
+		reason = c.finishReason(reason)
 		c.done, c.reason = true, reason
 		open--
 		if open == 0 {
@@ -139,11 +220,9 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 			if ev.Logprobs != nil {
 				c.lps = append(c.lps, tokenLogprob(m.Text, ev.Token, ev.Logprobs))
 			}
-			txt, stopped := c.ts.push(m.Text.DecodeToken(ev.Token))
+			txt, stopped := c.ts.push(decode(ev.Token))
 			if txt != "" {
-				lps := c.lps
-				c.lps = nil
-				werr = sink.Text(ev.Index, txt, lps)
+				werr = c.send(sink, ev.Index, txt, format)
 			}
 			if stopped && werr == nil {
 				werr = end(ev.Index, "stop")
@@ -152,9 +231,7 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 			switch ev.Finish {
 			case engine.FinishStop, engine.FinishLength:
 				if txt := c.ts.flush(); txt != "" {
-					lps := c.lps
-					c.lps = nil
-					werr = sink.Text(ev.Index, txt, lps)
+					werr = c.send(sink, ev.Index, txt, format)
 				}
 				if werr == nil {
 					werr = end(ev.Index, string(ev.Finish))

@@ -9,9 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/grammar"
 	"github.com/llmd/llmd/engine/kvcache"
+	"github.com/llmd/llmd/model/toolcall"
 )
 
 // Replica is the part of a model's engine that the pipeline and the server
@@ -81,10 +82,15 @@ func (r EngineReplica) RecentPrefixes(max int) []kvcache.Hash { return r.E.Recen
 // TextModel is a model's side of text: chat rendering, tokenization and
 // detokenization.
 type TextModel interface {
-	// ChatPrompt renders messages with the model's chat template and
-	// tokenizes the result. An error is the template refusing the
-	// conversation (a 400).
-	ChatPrompt(msgs []api.Message, addGenerationPrompt bool) ([]int32, error)
+	// ChatPrompt renders the conversation (and its tools) with the model's
+	// chat template and tokenizes the result. An error is the template refusing the conversation (a 400).
+	ChatPrompt(in ChatInput) ([]int32, error)
+	// Vocabulary is the model's tokens as a grammar matches them
+	// (structured output); nil when the model has none.
+	Vocabulary() *grammar.Vocabulary
+	// ToolFormat is the tool-call format of the model's chat template, and
+	// whether the template renders the tools itself.
+	ToolFormat() (f toolcall.Format, rendersTools bool)
 	// Prompt tokenizes raw text, adding the model's BOS/EOS when addSpecial.
 	Prompt(text string, addSpecial bool) []int32
 	Decode(tokens []int32) string

@@ -3,11 +3,13 @@ package pipeline
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"time"
 
 	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/grammar"
 	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/store"
 )
@@ -104,9 +106,50 @@ type Request struct {
 	// AffinityKey names the conversation (a header, else the "user"
 	// field), for session affinity.
 	AffinityKey string
+	// User is the client's tag for its end user (the "user" field), kept
+	// in the usage row.
+	User string
+	// Structured constrains the output to a grammar; nil is free text.
+	Structured *Structured
+	// Tools are the tools the model may call (chat endpoints), ToolChoice
+	// whether and which it must call (the zero value: auto), and
+	// ParallelToolCalls whether it may make several calls in one answer.
+	Tools             []api.Tool
+	ToolChoice        api.ToolChoice
+	ParallelToolCalls bool
+	// MinTokens, IgnoreEOS and StopTokenIDs are the engine's controls
+	// (engine.Request); ShowSpecial keeps special tokens in the text
+	// (skip_special_tokens false); Echo starts each choice's text with
+	// the prompt (completions).
+	MinTokens    int
+	IgnoreEOS    bool
+	StopTokenIDs []int32
+	ShowSpecial  bool
+	Echo         bool
 	// Forward is the request as it came, for a peer.
 	Forward Forward
 }
+
+// Structured is a constraint on a request's output, from the field Param:
+// one of a JSON object (Kind json_object), JSON valid against Schema
+// (json_schema), a GBNF grammar (grammar), a regular expression (regex) or
+// one of Choices (choice).
+type Structured struct {
+	Kind    string
+	Param   string
+	Schema  json.RawMessage
+	Text    string
+	Choices []string
+}
+
+// Structured kinds.
+const (
+	StructuredJSONObject = "json_object"
+	StructuredJSONSchema = "json_schema"
+	StructuredGrammar    = "grammar"
+	StructuredRegex      = "regex"
+	StructuredChoice     = "choice"
+)
 
 // Forwarded reports whether a peer forwarded the request to this node.
 func (r *Request) Forwarded() bool { return r.Principal.Peer != "" }
@@ -176,13 +219,31 @@ type Job struct {
 	TopLogprobs int
 	// AffinityKey names the conversation, for routing.
 	AffinityKey string
+	// Grammar constrains the output (structured output, a forced tool
+	// call); nil is free text.
+	Grammar *grammar.Bound
+	// Tools, when set, parses each choice's text into tool calls.
+	Tools *ToolPlan
+	// The engine's controls (engine.Request), and the text's: special
+	// tokens shown, and the text each choice starts with (echo).
+	MinTokens   int
+	IgnoreEOS   bool
+	StopTokens  []int32
+	ShowSpecial bool
+	Echo        string
 	// Forward is the request as it came, for a peer (with "model"
 	// replaced when a fallback serves it).
 	Forward Forward
 }
 
-// EngineRequest is the job as the engine takes it.
+// EngineRequest is the job as the engine takes it: each call gets its own
+// grammar state.
 func (j *Job) EngineRequest() engine.Request {
-	return engine.Request{ID: j.ID, Tenant: j.Principal.Tenant, Prompt: j.Prompt, MaxTokens: j.MaxTokens, N: j.N,
-		Priority: j.Priority, Seed: j.Seed, Sampling: j.Sampling, Logprobs: j.Logprobs, TopLogprobs: j.TopLogprobs}
+	req := engine.Request{ID: j.ID, Tenant: j.Principal.Tenant, Prompt: j.Prompt, MaxTokens: j.MaxTokens, N: j.N,
+		Priority: j.Priority, Seed: j.Seed, Sampling: j.Sampling, Logprobs: j.Logprobs, TopLogprobs: j.TopLogprobs,
+		MinTokens: j.MinTokens, IgnoreEOS: j.IgnoreEOS, StopTokens: j.StopTokens}
+	if j.Grammar != nil {
+		req.Constraint = j.Grammar.Matcher().Constraint()
+	}
+	return req
 }

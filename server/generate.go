@@ -147,7 +147,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, plan *pipeline.P
 		s.streams.Remove(req.ID)
 	}()
 	sink := &jsonSink{w: w, ctx: r.Context(), f: f, m: m, st: st, c: collected{texts: make([]strings.Builder, m.n),
-		reasons: make([]string, m.n), lps: make([][]api.TokenLogprob, m.n)}}
+		calls: make([][]api.ToolCall, m.n), reasons: make([]string, m.n), lps: make([][]api.TokenLogprob, m.n)}}
 	out := s.pipe.Finish(ctx, run, sink)
 	if req.Forwarded() {
 		peer.SetTrailer(w.Header(), out)
@@ -211,13 +211,32 @@ func (f *firstToken) Text(i int, text string, lps []api.TokenLogprob) error {
 	return f.Sink.Text(i, text, lps)
 }
 
-// collected is a whole answer: each choice's text, finish reason and
-// log-probabilities.
+func (f *firstToken) ToolCall(i int, d api.ToolCallDelta) error {
+	f.st.MarkFirstToken()
+	return f.Sink.ToolCall(i, d)
+}
+
+// collected is a whole answer: each choice's text, tool calls, finish
+// reason and log-probabilities.
 type collected struct {
 	texts   []strings.Builder
+	calls   [][]api.ToolCall
 	reasons []string
 	lps     [][]api.TokenLogprob
 	usage   pipeline.Usage
+}
+
+// addCall adds a tool-call fragment to choice i: a new call when it
+// carries an id, else more arguments of call d.Index.
+func (c *collected) addCall(i int, d api.ToolCallDelta) {
+	if d.ID != "" {
+		c.calls[i] = append(c.calls[i], api.ToolCall{ID: d.ID, Type: d.Type,
+			Function: api.FunctionCall{Name: d.Function.Name, Arguments: d.Function.Arguments}})
+		return
+	}
+	if k := d.Index; k >= 0 && k < len(c.calls[i]) {
+		c.calls[i][k].Function.Arguments += d.Function.Arguments
+	}
 }
 
 // logprobs returns choice i's log-probabilities (never nil, for the JSON
@@ -247,6 +266,12 @@ func (j *jsonSink) Text(i int, text string, lps []api.TokenLogprob) error {
 	j.st.MarkFirstToken()
 	j.c.texts[i].WriteString(text)
 	j.c.lps[i] = append(j.c.lps[i], lps...)
+	return nil
+}
+
+func (j *jsonSink) ToolCall(i int, d api.ToolCallDelta) error {
+	j.st.MarkFirstToken()
+	j.c.addCall(i, d)
 	return nil
 }
 

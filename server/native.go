@@ -14,7 +14,13 @@ var nativeCodec = codec{endpoint: pipeline.EndpointChat, decode: decodeNative}
 
 func decodeNative(body []byte, req *pipeline.Request) (format, error) {
 	var nr api.NativeChatRequest
-	if err := decodeJSON(body, &nr); err != nil {
+	if err := decodeStrict(body, &nr); err != nil {
+		return nil, err
+	}
+	if err := decodeTools(req, nr.Tools, nr.ToolChoice, nr.ParallelToolCalls); err != nil {
+		return nil, err
+	}
+	if err := decodeControls(req, nr.ResponseFormat, nr.Guided, nr.Controls); err != nil {
 		return nil, err
 	}
 	req.Model, req.Messages, req.Sampling = nr.Model, nr.Messages, nr.Sampling
@@ -46,7 +52,7 @@ func (nativeFormat) streamSink(st *relay.Stream, m meta) pipeline.Sink {
 
 func (nativeFormat) jsonBody(m meta, c *collected) any {
 	return api.NativeDone{ID: m.id, Model: m.model, FinishReason: c.reasons[0], Usage: nativeUsage(c.usage),
-		Text: c.texts[0].String()}
+		Text: c.texts[0].String(), ToolCalls: c.calls[0]}
 }
 
 // nativeStream writes llmd's native stream: "id: N" and a delta per piece of
@@ -61,6 +67,10 @@ func (c *nativeStream) Begin() error { return nil }
 
 func (c *nativeStream) Text(i int, s string, _ []api.TokenLogprob) error {
 	return c.st.Data("", api.NativeDelta{Delta: s, Index: i})
+}
+
+func (c *nativeStream) ToolCall(i int, d api.ToolCallDelta) error {
+	return c.st.Data("", api.NativeDelta{Index: i, ToolCall: &d})
 }
 
 func (c *nativeStream) Finish(i int, reason string, _ []api.TokenLogprob) error {

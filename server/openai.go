@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 
@@ -44,7 +45,7 @@ var chatCodec = codec{endpoint: pipeline.EndpointChatCompletions, decode: decode
 
 func decodeChat(body []byte, req *pipeline.Request) (format, error) {
 	var cr api.ChatCompletionRequest
-	if err := decodeJSON(body, &cr); err != nil {
+	if err := decodeStrict(body, &cr); err != nil {
 		return nil, err
 	}
 	req.Model, req.Messages, req.Sampling, req.N, req.Stream = cr.Model, cr.Messages, cr.Sampling, cr.N, cr.Stream
@@ -53,6 +54,13 @@ func decodeChat(body []byte, req *pipeline.Request) (format, error) {
 		req.MaxTokensParam, req.MaxTokens = "max_completion_tokens", cr.MaxCompletionTokens
 	}
 	req.AffinityKey = capText(cr.User, 256)
+	req.User = capText(cr.User, 256)
+	if err := decodeTools(req, cr.Tools, cr.ToolChoice, cr.ParallelToolCalls); err != nil {
+		return nil, err
+	}
+	if err := decodeControls(req, cr.ResponseFormat, cr.Guided, cr.Controls); err != nil {
+		return nil, err
+	}
 	req.Logprobs = cr.Logprobs != nil && *cr.Logprobs
 	if top := cr.TopLogprobs; top != nil {
 		if *top < 0 || *top > maxTopLogprobs {
@@ -80,7 +88,7 @@ func (chatFormat) jsonBody(m meta, c *collected) any {
 		Choices: make([]api.ChatChoice, len(c.texts)), Usage: openaiUsage(c.usage)}
 	for i := range c.texts {
 		resp.Choices[i] = api.ChatChoice{Index: i, FinishReason: c.reasons[i],
-			Message: api.ResponseMessage{Role: "assistant", Content: c.texts[i].String()}}
+			Message: api.ResponseMessage{Role: "assistant", Content: c.texts[i].String(), ToolCalls: c.calls[i]}}
 		if m.logprobs {
 			resp.Choices[i].Logprobs = &api.ChoiceLogprobs{Content: c.logprobs(i)}
 		}
@@ -115,6 +123,10 @@ func (c *chatStream) Begin() error {
 
 func (c *chatStream) Text(i int, s string, lps []api.TokenLogprob) error {
 	return c.chunk([]api.ChunkChoice{{Index: i, Delta: api.ChunkDelta{Content: &s}, Logprobs: chunkLogprobs(lps)}}, nil)
+}
+
+func (c *chatStream) ToolCall(i int, d api.ToolCallDelta) error {
+	return c.chunk([]api.ChunkChoice{{Index: i, Delta: api.ChunkDelta{ToolCalls: []api.ToolCallDelta{d}}}}, nil)
 }
 
 func (c *chatStream) Finish(i int, reason string, lps []api.TokenLogprob) error {
@@ -153,12 +165,20 @@ var completionCodec = codec{endpoint: pipeline.EndpointCompletions, decode: deco
 
 func decodeCompletion(body []byte, req *pipeline.Request) (format, error) {
 	var cr api.CompletionRequest
-	if err := decodeJSON(body, &cr); err != nil {
+	if err := decodeStrict(body, &cr); err != nil {
 		return nil, err
 	}
 	req.Model, req.Sampling, req.N, req.Stream = cr.Model, cr.Sampling, cr.N, cr.Stream
 	req.MaxTokensParam, req.MaxTokens = "max_tokens", cr.MaxTokens
 	req.AffinityKey = capText(cr.User, 256)
+	req.User = capText(cr.User, 256)
+	req.Echo = cr.Echo
+	if err := decodeControls(req, cr.ResponseFormat, cr.Guided, cr.Controls); err != nil {
+		return nil, err
+	}
+	if cr.Echo && cr.Logprobs != nil {
+		return nil, pipeline.InvalidParam("echo", "echo with logprobs is not supported (llmd does not compute the prompt's log-probabilities)")
+	}
 	if lp := cr.Logprobs; lp != nil {
 		if *lp < 0 || *lp > maxCompletionLogprobs {
 			return nil, pipeline.InvalidParam("logprobs", "logprobs must be between 0 and %d, got %d", maxCompletionLogprobs, *lp)
@@ -267,6 +287,11 @@ func (c *completionStream) Begin() error { return nil }
 
 func (c *completionStream) Text(i int, s string, lps []api.TokenLogprob) error {
 	return c.chunk([]api.CompletionChoice{{Index: i, Text: s, Logprobs: c.logprobs(i, lps)}}, nil)
+}
+
+// ToolCall never comes: the pipeline refuses tools on completions.
+func (c *completionStream) ToolCall(int, api.ToolCallDelta) error {
+	return errors.New("server: a tool call in a text completion")
 }
 
 func (c *completionStream) Finish(i int, reason string, lps []api.TokenLogprob) error {

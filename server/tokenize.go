@@ -52,7 +52,8 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request, req *pipeline.
 		if err := pipeline.CheckMessages(tr.Messages); err != nil {
 			return nil, nil, err
 		}
-		toks, err := m.Text.ChatPrompt(tr.Messages, tr.AddGenerationPrompt == nil || *tr.AddGenerationPrompt)
+		toks, err := m.Text.ChatPrompt(pipeline.ChatInput{Messages: tr.Messages,
+			AddGenerationPrompt: tr.AddGenerationPrompt == nil || *tr.AddGenerationPrompt})
 		return toks, m, err
 	}
 	return nil, nil, pipeline.InvalidParam("prompt", "you must provide a prompt or messages")

@@ -38,6 +38,7 @@ type spoolLine struct {
 	MeanITL      time.Duration `json:"mean_itl_ns"`
 	Duration     time.Duration `json:"duration_ns"`
 	Route        string        `json:"route,omitempty"`
+	User         string        `json:"user,omitempty"`
 	Started      time.Time     `json:"started"`
 	Ended        *time.Time    `json:"ended,omitempty"`
 }
@@ -50,7 +51,7 @@ func appendSpoolLine(buf []byte, ev UsageEvent) ([]byte, error) {
 		FinishReason: ev.FinishReason, Reason: ev.Reason,
 		InputTokens: ev.InputTokens, CachedTokens: ev.CachedTokens, OutputTokens: ev.OutputTokens,
 		QueueTime: ev.QueueTime, TTFT: ev.TTFT, MeanITL: ev.MeanITL, Duration: ev.Duration,
-		Route: ev.Route, Started: ev.Started,
+		Route: ev.Route, User: ev.User, Started: ev.Started,
 	}
 	if !ev.Ended.IsZero() {
 		l.Ended = &ev.Ended
@@ -86,7 +87,7 @@ func parseSpool(data []byte) ([]UsageEvent, error) {
 			FinishReason: l.FinishReason, Reason: l.Reason,
 			InputTokens: l.InputTokens, CachedTokens: l.CachedTokens, OutputTokens: l.OutputTokens,
 			QueueTime: l.QueueTime, TTFT: l.TTFT, MeanITL: l.MeanITL, Duration: l.Duration,
-			Route: l.Route, Started: l.Started,
+			Route: l.Route, User: l.User, Started: l.Started,
 		}
 		if l.Ended != nil {
 			ev.Ended = *l.Ended

@@ -64,7 +64,10 @@ type UsageEvent struct {
 	MeanITL      time.Duration
 	Duration     time.Duration
 	// Route is the router's decision, free text.
-	Route   string
+	Route string
+	// User is the end user the client named (the OpenAI "user" field), ""
+	// when none.
+	User    string
 	Started time.Time
 	// Ended is the zero time while the request is in flight.
 	Ended time.Time
@@ -103,8 +106,8 @@ func checkEvent(ev UsageEvent, inFlight bool) error {
 // events is harmless.
 const upsertUsage = `INSERT INTO usage_events (request_id, tenant, key_id, model, tier, node,
 	endpoint, status, finish_reason, reason, input_tokens, cached_tokens, output_tokens,
-	queue_ms, ttft_ms, itl_ms, duration_ms, route, started, ended)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	queue_ms, ttft_ms, itl_ms, duration_ms, route, started, ended, end_user)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (request_id) DO UPDATE SET
 		tenant = excluded.tenant, key_id = excluded.key_id, model = excluded.model,
 		tier = excluded.tier, node = excluded.node, endpoint = excluded.endpoint,
@@ -113,7 +116,7 @@ const upsertUsage = `INSERT INTO usage_events (request_id, tenant, key_id, model
 		cached_tokens = excluded.cached_tokens, output_tokens = excluded.output_tokens,
 		queue_ms = excluded.queue_ms, ttft_ms = excluded.ttft_ms, itl_ms = excluded.itl_ms,
 		duration_ms = excluded.duration_ms, route = excluded.route,
-		started = excluded.started, ended = excluded.ended
+		started = excluded.started, ended = excluded.ended, end_user = excluded.end_user
 	WHERE usage_events.status = 'in_flight' AND (excluded.status <> 'in_flight'
 		OR excluded.output_tokens > usage_events.output_tokens)`
 
@@ -127,7 +130,7 @@ func usageArgs(ev UsageEvent) []any {
 		ev.Endpoint, string(ev.Status), ev.FinishReason, ev.Reason,
 		ev.InputTokens, ev.CachedTokens, ev.OutputTokens,
 		toMs(ev.QueueTime), toMs(ev.TTFT), toMs(ev.MeanITL), toMs(ev.Duration),
-		ev.Route, millis(ev.Started), ended}
+		ev.Route, millis(ev.Started), ended, ev.User}
 }
 
 // toMs is d in milliseconds, as stored.
@@ -159,12 +162,12 @@ func (s *Store) UsageEvent(ctx context.Context, requestID string) (UsageEvent, e
 	var ended sql.NullInt64
 	err := s.db.QueryRowContext(ctx, `SELECT request_id, tenant, key_id, model, tier, node,
 		endpoint, status, finish_reason, reason, input_tokens, cached_tokens, output_tokens,
-		queue_ms, ttft_ms, itl_ms, duration_ms, route, started, ended
+		queue_ms, ttft_ms, itl_ms, duration_ms, route, started, ended, end_user
 		FROM usage_events WHERE request_id = ?`, requestID).Scan(
 		&ev.RequestID, &ev.Tenant, &ev.KeyID, &ev.Model, &ev.Tier, &ev.Node,
 		&ev.Endpoint, &status, &ev.FinishReason, &ev.Reason,
 		&ev.InputTokens, &ev.CachedTokens, &ev.OutputTokens,
-		&queue, &ttft, &itl, &dur, &ev.Route, &started, &ended)
+		&queue, &ttft, &itl, &dur, &ev.Route, &started, &ended, &ev.User)
 	if errors.Is(err, sql.ErrNoRows) {
 		return UsageEvent{}, fmt.Errorf("%w: usage event %q", ErrNotFound, requestID)
 	}

@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 	"math/bits"
+	"strings"
 
 	"github.com/llmd/llmd/engine/hashmix"
 )
@@ -188,10 +189,38 @@ func (g textGen) masked(tok int32, seed uint64, i int, mask []uint64) int32 {
 	if allowed(tok) {
 		return tok
 	}
-	// The first allowed token at or after a random id, wrapping around.
-	start := int((h >> 8) % uint64(len(mask)*64))
-	w0 := start >> 6
-	if word := mask[w0] &^ (1<<(start&63) - 1); word != 0 {
+	// The first allowed token at or after a random id, wrapping around,
+	// and not whitespace if any other is allowed: a grammar allows
+	// whitespace almost everywhere, and JSON is written compactly.
+	n := len(mask) * 64
+	start := int((h >> 8) % uint64(n))
+	first := int32(-1)
+	for t := nextAllowed(mask, start); t >= 0; t = nextAllowed(mask, int(t)+1) {
+		if first < 0 {
+			first = t
+		} else if t == first {
+			break // wrapped around: only whitespace is allowed
+		}
+		if !isSpacePiece(t) {
+			return t
+		}
+	}
+	if first >= 0 {
+		return first
+	}
+	return eosID
+}
+
+// nextAllowed returns the first token at or after from (wrapping around)
+// that mask allows, -1 if none.
+func nextAllowed(mask []uint64, from int) int32 {
+	n := len(mask) * 64
+	if n == 0 {
+		return -1
+	}
+	from %= n
+	w0 := from >> 6
+	if word := mask[w0] &^ (1<<(from&63) - 1); word != 0 {
 		return int32(w0*64 + bits.TrailingZeros64(word))
 	}
 	for k := 1; k <= len(mask); k++ {
@@ -200,5 +229,13 @@ func (g textGen) masked(tok int32, seed uint64, i int, mask []uint64) int32 {
 			return int32(w*64 + bits.TrailingZeros64(mask[w]))
 		}
 	}
-	return eosID
+	return -1
+}
+
+// isSpacePiece reports whether token t is whitespace only.
+func isSpacePiece(t int32) bool {
+	if t <= eosID || t >= hashBase {
+		return false
+	}
+	return strings.TrimSpace(pieces[t]) == ""
 }
