@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
@@ -326,4 +327,127 @@ func TestToolCallShapes(t *testing.T) {
 		require.NotNil(t, eb.Error.Param, string(raw))
 		require.Equal(t, tc.param, *eb.Error.Param, string(raw))
 	}
+}
+
+// TestGenerationControls checks vLLM's controls and echo through the
+// HTTP API on the simulator, whose answers end at a natural length.
+func TestGenerationControls(t *testing.T) {
+	t.Parallel()
+	_, base := startSim(t, nil)
+	c := testClient(t)
+	usage := func(body string) (api.Usage, string, string) {
+		t.Helper()
+		resp, raw := post(t, c, base+"/v1/chat/completions", body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+		var cc api.ChatCompletion
+		require.NoError(t, json.Unmarshal(raw, &cc))
+		return *cc.Usage, cc.Choices[0].FinishReason, cc.Choices[0].Message.Content
+	}
+	natural, ignored := 0, 0
+	for seed := range 8 {
+		msg := fmt.Sprintf(`{"model": "sim/small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 600, "seed": %d`, seed)
+		u, finish, _ := usage(msg + `}`)
+		if finish == "stop" {
+			natural++
+		}
+		u2, finish2, _ := usage(msg + `, "ignore_eos": true}`)
+		require.Equal(t, "length", finish2, "ignore_eos runs to max_tokens")
+		require.Equal(t, 600, u2.CompletionTokens)
+		if u.CompletionTokens < 600 {
+			ignored++
+		}
+		u3, _, _ := usage(msg + `, "min_tokens": 550}`)
+		require.GreaterOrEqual(t, u3.CompletionTokens, 550, "min_tokens")
+	}
+	require.Positive(t, natural, "some answers end on their own, so the controls are seen to act")
+	require.Positive(t, ignored)
+
+	// A stop token id ends the answer before it, unsent.
+	resp, raw := post(t, c, base+"/tokenize", `{"model": "sim/small", "prompt": "."}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	var tr api.TokenizeResponse
+	require.NoError(t, json.Unmarshal(raw, &tr))
+	require.Len(t, tr.Tokens, 1)
+	_, finish, text := usage(fmt.Sprintf(`{"model": "sim/small", "messages": [{"role": "user", "content": "hi"}],
+		"max_tokens": 300, "seed": 1, "stop_token_ids": [%d]}`, tr.Tokens[0]))
+	require.Equal(t, "stop", finish)
+	require.NotContains(t, text, ".")
+	require.NotEmpty(t, text)
+
+	// echo starts the completion with its prompt.
+	resp, raw = post(t, c, base+"/v1/completions", `{"model": "sim/small", "prompt": "Once upon a time", "max_tokens": 4, "echo": true}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	var cmpl api.Completion
+	require.NoError(t, json.Unmarshal(raw, &cmpl))
+	require.True(t, strings.HasPrefix(cmpl.Choices[0].Text, "Once upon a time"), cmpl.Choices[0].Text)
+	require.Greater(t, len(cmpl.Choices[0].Text), len("Once upon a time"))
+	require.Equal(t, 4, cmpl.Usage.CompletionTokens, "the echoed prompt is not billed as output")
+
+	// best_of equal to n is fine.
+	resp, raw = post(t, c, base+"/v1/chat/completions", `{"model": "sim/small", "messages": [{"role": "user", "content": "x"}],
+		"max_tokens": 2, "n": 2, "best_of": 2}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+}
+
+// TestNativeToolCalls: the native API takes tools and structured output
+// too, and streams a call as tool_call events.
+func TestNativeToolCalls(t *testing.T) {
+	t.Parallel()
+	_, base := startSim(t, nil)
+	c := testClient(t)
+	body := `{"model": "sim/small", "messages": [{"role": "user", "content": "weather?"}], "tool_choice": "required",
+		"tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+			"properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}}}]`
+	resp, raw := post(t, c, base+"/v1/chat", body+`, "stream": false}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	var done api.NativeDone
+	require.NoError(t, json.Unmarshal(raw, &done))
+	require.Equal(t, "tool_calls", done.FinishReason)
+	require.Len(t, done.ToolCalls, 1)
+	require.Equal(t, "get_weather", done.ToolCalls[0].Function.Name)
+	require.True(t, json.Valid([]byte(done.ToolCalls[0].Function.Arguments)))
+
+	resp, raw = post(t, c, base+"/v1/chat", body+`}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	var name, args, finish string
+	for _, ev := range parseSSE(t, raw) {
+		switch ev.event {
+		case "done":
+			var d api.NativeDone
+			require.NoError(t, json.Unmarshal([]byte(ev.data), &d))
+			finish = d.FinishReason
+		case "":
+			var d api.NativeDelta
+			require.NoError(t, json.Unmarshal([]byte(ev.data), &d))
+			if d.ToolCall != nil {
+				name += d.ToolCall.Function.Name
+				args += d.ToolCall.Function.Arguments
+			}
+		}
+	}
+	require.Equal(t, "tool_calls", finish)
+	require.Equal(t, "get_weather", name)
+	require.True(t, json.Valid([]byte(args)), args)
+
+	resp, raw = post(t, c, base+"/v1/chat", `{"model": "sim/small", "messages": [{"role": "user", "content": "pick"}],
+		"guided_choice": ["alpha", "beta", "gamma"], "stream": false}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	require.NoError(t, json.Unmarshal(raw, &done))
+	require.Contains(t, []string{"alpha", "beta", "gamma"}, done.Text)
+}
+
+// TestUsageRowKeepsUser: the user field lands in the request's usage row.
+func TestUsageRowKeepsUser(t *testing.T) {
+	t.Parallel()
+	s := newStoreServer(t, nil)
+	base := startServer(t, s)
+	c := testClient(t)
+	resp, raw := post(t, c, base+"/v1/chat/completions", `{"model": "sim/small", "messages": [{"role": "user", "content": "x"}],
+		"max_tokens": 3, "user": "end-user-7"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	id := resp.Header.Get("X-Request-Id")
+	require.Eventually(t, func() bool {
+		ev, err := s.deps.Store.UsageEvent(t.Context(), id)
+		return err == nil && ev.User == "end-user-7" && !ev.Ended.IsZero()
+	}, 10*time.Second, 10*time.Millisecond)
 }

@@ -131,7 +131,7 @@ stops the run and prints what finished.`,
 	f.DurationVar(&o.slo.E2E, "slo-e2e", 0, "goodput objective on the end-to-end latency")
 	f.Uint64Var(&o.spec.Seed, "seed", 1, "seed of the workload")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a request after this long (0: never)")
-	f.BoolVar(&o.ignEOS, "ignore-eos", false, `send "ignore_eos": true (vLLM, SGLang) so answers run to --output`)
+	f.BoolVar(&o.ignEOS, "ignore-eos", false, `send "ignore_eos": true (llmd, vLLM, SGLang) so answers run to --output`)
 	f.BoolVar(&o.asJSON, "json", false, "print the report as JSON")
 	return cmd
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/engine/grammar"
+	"github.com/llmd/llmd/engine/sample"
 	"github.com/llmd/llmd/internal/fixtures"
 	"github.com/llmd/llmd/model/gguf"
 	"github.com/llmd/llmd/model/tokenizer"
@@ -62,6 +63,24 @@ func BenchmarkMask(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(answer)), "ns/mask")
 	})
+	// What the engine adds to a decode step per constrained sequence: the
+	// mask, then its application to the logits before sampling.
+	b.Run("warm+apply", func(b *testing.B) {
+		bound, err := v.Bind(benchSchemaGrammar)
+		require.NoError(b, err)
+		run(b, bound)
+		logits := make([]float32, v.Size())
+		b.ResetTimer()
+		for b.Loop() {
+			m := bound.Matcher()
+			for _, tok := range answer {
+				m.Allowed(mask)
+				sample.ApplyMask(logits, mask)
+				require.NoError(b, m.Accept(tok))
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(answer)), "ns/mask")
+	})
 	b.Run("cold", func(b *testing.B) {
 		g, err := grammar.Compile(benchSchemaGrammar)
 		require.NoError(b, err)
@@ -69,5 +88,54 @@ func BenchmarkMask(b *testing.B) {
 			run(b, v.BindGrammar(g))
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(answer)), "ns/mask")
+	})
+}
+
+// benchToolList is a schema the size of a typical tool list: five
+// functions' calls, each {"name": const, "arguments": its parameters}.
+const benchToolList = `{"anyOf": [
+ {"type": "object", "properties": {"name": {"const": "get_weather"}, "arguments": {"type": "object", "properties": {
+   "city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}, "required": ["name", "arguments"]},
+ {"type": "object", "properties": {"name": {"const": "search_web"}, "arguments": {"type": "object", "properties": {
+   "query": {"type": "string"}, "max_results": {"type": "integer", "minimum": 1, "maximum": 50}}, "required": ["query"]}}, "required": ["name", "arguments"]},
+ {"type": "object", "properties": {"name": {"const": "send_email"}, "arguments": {"type": "object", "properties": {
+   "to": {"type": "array", "items": {"type": "string"}, "minItems": 1}, "subject": {"type": "string"}, "body": {"type": "string"},
+   "urgent": {"type": "boolean"}}, "required": ["to", "subject", "body"]}}, "required": ["name", "arguments"]},
+ {"type": "object", "properties": {"name": {"const": "create_event"}, "arguments": {"type": "object", "properties": {
+   "title": {"type": "string"}, "start": {"type": "string", "format": "date-time"}, "minutes": {"type": "integer", "minimum": 5},
+   "attendees": {"type": "array", "items": {"type": "string"}}}, "required": ["title", "start"]}}, "required": ["name", "arguments"]},
+ {"type": "object", "properties": {"name": {"const": "lookup_order"}, "arguments": {"type": "object", "properties": {
+   "order_id": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{6}$"}, "include_items": {"type": "boolean"}}, "required": ["order_id"]}},
+   "required": ["name", "arguments"]}]}`
+
+// BenchmarkCompile measures what a request with a new schema waits for
+// before its first token: the schema compiled to GBNF, the grammar
+// compiled and bound to the 151,936-token vocabulary, and the first mask
+// (its position's token classes computed). "cached" is a request whose
+// schema was seen before: Bind finds the compiled grammar by its text.
+func BenchmarkCompile(b *testing.B) {
+	v, _ := qwenVocab(b)
+	mask := make([]uint64, v.MaskWords())
+	src, err := grammar.JSONSchemaGBNF([]byte(benchToolList))
+	require.NoError(b, err)
+	b.Run("new", func(b *testing.B) {
+		for b.Loop() {
+			src, err := grammar.JSONSchemaGBNF([]byte(benchToolList))
+			require.NoError(b, err)
+			g, err := grammar.Compile(src)
+			require.NoError(b, err)
+			v.BindGrammar(g).Matcher().Allowed(mask)
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		_, err := v.Bind(src)
+		require.NoError(b, err)
+		for b.Loop() {
+			src, err := grammar.JSONSchemaGBNF([]byte(benchToolList))
+			require.NoError(b, err)
+			bound, err := v.Bind(src)
+			require.NoError(b, err)
+			bound.Matcher().Allowed(mask)
+		}
 	})
 }

@@ -1,6 +1,17 @@
 package sample
 
-import "math/bits"
+import (
+	"math"
+	"math/bits"
+)
+
+// negInf64 is a word of the mask's worth of -Inf logits.
+var negInf64 = func() (a [64]float32) {
+	for i := range a {
+		a[i] = float32(math.Inf(-1))
+	}
+	return a
+}()
 
 // ApplyMask sets to -Inf the logits of the tokens mask does not allow: bit
 // t%64 of word t/64 allows token t, and tokens past the mask's end are not
@@ -16,6 +27,15 @@ func ApplyMask(logits []float32, mask []uint64) {
 		base := w * 64
 		if base >= n {
 			return
+		}
+		switch word {
+		case ^uint64(0):
+			continue
+		case 0:
+			if base+64 <= n {
+				copy(logits[base:base+64], negInf64[:])
+				continue
+			}
 		}
 		for off := ^word; off != 0; off &= off - 1 {
 			t := base + bits.TrailingZeros64(off)

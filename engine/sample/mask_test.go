@@ -34,3 +34,20 @@ func TestApplyMask(t *testing.T) {
 	ApplyMask(untouched, nil)
 	require.Equal(t, []float32{1, 2}, untouched)
 }
+
+// Whole words of refused tokens take the fast path; a partial last word
+// and tokens past the mask are refused too.
+func TestApplyMaskWords(t *testing.T) {
+	logits := make([]float32, 300)
+	mask := []uint64{^uint64(0), 0, 1 << 5, 0} // 256 bits: 256..299 are past the mask
+	ApplyMask(logits, mask)
+	for i, l := range logits {
+		allowed := i < 64 || i == 133
+		require.Equal(t, allowed, !math.IsInf(float64(l), -1), "token %d", i)
+	}
+	short := make([]float32, 100) // the mask is longer than the logits
+	ApplyMask(short, []uint64{0, 0, 0})
+	for i, l := range short {
+		require.True(t, math.IsInf(float64(l), -1), "token %d", i)
+	}
+}

@@ -50,8 +50,11 @@ type Config struct {
 	// Temperature, when set, is sent with every request.
 	Temperature *float64
 	// IgnoreEOS sends vLLM's "ignore_eos": true, so that answers run to
-	// max_tokens on servers that support it (vLLM, SGLang).
+	// max_tokens on servers that support it (llmd, vLLM, SGLang).
 	IgnoreEOS bool
+	// ResponseFormat, when set, is every request's response_format
+	// (structured output).
+	ResponseFormat *api.ResponseFormat
 	// SLO sets the goodput's objectives; the zero SLO disables goodput.
 	SLO SLO
 	// HTTPClient sends the requests; nil means a client of its own, with

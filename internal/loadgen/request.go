@@ -90,12 +90,6 @@ func (r *Result) TPOT() (time.Duration, bool) {
 	return (r.E2E - r.TTFT) / time.Duration(r.OutputTokens-1), true
 }
 
-// chatRequest is the body sent: the OpenAI fields plus vLLM's ignore_eos.
-type chatRequest struct {
-	api.ChatCompletionRequest
-	IgnoreEOS bool `json:"ignore_eos,omitempty"`
-}
-
 // errCancelByDesign stops reading a stream the workload cancels.
 var errCancelByDesign = errors.New("loadgen: cancelled by design")
 
@@ -105,16 +99,15 @@ var errCancelByDesign = errors.New("loadgen: cancelled by design")
 func (r *Runner) do(ctx context.Context, start time.Time, it workload.Item, messages []api.Message) Result {
 	res := Result{Item: it}
 	maxTokens := it.OutputTokens
-	body := chatRequest{
-		ChatCompletionRequest: api.ChatCompletionRequest{
-			Model:         r.cfg.Model,
-			Messages:      messages,
-			MaxTokens:     &maxTokens,
-			Stream:        true,
-			StreamOptions: &api.StreamOptions{IncludeUsage: true},
-			Sampling:      api.Sampling{Temperature: r.cfg.Temperature},
-		},
-		IgnoreEOS: r.cfg.IgnoreEOS,
+	body := api.ChatCompletionRequest{
+		Model:          r.cfg.Model,
+		Messages:       messages,
+		MaxTokens:      &maxTokens,
+		Stream:         true,
+		StreamOptions:  &api.StreamOptions{IncludeUsage: true},
+		Sampling:       api.Sampling{Temperature: r.cfg.Temperature},
+		Controls:       api.Controls{IgnoreEOS: r.cfg.IgnoreEOS},
+		ResponseFormat: r.cfg.ResponseFormat,
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
