@@ -11,12 +11,9 @@ type NativeChatRequest struct {
 	// Priority is the request's class: "enterprise", "paid", "free" or
 	// "batch". Empty means the tenant's default.
 	Priority string `json:"priority,omitempty"`
-	// ResponseFormat, Tools, ToolChoice and ParallelToolCalls are as in
-	// ChatCompletionRequest.
-	ResponseFormat    *ResponseFormat `json:"response_format,omitempty"`
-	Tools             []Tool          `json:"tools,omitempty"`
-	ToolChoice        *ToolChoice     `json:"tool_choice,omitempty"`
-	ParallelToolCalls *bool           `json:"parallel_tool_calls,omitempty"`
+	// ResponseFormat is as in ChatCompletionRequest.
+	ResponseFormat *ResponseFormat `json:"response_format,omitempty"`
+	ToolUse
 	Guided
 	Controls
 }

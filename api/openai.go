@@ -333,13 +333,18 @@ type ChatCompletionRequest struct {
 	// ResponseFormat constrains the answer to JSON (any object, or one
 	// valid against a schema).
 	ResponseFormat *ResponseFormat `json:"response_format,omitempty"`
-	// Tools the model may call, whether and which it must call, and
-	// whether it may call several at once (default true).
+	ToolUse
+	Guided
+	Controls
+}
+
+// ToolUse holds the tool-calling fields of the chat requests: the tools
+// the model may call, whether and which it must call, and whether it may
+// call several at once (default true).
+type ToolUse struct {
 	Tools             []Tool      `json:"tools,omitempty"`
 	ToolChoice        *ToolChoice `json:"tool_choice,omitempty"`
 	ParallelToolCalls *bool       `json:"parallel_tool_calls,omitempty"`
-	Guided
-	Controls
 }
 
 // CompletionRequest is the body of POST /v1/completions. Prompt is a string

@@ -39,17 +39,23 @@ func writeTestGGUF(t *testing.T, path string) {
 	require.NoError(t, w.WriteFile(path))
 }
 
-func TestGGUFModelLoadsAndTokenizes(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "tiny.gguf")
+// startTestGGUF serves the model writeTestGGUF writes (id "tiny") and
+// returns the daemon, the model's path and the server's address.
+func startTestGGUF(t *testing.T) (s *Daemon, path, base string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "tiny.gguf")
 	writeTestGGUF(t, path)
 	cfg := testConfig()
 	cfg.Models = nil
 	cfg.ModelFiles = []string{path}
 	s, err := Open(cfg, testLogger(t))
 	require.NoError(t, err)
-	base := startServer(t, s)
+	return s, path, startServer(t, s)
+}
+
+func TestGGUFModelLoadsAndTokenizes(t *testing.T) {
+	t.Parallel()
+	s, path, base := startTestGGUF(t)
 	c := testClient(t)
 
 	resp, body := get(t, c, base+"/v1/models/tiny")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -97,15 +96,7 @@ func TestStructuredOutputValidates(t *testing.T) {
 	require.Error(t, validate(t, strict, `{"a": 2`))
 
 	_, simBase := startSim(t, nil)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "tiny.gguf")
-	writeTestGGUF(t, path)
-	cfg := testConfig()
-	cfg.Models = nil
-	cfg.ModelFiles = []string{path}
-	s, err := Open(cfg, testLogger(t))
-	require.NoError(t, err)
-	ggufBase := startServer(t, s)
+	_, _, ggufBase := startTestGGUF(t)
 
 	for _, target := range []struct {
 		name, base, model string

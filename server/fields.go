@@ -126,12 +126,12 @@ func decodeStrict(body []byte, v any) error {
 }
 
 // decodeTools fills req's tools from a chat request's fields.
-func decodeTools(req *pipeline.Request, tools []api.Tool, choice *api.ToolChoice, parallel *bool) error {
-	req.Tools = tools
-	if choice != nil {
-		req.ToolChoice = *choice
+func decodeTools(req *pipeline.Request, tu api.ToolUse) error {
+	req.Tools = tu.Tools
+	if tu.ToolChoice != nil {
+		req.ToolChoice = *tu.ToolChoice
 	}
-	req.ParallelToolCalls = parallel == nil || *parallel
+	req.ParallelToolCalls = tu.ParallelToolCalls == nil || *tu.ParallelToolCalls
 	return nil
 }
 

@@ -17,7 +17,7 @@ func decodeNative(body []byte, req *pipeline.Request) (format, error) {
 	if err := decodeStrict(body, &nr); err != nil {
 		return nil, err
 	}
-	if err := decodeTools(req, nr.Tools, nr.ToolChoice, nr.ParallelToolCalls); err != nil {
+	if err := decodeTools(req, nr.ToolUse); err != nil {
 		return nil, err
 	}
 	if err := decodeControls(req, nr.ResponseFormat, nr.Guided, nr.Controls); err != nil {

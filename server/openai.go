@@ -55,7 +55,7 @@ func decodeChat(body []byte, req *pipeline.Request) (format, error) {
 	}
 	req.AffinityKey = capText(cr.User, 256)
 	req.User = capText(cr.User, 256)
-	if err := decodeTools(req, cr.Tools, cr.ToolChoice, cr.ParallelToolCalls); err != nil {
+	if err := decodeTools(req, cr.ToolUse); err != nil {
 		return nil, err
 	}
 	if err := decodeControls(req, cr.ResponseFormat, cr.Guided, cr.Controls); err != nil {
