@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/internal/fixtures"
 )
 
 // schemaGen generates random JSON Schemas of the kinds structured-output
@@ -101,7 +103,7 @@ func TestStructuredOutputValidates(t *testing.T) {
 	for _, target := range []struct {
 		name, base, model string
 		schemas           int
-	}{{"sim", simBase, "sim/small", 200}, {"gguf", ggufBase, "tiny", 40}} {
+	}{{"sim", simBase, "sim/small", 200}, {"gguf", ggufBase, "tiny", 120}} {
 		t.Run(target.name, func(t *testing.T) {
 			t.Parallel()
 			c := testClient(t)
@@ -441,4 +443,59 @@ func TestUsageRowKeepsUser(t *testing.T) {
 		ev, err := s.deps.Store.UsageEvent(t.Context(), id)
 		return err == nil && ev.User == "end-user-7" && !ev.Ended.IsZero()
 	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestSDKToolAgentLoopQwen2 runs the agent loop on a real GGUF file: the
+// qwen2 fixture (random weights, Qwen's 151,936-token vocabulary and chat
+// template), so the template renders the tools and the history's call and
+// result, the call is parsed in the Hermes format the template names, and
+// the forced call is valid however random the weights.
+func TestSDKToolAgentLoopQwen2(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(fixtures.Dir(t), "qwen2-d64-q8_0.gguf")
+	cfg := testConfig()
+	cfg.Models = nil
+	cfg.ModelFiles = []string{path}
+	s, err := Open(cfg, testLogger(t))
+	require.NoError(t, err)
+	base := startServer(t, s)
+	client := sdkClient(t, base)
+	model := s.models.List()[0].ID
+	params := openai.ChatCompletionNewParams{
+		Model:      model,
+		Messages:   []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is the weather in Lyon?")},
+		Tools:      []openai.ChatCompletionToolUnionParam{weatherTool},
+		ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
+		Seed:       openai.Int(5),
+		MaxTokens:  openai.Int(200),
+		// Random weights would go on making calls until max_tokens.
+		ParallelToolCalls: openai.Bool(false),
+	}
+	resp, err := client.Chat.Completions.New(t.Context(), params)
+	require.NoError(t, err)
+	ch := resp.Choices[0]
+	require.Equal(t, "tool_calls", ch.FinishReason, "content %q", ch.Message.Content)
+	require.Len(t, ch.Message.ToolCalls, 1)
+	call := ch.Message.ToolCalls[0]
+	require.Equal(t, "get_weather", call.Function.Name)
+	require.NoError(t, validate(t, []byte(`{"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
+		"unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"], "additionalProperties": false}`),
+		call.Function.Arguments))
+
+	stream := client.Chat.Completions.NewStreaming(t.Context(), params)
+	acc := openai.ChatCompletionAccumulator{}
+	for stream.Next() {
+		require.True(t, acc.AddChunk(stream.Current()))
+	}
+	require.NoError(t, stream.Err())
+	require.Len(t, acc.Choices[0].Message.ToolCalls, 1)
+	require.Equal(t, call.Function.Arguments, acc.Choices[0].Message.ToolCalls[0].Function.Arguments)
+
+	params.Messages = append(params.Messages, ch.Message.ToParam(), openai.ToolMessage(`{"temperature": 21}`, call.ID))
+	params.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("auto")}
+	params.MaxTokens = openai.Int(16)
+	final, err := client.Chat.Completions.New(t.Context(), params)
+	require.NoError(t, err)
+	require.Contains(t, []string{"stop", "length", "tool_calls"}, final.Choices[0].FinishReason)
+	require.Greater(t, final.Usage.PromptTokens, resp.Usage.PromptTokens, "the template rendered the call and its result")
 }
