@@ -403,14 +403,16 @@ type ResponseMessage struct {
 
 // MarshalJSON writes content as null for a message of tool calls only.
 func (m ResponseMessage) MarshalJSON() ([]byte, error) {
-	type plain ResponseMessage
+	content := &m.Content
 	if m.Content == "" && len(m.ToolCalls) > 0 {
-		return json.Marshal(struct {
-			Content *string `json:"content"`
-			plain
-		}{nil, plain(m)})
+		content = nil
 	}
-	return json.Marshal(plain(m))
+	return json.Marshal(struct {
+		Role      string     `json:"role"`
+		Content   *string    `json:"content"`
+		Refusal   *string    `json:"refusal"`
+		ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	}{m.Role, content, m.Refusal, m.ToolCalls})
 }
 
 // ChatChoice is one choice of a non-streamed chat completion.
