@@ -57,35 +57,36 @@ type choiceState struct {
 	reason string
 	// lps are the log-probabilities of tokens whose text is held back.
 	lps []api.TokenLogprob
-	// tools parses the text into tool calls (nil: the text is sent as
-	// is); ids are the ids of the calls so far.
-	tools *toolcall.Parser
-	ids   []string
+	// tools parses the text into tool calls in format (nil: the text is
+	// sent as is); ids are the ids of the calls so far.
+	tools  *toolcall.Parser
+	format toolcall.Format
+	ids    []string
 }
 
 // send passes text of choice i to sink, through the tool-call parser when
 // the job has tools: content goes out as text (with the log-probabilities
 // held), calls as tool-call deltas.
-func (c *choiceState) send(sink Sink, i int, text string, format toolcall.Format) error {
+func (c *choiceState) send(sink Sink, i int, text string) error {
 	lps := c.lps
 	c.lps = nil
 	if c.tools == nil {
 		return sink.Text(i, text, lps)
 	}
-	return c.toolEvents(sink, i, c.tools.Push(text), lps, format)
+	return c.toolEvents(sink, i, c.tools.Push(text), lps)
 }
 
 // flushTools ends choice i's tool-call parsing and sends what it held.
-func (c *choiceState) flushTools(sink Sink, i int, format toolcall.Format) error {
+func (c *choiceState) flushTools(sink Sink, i int) error {
 	if c.tools == nil {
 		return nil
 	}
 	lps := c.lps
 	c.lps = nil
-	return c.toolEvents(sink, i, c.tools.Finish(), lps, format)
+	return c.toolEvents(sink, i, c.tools.Finish(), lps)
 }
 
-func (c *choiceState) toolEvents(sink Sink, i int, evs []toolcall.Event, lps []api.TokenLogprob, format toolcall.Format) error {
+func (c *choiceState) toolEvents(sink Sink, i int, evs []toolcall.Event, lps []api.TokenLogprob) error {
 	for _, ev := range evs {
 		var err error
 		switch {
@@ -93,7 +94,7 @@ func (c *choiceState) toolEvents(sink Sink, i int, evs []toolcall.Event, lps []a
 			err = sink.Text(i, ev.Content, lps)
 			lps = nil
 		case ev.Name != "":
-			id := NewToolCallID(format)
+			id := NewToolCallID(c.format)
 			c.ids = append(c.ids, id)
 			err = sink.ToolCall(i, api.ToolCallDelta{Index: ev.Index, ID: id, Type: "function",
 				Function: api.FunctionCallDelta{Name: ev.Name}})
@@ -129,14 +130,10 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 	defer wd.stop()
 
 	choices := make([]choiceState, j.N)
-	var format toolcall.Format
-	if j.Tools != nil {
-		format = j.Tools.Format
-	}
 	for i := range choices {
 		choices[i].ts.stops = j.Stops
 		if j.Tools != nil {
-			choices[i].tools = toolcall.NewParser(format)
+			choices[i].tools, choices[i].format = toolcall.NewParser(j.Tools.Format), j.Tools.Format
 		}
 	}
 	decode := m.Text.DecodeToken
@@ -155,7 +152,7 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 	var failure error
 	end := func(i int, reason string) error {
 		c := &choices[i]
-		if err := c.flushTools(sink, i, format); err != nil {
+		if err := c.flushTools(sink, i); err != nil {
 			return err
 		}
 		reason = c.finishReason(reason)
@@ -222,7 +219,7 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 			}
 			txt, stopped := c.ts.push(decode(ev.Token))
 			if txt != "" {
-				werr = c.send(sink, ev.Index, txt, format)
+				werr = c.send(sink, ev.Index, txt)
 			}
 			if stopped && werr == nil {
 				werr = end(ev.Index, "stop")
@@ -231,7 +228,7 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 			switch ev.Finish {
 			case engine.FinishStop, engine.FinishLength:
 				if txt := c.ts.flush(); txt != "" {
-					werr = c.send(sink, ev.Index, txt, format)
+					werr = c.send(sink, ev.Index, txt)
 				}
 				if werr == nil {
 					werr = end(ev.Index, string(ev.Finish))
