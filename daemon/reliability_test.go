@@ -408,10 +408,11 @@ func TestSlowClientDropped(t *testing.T) {
 	var logs syncBuffer
 	s := newTunedSimLogged(t, newBufferLogger(&logs), func(sc *sim.Config) { sc.MeanOutputTokens = 0 }, func(c *Config) {
 		c.StepTimeScale = 1 // about 5 ms a step: 4 s for the whole answer
-		// A few hundred milliseconds of output: the trickling reader
-		// (3 KB/s) falls that far behind long before the end; a busy
-		// machine's normal readers do not.
-		c.MaxClientLag = 12 << 10
+		// About a second and a half of output (chunks of ~180 bytes at
+		// ~200 a second): the trickling reader (3 KB/s) falls that far
+		// behind long before the end; a normal reader on a loaded CI
+		// machine under -race does not (at 12 KiB, one did).
+		c.MaxClientLag = 48 << 10
 		c.SendBufferBytes = 0 // smallBufListener sets 1 KiB
 		c.StreamWriteTimeout = 3 * time.Second
 		c.ResumeGrace = time.Minute
@@ -481,7 +482,8 @@ func TestSlowClientDropped(t *testing.T) {
 	var worst time.Duration
 	var worstAt time.Time
 	for i, o := range others {
-		require.Equal(t, tokens, o.content, "stream %d", i)
+		require.Equal(t, tokens, o.content, "stream %d (dropped for lag: %v)", i,
+			logged(t, &logs, "closing a client that fell behind", o.id))
 		require.Equal(t, want, o.text)
 		require.Equal(t, 1, o.done)
 		for k := 1; k < len(o.times); k++ {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -44,14 +45,20 @@ func Follow(ctx context.Context, w http.ResponseWriter, s *Stream, from int, cfg
 		if gone {
 			return // evicted while this client lagged: it can resume no further back than the log
 		}
-		if err := conn.write(evs); err != nil {
+		// What piles up during the write counts, not a resumed backlog:
+		// events written while this client took its time, by their size
+		// (checked between events too, so a client that reads slowly but
+		// steadily cannot stretch one long write past the limit) and by
+		// their age.
+		lagged := func() bool { return s.Lag(next) > cfg.MaxLag }
+		if err := conn.write(evs, lagged); err != nil {
+			if errors.Is(err, errLagged) {
+				log.Info("closing a client that fell behind", "request_id", s.ID, "lag_bytes", s.Lag(next))
+			}
 			return
 		}
 		from = next
-		// What piled up during the write counts, not a resumed backlog:
-		// events written while this client took its time, by their size
-		// and by their age.
-		if s.Lag(from) > cfg.MaxLag {
+		if lagged() {
 			log.Info("closing a client that fell behind", "request_id", s.ID, "lag_bytes", s.Lag(from))
 			return
 		}
@@ -106,8 +113,12 @@ func (c *conn) start() error {
 	return c.flush()
 }
 
-// write writes formatted events.
-func (c *conn) write(evs [][]byte) error {
+// errLagged ends a write whose client fell too far behind.
+var errLagged = errors.New("relay: client fell behind")
+
+// write writes formatted events, giving up with errLagged when lagged
+// reports true after one of them.
+func (c *conn) write(evs [][]byte, lagged func() bool) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -117,6 +128,9 @@ func (c *conn) write(evs [][]byte) error {
 		_ = c.rc.SetWriteDeadline(time.Now().Add(c.writeTimeout))
 		if _, err := c.w.Write(b); err != nil {
 			return err
+		}
+		if lagged() {
+			return errLagged
 		}
 	}
 	return c.flush()
