@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/cluster"
+	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
 	"github.com/llmd/llmd/server"
 )
@@ -100,8 +101,12 @@ func (d *Daemon) clusterState() cluster.State {
 		if es.BlocksTotal > 0 {
 			kv = float64(es.BlocksUsed) / float64(es.BlocksTotal)
 		}
+		// The gossip counts the tiers batch to enterprise by position; the
+		// shadow class (below batch) stays local.
+		var byTier [cluster.NumTiers]int
+		copy(byTier[:], es.WaitingByPriority[engine.PriorityBatch:])
 		st.Load[m.ID] = cluster.ModelLoad{Running: es.Running, Waiting: es.Waiting, KVUsage: kv,
-			TokensPerSecond: d.rates.rate(m.ID, es.GeneratedTokens, time.Now()), WaitingByTier: es.WaitingByPriority}
+			TokensPerSecond: d.rates.rate(m.ID, es.GeneratedTokens, time.Now()), WaitingByTier: byTier}
 		if d.cluster.Load() != nil {
 			st.Prefixes[m.ID] = m.Replica.RecentPrefixes(cluster.MaxPrefixKeys)
 		}

@@ -39,8 +39,9 @@ type Config struct {
 	// DefaultLadderConfig().
 	Ladder LadderConfig
 	// TierWeights are the weighted-fair-queuing weights of the priority
-	// classes, indexed by Priority; zero entries take the defaults (batch
-	// 1, free 2, paid 4, enterprise 8).
+	// classes, indexed by Priority; zero entries take the defaults (shadow
+	// 0.5, batch 1, free 2, paid 4, enterprise 8). Shadow work runs only
+	// when no other class waits, whatever the weights.
 	TierWeights [NumPriorities]float64
 }
 
@@ -406,7 +407,8 @@ func (e *Engine) drainInbox() {
 
 // observeLadder feeds the degradation ladder its signals (at most ten
 // times per hold) and applies a change of level: the batch class is paused
-// from DegradePauseBatch up.
+// from DegradePauseBatch up, the shadow class from the first level above
+// DegradeNone up and whenever batch is.
 func (e *Engine) observeLadder() {
 	if e.cfg.Ladder.Disabled {
 		return
@@ -427,7 +429,9 @@ func (e *Engine) observeLadder() {
 	if level == prev {
 		return
 	}
-	e.sched.SetClassPaused(PriorityBatch, level >= DegradePauseBatch)
+	pauseBatch := level >= DegradePauseBatch
+	e.sched.SetClassPaused(PriorityBatch, pauseBatch)
+	e.sched.SetClassPaused(PriorityShadow, pauseBatch || level > DegradeNone)
 	log := e.logger.Info
 	if level > prev {
 		log = e.logger.Warn

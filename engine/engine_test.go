@@ -165,7 +165,8 @@ func TestEngineOverAdmission(t *testing.T) {
 			streams := make([]*Stream, seqs)
 			for i := range seqs {
 				var err error
-				streams[i], err = e.Submit(t.Context(), Request{ID: fmt.Sprint("r", i), Prompt: prompt(promptLen, i*1000), MaxTokens: maxTok, N: 1, Seed: uint64(i)})
+				streams[i], err = e.Submit(t.Context(), Request{ID: fmt.Sprint("r", i), Priority: PriorityBatch,
+					Prompt: prompt(promptLen, i*1000), MaxTokens: maxTok, N: 1, Seed: uint64(i)})
 				require.NoError(t, err)
 			}
 			run()

@@ -14,7 +14,9 @@ import (
 //     class's pass grows by the tokens it is admitted divided by its weight,
 //     and the active class with the smallest pass goes next, so under load a
 //     class with twice the weight gets twice the tokens and no class with
-//     waiting work starves;
+//     waiting work starves. The shadow class is the exception: it is
+//     strictly below the others, offered only when no other class has a
+//     sequence waiting (paused or not), so it may starve by design;
 //   - across tenants inside a class, the same with equal weights: each
 //     tenant's pass grows by the tokens it is admitted, and the tenant with
 //     the smallest pass goes next. This is deficit round-robin with an
@@ -54,9 +56,10 @@ type tenantQueue struct {
 	index int         // in the class heap
 }
 
-// defaultTierWeights weights batch, free, paid and enterprise, in Priority
-// order.
-var defaultTierWeights = [NumPriorities]float64{1, 2, 4, 8}
+// defaultTierWeights weights shadow, batch, free, paid and enterprise, in
+// Priority order. Shadow's weight only orders its own admissions (it never
+// competes with the other classes), but it stays the smallest.
+var defaultTierWeights = [NumPriorities]float64{0.5, 1, 2, 4, 8}
 
 func newFairQueue(weights [NumPriorities]float64, cost func(*sequence) int) *fairQueue {
 	q := &fairQueue{cost: cost}
@@ -111,23 +114,42 @@ func seqBefore(a, b *sequence) bool {
 }
 
 // peek returns the sequence to admit next, or nil when none may be (empty,
-// or only paused classes wait).
+// or only paused classes wait). A shadow sequence is returned only when no
+// other class has a sequence waiting.
 func (q *fairQueue) peek() *sequence {
 	if q.n == 0 {
 		return nil
 	}
 	// The active class with the smallest pass; ties go to the higher class.
 	var best *classQueue
-	for p := NumPriorities - 1; p >= 0; p-- {
+	for p := NumPriorities - 1; p > int(PriorityShadow); p-- {
 		c := &q.classes[p]
 		if c.n > 0 && !q.paused[p] && (best == nil || c.pass < best.pass) {
 			best = c
 		}
 	}
 	if best == nil {
-		return nil
+		if !q.shadowOnly() || q.paused[PriorityShadow] {
+			return nil
+		}
+		best = &q.classes[PriorityShadow]
 	}
 	return best.heap[0].seqs[0]
+}
+
+// shadowOnly reports whether every waiting sequence (if any) is of the
+// shadow class.
+func (q *fairQueue) shadowOnly() bool { return q.n == q.classes[PriorityShadow].n }
+
+// othersReady reports whether a sequence of a class other than shadow
+// waits in a class that is not paused.
+func (q *fairQueue) othersReady() bool {
+	for p := PriorityShadow + 1; p < NumPriorities; p++ {
+		if q.classes[p].n > 0 && !q.paused[p] {
+			return true
+		}
+	}
+	return false
 }
 
 // oldest returns the earliest submission time among the heads of the
@@ -148,10 +170,16 @@ func (q *fairQueue) oldest(min Priority) time.Time {
 // pop removes seq, which peek returned, and charges its cost to its class
 // and tenant.
 func (q *fairQueue) pop(seq *sequence) {
-	c := &q.classes[classOf(seq)]
+	p := classOf(seq)
+	c := &q.classes[p]
 	cost := q.cost(seq)
 	c.pass += float64(cost) / c.weight
-	q.vtime = c.pass
+	if p != PriorityShadow {
+		// Shadow admissions compete with no other class: they leave the
+		// others' virtual time (and so their order) as it would be
+		// without them.
+		q.vtime = c.pass
+	}
 	if t := c.tenants[seq.r.req.Tenant]; t != nil {
 		c.vtime = t.pass
 		t.pass += int64(cost)

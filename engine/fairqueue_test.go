@@ -45,9 +45,10 @@ func saturate(t *testing.T, reqs []Request, weights [NumPriorities]float64, step
 	return out
 }
 
-// TestTierSharesFollowWeights: under saturation each class's share of the
-// generated tokens is within 10% of its weight's share, and the lowest
-// class still progresses (never starved).
+// TestTierSharesFollowWeights: under saturation each class above shadow
+// gets a share of the generated tokens within 10% of its weight's share,
+// and the lowest of them still progresses (never starved); the shadow
+// class, below them all whatever its weight, gets nothing while they wait.
 func TestTierSharesFollowWeights(t *testing.T) {
 	var reqs []Request
 	for p := range NumPriorities {
@@ -56,7 +57,7 @@ func TestTierSharesFollowWeights(t *testing.T) {
 				Prompt: prompt(64, p*100000+i*100), MaxTokens: 64, N: 1, Seed: uint64(i)})
 		}
 	}
-	weights := [NumPriorities]float64{1, 2, 4, 8}
+	weights := [NumPriorities]float64{PriorityShadow: 0.5, PriorityBatch: 1, PriorityFree: 2, PriorityPaid: 4, PriorityEnterprise: 8}
 	out := saturate(t, reqs, weights, 3000)
 	var perClass [NumPriorities]int
 	total := 0
@@ -65,10 +66,11 @@ func TestTierSharesFollowWeights(t *testing.T) {
 		total += out[r.ID]
 	}
 	require.Positive(t, total)
-	for p := range NumPriorities {
+	require.Zero(t, perClass[PriorityShadow], "shadow ran while other classes waited (%v)", perClass)
+	for p := PriorityBatch; p < NumPriorities; p++ {
 		share := float64(perClass[p]) / float64(total)
 		want := weights[p] / 15
-		require.InDelta(t, want, share, 0.1*want, "class %d: share %.3f, want %.3f (%v)", p, share, want, perClass)
+		require.InDelta(t, want, share, 0.1*want, "class %s: share %.3f, want %.3f (%v)", p, share, want, perClass)
 	}
 }
 

@@ -14,8 +14,8 @@ type DegradeLevel int
 const (
 	// DegradeNone: normal service.
 	DegradeNone DegradeLevel = iota
-	// DegradePauseBatch: the scheduler admits no batch-tier work (it stays
-	// queued).
+	// DegradePauseBatch: the scheduler admits no batch-tier or shadow work
+	// (it stays queued).
 	DegradePauseBatch
 	// DegradeLimitFree: the request pipeline caps free-tier max_tokens and
 	// routes the free tier to its configured smaller model.

@@ -4,9 +4,10 @@ import "slices"
 
 // allocate returns a free block for seq, preempting running sequences of
 // no higher priority (lowest class first, most recently admitted first) when
-// none is free. When seq itself is the victim it is preempted; when nothing
-// can be preempted and seq runs alone it ends with FinishLength. It reports
-// false in both of those cases.
+// none is free: a shadow sequence only ever preempts shadow sequences, and
+// is the first victim of every other class. When seq itself is the victim
+// it is preempted; when nothing can be preempted and seq runs alone it ends
+// with FinishLength. It reports false in both of those cases.
 func (s *Scheduler) allocate(seq *sequence) (int32, bool) {
 	for {
 		b, err := s.pool.Allocate()
@@ -46,10 +47,29 @@ func (s *Scheduler) victim(seq *sequence) *sequence {
 	return best
 }
 
+// preemptShadow preempts the most recently admitted running shadow
+// sequence, to make room for another class's admission; it reports false
+// when no shadow sequence runs.
+func (s *Scheduler) preemptShadow() bool {
+	var victim *sequence
+	for _, c := range s.running {
+		if classOf(c) == PriorityShadow && (victim == nil || c.admitted > victim.admitted) {
+			victim = c
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	s.preempt(victim)
+	return true
+}
+
 // preempt takes victim off the device: swapped to host memory when a round
 // trip over the host link costs less than recomputing its tokens and the
 // swap space has room, else its blocks are dropped (full ones stay cached)
-// and it is queued to be recomputed from its tokens so far.
+// and it is queued to be recomputed from its tokens so far. A shadow
+// sequence is always recomputed: a swapped-out sequence holds up every
+// admission until it is back, which shadow work must never do.
 func (s *Scheduler) preempt(victim *sequence) {
 	s.unplan(victim)
 	s.removeRunning(victim)
@@ -65,7 +85,8 @@ func (s *Scheduler) preempt(victim *sequence) {
 }
 
 func (s *Scheduler) shouldSwap(seq *sequence) bool {
-	if s.plan == nil || s.cfg.SwapCost == nil || s.cfg.RecomputeCost == nil || seq.index < 0 || seq.computed == 0 {
+	if s.plan == nil || s.cfg.SwapCost == nil || s.cfg.RecomputeCost == nil || seq.index < 0 || seq.computed == 0 ||
+		classOf(seq) == PriorityShadow {
 		return false
 	}
 	n := s.pool.BlocksFor(seq.computed)

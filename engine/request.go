@@ -39,22 +39,32 @@ type InvalidRequestError struct{ Reason string }
 func (e *InvalidRequestError) Error() string { return "engine: invalid request: " + e.Reason }
 
 // Priority orders requests: a higher value is served first and is never
-// preempted for a lower one.
+// preempted for a lower one. The values are the engine's own: they index
+// its per-class arrays and may change when a class is added, so every
+// external format (wire, metrics, storage) names a class by its String.
 type Priority int
 
-// Priority classes, highest first.
+// Priority classes, lowest first.
 const (
-	PriorityBatch Priority = iota
+	// PriorityShadow is shadow traffic (a copy of a real request run to
+	// compare a model, its output discarded). It runs only on capacity
+	// no other class wants: it is admitted and scheduled only while no
+	// sequence of a higher class waits, it is the first preemption victim,
+	// it is never swapped to host memory, and the degradation ladder
+	// pauses it from its first level (see [Scheduler.Step]).
+	PriorityShadow Priority = iota
+	PriorityBatch
 	PriorityFree
 	PriorityPaid
 	PriorityEnterprise
 	// NumPriorities is the number of priority classes.
-	NumPriorities = 4
+	NumPriorities = 5
 )
 
-var priorityNames = [NumPriorities]string{"batch", "free", "paid", "enterprise"}
+var priorityNames = [NumPriorities]string{"shadow", "batch", "free", "paid", "enterprise"}
 
-// String names the class as the tiers do: batch, free, paid, enterprise.
+// String names the class as the tiers do: shadow, batch, free, paid,
+// enterprise.
 func (p Priority) String() string {
 	if p >= 0 && int(p) < NumPriorities {
 		return priorityNames[p]
@@ -74,7 +84,8 @@ type Request struct {
 	MaxTokens int
 	// N is the number of choices (>= 1).
 	N int
-	// Priority is the request's class.
+	// Priority is the request's class. The zero value is PriorityShadow,
+	// the lowest: a real request sets its class.
 	Priority Priority
 	// Seed seeds sampling.
 	Seed uint64

@@ -42,8 +42,10 @@ type SchedulerConfig struct {
 	// refuses requests that need a mask (a Constraint or MinTokens).
 	VocabSize int
 	// TierWeights are the weighted-fair-queuing weights of the priority
-	// classes, indexed by Priority; zero entries take the defaults (batch 1,
-	// free 2, paid 4, enterprise 8).
+	// classes, indexed by Priority; zero entries take the defaults (shadow
+	// 0.5, batch 1, free 2, paid 4, enterprise 8). The shadow class never
+	// competes with the others (see Step), so its weight only orders its
+	// own admissions.
 	TierWeights [NumPriorities]float64
 }
 
@@ -252,7 +254,8 @@ func (s *Scheduler) OldestWaiting(min Priority) time.Time {
 }
 
 // SetClassPaused stops (or resumes) admitting waiting sequences of class
-// p; they stay queued. The degradation ladder pauses the batch class.
+// p; they stay queued, and running ones go on. The degradation ladder
+// pauses the shadow and batch classes.
 func (s *Scheduler) SetClassPaused(p Priority, paused bool) {
 	s.waiting.paused[p] = paused
 }
@@ -433,6 +436,15 @@ func (s *Scheduler) liveRequests() []*request {
 // then prefill chunks, then admissions, within the token budget and the
 // free blocks. It preempts when a running sequence needs a block and none
 // is free. The plan is reused: it is valid until the next call to Step.
+//
+// Shadow sequences get only what is left: they are planned after every
+// other class, and only when, once the others are planned, no sequence of
+// another class is still waiting in an unpaused class or swapped out; a
+// waiting shadow sequence is admitted only when no sequence of another
+// class waits at all. A sequence of another class that finds the running
+// set full or too little free memory, to be admitted or swapped in,
+// preempts running shadow sequences, most recently admitted first, until
+// it fits or none is left.
 func (s *Scheduler) Step() *Plan {
 	plan := &s.planBuf
 	plan.Batch.Seqs = plan.Batch.Seqs[:0]
@@ -448,39 +460,29 @@ func (s *Scheduler) Step() *Plan {
 	// Decode first, then prefill chunks, each in admission order. Iterate
 	// over a snapshot: reserving may preempt sequences anywhere in the list.
 	s.snapshot = append(s.snapshot[:0], s.running...)
-	for _, decode := range []bool{true, false} {
-		for _, seq := range s.snapshot {
-			if s.budget == 0 {
-				break
-			}
-			need := s.need(seq)
-			if seq.state != stateRunning || need == 0 || (need == 1) != decode || seq.planned == s.stepNo {
-				continue
-			}
-			s.reserve(seq, min(need, s.budget))
-		}
-	}
+	s.planRunning(false)
 
 	// Bring swapped-out sequences back before admitting new work; while
-	// any is still out, admit nothing new.
-	for len(s.swapped) > 0 && s.budget > 0 && len(s.running) < s.cfg.MaxRunning {
+	// any is still out, admit nothing new. (Shadow sequences are never
+	// swapped out: each one here may make room by preempting them.)
+	for len(s.swapped) > 0 && s.budget > 0 {
 		seq := s.swapped[0]
-		if !s.swapIn(seq) {
-			break
+		if len(s.running) >= s.cfg.MaxRunning || !s.swapIn(seq) {
+			if !s.preemptShadow() {
+				break
+			}
+			continue
 		}
 		s.reserve(seq, min(s.need(seq), s.budget))
 	}
 
-	// Admit waiting sequences while the budget, the running cap and the
-	// free blocks allow.
-	for len(s.swapped) == 0 && s.waiting.Len() > 0 && s.budget > 0 && len(s.running) < s.cfg.MaxRunning {
-		seq := s.waiting.peek()
-		if seq == nil || !s.admit(seq) {
-			break
-		}
-		if !s.reserve(seq, min(s.need(seq), s.budget)) {
-			break
-		}
+	s.admitWaiting(false)
+	// Shadow work runs on what is left, and only while nothing else could
+	// use it. (A paused class cannot: running shadow sequences go on then,
+	// as running batch ones do, and free their memory when done.)
+	if len(s.swapped) == 0 && !s.waiting.othersReady() {
+		s.planRunning(true)
+		s.admitWaiting(true)
 	}
 	for i, seq := range plan.seqs {
 		in := &plan.Batch.Seqs[i]
@@ -497,6 +499,48 @@ func (s *Scheduler) Step() *Plan {
 	s.plan = nil
 	clear(s.snapshot)
 	return plan
+}
+
+// planRunning reserves this step's tokens for the running sequences of the
+// snapshot, decodes first, then prefill chunks, each in admission order:
+// the shadow sequences if shadow, else all the others.
+func (s *Scheduler) planRunning(shadow bool) {
+	for _, decode := range [...]bool{true, false} {
+		for _, seq := range s.snapshot {
+			if s.budget == 0 {
+				return
+			}
+			need := s.need(seq)
+			if seq.state != stateRunning || (classOf(seq) == PriorityShadow) != shadow ||
+				need == 0 || (need == 1) != decode || seq.planned == s.stepNo {
+				continue
+			}
+			s.reserve(seq, min(need, s.budget))
+		}
+	}
+}
+
+// admitWaiting admits waiting sequences while the budget, the running cap
+// and the free blocks allow: the shadow ones if shadow, else the others
+// (stopping at the first shadow sequence the queue offers). A sequence of
+// another class that does not fit makes room by preempting running shadow
+// sequences.
+func (s *Scheduler) admitWaiting(shadow bool) {
+	for len(s.swapped) == 0 && s.waiting.Len() > 0 && s.budget > 0 {
+		seq := s.waiting.peek()
+		if seq == nil || (classOf(seq) == PriorityShadow) != shadow {
+			return
+		}
+		if len(s.running) >= s.cfg.MaxRunning || !s.admit(seq) {
+			if shadow || !s.preemptShadow() {
+				return
+			}
+			continue
+		}
+		if !s.reserve(seq, min(s.need(seq), s.budget)) {
+			return
+		}
+	}
 }
 
 // target is the number of tokens seq must hold computed before it samples.
@@ -743,7 +787,9 @@ func (s *Scheduler) finishSeq(seq *sequence, reason FinishReason, err error) {
 		return
 	}
 	s.emit(&r.req, Event{Kind: EventFinish, Index: seq.index, Finish: reason, Err: err})
-	if reason == FinishStop || reason == FinishLength {
+	if (reason == FinishStop || reason == FinishLength) && classOf(seq) != PriorityShadow {
+		// A shadow copy's answer (another model's, often) must not move
+		// the estimate that admits its tenant's real requests.
 		s.est.observe(r.req.Tenant, seq.generated)
 	}
 	r.live--

@@ -78,7 +78,7 @@ func BenchmarkSchedulerStep(b *testing.B) {
 			l := newBenchLoad(b, SchedulerConfig{MaxBatchTokens: 2048, MaxRunning: tc.running, ContextLength: 4096},
 				pool, promptLen, func(i int) Request {
 					// Staggered lengths so requests finish on different steps.
-					return Request{MaxTokens: maxTok/2 + i%(maxTok/2)}
+					return Request{Priority: PriorityBatch, MaxTokens: maxTok/2 + i%(maxTok/2)}
 				})
 			for range tc.running + tc.waiting {
 				l.submit()
@@ -111,7 +111,7 @@ func BenchmarkSchedulerStepPreempting(b *testing.B) {
 		pool, promptLen, func(i int) Request {
 			// A new tenant each time: no output history, so admission
 			// projects one output token and over-admits on purpose.
-			return Request{Tenant: fmt.Sprint(i), MaxTokens: maxTok}
+			return Request{Tenant: fmt.Sprint(i), Priority: PriorityBatch, MaxTokens: maxTok}
 		})
 	for range 2 * running {
 		l.submit()

@@ -29,7 +29,7 @@ type schedHarness struct {
 //	                expect is the default expected output at admission (1);
 //	                swapping n blocks costs swap-overhead+n ms one way, and
 //	                recomputing t tokens t ms
-//	submit id=ID tokens=1-10,50-52 max=N [n=N] [prio=batch|free|paid|enterprise] [tenant=T] [eos-at=N]
+//	submit id=ID tokens=1-10,50-52 max=N [n=N] [prio=shadow|batch|free|paid|enterprise] [tenant=T] [eos-at=N]
 //	step            decide a batch, print it, apply fake tokens, print events
 //	cancel id=ID
 //	blocks          print the pool and every running sequence's block table
@@ -144,7 +144,8 @@ func parseTokens(t *testing.T, spec string) []int32 {
 	return toks
 }
 
-var prioNames = map[string]Priority{"batch": PriorityBatch, "free": PriorityFree, "paid": PriorityPaid, "enterprise": PriorityEnterprise}
+var prioNames = map[string]Priority{"shadow": PriorityShadow, "batch": PriorityBatch, "free": PriorityFree, "paid": PriorityPaid,
+	"enterprise": PriorityEnterprise}
 
 func (h *schedHarness) submit(t *testing.T, d *datadriven.TestData) string {
 	req := Request{N: 1, Priority: PriorityPaid}
@@ -281,7 +282,7 @@ func TestSwapOrRecompute(t *testing.T) {
 		{computed: 128, swap: true},  // 2x2.8ms vs 6.4ms
 		{computed: 200, swap: false}, // 13 blocks do not fit 8 swap slots
 	} {
-		seq := &sequence{index: 0, computed: tc.computed}
+		seq := &sequence{r: &request{req: Request{Priority: PriorityPaid}}, index: 0, computed: tc.computed}
 		require.Equal(t, tc.swap, s.shouldSwap(seq), "computed=%d", tc.computed)
 	}
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // ttft runs reqs then probe on a fresh engine in virtual time and returns
-// the probe's time to first token (virtual).
+// the probe's time to first token (virtual). It drives the engine with
+// Step, so the probe arrives at a known point of the flood.
 func ttft(t *testing.T, flood []Request, probe Request) time.Duration {
 	t.Helper()
 	exec := newFakeExec(8192, 16, 4096)
@@ -19,32 +20,42 @@ func ttft(t *testing.T, flood []Request, probe Request) time.Duration {
 	cfg.MaxRunning = 8
 	e, err := New(exec, exec.clock, cfg, nil)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	var streams []*Stream
 	for _, r := range flood {
 		st, err := e.Submit(ctx, r)
 		require.NoError(t, err)
 		streams = append(streams, st)
 	}
-	runEngine(t, e)
-	if len(flood) > 0 {
-		// Let the flood fill the running set first.
-		require.Eventually(t, func() bool { return e.Stats().Running == cfg.MaxRunning }, 5*time.Second, time.Millisecond)
+	// Let the flood fill the running set first.
+	for len(flood) > 0 && e.Stats().Running < cfg.MaxRunning {
+		ran, err := e.Step(ctx)
+		require.NoError(t, err)
+		require.True(t, ran)
 	}
 	start := exec.clock.Now()
 	st, err := e.Submit(ctx, probe)
 	require.NoError(t, err)
-	ev, err := st.Next(ctx)
-	require.NoError(t, err)
-	require.Equal(t, EventToken, ev.Kind)
-	got := ev.Time.Sub(start)
-	_, _, _, err = Collect(ctx, st)
-	require.NoError(t, err)
+	got := time.Duration(-1)
+	for {
+		ran, err := e.Step(ctx)
+		require.NoError(t, err)
+		if !ran {
+			break
+		}
+		for _, ev := range drain(t, st) {
+			if got < 0 {
+				require.Equal(t, EventToken, ev.Kind)
+				got = ev.Time.Sub(start)
+			}
+		}
+	}
+	require.GreaterOrEqual(t, got, time.Duration(0), "the probe never ran")
 	for _, s := range streams {
 		_, _, _, err := Collect(ctx, s)
 		require.NoError(t, err)
 	}
+	require.NoError(t, e.sched.CheckIdle())
 	return got
 }
 

@@ -23,10 +23,11 @@ func twoModels() *fakeSource {
 	busy := engine.Stats{
 		SchedStats: engine.SchedStats{GeneratedTokens: 12345, PrefixQueryTokens: 1000, PrefixHitTokens: 400,
 			Preemptions: 7, PreemptionsSwap: 5, PreemptionsRecompute: 2},
-		BlocksTotal: 1000, BlocksUsed: 250, BlockSize: 16, Running: 3, Waiting: 5,
+		BlocksTotal: 1000, BlocksUsed: 250, BlockSize: 16, Running: 3, Waiting: 15,
 		Swapped: 2, SwapBlocksUsed: 10, SwapBlocksTotal: 40, Evictions: 9,
-		WaitingByPriority: [engine.NumPriorities]int{1, 2, 1, 1},
-		Degrade:           engine.DegradeLimitFree,
+		WaitingByPriority: [engine.NumPriorities]int{engine.PriorityShadow: 3, engine.PriorityBatch: 1, engine.PriorityFree: 2,
+			engine.PriorityPaid: 4, engine.PriorityEnterprise: 5},
+		Degrade: engine.DegradeLimitFree,
 	}
 	return &fakeSource{
 		engines: []metrics.EngineSnapshot{
@@ -184,7 +185,7 @@ func TestValuesFollowSource(t *testing.T) {
 	fams := scrape(t, m)
 	after := time.Now()
 	assert.Equal(t, 3.0, value(t, fams, "vllm:num_requests_running", llama))
-	assert.Equal(t, 5.0, value(t, fams, "vllm:num_requests_waiting", llama))
+	assert.Equal(t, 15.0, value(t, fams, "vllm:num_requests_waiting", llama))
 	assert.Equal(t, 0.25, value(t, fams, "vllm:kv_cache_usage_perc", llama))
 	assert.Equal(t, 0.0, value(t, fams, "vllm:kv_cache_usage_perc", tiny))
 	assert.Equal(t, 1000.0, value(t, fams, "vllm:prefix_cache_queries_total", llama))
@@ -199,7 +200,7 @@ func TestValuesFollowSource(t *testing.T) {
 	lora := value(t, fams, "vllm:lora_requests_info", map[string]string{"model_name": "llama-8b",
 		"max_lora": "0", "running_lora_adapters": "", "waiting_lora_adapters": ""})
 	assert.InDelta(t, float64(before.UnixNano())/1e9, lora, float64(after.Sub(before))/1e9+1, "lora_requests_info is the scrape time")
-	for tier, v := range map[string]float64{"batch": 1, "free": 2, "paid": 1, "enterprise": 1} {
+	for tier, v := range map[string]float64{"shadow": 3, "batch": 1, "free": 2, "paid": 4, "enterprise": 5} {
 		assert.Equal(t, v, value(t, fams, "llmd_queue_depth", byModel("llama-8b", "tier", tier)), tier)
 	}
 	assert.Equal(t, 2.0, value(t, fams, "llmd_degradation_level", byModel("llama-8b")))
@@ -226,7 +227,7 @@ func TestValuesFollowSource(t *testing.T) {
 		s := &f.engines[0].Stats
 		s.Running, s.Waiting, s.BlocksUsed = 0, 9, 1000
 		s.GeneratedTokens += 55
-		s.WaitingByPriority = [engine.NumPriorities]int{0, 0, 9, 0}
+		s.WaitingByPriority = [engine.NumPriorities]int{engine.PriorityPaid: 9}
 		s.Degrade = engine.DegradeNone
 		f.quota = quota.Counters{Allow: 11, Deny: 2}
 		f.usage = metrics.UsageWriterSnapshot{Committed: 101}
@@ -238,6 +239,7 @@ func TestValuesFollowSource(t *testing.T) {
 	assert.Equal(t, 12400.0, value(t, fams, "vllm:generation_tokens_total", llama))
 	assert.Equal(t, 9.0, value(t, fams, "llmd_queue_depth", byModel("llama-8b", "tier", "paid")))
 	assert.Equal(t, 0.0, value(t, fams, "llmd_queue_depth", byModel("llama-8b", "tier", "free")))
+	assert.Equal(t, 0.0, value(t, fams, "llmd_queue_depth", byModel("llama-8b", "tier", "shadow")))
 	assert.Equal(t, 0.0, value(t, fams, "llmd_degradation_level", byModel("llama-8b")))
 	assert.Equal(t, 1.0, value(t, fams, "llmd_degradation_state", byModel("llama-8b", "level", "none")))
 	assert.Equal(t, 0.0, value(t, fams, "llmd_degradation_state", byModel("llama-8b", "level", "limit_free")))

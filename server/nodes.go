@@ -24,7 +24,7 @@ func nodeInfo(m cluster.Member) api.NodeInfo {
 		byTier := map[string]int{}
 		for p, w := range l.WaitingByTier {
 			if w > 0 {
-				byTier[tierNames[p]] = w
+				byTier[gossipTierNames[p]] = w
 			}
 		}
 		n.Load[model] = api.NodeModelLoad{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage,

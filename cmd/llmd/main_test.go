@@ -20,6 +20,7 @@ import (
 
 	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/daemon"
+	"github.com/llmd/llmd/engine"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -81,7 +82,7 @@ func TestResolveConfig(t *testing.T) {
 			want: func(c *daemon.Config) {
 				c.DataDir, c.Insecure, c.RedisURL, c.QuotaShadow = "/d", true, "redis://127.0.0.1:6379/0", true
 				c.QuotaTimeout = 40 * time.Millisecond
-				c.Engine.TierWeights = [4]float64{0.5, 0, 0, 10}
+				c.Engine.TierWeights[engine.PriorityBatch], c.Engine.TierWeights[engine.PriorityEnterprise] = 0.5, 10
 				c.DegradeRoutes = map[string]string{"sim/flagship": "sim/small"}
 				c.DegradeFreeMaxTokens = 64
 				c.Engine.Ladder.QueueWaitHigh, c.Engine.Ladder.QueueWaitLow = 4*time.Second, time.Second

@@ -593,7 +593,7 @@ func TestExecutorEngine(t *testing.T) {
 			require.NoError(t, err)
 			streams := make([]*engine.Stream, seqs)
 			for i, p := range reqPrompts {
-				streams[i], err = eng.Submit(t.Context(), engine.Request{ID: fmt.Sprint("r", i), Prompt: p, MaxTokens: maxTok, N: 1, Seed: uint64(i), Sampling: reqParams(i)})
+				streams[i], err = eng.Submit(t.Context(), engine.Request{ID: fmt.Sprint("r", i), Priority: engine.PriorityBatch, Prompt: p, MaxTokens: maxTok, N: 1, Seed: uint64(i), Sampling: reqParams(i)})
 				require.NoError(t, err)
 			}
 			ctx, cancel := context.WithCancel(t.Context())
