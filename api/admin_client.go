@@ -155,7 +155,8 @@ type UsageQuery struct {
 	// Since is the start of the window: a duration back from now such as
 	// "24h" or "7d", or an RFC 3339 time. Until is its end, RFC 3339.
 	Since, Until string
-	// By groups the rows: "day", "tenant", "model" or "tier".
+	// By groups the rows: "day", "tenant", "model", "tier" or
+	// "decision".
 	By string
 }
 

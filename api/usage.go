@@ -3,13 +3,14 @@ package api
 import "time"
 
 // UsageRow is one group of a usage report: its key (a day "2006-01-02", a
-// tenant, a model or a tier, per the report's By) and its totals. Tokens
-// count only what was really processed and generated.
+// tenant, a model, a tier or a model-choice decision, per the report's By;
+// "" for the requests without a decision) and its totals. Tokens count
+// only what was really processed and generated.
 type UsageRow struct {
 	Key string `json:"key"`
-	// Requests counts requests that reached the engine; Cancelled and
-	// Errors are among them. Rejected counts requests refused before any
-	// compute (quota, overload).
+	// Requests counts requests that reached the engine; Cancelled, Errors
+	// and Finished are among them. Rejected counts requests refused before
+	// any compute (quota, overload).
 	Requests     int64 `json:"requests"`
 	Cancelled    int64 `json:"cancelled"`
 	Errors       int64 `json:"errors"`
@@ -21,10 +22,24 @@ type UsageRow struct {
 	// million input (uncached), cached and output tokens; nil when no
 	// price is configured for a model in the group.
 	Cost *float64 `json:"cost,omitempty"`
+	// Finished counts the requests that ended normally (stop or length);
+	// MeanTTFTMs and MeanITLMs, the mean time to first token and mean
+	// inter-token latency in milliseconds, are over them (0 when none).
+	// A report from an llmd that predates them has all three 0.
+	Finished   int64   `json:"finished,omitempty"`
+	MeanTTFTMs float64 `json:"mean_ttft_ms,omitempty"`
+	MeanITLMs  float64 `json:"mean_itl_ms,omitempty"`
 }
 
-// AddCounts adds o's request and token counts to r (not its key or cost).
+// AddCounts adds o's request and token counts to r (not its key or cost)
+// and folds o's mean latencies into r's, weighted by their Finished
+// counts.
 func (r *UsageRow) AddCounts(o UsageRow) {
+	if n := r.Finished + o.Finished; n > 0 {
+		r.MeanTTFTMs = (r.MeanTTFTMs*float64(r.Finished) + o.MeanTTFTMs*float64(o.Finished)) / float64(n)
+		r.MeanITLMs = (r.MeanITLMs*float64(r.Finished) + o.MeanITLMs*float64(o.Finished)) / float64(n)
+	}
+	r.Finished += o.Finished
 	r.Requests += o.Requests
 	r.Cancelled += o.Cancelled
 	r.Errors += o.Errors
@@ -32,6 +47,18 @@ func (r *UsageRow) AddCounts(o UsageRow) {
 	r.InputTokens += o.InputTokens
 	r.CachedTokens += o.CachedTokens
 	r.OutputTokens += o.OutputTokens
+}
+
+// CostPerMillionTokens is what a million of the row's tokens (input,
+// cached included, plus output) cost: Cost / tokens x 1e6, in the
+// report's currency; nil when Cost is nil or the row has no tokens.
+func (r UsageRow) CostPerMillionTokens() *float64 {
+	tokens := r.InputTokens + r.OutputTokens
+	if r.Cost == nil || tokens <= 0 {
+		return nil
+	}
+	c := *r.Cost / float64(tokens) * 1e6
+	return &c
 }
 
 // OutputCost is the dashboard figure for one model and tier: what a million
@@ -51,8 +78,8 @@ type OutputCost struct {
 
 // UsageReport is the body of GET /v1/admin/usage. Query parameters: tenant,
 // model, since (a duration back from now such as "24h", or RFC 3339; default
-// 24h), until (RFC 3339; default now), by (day, tenant, model or tier;
-// default day).
+// 24h), until (RFC 3339; default now), by (day, tenant, model, tier or
+// decision; default day).
 type UsageReport struct {
 	Since    time.Time  `json:"since"`
 	Until    time.Time  `json:"until"`

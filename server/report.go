@@ -13,7 +13,7 @@ import (
 )
 
 // reportBy are the groupings of a usage report.
-var reportBy = []string{"day", "tenant", "model", "tier"}
+var reportBy = []string{"day", "tenant", "model", "tier", "decision"}
 
 // parseSince reads the since parameter: a duration back from now (Go
 // syntax, or N followed by d for days) or an RFC 3339 time.
@@ -75,7 +75,10 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 }
 
 // buildReport groups the store's (key, model, tier) rows by key, prices
-// them, and computes the cost per million output tokens per model and tier.
+// them, averages their latencies (weighted by finished requests), and
+// computes the cost per million output tokens per model and tier. A row's
+// cost per million tokens, by decision for instance, is
+// [api.UsageRow.CostPerMillionTokens].
 func (s *Server) buildReport(rows []store.UsageRow, since, until time.Time, by string) api.UsageReport {
 	rep := api.UsageReport{Since: since, Until: until, By: by, Currency: s.cfg.Currency, GPUHourPrice: s.cfg.GPUHourPrice,
 		Rows: []api.UsageRow{}, OutputCosts: []api.OutputCost{}}
@@ -99,7 +102,8 @@ func (s *Server) buildReport(rows []store.UsageRow, since, until time.Time, by s
 		}
 		row := &rep.Rows[i]
 		counts := api.UsageRow{Requests: r.Requests, Cancelled: r.Cancelled, Errors: r.Errors, Rejected: r.Rejected,
-			InputTokens: r.InputTokens, CachedTokens: r.CachedTokens, OutputTokens: r.OutputTokens}
+			InputTokens: r.InputTokens, CachedTokens: r.CachedTokens, OutputTokens: r.OutputTokens,
+			Finished: r.Finished(), MeanTTFTMs: durationMs(r.MeanTTFT), MeanITLMs: durationMs(r.MeanITL)}
 		row.AddCounts(counts)
 		rep.Total.AddCounts(counts)
 		cost, ok := s.price(r)
@@ -172,6 +176,9 @@ func (s *Server) gpusOf(model string) int {
 	}
 	return m.Sim.TP
 }
+
+// durationMs is d in (fractional) milliseconds.
+func durationMs(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {

@@ -1,6 +1,7 @@
 // Package store keeps llmd's durable state in one SQLite file in the data
 // directory: tenants, API keys (hashed), tier and tenant quota settings, the
-// usage ledger, and the schema's migrations. It imports nothing of llmd's.
+// usage ledger, shadow-traffic results, and the schema's migrations. It
+// imports nothing of llmd's.
 //
 // The file is dir/llmd.db in WAL mode, so readers never wait for the writer
 // and two processes (llmd and an offline "llmctl keys create --data-dir")
@@ -45,8 +46,10 @@
 // rejections) replaces it with the final event. Writes are idempotent: an
 // in-flight event replaces only an in-flight row with fewer output tokens,
 // and the first final event wins, so an event may be recorded or replayed
-// any number of times. [Store.UsageReport] sums the
-// final rows by day, tenant, model or tier.
+// any number of times. A row also carries the request's model-choice
+// decision and safety verdict ([UsageEvent].Decision and Safety).
+// [Store.UsageReport] sums the final rows by day, tenant, model, tier or
+// decision, with the mean latencies of the finished ones.
 //
 // A [UsageWriter] writes the events in group commits. When SQLite fails
 // (busy past its timeout, a full disk, an I/O error), the events are
@@ -65,6 +68,15 @@
 // returns; it must have returned before [Store.Close]. So its context must
 // end only after the last event was queued (after the HTTP server's
 // Shutdown), not with the process's signal context.
+//
+// # Shadow results
+//
+// The table shadow_results holds one row per request copied to a shadow
+// model (a new version run on live traffic, its answer discarded and never
+// billed): both sides' status, latency and output length, and, for greedy
+// answers, whether they match and their token edit distance.
+// [Store.RecordShadow] writes a row; [Store.ShadowReport] summarises them
+// per alias and model pair, [Store.ShadowResults] lists them.
 //
 // # Errors
 //

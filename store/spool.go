@@ -18,7 +18,8 @@ const spoolName = "usage-spool.jsonl"
 
 // spoolLine is one usage event as a line of the spool: JSON, durations in
 // nanoseconds, times in RFC 3339 with nanoseconds. The field names are the
-// file format: do not rename them.
+// file format: do not rename them; a field added later must be optional
+// (omitempty, zero when absent), so that older spools still parse.
 type spoolLine struct {
 	RequestID    string        `json:"request_id"`
 	Tenant       string        `json:"tenant,omitempty"`
@@ -38,6 +39,8 @@ type spoolLine struct {
 	MeanITL      time.Duration `json:"mean_itl_ns"`
 	Duration     time.Duration `json:"duration_ns"`
 	Route        string        `json:"route,omitempty"`
+	Decision     string        `json:"decision,omitempty"`
+	Safety       string        `json:"safety,omitempty"`
 	User         string        `json:"user,omitempty"`
 	Started      time.Time     `json:"started"`
 	Ended        *time.Time    `json:"ended,omitempty"`
@@ -51,7 +54,7 @@ func appendSpoolLine(buf []byte, ev UsageEvent) ([]byte, error) {
 		FinishReason: ev.FinishReason, Reason: ev.Reason,
 		InputTokens: ev.InputTokens, CachedTokens: ev.CachedTokens, OutputTokens: ev.OutputTokens,
 		QueueTime: ev.QueueTime, TTFT: ev.TTFT, MeanITL: ev.MeanITL, Duration: ev.Duration,
-		Route: ev.Route, User: ev.User, Started: ev.Started,
+		Route: ev.Route, Decision: ev.Decision, Safety: ev.Safety, User: ev.User, Started: ev.Started,
 	}
 	if !ev.Ended.IsZero() {
 		l.Ended = &ev.Ended
@@ -87,7 +90,7 @@ func parseSpool(data []byte) ([]UsageEvent, error) {
 			FinishReason: l.FinishReason, Reason: l.Reason,
 			InputTokens: l.InputTokens, CachedTokens: l.CachedTokens, OutputTokens: l.OutputTokens,
 			QueueTime: l.QueueTime, TTFT: l.TTFT, MeanITL: l.MeanITL, Duration: l.Duration,
-			Route: l.Route, User: l.User, Started: l.Started,
+			Route: l.Route, Decision: l.Decision, Safety: l.Safety, User: l.User, Started: l.Started,
 		}
 		if l.Ended != nil {
 			ev.Ended = *l.Ended

@@ -63,8 +63,18 @@ type UsageEvent struct {
 	TTFT         time.Duration
 	MeanITL      time.Duration
 	Duration     time.Duration
-	// Route is the router's decision, free text.
+	// Route is the cluster router's decision (where the request ran),
+	// free text.
 	Route string
+	// Decision is the model-choice decision, free text: router/rule for a
+	// request to a routed name ("auto/short-chat"), alias/variant for a
+	// split alias ("flagship/canary"); "" when the model was named
+	// directly.
+	Decision string
+	// Safety is the safety check's verdict, free text ("flag:self_harm",
+	// "block:violence", "fail_open"); "" when nothing was flagged or no
+	// check ran.
+	Safety string
 	// User is the end user the client named (the OpenAI "user" field), ""
 	// when none.
 	User    string
@@ -103,11 +113,12 @@ func checkEvent(ev UsageEvent, inFlight bool) error {
 // replaces an in-flight row only when it counts more output tokens, and
 // never a final row; a final event never replaces a final row: the first
 // final event wins, whatever checkpoint commits after it, so replaying
-// events is harmless.
+// events is harmless. An event whose decision or safety is "" keeps the
+// row's (one set at admission survives a final event built without it).
 const upsertUsage = `INSERT INTO usage_events (request_id, tenant, key_id, model, tier, node,
 	endpoint, status, finish_reason, reason, input_tokens, cached_tokens, output_tokens,
-	queue_ms, ttft_ms, itl_ms, duration_ms, route, started, ended, end_user)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	queue_ms, ttft_ms, itl_ms, duration_ms, route, started, ended, end_user, decision, safety)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (request_id) DO UPDATE SET
 		tenant = excluded.tenant, key_id = excluded.key_id, model = excluded.model,
 		tier = excluded.tier, node = excluded.node, endpoint = excluded.endpoint,
@@ -116,7 +127,9 @@ const upsertUsage = `INSERT INTO usage_events (request_id, tenant, key_id, model
 		cached_tokens = excluded.cached_tokens, output_tokens = excluded.output_tokens,
 		queue_ms = excluded.queue_ms, ttft_ms = excluded.ttft_ms, itl_ms = excluded.itl_ms,
 		duration_ms = excluded.duration_ms, route = excluded.route,
-		started = excluded.started, ended = excluded.ended, end_user = excluded.end_user
+		started = excluded.started, ended = excluded.ended, end_user = excluded.end_user,
+		decision = coalesce(nullif(excluded.decision, ''), usage_events.decision),
+		safety = coalesce(nullif(excluded.safety, ''), usage_events.safety)
 	WHERE usage_events.status = 'in_flight' AND (excluded.status <> 'in_flight'
 		OR excluded.output_tokens > usage_events.output_tokens)`
 
@@ -130,7 +143,7 @@ func usageArgs(ev UsageEvent) []any {
 		ev.Endpoint, string(ev.Status), ev.FinishReason, ev.Reason,
 		ev.InputTokens, ev.CachedTokens, ev.OutputTokens,
 		toMs(ev.QueueTime), toMs(ev.TTFT), toMs(ev.MeanITL), toMs(ev.Duration),
-		ev.Route, millis(ev.Started), ended, ev.User}
+		ev.Route, millis(ev.Started), ended, ev.User, ev.Decision, ev.Safety}
 }
 
 // toMs is d in milliseconds, as stored.
@@ -162,12 +175,12 @@ func (s *Store) UsageEvent(ctx context.Context, requestID string) (UsageEvent, e
 	var ended sql.NullInt64
 	err := s.db.QueryRowContext(ctx, `SELECT request_id, tenant, key_id, model, tier, node,
 		endpoint, status, finish_reason, reason, input_tokens, cached_tokens, output_tokens,
-		queue_ms, ttft_ms, itl_ms, duration_ms, route, started, ended, end_user
+		queue_ms, ttft_ms, itl_ms, duration_ms, route, started, ended, end_user, decision, safety
 		FROM usage_events WHERE request_id = ?`, requestID).Scan(
 		&ev.RequestID, &ev.Tenant, &ev.KeyID, &ev.Model, &ev.Tier, &ev.Node,
 		&ev.Endpoint, &status, &ev.FinishReason, &ev.Reason,
 		&ev.InputTokens, &ev.CachedTokens, &ev.OutputTokens,
-		&queue, &ttft, &itl, &dur, &ev.Route, &started, &ended, &ev.User)
+		&queue, &ttft, &itl, &dur, &ev.Route, &started, &ended, &ev.User, &ev.Decision, &ev.Safety)
 	if errors.Is(err, sql.ErrNoRows) {
 		return UsageEvent{}, fmt.Errorf("%w: usage event %q", ErrNotFound, requestID)
 	}
@@ -289,7 +302,8 @@ type UsageQuery struct {
 	// millisecond; a zero time is no bound.
 	Since, Until time.Time
 	// By groups the rows: "day" (the UTC date of Started, "2006-01-02"),
-	// "tenant", "model" or "tier".
+	// "tenant", "model", "tier" or "decision" (the rows' Decision, "" for
+	// requests without one).
 	By string
 }
 
@@ -303,14 +317,25 @@ type UsageRow struct {
 	// are among them; Rejected (refused before any compute) is not.
 	Requests, Cancelled, Errors, Rejected, Interrupted int64
 	InputTokens, CachedTokens, OutputTokens            int64
+	// MeanTTFT and MeanITL are the mean time to first token and mean
+	// inter-token latency of the group's finished requests (see
+	// [UsageRow.Finished]); 0 when it has none.
+	MeanTTFT, MeanITL time.Duration
+}
+
+// Finished counts the group's requests that ended normally: Requests less
+// Cancelled, Errors and Interrupted. The mean latencies are over them.
+func (r UsageRow) Finished() int64 {
+	return r.Requests - r.Cancelled - r.Errors - r.Interrupted
 }
 
 // usageGroups maps UsageQuery.By to the SQL of its group key.
 var usageGroups = map[string]string{
-	"day":    `strftime('%Y-%m-%d', started / 1000, 'unixepoch')`,
-	"tenant": `tenant`,
-	"model":  `model`,
-	"tier":   `tier`,
+	"day":      `strftime('%Y-%m-%d', started / 1000, 'unixepoch')`,
+	"tenant":   `tenant`,
+	"model":    `model`,
+	"tier":     `tier`,
+	"decision": `decision`,
 }
 
 // UsageReport sums the usage rows that q selects, grouped by (Key, Model,
@@ -320,7 +345,7 @@ var usageGroups = map[string]string{
 func (s *Store) UsageReport(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	key, ok := usageGroups[q.By]
 	if !ok {
-		return nil, fmt.Errorf("%w: usage report by %q: want day, tenant, model or tier", ErrInvalid, q.By)
+		return nil, fmt.Errorf("%w: usage report by %q: want day, tenant, model, tier or decision", ErrInvalid, q.By)
 	}
 	if !q.Since.IsZero() && !q.Until.IsZero() && q.Until.Before(q.Since) {
 		return nil, fmt.Errorf("%w: usage report: until %s is before since %s", ErrInvalid,
@@ -348,7 +373,9 @@ func (s *Store) UsageReport(ctx context.Context, q UsageQuery) ([]UsageRow, erro
 		sum(status IN ('finished', 'cancelled', 'error', 'interrupted')),
 		sum(status = 'cancelled'), sum(status = 'error'),
 		sum(status = 'rejected'), sum(status = 'interrupted'),
-		sum(input_tokens), sum(cached_tokens), sum(output_tokens)
+		sum(input_tokens), sum(cached_tokens), sum(output_tokens),
+		avg(CASE WHEN status = 'finished' THEN ttft_ms END),
+		avg(CASE WHEN status = 'finished' THEN itl_ms END)
 		FROM usage_events WHERE `+where+`
 		GROUP BY k, model, tier ORDER BY k, model, tier`, args...)
 	if err != nil {
@@ -358,11 +385,13 @@ func (s *Store) UsageReport(ctx context.Context, q UsageQuery) ([]UsageRow, erro
 	var out []UsageRow
 	for rows.Next() {
 		var r UsageRow
+		var ttft, itl sql.NullFloat64 // NULL without finished rows
 		if err := rows.Scan(&r.Key, &r.Model, &r.Tier,
 			&r.Requests, &r.Cancelled, &r.Errors, &r.Rejected, &r.Interrupted,
-			&r.InputTokens, &r.CachedTokens, &r.OutputTokens); err != nil {
+			&r.InputTokens, &r.CachedTokens, &r.OutputTokens, &ttft, &itl); err != nil {
 			return nil, fmt.Errorf("store: usage report: %w", err)
 		}
+		r.MeanTTFT, r.MeanITL = fromMs(ttft.Float64), fromMs(itl.Float64)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

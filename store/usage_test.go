@@ -64,7 +64,8 @@ func done(id string) UsageEvent {
 		InputTokens: 100, CachedTokens: 40, OutputTokens: 20,
 		QueueTime: 1500 * time.Microsecond, TTFT: 120 * time.Millisecond,
 		MeanITL: 12345 * time.Microsecond, Duration: 2 * time.Second,
-		Route: "local", User: "end-user-42", Started: t0, Ended: t0.Add(2 * time.Second),
+		Route: "local", Decision: "auto/short-chat", Safety: "flag:self_harm", User: "end-user-42",
+		Started: t0, Ended: t0.Add(2 * time.Second),
 	}
 }
 

@@ -26,7 +26,7 @@ import (
 
 // usageGroupings are the values of "llmctl usage --by", as llmd accepts
 // them.
-var usageGroupings = []string{"day", "tenant", "model", "tier"}
+var usageGroupings = []string{"day", "tenant", "model", "tier", "decision"}
 
 // usageReportOptions are the flags of "llmctl usage".
 type usageReportOptions struct {
@@ -47,15 +47,20 @@ func newUsageCmd(a *app) *cobra.Command {
 	o := &usageReportOptions{}
 	cmd := &cobra.Command{
 		Use:   "usage",
-		Short: "Report requests, tokens and cost per day, tenant, model or tier (needs an admin key)",
+		Short: "Report requests, tokens and cost per day, tenant, model, tier or decision (needs an admin key)",
 		Long: `Report what llmd served in a window of time: requests, tokens and their
-cost, one row per day (the default), tenant, model or tier, then a total.
+cost, one row per day (the default), tenant, model, tier or model-choice
+decision (router/rule, such as auto/short-chat; "(none)" for requests to a
+model named directly), then a total.
 
 REQUESTS counts the requests that reached the engine, CANCELLED and ERRORS
 among them; REJECTED counts those refused before any compute (quota,
 overload). INPUT, CACHED and OUTPUT count only tokens really processed and
 generated. COST comes from the token prices configured in llmd; "-" when a
-model in the row has none.
+model in the row has none. By decision, COST/1M is what a million of the
+row's tokens (input plus output) cost. MEAN TTFT and MEAN ITL, when llmd
+sends them, are the mean time to first token and inter-token latency of the
+requests that finished normally.
 
 A second table, when llmd sends one, shows what a million output tokens
 cost in GPU time, per model and tier.
@@ -79,6 +84,7 @@ RFC 3339 time, --until an RFC 3339 time; llmd checks both. The window
 defaults to the last 24 hours. Times are shown in UTC.`,
 		Example: `  llmctl usage
   llmctl usage --since 7d --by tenant
+  llmctl usage --since 7d --by decision
   llmctl usage --tenant acme --by model --since 2026-03-01T00:00:00Z --until 2026-04-01T00:00:00Z
   llmctl usage --since 30d --csv > usage.csv
   llmctl usage --cluster --since 7d --by model`,
@@ -98,7 +104,7 @@ defaults to the last 24 hours. Times are shown in UTC.`,
 	f.StringVar(&o.query.Model, "model", "", "only this model's usage")
 	f.StringVar(&o.query.Since, "since", "", `start of the window: a duration back from now ("24h", "7d") or an RFC 3339 time (default 24h)`)
 	f.StringVar(&o.query.Until, "until", "", "end of the window, an RFC 3339 time (default now)")
-	f.StringVar(&o.query.By, "by", "", "one row per day, tenant, model or tier (default day)")
+	f.StringVar(&o.query.By, "by", "", "one row per day, tenant, model, tier or decision (default day)")
 	f.BoolVar(&o.asJSON, "json", false, "print the report as JSON")
 	f.BoolVar(&o.asCSV, "csv", false, "print the rows and the total as CSV")
 	f.BoolVar(&o.cluster, "cluster", false, "ask every live member of llmd's cluster and merge their reports")
@@ -149,8 +155,8 @@ func (o *usageReportOptions) check(cmd *cobra.Command) error {
 	return nil
 }
 
-// usageKeyName names the key column of r's rows: "day", "tenant", "model"
-// or "tier", else "key".
+// usageKeyName names the key column of r's rows: "day", "tenant", "model",
+// "tier" or "decision", else "key".
 func usageKeyName(r *api.UsageReport) string {
 	if slices.Contains(usageGroupings, r.By) {
 		return r.By
@@ -181,19 +187,39 @@ func writeUsageReport(w io.Writer, r *api.UsageReport, extra ...string) error {
 		return err
 	}
 
+	// Optional columns: the cost per million tokens by decision, and the
+	// latencies when llmd sends them (a report of an older llmd has none).
+	byDecision := r.By == "decision"
+	latencies := r.Total.Finished > 0 || slices.ContainsFunc(r.Rows, func(u api.UsageRow) bool { return u.Finished > 0 })
+	header := strings.ToUpper(usageKeyName(r)) + "\tREQUESTS\tREJECTED\tCANCELLED\tERRORS\tINPUT\tCACHED\tOUTPUT\tCOST"
+	if byDecision {
+		header += "\tCOST/1M"
+	}
+	if latencies {
+		header += "\tMEAN TTFT\tMEAN ITL"
+	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintf(tw, "%s\tREQUESTS\tREJECTED\tCANCELLED\tERRORS\tINPUT\tCACHED\tOUTPUT\tCOST\n",
-		strings.ToUpper(usageKeyName(r)))
+	fmt.Fprintln(tw, header)
 	row := func(key string, u api.UsageRow) {
 		cells := []string{key}
 		for _, n := range []int64{u.Requests, u.Rejected, u.Cancelled, u.Errors, u.InputTokens, u.CachedTokens, u.OutputTokens} {
 			cells = append(cells, groupDigits(n))
 		}
 		cells = append(cells, formatCost(u.Cost, r.Currency))
+		if byDecision {
+			cells = append(cells, formatCost(u.CostPerMillionTokens(), r.Currency))
+		}
+		if latencies {
+			cells = append(cells, formatLatency(u.MeanTTFTMs, u.Finished), formatLatency(u.MeanITLMs, u.Finished))
+		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	for _, u := range r.Rows {
-		row(u.Key, u)
+		key := u.Key
+		if byDecision && key == "" {
+			key = "(none)"
+		}
+		row(key, u)
 	}
 	row("TOTAL", r.Total)
 	if err := tw.Flush(); err != nil {
@@ -266,6 +292,15 @@ func formatCost(cost *float64, currency string) string {
 		s += " " + currency
 	}
 	return s
+}
+
+// formatLatency writes a mean latency in milliseconds to one decimal, "-"
+// when no request finished (there is no mean).
+func formatLatency(ms float64, finished int64) string {
+	if finished <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(ms, 'f', 1, 64) + "ms"
 }
 
 // groupDigits writes n with a comma between groups of three digits:
@@ -524,8 +559,10 @@ func (c costSum) value() *float64 {
 }
 
 // mergeUsage merges the reports of one query from several nodes into one.
-// Rows with the same key are summed (requests and tokens), sorted by key;
-// a cost is summed when known everywhere (see costSum). The window is the
+// Rows with the same key are summed (requests and tokens), sorted by key,
+// their mean latencies averaged weighted by finished requests
+// ([api.UsageRow.AddCounts]); a cost is summed when known everywhere (see
+// costSum). The window is the
 // union of the nodes' windows. Per model and tier, GPUs, GPU-hours and
 // output tokens are summed and the cost per million output tokens is
 // recomputed as the GPU-hours' cost, each at its node's GPU-hour price, over

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/daemon"
 	"github.com/llmd/llmd/store"
 )
@@ -175,4 +176,45 @@ func TestUsageClusterDaemons(t *testing.T) {
 	}, 15*time.Second, 50*time.Millisecond)
 	require.Contains(t, last, "llmctl: node node-b ("+strings.TrimPrefix(baseB, "http://")+"): skipped: it is left; "+
 		"its usage is not in the report\n")
+}
+
+// TestUsageByDecisionDaemon: a real llmd reports by decision, requests to
+// a model named directly under "(none)", with their mean latencies.
+func TestUsageByDecisionDaemon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts an in-process llmd; make test runs it")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := store.Open(ctx, dir)
+	require.NoError(t, err)
+	_, err = st.EnsureTenant(ctx, "ops", store.TierEnterprise)
+	require.NoError(t, err)
+	key, _, err := st.CreateKey(ctx, "ops", true, "test")
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+
+	cfg := daemonConfig("node-a", dir, "")
+	cfg.Cluster = nil
+	base, _ := startDaemon(t, cfg)
+	chat(t, base, key)
+	chat(t, base, key)
+
+	var r api.UsageReport
+	require.Eventually(t, func() bool {
+		out, errOut, err := runCmd(t, "", "--addr", base, "--api-key", key, "usage", "--by", "decision", "--json")
+		require.NoError(t, err, errOut)
+		require.NoError(t, json.Unmarshal([]byte(out), &r))
+		return r.Total.Requests == 2
+	}, 15*time.Second, 50*time.Millisecond)
+	require.Equal(t, "decision", r.By)
+	require.Len(t, r.Rows, 1)
+	require.Equal(t, "", r.Rows[0].Key)
+	require.EqualValues(t, 2, r.Rows[0].Finished)
+	require.Positive(t, r.Rows[0].MeanTTFTMs)
+
+	out, errOut, err := runCmd(t, "", "--addr", base, "--api-key", key, "usage", "--by", "decision")
+	require.NoError(t, err, errOut)
+	require.Contains(t, out, "MEAN TTFT")
+	require.Regexp(t, `\n\(none\) +2 +0 +0 +0 +[1-9]`, out)
 }

@@ -174,6 +174,7 @@ func TestUsageCmdParams(t *testing.T) {
 		"since as a time":  {flags: []string{"--since=2026-03-01T00:00:00Z"}, wantQuery: "since=2026-03-01T00%3A00%3A00Z"},
 		"by model, --json": {flags: []string{"--by", "model", "--json"}, wantQuery: "by=model"},
 		"by day, --csv":    {flags: []string{"--by=day", "--csv"}, wantQuery: "by=day"},
+		"by decision":      {flags: []string{"--by", "decision"}, wantQuery: "by=decision"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -185,6 +186,55 @@ func TestUsageCmdParams(t *testing.T) {
 			require.Equal(t, []string{tc.wantQuery}, f.requests())
 		})
 	}
+}
+
+// decisionUsage is a report by decision with latencies, a decision whose
+// cost is unknown, and requests without a decision.
+func decisionUsage() api.UsageReport {
+	return api.UsageReport{
+		Since:    time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC),
+		Until:    time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC),
+		By:       "decision",
+		Currency: "USD",
+		Rows: []api.UsageRow{
+			{Key: "", Requests: 3, Finished: 3, InputTokens: 600, OutputTokens: 400, Cost: new(0.002),
+				MeanTTFTMs: 81.25, MeanITLMs: 9.5},
+			{Key: "auto/long", Requests: 2, Errors: 2, InputTokens: 4000, OutputTokens: 0},
+			{Key: "auto/short-chat", Requests: 10, Cancelled: 1, Finished: 9, InputTokens: 1500, CachedTokens: 500,
+				OutputTokens: 500, Cost: new(0.01), MeanTTFTMs: 120, MeanITLMs: 11.04},
+		},
+		Total: api.UsageRow{Requests: 15, Cancelled: 1, Errors: 2, Finished: 12, InputTokens: 6100, CachedTokens: 500,
+			OutputTokens: 900, MeanTTFTMs: 110.3125, MeanITLMs: 10.655},
+		OutputCosts: []api.OutputCost{},
+	}
+}
+
+// TestUsageCmdByDecision: the key column is the decision, "(none)" for
+// requests without one, with the cost per million tokens and the mean
+// latencies.
+func TestUsageCmdByDecision(t *testing.T) {
+	f := &fakeUsage{report: decisionUsage()}
+	srv := newFakeUsage(t, f)
+	out, errOut, err := runCmd(t, "", "--addr", srv.URL, "--api-key", adminKey, "usage", "--by", "decision")
+	require.NoError(t, err)
+	require.Empty(t, errOut)
+	require.Equal(t, ""+
+		"usage from 2026-03-01T00:00:00Z to 2026-03-02T00:00:00Z (UTC) by decision, all tenants, all models\n"+
+		"\n"+
+		"DECISION         REQUESTS  REJECTED  CANCELLED  ERRORS  INPUT  CACHED  OUTPUT  COST        COST/1M     MEAN TTFT  MEAN ITL\n"+
+		"(none)           3         0         0          0       600    0       400     0.002 USD   2.0000 USD  81.2ms     9.5ms\n"+
+		"auto/long        2         0         0          2       4,000  0       0       -           -           -          -\n"+
+		"auto/short-chat  10        0         1          0       1,500  500     500     0.0100 USD  5.0000 USD  120.0ms    11.0ms\n"+
+		"TOTAL            15        0         1          2       6,100  500     900     -           -           110.3ms    10.7ms\n", out)
+	require.Equal(t, []string{"by=decision"}, f.requests())
+
+	// --json keeps every field.
+	out, _, err = runCmd(t, "", "--addr", srv.URL, "--api-key", adminKey, "usage", "--by", "decision", "--json")
+	require.NoError(t, err)
+	var got api.UsageReport
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Equal(t, decisionUsage(), got)
+	require.Contains(t, out, `"mean_ttft_ms": 81.25`)
 }
 
 func TestUsageCmdJSON(t *testing.T) {
@@ -221,9 +271,9 @@ func TestUsageCmdFlagErrors(t *testing.T) {
 		wantErr string
 	}{
 		"unknown --by": {flags: []string{"--by", "week"},
-			wantErr: "llmctl: unknown --by \"week\": use one of day, tenant, model, tier\n"},
+			wantErr: "llmctl: unknown --by \"week\": use one of day, tenant, model, tier, decision\n"},
 		"empty --by": {flags: []string{"--by="},
-			wantErr: "llmctl: unknown --by \"\": use one of day, tenant, model, tier\n"},
+			wantErr: "llmctl: unknown --by \"\": use one of day, tenant, model, tier, decision\n"},
 		"--json and --csv": {flags: []string{"--json", "--csv"},
 			wantErr: "llmctl: give --json or --csv, not both\n"},
 		"an argument": {flags: []string{"acme"},
