@@ -163,6 +163,10 @@ type Controls struct {
 	// BestOf is accepted only when it equals n (or is 1): llmd does not
 	// generate extra candidates to pick from.
 	BestOf *int `json:"best_of,omitempty"`
+	// Mode is the caller's product mode ("fast", "deep"), which llmd's
+	// model routers (a model such as "auto") may choose by; the
+	// X-LLMD-Mode header sets it too.
+	Mode string `json:"mode,omitempty"`
 }
 
 // strictUnmarshal decodes b into v, refusing fields v does not have.
@@ -525,7 +529,16 @@ type Model struct {
 	// simulated model), ParameterCount its parameters, Quantization its
 	// weight type ("Q8_0", "F16", ... or "FP8"/"BF16" for a simulated
 	// model). llmd extensions, absent for unknown values.
-	Architecture   string `json:"architecture,omitempty"`
+	Architecture string `json:"architecture,omitempty"`
+	// Kind says what a name of the models config is: "alias" (a name for
+	// the version it points to, Target), "router" (resolved per request by
+	// rules; Target is its default) or "version" (a model of the config,
+	// loaded or loaded on demand). Deprecated and Sunset are Unix times of
+	// a version's retirement. llmd extensions, absent for plain models.
+	Kind           string `json:"kind,omitempty"`
+	Target         string `json:"target,omitempty"`
+	Deprecated     int64  `json:"deprecated,omitempty"`
+	Sunset         int64  `json:"sunset,omitempty"`
 	ParameterCount int64  `json:"parameter_count,omitempty"`
 	Quantization   string `json:"quantization,omitempty"`
 }

@@ -54,6 +54,17 @@ type Config struct {
 	// KVCacheBytes sizes each GGUF model's KV cache; 0 means the CPU
 	// executor's default (256 MiB).
 	KVCacheBytes int64
+	// ModelsConfig is the models config file (YAML: versions, aliases,
+	// canaries, shadows, routers; see package catalog), read at start and
+	// again on SIGHUP and `llmctl models apply`. "" for none.
+	ModelsConfig string
+	// MemoryBudget bounds the host memory accounted to GGUF models (file
+	// plus KV cache) loaded while llmd runs: a load past it is refused. 0
+	// checks each load against the host's available memory instead.
+	MemoryBudget int64
+	// UnloadTimeout is how long an unloaded model's running requests may
+	// take to finish before they are cancelled. Default 60s.
+	UnloadTimeout time.Duration
 	// LoadProgress, if set, is called before each GGUF model loads (done of
 	// total loaded so far, and the next one's name) and once at the end
 	// (done == total, name ""). cmd/llmd draws a progress bar with it.
@@ -194,6 +205,7 @@ func DefaultConfig() Config {
 		MaxN:                 8,
 		ReadHeaderTimeout:    5 * time.Second,
 		ShutdownTimeout:      30 * time.Second,
+		UnloadTimeout:        60 * time.Second,
 		Engine:               engine.DefaultConfig(),
 		StepTimeScale:        1,
 		QuotaTimeout:         25 * time.Millisecond,
@@ -235,7 +247,7 @@ func (c Config) Validate() error {
 	if c.TP < 1 {
 		errs = append(errs, fmt.Errorf("tp is %d; it must be at least 1", c.TP))
 	}
-	if len(c.Models) == 0 && len(c.ModelFiles) == 0 && c.ModelsDir == "" {
+	if len(c.Models) == 0 && len(c.ModelFiles) == 0 && c.ModelsDir == "" && c.ModelsConfig == "" {
 		errs = append(errs, errors.New("no models to serve"))
 	}
 	seen := map[string]bool{}
@@ -259,6 +271,7 @@ func (c Config) Validate() error {
 		{"idle timeout", c.IdleTimeout},
 		{"read header timeout", c.ReadHeaderTimeout},
 		{"shutdown timeout", c.ShutdownTimeout},
+		{"unload timeout", c.UnloadTimeout},
 		{"stall timeout", c.StallTimeout},
 		{"resume grace", c.ResumeGrace},
 		{"resume ttl", c.ResumeTTL},
@@ -272,6 +285,9 @@ func (c Config) Validate() error {
 	}
 	if c.CPUThreads < 0 {
 		errs = append(errs, fmt.Errorf("cpu threads is %d; it must not be negative", c.CPUThreads))
+	}
+	if c.MemoryBudget < 0 {
+		errs = append(errs, fmt.Errorf("memory budget is %d bytes; it must not be negative", c.MemoryBudget))
 	}
 	if c.KVCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("kv cache size is %d bytes; it must not be negative", c.KVCacheBytes))

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/catalog"
 	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/gpu"
@@ -49,6 +50,9 @@ type Deps struct {
 	// live is the Redis limiter's count of live nodes (OpenDeps), pointed
 	// at the daemon's cluster by New.
 	live *liveNodes
+	// closers release the executors of Models (OpenDeps), each once: the
+	// fleet calls one when its model is unloaded, Close the rest.
+	closers map[*pipeline.Model]func()
 }
 
 // Daemon is one llmd: the HTTP API (server) over the request pipeline,
@@ -61,6 +65,10 @@ type Daemon struct {
 	log     *slog.Logger
 	rootLog *slog.Logger
 	models  *pipeline.Models
+	fleet   *fleet
+	// config is the models config (aliases, versions, rollouts), empty
+	// without --models-config.
+	config  *modelsConfig
 	pipe    *pipeline.Pipeline
 	streams *relay.Registry
 	srv     *server.Server
@@ -126,6 +134,16 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, deps: deps, log: logger.With("component", "daemon"), rootLog: logger, models: models,
 		streams: relay.NewRegistry(cfg.ResumeGrace, cfg.ResumeTTL), stop: make(chan struct{}), done: make(chan struct{}),
 		started: time.Now()}
+	d.fleet = newFleet(cfg, models, deps.closers, logger)
+	ccfg := &catalog.Config{}
+	if cfg.ModelsConfig != "" {
+		if ccfg, err = catalog.ReadFile(cfg.ModelsConfig); err != nil {
+			return nil, fmt.Errorf("daemon: %w", err)
+		}
+	}
+	d.config = &modelsConfig{cfg: cfg, fleet: d.fleet, cat: catalog.New(ccfg), log: logger.With("component", "models"),
+		fromConfig: map[string]bool{}, loads: map[string]*pendingLoad{}}
+	d.fleet.onTick = d.config.checkRollbacks
 	if cfg.TLSCertFile != "" {
 		if err := d.ReloadTLS(); err != nil {
 			return nil, err
@@ -137,7 +155,7 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 	}
 
 	pdeps := pipeline.Deps{Models: models, Limiter: deps.Limiter, Metrics: d.metrics, StatusOf: server.StatusOf,
-		Logger: logger}
+		Logger: logger, Catalog: d.config.cat, Loader: d.config.ensure}
 	if deps.Store != nil {
 		pdeps.Accounts = deps.Store
 	}
@@ -175,8 +193,27 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 		Prices: cfg.Prices, GPUHourPrice: cfg.GPUHourPrice, Currency: cfg.Currency, QuotaBackend: backend,
 		Anonymous: cfg.Anonymous, Listen: cfg.Listen, AllowedHosts: cfg.AllowedHosts, CORSOrigins: cfg.CORSOrigins},
 		server.Deps{Pipeline: d.pipe, Streams: d.streams, Store: deps.Store, Limiter: deps.Limiter, Metrics: d.metrics,
-			PeerAuth: d.auth, GPUs: d.gpus, Members: d.members, Started: d.started, Logger: logger})
+			PeerAuth: d.auth, GPUs: d.gpus, Members: d.members, Fleet: fleetAdmin{d.fleet, d.config}, Started: d.started, Logger: logger})
 	return d, nil
+}
+
+// fleetAdmin is the server's view of the fleet and the models config.
+type fleetAdmin struct {
+	*fleet
+	config *modelsConfig
+}
+
+// Apply replaces the models config (see models.Apply).
+func (f fleetAdmin) Apply(ctx context.Context, yaml []byte) (api.ModelsApplied, error) {
+	return f.config.Apply(ctx, yaml)
+}
+
+// ReloadModels reads the models config file again and applies it (SIGHUP).
+func (d *Daemon) ReloadModels(ctx context.Context) error {
+	if d.cfg.ModelsConfig == "" {
+		return nil
+	}
+	return d.config.Reload(ctx)
 }
 
 // nodeID is cfg's node id: Config.NodeID, else the host name.
@@ -338,6 +375,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
 	defer func() {
+		d.fleet.Close()
 		if d.deps.Close != nil {
 			d.deps.Close()
 		}
@@ -380,16 +418,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(context.WithoutCancel(ctx))
 	engCtx, stopEngines := context.WithCancel(gctx)
 	defer stopEngines()
-	for _, m := range d.models.List() {
-		if m.Run == nil {
-			continue
-		}
-		g.Go(func() error {
-			if err := m.Run(engCtx); err != nil {
-				return fmt.Errorf("daemon: engine %s: %w", m.ID, err)
-			}
-			return nil
-		})
+	g.Go(func() error { return d.fleet.Run(engCtx) })
+	// The models config's resident models load before llmd is ready.
+	select {
+	case <-d.fleet.running:
+	case <-gctx.Done():
+	}
+	if _, err := d.config.loadResident(ctx, d.config.cat.Config()); err != nil {
+		d.log.Error("models config: a model did not load", "err", err)
+		stopEngines()
+		_ = g.Wait()
+		return fmt.Errorf("daemon: %w", err)
 	}
 	g.Go(func() error { return d.streams.Run(engCtx) })
 	// The membership runs until the drain starts: the node then leaves.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/llmd/llmd/cluster"
+	"github.com/llmd/llmd/pipeline"
 	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/store"
 )
@@ -43,8 +45,13 @@ func OpenDeps(cfg Config, logger *slog.Logger) (Deps, error) {
 		return Deps{}, err
 	}
 	closeState := deps.Close
+	// Each model's closer runs once: when it is unloaded, else here.
+	deps.closers = make(map[*pipeline.Model]func(), len(ggufs))
+	for i, m := range ggufs {
+		deps.closers[m] = sync.OnceFunc(ggufClosers[i])
+	}
 	deps.Close = func() {
-		for _, c := range ggufClosers {
+		for _, c := range deps.closers {
 			c()
 		}
 		closeState()

@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -122,7 +123,7 @@ func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*pipeline.Mode
 			cfg.LoadProgress(i, len(refs), ref.Name)
 		}
 		start := time.Now()
-		closer, m, err := loadGGUF(ref, cfg, logger)
+		closer, m, err := loadGGUF(ref, ggufOptions{threads: cfg.CPUThreads, kvBytes: cfg.KVCacheBytes}, cfg, logger)
 		if err != nil {
 			return fail(fmt.Errorf("daemon: load %s (%s): %w", ref.Name, ref.Path, err))
 		}
@@ -139,7 +140,16 @@ func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*pipeline.Mode
 	return closers, models, nil
 }
 
-func loadGGUF(ref modelfile.ModelRef, cfg Config, logger *slog.Logger) (func(), *pipeline.Model, error) {
+// ggufOptions are one GGUF model's executor settings: threads (0: one per
+// core) and KV cache bytes (0: the executor's default).
+type ggufOptions struct {
+	threads int
+	kvBytes int64
+}
+
+// loadGGUF builds the CPU executor and engine of one GGUF file; the
+// returned closer releases them (after the engine stops).
+func loadGGUF(ref modelfile.ModelRef, opts ggufOptions, cfg Config, logger *slog.Logger) (func(), *pipeline.Model, error) {
 	f, err := gguf.Open(ref.Path)
 	if err != nil {
 		return nil, nil, err
@@ -152,11 +162,11 @@ func loadGGUF(ref modelfile.ModelRef, cfg Config, logger *slog.Logger) (func(), 
 	cc := cpu.DefaultConfig()
 	cc.Name = ref.Name
 	cc.EOS = m.Text.(ggufText).tok.EndOfGeneration()
-	if cfg.CPUThreads > 0 {
-		cc.Threads = cfg.CPUThreads
+	if opts.threads > 0 {
+		cc.Threads = opts.threads
 	}
-	if cfg.KVCacheBytes > 0 {
-		cc.KVCacheBytes = cfg.KVCacheBytes
+	if opts.kvBytes > 0 {
+		cc.KVCacheBytes = opts.kvBytes
 	}
 	exec, err := cpu.New(f, cc)
 	if err != nil {
@@ -173,6 +183,13 @@ func loadGGUF(ref modelfile.ModelRef, cfg Config, logger *slog.Logger) (func(), 
 	m.Info = eng.Info()
 	m.Run = eng.Run
 	m.Limit = min(m.Limit, eng.MaxSeqTokens())
+	m.Source = ref.Path
+	if ref.Source == modelfile.RefSourceOllama {
+		m.Source = "ollama:" + ref.Name
+	}
+	if st, err := os.Stat(ref.Path); err == nil {
+		m.Memory = ggufMemory(st.Size(), cc.KVCacheBytes)
+	}
 	return func() { exec.Close(); _ = f.Close() }, m, nil
 }
 
@@ -222,3 +239,7 @@ func ggufModel(ref modelfile.ModelRef, f *gguf.File) (*pipeline.Model, error) {
 	}
 	return m, nil
 }
+
+// ggufMemory is the host memory a GGUF model is accounted: its file (the
+// weights, mapped and read whole) and its KV cache.
+func ggufMemory(fileSize, kvBytes int64) int64 { return fileSize + kvBytes }

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -113,17 +114,36 @@ type choice struct {
 	route, degraded string
 	// peers serve the model when this node does not.
 	peers []cluster.Candidate
+	// decision is how the models config resolved the name asked for.
+	decision *ModelChoice
 }
 
-// choose picks the model that serves req: the one it names; for a
-// free-tier tenant, the model's smaller replacement while its degradation
-// ladder is at limit_free; in a cluster, a model only peers serve, or, when
-// no alive node serves it, its configured fallback.
-func (p *Pipeline) choose(req *Request, t Tenant) (choice, error) {
+// choose picks the model that serves req: the models config's choice for
+// an alias, a router or a pinned version (loading a model it names on
+// demand), else the model req names; for a free-tier tenant, the model's
+// smaller replacement while its degradation ladder is at limit_free; in a
+// cluster, a model only peers serve, or, when no alive node serves it,
+// its configured fallback.
+func (p *Pipeline) choose(ctx context.Context, req *Request, t Tenant) (choice, error) {
 	c := choice{id: req.Model, forward: req.Forward}
-	m, err := p.models.Lookup(req.Model)
+	name := req.Model
+	if p.catalog != nil && name != "" && !req.Forwarded() {
+		d, ok, err := p.resolve(ctx, req, t)
+		if err != nil {
+			return c, err
+		}
+		if ok {
+			c.decision, name, c.id = &d, d.Model, d.Model
+			if name != req.Model && len(req.Forward.Body) > 0 {
+				if body, err := withModel(req.Forward.Body, name); err == nil {
+					c.forward.Body = body
+				}
+			}
+		}
+	}
+	m, err := p.lookup(ctx, name)
 	if err != nil {
-		return p.chooseElsewhere(req, c, err)
+		return p.chooseElsewhere(req, name, c, err)
 	}
 	c.model, c.level = m, m.Replica.Stats().Degrade
 	to, ok := p.cfg.DegradeRoutes[m.ID]
@@ -137,29 +157,44 @@ func (p *Pipeline) choose(req *Request, t Tenant) (choice, error) {
 	return c, nil
 }
 
+// lookup finds the model with id served here, loading it first when the
+// models config names it but it is not resident. An unknown name's 404
+// lists the names a caller may use.
+func (p *Pipeline) lookup(ctx context.Context, id string) (*Model, error) {
+	m, err := p.models.Lookup(id)
+	var pe *Error
+	if err == nil || !errors.As(err, &pe) || pe.Code != CodeModelNotFound || p.catalog == nil {
+		return m, err
+	}
+	if p.loader != nil && p.catalog.Knows(id) {
+		return p.loader(ctx, id)
+	}
+	return nil, p.models.NotFound(id, p.catalog.Names())
+}
+
 // chooseElsewhere handles a model this node does not serve (notFound): in
 // a cluster, the peers that serve it, else its fallback (here or on
 // peers). A forwarded request is never sent on.
-func (p *Pipeline) chooseElsewhere(req *Request, c choice, notFound error) (choice, error) {
+func (p *Pipeline) chooseElsewhere(req *Request, name string, c choice, notFound error) (choice, error) {
 	var pe *Error
-	if p.router == nil || req.Forwarded() || req.Model == "" || len(req.Forward.Body) == 0 ||
+	if p.router == nil || req.Forwarded() || name == "" || len(c.forward.Body) == 0 ||
 		!errors.As(notFound, &pe) || pe.Code != CodeModelNotFound {
 		return c, notFound
 	}
-	if c.peers = p.peersServing(req.Model, req.AffinityKey); len(c.peers) > 0 {
+	if c.peers = p.peersServing(name, req.AffinityKey); len(c.peers) > 0 {
 		return c, nil
 	}
-	fb := p.cfg.Fallback[req.Model]
+	fb := p.cfg.Fallback[name]
 	if fb == "" {
 		return c, notFound
 	}
-	body, err := withModel(req.Forward.Body, fb)
+	body, err := withModel(c.forward.Body, fb)
 	if err != nil {
 		return c, notFound
 	}
 	c.id, c.forward.Body = fb, body
-	c.route = "fallback from " + req.Model
-	p.log.Info("no node serves the model; using its fallback", "request_id", req.ID, "model", req.Model, "fallback", fb)
+	c.route = "fallback from " + name
+	p.log.Info("no node serves the model; using its fallback", "request_id", req.ID, "model", name, "fallback", fb)
 	if m := p.models.Get(fb); m != nil {
 		c.model, c.level = m, m.Replica.Stats().Degrade
 		return c, nil

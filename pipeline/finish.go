@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/catalog"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/metrics"
 	"github.com/llmd/llmd/store"
@@ -39,7 +40,15 @@ type Outcome struct {
 	// Route and Degraded are the routing and degradation notes; ServedBy
 	// the peer that served the request ("" for this node).
 	Route, Degraded, ServedBy string
-	Err                       error
+	// Decision is how the models config chose the model (router/rule,
+	// alias/role; "" for a model named directly), Alternatives the models
+	// a router's other rules would have chosen.
+	Decision     string
+	Alternatives []string
+	// Safety is the safety check's verdict when it was not a plain allow
+	// ("flag:CATEGORY", "block:CATEGORY", "fail_open").
+	Safety string
+	Err    error
 }
 
 // Finish relays the answer of r's execution to sink, then settles the
@@ -102,6 +111,7 @@ func (p *Pipeline) Finish(ctx context.Context, r *Run, sink Sink) Outcome {
 		}
 	}
 	p.observe(plan, out, res)
+	plan.release()
 	p.record(out)
 	return out
 }
@@ -122,6 +132,7 @@ func (p *Pipeline) Record(req *Request, plan *Plan, status int, err error) Outco
 		p.meter(out)
 		p.observe(plan, out, Result{})
 	}
+	plan.release()
 	p.record(out)
 	return out
 }
@@ -132,7 +143,10 @@ func (p *Pipeline) outcome(plan *Plan, res Result) Outcome {
 	out := Outcome{ID: req.ID, ClientID: req.ClientID, Endpoint: req.Endpoint, Principal: req.Principal, User: req.User,
 		Tier: string(plan.Tenant.Tier), Model: plan.Model, Stream: req.Stream, Start: req.Start, Finish: res.Finish,
 		Usage: res.Usage, Queued: res.Queued, ITL: res.MeanITL(), TTFT: res.TTFT, Route: plan.route,
-		Degraded: plan.degraded, ServedBy: res.ServedBy, Err: res.Err}
+		Degraded: plan.degraded, ServedBy: res.ServedBy, Err: res.Err, Decision: choiceNote(plan.Choice), Safety: plan.safety}
+	if plan.Choice != nil {
+		out.Alternatives = plan.Choice.Alternatives
+	}
 	if !res.FirstToken.IsZero() {
 		out.TTFT = res.FirstToken.Sub(req.Start)
 	}
@@ -166,6 +180,7 @@ func (p *Pipeline) usageEvent(out Outcome, status store.UsageStatus) store.Usage
 		OutputTokens: int64(out.Usage.OutputTokens),
 		QueueTime:    out.Queued, TTFT: out.TTFT, MeanITL: out.ITL, Duration: time.Since(out.Start),
 		Route: appendNote(out.Route, out.Degraded), User: out.User, Started: out.Start,
+		Decision: out.Decision, Safety: out.Safety,
 	}
 	if status != store.UsageInFlight {
 		ev.Ended = time.Now()
@@ -261,6 +276,20 @@ func (p *Pipeline) observe(plan *Plan, out Outcome, res Result) {
 	if out.TTFT > 0 && m != nil {
 		m.Latency.Add(time.Now(), out.TTFT, out.ITL)
 	}
+	if p.catalog != nil && out.ServedBy == "" && m != nil {
+		// The canary comparison and the fallbacks' health: what this
+		// node's engine did, not what the client did.
+		st := usageStatus(out)
+		failed := st == store.UsageError && (p.statusOf == nil || p.statusOf(out.Err) >= 500)
+		now := time.Now()
+		p.catalog.Observe(catalog.Outcome{Model: m.ID, At: now, TTFT: out.TTFT, ITL: out.ITL, Error: failed,
+			Length: out.Finish == string(engine.FinishLength), Cancelled: st == store.UsageCancelled})
+		if failed {
+			p.catalog.ReportFailure(m.ID, now)
+		} else if st == store.UsageFinished {
+			p.catalog.ReportSuccess(m.ID, now)
+		}
+	}
 	if p.metrics == nil || out.ServedBy != "" {
 		return // the engine metrics are the serving node's
 	}
@@ -325,6 +354,15 @@ func (p *Pipeline) record(out Outcome) {
 	}
 	if out.Route != "" {
 		attrs = append(attrs, slog.String("route", out.Route))
+	}
+	if out.Decision != "" {
+		attrs = append(attrs, slog.String("decision", out.Decision))
+	}
+	if len(out.Alternatives) > 0 {
+		attrs = append(attrs, slog.String("alternatives", strings.Join(out.Alternatives, ",")))
+	}
+	if out.Safety != "" {
+		attrs = append(attrs, slog.String("safety", out.Safety))
 	}
 	if out.Principal.Peer != "" {
 		attrs = append(attrs, slog.String("forwarded_by", out.Principal.Peer))

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmd/llmd/engine"
@@ -109,7 +112,8 @@ const (
 
 // Model is one served model: its engine replica, its text side and what
 // the API reports about it. Fields are set when the model is built and
-// read-only after; Latency is safe for concurrent use.
+// read-only after; Latency and the lifecycle state (draining, active
+// requests, last use) are safe for concurrent use.
 type Model struct {
 	ID      string
 	Info    engine.ExecutorInfo
@@ -126,6 +130,10 @@ type Model struct {
 	Params       int64
 	Quantization string
 	Created      int64 // Unix seconds
+	// Source is where the model came from (a GGUF path, "ollama:NAME",
+	// "sim:PROFILE"); Memory the host memory accounted to it, in bytes.
+	Source string
+	Memory int64
 	// Run runs the engine's step loop until ctx ends; nil for fakes.
 	Run func(ctx context.Context) error
 	// Sim describes the simulated GPU group of a simulated model, nil
@@ -133,6 +141,13 @@ type Model struct {
 	Sim *SimGPU
 	// Latency holds recent latencies, for the snapshot.
 	Latency LatencyWindow
+
+	// draining refuses new requests (the model is being unloaded);
+	// active counts the requests that chose it and have not ended;
+	// lastUsed is when one last chose it (Unix nanoseconds).
+	draining atomic.Bool
+	active   atomic.Int64
+	lastUsed atomic.Int64
 }
 
 // SimGPU is a simulated model's GPU group.
@@ -159,54 +174,160 @@ func NewModel(replica Replica, text TextModel, created time.Time, run func(conte
 	return m
 }
 
+// Drain makes the model refuse new requests (Lookup answers 503); those
+// that chose it already go on.
+func (m *Model) Drain() { m.draining.Store(true) }
+
+// Draining reports whether the model refuses new requests.
+func (m *Model) Draining() bool { return m.draining.Load() }
+
+// Active is the number of requests that chose the model and have not
+// ended yet.
+func (m *Model) Active() int64 { return m.active.Load() }
+
+// LastUsed is when a request last chose the model (its creation before
+// any did).
+func (m *Model) LastUsed() time.Time {
+	if ns := m.lastUsed.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Unix(m.Created, 0)
+}
+
+// acquire counts a request that chose the model; release ends it.
+func (m *Model) acquire() {
+	m.active.Add(1)
+	m.lastUsed.Store(time.Now().UnixNano())
+}
+
+func (m *Model) release() { m.active.Add(-1) }
+
+// tryAcquire counts a request that chose the model unless the model is
+// draining. Drain before the count is read: a request counted is seen by
+// whoever waits for the model to become idle, one not counted saw the
+// drain.
+func (m *Model) tryAcquire() bool {
+	m.acquire()
+	if m.Draining() {
+		m.release()
+		return false
+	}
+	return true
+}
+
 // ErrDuplicateModel is two served models with one id.
 var ErrDuplicateModel = errors.New("pipeline: two models have the same id")
 
-// Models is the set of models this node serves, in configuration order.
-// It is read-only once built.
+// Models is the set of models this node serves, in the order they were
+// added. Models are added and removed while requests run (hot loading):
+// readers see one consistent set, swapped whole on each change.
+//
+// Locking: mu serialises Add and Remove; readers load set.
 type Models struct {
+	mu  sync.Mutex
+	set atomic.Pointer[modelSet]
+}
+
+// modelSet is one version of the set; never modified once published.
+type modelSet struct {
 	list []*Model
 	byID map[string]*Model
 }
 
 // NewModels returns the set of ms, refusing two with one id.
 func NewModels(ms []*Model) (*Models, error) {
-	s := &Models{list: slices.Clone(ms), byID: make(map[string]*Model, len(ms))}
+	s := &Models{}
+	s.set.Store(&modelSet{byID: map[string]*Model{}})
 	for _, m := range ms {
-		if s.byID[m.ID] != nil {
-			return nil, fmt.Errorf("%w: %q", ErrDuplicateModel, m.ID)
+		if err := s.Add(m); err != nil {
+			return nil, err
 		}
-		s.byID[m.ID] = m
 	}
 	return s, nil
 }
 
+// Add serves m from now on; an id already served is ErrDuplicateModel.
+func (s *Models) Add(m *Model) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.set.Load()
+	if old.byID[m.ID] != nil {
+		return fmt.Errorf("%w: %q", ErrDuplicateModel, m.ID)
+	}
+	next := &modelSet{list: append(slices.Clone(old.list), m), byID: maps.Clone(old.byID)}
+	next.byID[m.ID] = m
+	s.set.Store(next)
+	return nil
+}
+
+// Remove stops serving the model with id and returns it (nil if none).
+// Requests that chose it already keep their *Model.
+func (s *Models) Remove(id string) *Model {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.set.Load()
+	m := old.byID[id]
+	if m == nil {
+		return nil
+	}
+	next := &modelSet{list: slices.DeleteFunc(slices.Clone(old.list), func(x *Model) bool { return x == m }),
+		byID: maps.Clone(old.byID)}
+	delete(next.byID, id)
+	s.set.Store(next)
+	return m
+}
+
 // Get returns the model with id, nil if none.
-func (s *Models) Get(id string) *Model { return s.byID[id] }
+func (s *Models) Get(id string) *Model { return s.set.Load().byID[id] }
 
 // List returns the models; the caller must not modify the slice.
-func (s *Models) List() []*Model { return s.list }
+func (s *Models) List() []*Model { return s.set.Load().list }
 
 // IDs returns the models' ids.
 func (s *Models) IDs() []string {
-	ids := make([]string, len(s.list))
-	for i, m := range s.list {
+	list := s.List()
+	ids := make([]string, len(list))
+	for i, m := range list {
 		ids[i] = m.ID
 	}
 	return ids
 }
 
+// ErrModelUnloading refuses a request for a model being unloaded.
+func errModelUnloading(id string) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Param: "model", Code: "model_unloading",
+		Message: fmt.Sprintf("The model `%s` is being unloaded and takes no new requests.", id)}
+}
+
 // Lookup finds the model a request names: a 400 without a name, a 404
-// naming the served models for an unknown one.
+// naming the served models for an unknown one, a 503 for one being
+// unloaded.
 func (s *Models) Lookup(id string) (*Model, error) {
 	if id == "" {
 		return nil, InvalidParam("model", "you must provide a model parameter")
 	}
-	if m := s.byID[id]; m != nil {
+	if m := s.Get(id); m != nil {
+		if m.Draining() {
+			return nil, errModelUnloading(id)
+		}
 		return m, nil
 	}
-	return nil, &Error{Status: 404, Type: TypeInvalidRequest, Param: "model", Code: CodeModelNotFound,
-		Message: fmt.Sprintf("The model `%s` does not exist. Available models: %s.", id, strings.Join(s.IDs(), ", "))}
+	return nil, s.NotFound(id, nil)
+}
+
+// NotFound is the 404 of an unknown model name; it names the models this
+// node serves and the others names a caller may use (aliases, peers'
+// models).
+func (s *Models) NotFound(id string, others []string) *Error {
+	names := s.IDs()
+	for _, o := range others {
+		if !slices.Contains(names, o) {
+			names = append(names, o)
+		}
+	}
+	slices.Sort(names)
+	return &Error{Status: 404, Type: TypeInvalidRequest, Param: "model", Code: CodeModelNotFound,
+		Message: fmt.Sprintf("The model `%s` does not exist. Available models: %s.", id, strings.Join(names, ", "))}
 }
 
 // LatencyWindow keeps the TTFT and mean inter-token latency of a model's

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/llmd/llmd/catalog"
 	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
@@ -92,6 +94,11 @@ type Deps struct {
 	// mapping), for the level of a failed request's log line.
 	StatusOf func(error) int
 	Logger   *slog.Logger
+	// Catalog is the models config (aliases, versions, canaries, routers);
+	// nil serves model ids alone. Loader loads the models it names that
+	// are not resident; nil for none.
+	Catalog *catalog.Catalog
+	Loader  Loader
 }
 
 // Pipeline runs generation requests. Its methods are safe for concurrent
@@ -108,6 +115,10 @@ type Pipeline struct {
 	statusOf func(error) int
 	log      *slog.Logger
 	local    Target
+	catalog  *catalog.Catalog
+	loader   Loader
+	// httpc calls the routers' classifiers.
+	httpc *http.Client
 
 	draining atomic.Bool
 	// settled counts the tokens of every settled reservation (they must
@@ -126,13 +137,17 @@ func New(cfg Config, deps Deps) *Pipeline {
 	}
 	p := &Pipeline{cfg: cfg, models: deps.Models, limiter: deps.Limiter, accounts: deps.Accounts, ledger: deps.Ledger,
 		metrics: deps.Metrics, router: deps.Router, peer: deps.Peer, statusOf: deps.StatusOf, log: log.With("component", "pipeline"),
-		outputs: engine.NewOutputEstimator()}
+		outputs: engine.NewOutputEstimator(), catalog: deps.Catalog, loader: deps.Loader,
+		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}}}
 	p.local = LocalTarget{Stall: cfg.StallTimeout}
 	return p
 }
 
 // Models returns the served models.
 func (p *Pipeline) Models() *Models { return p.models }
+
+// Catalog returns the models config, nil without one.
+func (p *Pipeline) Catalog() *catalog.Catalog { return p.catalog }
 
 // Drain makes the pipeline refuse new requests (ErrDraining); those already
 // admitted go on.
@@ -168,6 +183,31 @@ type Plan struct {
 	// metered says the request was admitted: it has an in-flight usage row
 	// and gets a final one.
 	metered bool
+	// held is the local model the plan counts as active until it ends.
+	held *Model
+	// Choice is how the models config resolved the model asked for, nil
+	// when it did not (a model id served as named).
+	Choice *ModelChoice
+	// safety is the safety check's verdict for the usage row and the log
+	// ("" for allow).
+	safety string
+}
+
+// Deprecation returns the deprecation of the model chosen (zero times
+// when it is not deprecated), for the Deprecation and Sunset headers.
+func (plan *Plan) Deprecation() (deprecated, sunset time.Time, replacement string) {
+	if plan.Choice == nil {
+		return
+	}
+	return plan.Choice.Deprecated, plan.Choice.Sunset, plan.Choice.Replacement
+}
+
+// release ends the plan's hold on its model (once).
+func (plan *Plan) release() {
+	if plan.held != nil {
+		plan.held.release()
+		plan.held = nil
+	}
 }
 
 // Prepare runs the stages that may refuse a request, in order: the
@@ -185,19 +225,23 @@ func (p *Pipeline) Prepare(ctx context.Context, req *Request) (*Plan, error) {
 	if err := p.validate(req); err != nil {
 		return plan, err
 	}
-	choice, err := p.choose(req, tenant)
-	plan.route, plan.degraded = choice.route, choice.degraded
+	choice, err := p.choose(ctx, req, tenant)
+	plan.route, plan.degraded, plan.Choice = choice.route, choice.degraded, choice.decision
 	if err != nil {
 		return plan, err
 	}
-	plan.Model = choice.id
-	job, err := p.prepare(req, tenant, choice)
-	if err != nil {
-		return plan, err
+	adm, err := p.prepareAndAdmit(ctx, plan, choice)
+	for err != nil && plan.Choice != nil && len(plan.Choice.Fallbacks) > 0 && errors.As(err, new(*OverloadError)) {
+		// The model chosen sheds load: its configured fallbacks, in order.
+		p.catalog.ReportFailure(choice.id, time.Now())
+		next, ok := p.fallback(plan, req)
+		if !ok {
+			break
+		}
+		plan.route = appendNote(plan.route, fmt.Sprintf("%s overloaded; fallback %s", choice.id, next.id))
+		choice = next
+		adm, err = p.prepareAndAdmit(ctx, plan, choice)
 	}
-	plan.Job = job
-	adm, err := p.admit(ctx, req, tenant, choice, job)
-	plan.Decision, plan.degraded = adm.decision, appendNote(plan.degraded, adm.degraded)
 	if err != nil {
 		if reason := RejectReason(err); reason != "" {
 			p.rejectedRow(plan, reason)
@@ -210,6 +254,46 @@ func (p *Pipeline) Prepare(ctx context.Context, req *Request) (*Plan, error) {
 	plan.route = appendNote(plan.route, note)
 	p.beginRow(ctx, plan)
 	return plan, nil
+}
+
+// prepareAndAdmit holds the chosen model, prepares the job for it and
+// admits it; a refusal releases the model again.
+func (p *Pipeline) prepareAndAdmit(ctx context.Context, plan *Plan, c choice) (admission, error) {
+	plan.release()
+	plan.Model, plan.Job = c.id, nil
+	if m := c.model; m != nil {
+		if !m.tryAcquire() {
+			return admission{}, errModelUnloading(m.ID)
+		}
+		plan.held = m
+	}
+	job, err := p.prepare(plan.Req, plan.Tenant, c)
+	if err != nil {
+		return admission{}, err
+	}
+	plan.Job = job
+	adm, err := p.admit(ctx, plan.Req, plan.Tenant, c, job)
+	plan.Decision, plan.degraded = adm.decision, appendNote(plan.degraded, adm.degraded)
+	return adm, err
+}
+
+// fallback takes the next of the plan's fallbacks served here.
+func (p *Pipeline) fallback(plan *Plan, req *Request) (choice, bool) {
+	for len(plan.Choice.Fallbacks) > 0 {
+		id := plan.Choice.Fallbacks[0]
+		plan.Choice.Fallbacks = plan.Choice.Fallbacks[1:]
+		m := p.models.Get(id)
+		if m == nil || m.Draining() {
+			continue
+		}
+		c := choice{id: id, model: m, level: m.Replica.Stats().Degrade, forward: req.Forward, decision: plan.Choice}
+		if body, err := withModel(req.Forward.Body, id); err == nil {
+			c.forward.Body = body
+		}
+		plan.Choice.Model, plan.Choice.Role = id, catalog.RoleFallback
+		return c, true
+	}
+	return choice{}, false
 }
 
 // Run is a plan started on a target.

@@ -109,6 +109,9 @@ type Request struct {
 	// User is the client's tag for its end user (the "user" field), kept
 	// in the usage row.
 	User string
+	// Mode is the caller's product mode (the "mode" field or the
+	// X-LLMD-Mode header), for the models config's routers.
+	Mode string
 	// Structured constrains the output to a grammar; nil is free text.
 	Structured *Structured
 	// Tools are the tools the model may call (chat endpoints), ToolChoice

@@ -139,6 +139,7 @@ func decodeTools(req *pipeline.Request, tu api.ToolUse) error {
 // from the fields the generation APIs share. At most one field may ask for
 // structured output.
 func decodeControls(req *pipeline.Request, rf *api.ResponseFormat, g api.Guided, c api.Controls) error {
+	req.Mode = capText(c.Mode, 64)
 	var set []*pipeline.Structured
 	add := func(s *pipeline.Structured) { set = append(set, s) }
 	if rf != nil {

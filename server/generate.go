@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,6 +81,7 @@ func (s *Server) generate(c codec) http.HandlerFunc {
 		if plan.Decision != nil {
 			setRateHeaders(w.Header(), *plan.Decision)
 		}
+		setDeprecationHeaders(w.Header(), plan)
 		if err != nil {
 			if pipeline.RejectReason(err) == "" && StatusOf(err) >= 500 {
 				s.log.Error("admission failed", "request_id", req.ID, "err", err)
@@ -116,6 +118,9 @@ func (s *Server) decodeRequest(w http.ResponseWriter, r *http.Request, c codec, 
 			req.AffinityKey = capText(v, 256)
 			break
 		}
+	}
+	if req.Mode == "" {
+		req.Mode = capText(r.Header.Get("X-LLMD-Mode"), 64)
 	}
 	req.Forward = pipeline.Forward{Path: r.URL.RequestURI(), Header: http.Header{}, Body: body}
 	for _, h := range forwardedHeaders {
@@ -340,4 +345,24 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error
 		return err
 	}
 	return decodeJSON(body, v)
+}
+
+// setDeprecationHeaders announces a deprecated model's retirement: the
+// Deprecation header (RFC 9745: "@" and the Unix time it was deprecated),
+// the Sunset header (RFC 8594: when it stops answering) and a Link to its
+// replacement.
+func setDeprecationHeaders(h http.Header, plan *pipeline.Plan) {
+	dep, sunset, repl := plan.Deprecation()
+	if dep.IsZero() && sunset.IsZero() {
+		return
+	}
+	if !dep.IsZero() {
+		h.Set("Deprecation", "@"+strconv.FormatInt(dep.Unix(), 10))
+	}
+	if !sunset.IsZero() {
+		h.Set("Sunset", sunset.UTC().Format(http.TimeFormat))
+	}
+	if repl != "" {
+		h.Set("X-LLMD-Replacement-Model", repl)
+	}
 }

@@ -9,8 +9,30 @@ import (
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 	list := api.ModelList{Object: "list", Data: make([]api.Model, 0, len(s.models.List()))}
+	seen := map[string]int{}
 	for _, m := range s.models.List() {
+		seen[m.ID] = len(list.Data)
 		list.Data = append(list.Data, apiModel(m))
+	}
+	if cat := s.pipe.Catalog(); cat != nil {
+		// The models config's names: aliases, routers, and its versions
+		// (those not loaded are loaded on demand).
+		for _, e := range cat.Describe() {
+			am := api.Model{ID: e.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "llmd", Kind: e.Kind, Target: e.Target}
+			if !e.Deprecated.IsZero() {
+				am.Deprecated = e.Deprecated.Unix()
+			}
+			if !e.Sunset.IsZero() {
+				am.Sunset = e.Sunset.Unix()
+			}
+			if i, ok := seen[e.Name]; ok {
+				am.Created, am.MaxModelLen = list.Data[i].Created, list.Data[i].MaxModelLen
+				am.Architecture, am.ParameterCount, am.Quantization = list.Data[i].Architecture, list.Data[i].ParameterCount, list.Data[i].Quantization
+				list.Data[i] = am
+				continue
+			}
+			list.Data = append(list.Data, am)
+		}
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -52,8 +74,13 @@ func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request) {
 	}
 }
 
-// tierNames names the engine's priorities on the wire, by priority.
-var tierNames = [...]string{"batch", "free", "paid", "enterprise"}
+// tierNames names the engine's priorities on the wire, by priority;
+// gossipTierNames the tiers of a member's gossiped load, by position (the
+// shadow class stays local).
+var (
+	tierNames       = [...]string{"shadow", "batch", "free", "paid", "enterprise"}
+	gossipTierNames = tierNames[1:]
+)
 
 func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
 	resp := api.StatsResponse{Models: make([]api.EngineStats, 0, len(s.models.List()))}

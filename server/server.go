@@ -75,6 +75,8 @@ type Deps struct {
 	// Members is the cluster as this node sees it: every member, or this
 	// node alone when it runs without a cluster (clustered false).
 	Members func() (members []cluster.Member, clustered bool)
+	// Fleet loads and unloads models (the admin API); nil refuses.
+	Fleet Fleet
 	// Started is when llmd started (uptime, report windows).
 	Started time.Time
 	Logger  *slog.Logger
@@ -102,6 +104,7 @@ type Server struct {
 	peerAuth *peer.Auth
 	gpus     func() []api.GPUInfo
 	members  func() ([]cluster.Member, bool)
+	fleet    Fleet
 	started  time.Time
 	log      *slog.Logger
 	mux      *http.ServeMux
@@ -117,7 +120,7 @@ func New(cfg Config, deps Deps) *Server {
 	}
 	s := &Server{cfg: cfg, pipe: deps.Pipeline, models: deps.Pipeline.Models(), streams: deps.Streams, store: deps.Store,
 		limiter: deps.Limiter, metrics: deps.Metrics, peerAuth: deps.PeerAuth, gpus: deps.GPUs, members: deps.Members,
-		started: deps.Started, log: log.With("component", "server")}
+		fleet: deps.Fleet, started: deps.Started, log: log.With("component", "server")}
 	if s.gpus == nil {
 		s.gpus = func() []api.GPUInfo { return nil }
 	}
@@ -237,6 +240,17 @@ func (s *Server) routeTable() []route {
 		{"GET /v1/admin/usage", get, policyAdmin, s.needStore(s.handleUsage), false},
 		{"GET /v1/admin/snapshot", get, policyAdmin, s.handleSnapshot, false},
 		{"GET /v1/admin/nodes", get, policyAdmin, s.handleNodes, false},
+		{"GET /v1/admin/models", get, policyAdmin, s.needFleet(s.handleListLoaded), false},
+		{"POST /v1/admin/models", post, policyAdmin, s.needFleet(s.handleLoadModel), false},
+		{"PUT /v1/admin/models/config", put, policyAdmin, s.needFleet(s.handleApplyModels), false},
+		{"GET /v1/admin/models/rollouts", get, policyAdmin, s.needCatalog(s.handleRollouts), false},
+		{"GET /v1/admin/models/shadow/report", get, policyAdmin, s.needStore(s.handleShadowReport), false},
+		{"PUT /v1/admin/models/aliases/{alias}/canary", put, policyAdmin, s.needCatalog(s.handleSetCanary), false},
+		{"DELETE /v1/admin/models/aliases/{alias}/canary", del, policyAdmin, s.needCatalog(s.handleClearCanary), false},
+		{"PUT /v1/admin/models/aliases/{alias}/shadow", put, policyAdmin, s.needCatalog(s.handleSetShadow), false},
+		{"DELETE /v1/admin/models/aliases/{alias}/shadow", del, policyAdmin, s.needCatalog(s.handleClearShadow), false},
+		{"POST /v1/admin/models/aliases/{alias}/promote", post, policyAdmin, s.needCatalog(s.handlePromote), false},
+		{"DELETE /v1/admin/models/{id...}", del, policyAdmin, s.needFleet(s.handleUnloadModel), false},
 		{"POST /v1/admin/keys", post, policyAdmin, s.needStore(s.handleCreateKey), false},
 		{"GET /v1/admin/keys", get, policyAdmin, s.needStore(s.handleListKeys), false},
 		{"DELETE /v1/admin/keys/{id}", del, policyAdmin, s.needStore(s.handleRevokeKey), false},
@@ -281,7 +295,8 @@ func (s *Server) routes() *http.ServeMux {
 		mux.Handle(rt.pattern, s.api(rt, rt.h))
 	}
 	for _, p := range []string{"/v1/admin/keys", "/v1/admin/keys/{id}", "/v1/admin/tenants", "/v1/admin/quotas",
-		"/v1/admin/quotas/{tenant}", "/v1/admin/usage", "/v1/admin/snapshot", "/v1/admin/nodes", "/v1/requests/{id}", "/v1/requests/{id}/stream"} {
+		"/v1/admin/quotas/{tenant}", "/v1/admin/usage", "/v1/admin/snapshot", "/v1/admin/nodes",
+		"/v1/admin/models", "/v1/admin/models/{id...}", "/v1/requests/{id}", "/v1/requests/{id}/stream"} {
 		mux.Handle(p, s.api(route{policy: policyAdmin}, methodNotAllowed))
 	}
 	return mux

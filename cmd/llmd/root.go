@@ -24,6 +24,7 @@ import (
 
 	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/daemon"
+	"github.com/llmd/llmd/engine"
 )
 
 // Exit statuses.
@@ -67,10 +68,15 @@ type options struct {
 	modelsDir  string
 	cpuThreads int
 	kvCacheMiB int
-	dataDir    string
-	logLevel   string
-	logFormat  string
-	heartbeat  time.Duration
+	// memoryBudgetMiB, unloadTimeout and modelsConfig manage models
+	// loaded while llmd runs.
+	memoryBudgetMiB int64
+	unloadTimeout   time.Duration
+	modelsConfig    string
+	dataDir         string
+	logLevel        string
+	logFormat       string
+	heartbeat       time.Duration
 	// fs is the flag set bound to o, to tell a given flag from a default.
 	fs *pflag.FlagSet
 	// engine settings
@@ -125,18 +131,21 @@ type options struct {
 // envVars maps each flag to the environment variable that sets it when the
 // flag is not given.
 var envVars = map[string]string{
-	"listen":       "LLMD_LISTEN",
-	"gpu":          "LLMD_GPU",
-	"tp":           "LLMD_TP",
-	"models":       "LLMD_MODELS",
-	"model":        "LLMD_MODEL",
-	"models-dir":   "LLMD_MODELS_DIR",
-	"cpu-threads":  "LLMD_CPU_THREADS",
-	"kv-cache-mib": "LLMD_KV_CACHE_MIB",
-	"data-dir":     "LLMD_DATA_DIR",
-	"log-level":    "LLMD_LOG_LEVEL",
-	"log-format":   "LLMD_LOG_FORMAT",
-	"heartbeat":    "LLMD_HEARTBEAT",
+	"listen":            "LLMD_LISTEN",
+	"gpu":               "LLMD_GPU",
+	"tp":                "LLMD_TP",
+	"models":            "LLMD_MODELS",
+	"model":             "LLMD_MODEL",
+	"models-dir":        "LLMD_MODELS_DIR",
+	"cpu-threads":       "LLMD_CPU_THREADS",
+	"kv-cache-mib":      "LLMD_KV_CACHE_MIB",
+	"memory-budget-mib": "LLMD_MEMORY_BUDGET_MIB",
+	"unload-timeout":    "LLMD_UNLOAD_TIMEOUT",
+	"models-config":     "LLMD_MODELS_CONFIG",
+	"data-dir":          "LLMD_DATA_DIR",
+	"log-level":         "LLMD_LOG_LEVEL",
+	"log-format":        "LLMD_LOG_FORMAT",
+	"heartbeat":         "LLMD_HEARTBEAT",
 
 	"max-batch-tokens":       "LLMD_MAX_BATCH_TOKENS",
 	"max-running":            "LLMD_MAX_RUNNING",
@@ -245,6 +254,12 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.modelsDir, "models-dir", "", "a directory of GGUF models to load")
 	fs.IntVar(&o.cpuThreads, "cpu-threads", 0, "threads of each GGUF model's CPU executor (0: one per core)")
 	fs.IntVar(&o.kvCacheMiB, "kv-cache-mib", 0, "KV cache size of each GGUF model in MiB (0: 256)")
+	fs.Int64Var(&o.memoryBudgetMiB, "memory-budget-mib", 0,
+		"host memory in MiB that GGUF models loaded while llmd runs may take in all (0: each load is checked against the available memory)")
+	fs.DurationVar(&o.unloadTimeout, "unload-timeout", def.UnloadTimeout,
+		"how long an unloaded model's running requests may take to finish before they are cancelled")
+	fs.StringVar(&o.modelsConfig, "models-config", "",
+		"YAML models config: versions, aliases, deprecation, fallbacks, canary and shadow rollouts, routers (reloaded on SIGHUP)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "data directory (default: $XDG_DATA_HOME/llmd or the platform's user data directory)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
@@ -358,10 +373,13 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.ModelsDir = o.modelsDir
 	cfg.CPUThreads = o.cpuThreads
 	cfg.KVCacheBytes = int64(o.kvCacheMiB) << 20
-	// GGUF models replace the default simulated ones unless --models (or
-	// LLMD_MODELS) asks for simulated ones too.
+	cfg.MemoryBudget = o.memoryBudgetMiB << 20
+	cfg.UnloadTimeout = o.unloadTimeout
+	cfg.ModelsConfig = o.modelsConfig
+	// GGUF models and a models config replace the default simulated ones
+	// unless --models (or LLMD_MODELS) asks for simulated ones too.
 	modelsSet := (o.fs != nil && o.fs.Changed("models")) || getenv("LLMD_MODELS") != ""
-	if (len(o.modelFiles) > 0 || o.modelsDir != "") && !modelsSet {
+	if (len(o.modelFiles) > 0 || o.modelsDir != "" || o.modelsConfig != "") && !modelsSet {
 		cfg.Models = nil
 	}
 	cfg.Resolve.OllamaModels = getenv("OLLAMA_MODELS")
@@ -462,11 +480,12 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 }
 
 // tierIndex is the engine's index of each tier.
-var tierIndex = map[string]int{"batch": 0, "free": 1, "paid": 2, "enterprise": 3}
+var tierIndex = map[string]engine.Priority{"batch": engine.PriorityBatch, "free": engine.PriorityFree,
+	"paid": engine.PriorityPaid, "enterprise": engine.PriorityEnterprise}
 
 // parseTierWeights reads "tier=weight" pairs into w; tiers not named keep
 // their defaults.
-func parseTierWeights(pairs []string, w *[4]float64) error {
+func parseTierWeights(pairs []string, w *[engine.NumPriorities]float64) error {
 	for _, p := range pairs {
 		name, val, ok := strings.Cut(p, "=")
 		i, known := tierIndex[strings.TrimSpace(name)]
@@ -558,7 +577,11 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	if len(cfg.ModelFiles) > 0 || cfg.ModelsDir != "" {
 		fmt.Fprintln(stdout, "  GGUF models: CPU executor (real weights)")
 	}
-	// SIGHUP reloads the TLS certificate; open connections keep theirs.
+	if cfg.ModelsConfig != "" {
+		fmt.Fprintf(stdout, "  models config: %s (reloaded on SIGHUP; `llmctl models` lists what it serves)\n", cfg.ModelsConfig)
+	}
+	// SIGHUP reloads the TLS certificate (open connections keep theirs)
+	// and the models config.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -570,8 +593,13 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 			case <-done:
 				return nil
 			case <-hup:
-				if err := srv.ReloadTLS(); err != nil {
-					logger.Error("SIGHUP: TLS certificate not reloaded", "err", err)
+				if cfg.TLSCertFile != "" {
+					if err := srv.ReloadTLS(); err != nil {
+						logger.Error("SIGHUP: TLS certificate not reloaded", "err", err)
+					}
+				}
+				if err := srv.ReloadModels(ctx); err != nil {
+					logger.Error("SIGHUP: models config not reloaded", "err", err)
 				}
 			}
 		}
