@@ -235,3 +235,70 @@ aliases:
 		require.Equal(t, "sim/good", body["model"])
 	}
 }
+
+// TestShadowTraffic: with a shadow at 100%, every request of the alias
+// is copied to the shadow version; the client sees the primary's answer
+// alone, only the primary is billed, and each comparison (greedy: exact
+// match and edit distance; the scorer's value) is in the shadow report.
+func TestShadowTraffic(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "models.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+models:
+  - {id: sim/v1, source: "sim:small"}
+  - {id: sim/v2, source: "sim:small"}
+aliases:
+  m:
+    version: sim/v1
+    shadow: {version: sim/v2, percent: 100, scorer: "cat >/dev/null; echo 0.75"}
+`), 0o600))
+	cfg := testConfig()
+	cfg.Models = nil
+	cfg.ModelsConfig = path
+	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.StepTimeScale = 0.05
+	d, err := Open(cfg, testLogger(t))
+	require.NoError(t, err)
+	base := startServer(t, d)
+	hc := testClient(t)
+	c := fleetClient(t, base)
+	ids := make([]string, 0, 6)
+	for i := range 6 {
+		body := fmt.Sprintf(`{"model":"m","max_tokens":12,"temperature":0,"messages":[{"role":"user","content":"question %d"}]}`, i)
+		resp, b := post(t, hc, base+"/v1/chat/completions", body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		var cc api.ChatCompletion
+		require.NoError(t, json.Unmarshal(b, &cc))
+		require.Equal(t, "sim/v1", cc.Model)
+		ids = append(ids, resp.Header.Get("X-Request-Id"))
+	}
+	var rep *api.ShadowReport
+	require.Eventually(t, func() bool {
+		rep, err = c.ShadowReport(context.Background(), api.ShadowReportQuery{Alias: "m"})
+		return err == nil && len(rep.Rows) == 1 && rep.Rows[0].Runs == 6
+	}, 10*time.Second, 20*time.Millisecond)
+	row := rep.Rows[0]
+	require.Equal(t, "sim/v1", row.PrimaryModel)
+	require.Equal(t, "sim/v2", row.ShadowModel)
+	require.Zero(t, row.ShadowErrors)
+	require.Equal(t, int64(6), row.Greedy)
+	require.Equal(t, int64(6), row.Compared)
+	require.Equal(t, int64(6), row.Scored)
+	require.InDelta(t, 0.75, row.MeanScore, 1e-9)
+	require.InDelta(t, 12, row.ShadowTokensMean, 1e-9)
+	// Billed once per request: no usage row for the copies.
+	st := d.deps.Store
+	for _, id := range ids {
+		ev, err := st.UsageEvent(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, "m/stable", ev.Decision)
+		_, err = st.UsageEvent(context.Background(), id+"-shadow")
+		require.ErrorIs(t, err, store.ErrNotFound)
+	}
+	rows, err := st.UsageReport(context.Background(), store.UsageQuery{By: "model"})
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, "sim/v1", rows[0].Model)
+	require.Equal(t, int64(6), rows[0].Requests)
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmd/llmd/engine"
 	modelfile "github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/safety"
 	"github.com/llmd/llmd/server"
 )
 
@@ -58,6 +59,9 @@ type Config struct {
 	// canaries, shadows, routers; see package catalog), read at start and
 	// again on SIGHUP and `llmctl models apply`. "" for none.
 	ModelsConfig string
+	// Safety, when its URL is set, checks every request's input with the
+	// operator's classifier (see package safety): allow, flag or block.
+	Safety safety.Config
 	// MemoryBudget bounds the host memory accounted to GGUF models (file
 	// plus KV cache) loaded while llmd runs: a load past it is refused. 0
 	// checks each load against the host's available memory instead.

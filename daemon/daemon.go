@@ -26,6 +26,7 @@ import (
 	"github.com/llmd/llmd/pipeline"
 	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/relay"
+	"github.com/llmd/llmd/safety"
 	"github.com/llmd/llmd/server"
 	"github.com/llmd/llmd/store"
 )
@@ -156,8 +157,13 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 
 	pdeps := pipeline.Deps{Models: models, Limiter: deps.Limiter, Metrics: d.metrics, StatusOf: server.StatusOf,
 		Logger: logger, Catalog: d.config.cat, Loader: d.config.ensure}
+	if cfg.Safety.URL != "" {
+		if pdeps.Safety, err = safety.New(cfg.Safety, nil); err != nil {
+			return nil, fmt.Errorf("daemon: safety check: %w", err)
+		}
+	}
 	if deps.Store != nil {
-		pdeps.Accounts = deps.Store
+		pdeps.Accounts, pdeps.Shadows = deps.Store, deps.Store
 	}
 	if deps.Usage != nil {
 		pdeps.Ledger = deps.Usage
@@ -475,6 +481,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		d.srv.SetState(server.StateDraining)
 		d.pipe.Drain()
+		d.pipe.CloseShadows() // discardable: cancelled, not waited for
 		d.log.Info("draining", "timeout", d.cfg.ShutdownTimeout.String())
 		leaveCluster()
 		<-left

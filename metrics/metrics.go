@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -146,6 +147,9 @@ type Metrics struct {
 	lastRefresh atomic.Int64 // Unix nanoseconds of the last miss refresh
 
 	rejected *prometheus.CounterVec
+	// safety is the safety check's latency by verdict ("allow", "flag",
+	// "block") and failure.
+	safety   *prometheus.HistogramVec
 	reasons  sync.Map // reason string -> struct{}
 	nReasons int      // entries of reasons; guarded by mu
 
@@ -163,7 +167,13 @@ func New(src Source) *Metrics {
 		Name: "llmd_requests_rejected_total",
 		Help: "Requests refused before any compute (quota, load shedding), by reason.",
 	}, []string{labelModel, "reason"})
+	m.safety = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "llmd_safety_check_seconds",
+		Help:    "Latency of the safety check of requests' input, by verdict and whether the classifier failed (the policy's verdict then).",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2},
+	}, []string{"verdict", "failed"})
 	m.reg.MustRegister(
+		m.safety,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&engineCollector{m: m},
@@ -210,6 +220,17 @@ func (m *Metrics) ObserveRejected(model, reason string) {
 		name = model
 	}
 	m.rejected.WithLabelValues(name, m.boundReason(reason)).Inc()
+}
+
+// ObserveSafety records one safety check: its verdict, whether the
+// classifier failed, and its latency.
+func (m *Metrics) ObserveSafety(verdict string, failed bool, latency time.Duration) {
+	switch verdict {
+	case "allow", "flag", "block":
+	default:
+		verdict = "other"
+	}
+	m.safety.WithLabelValues(verdict, strconv.FormatBool(failed)).Observe(latency.Seconds())
 }
 
 // ObserveQuotaDecision counts one quota decision in

@@ -118,17 +118,20 @@ func (e *OverloadError) Error() string {
 	return fmt.Sprintf("model %s is overloaded and is not taking free-tier requests now; retry in %s", e.Model, e.RetryAfter)
 }
 
-// RejectReason is how a refusal by quota or load shedding is counted
-// (metrics, the usage row): "quota_<reason>" or "overload"; "" for other
-// errors.
+// RejectReason is how a refusal by quota, load shedding or the safety
+// check is counted (metrics, the usage row): "quota_<reason>", "overload",
+// "content_filter" or "safety_unavailable"; "" for other errors.
 func RejectReason(err error) string {
 	var qe *QuotaError
 	var oe *OverloadError
+	var pe *Error
 	switch {
 	case errors.As(err, &qe):
 		return "quota_" + string(qe.Decision.Reason)
 	case errors.As(err, &oe):
 		return "overload"
+	case errors.As(err, &pe) && (pe.Code == "content_filter" || pe.Code == "safety_unavailable"):
+		return pe.Code
 	}
 	return ""
 }

@@ -59,6 +59,9 @@ type Outcome struct {
 // ctx is the one Start was given. It returns the request's Outcome.
 func (p *Pipeline) Finish(ctx context.Context, r *Run, sink Sink) Outcome {
 	plan := r.plan
+	if plan.shadow != nil {
+		sink = teeSink{Sink: sink, buf: &plan.shadow.text}
+	}
 	if plan.Req.Forwarded() {
 		// The entry node reads the outcome from the trailer, and may
 		// retry elsewhere until the first token.
@@ -112,6 +115,7 @@ func (p *Pipeline) Finish(ctx context.Context, r *Run, sink Sink) Outcome {
 	}
 	p.observe(plan, out, res)
 	plan.release()
+	plan.endShadow(out)
 	p.record(out)
 	return out
 }
@@ -133,6 +137,7 @@ func (p *Pipeline) Record(req *Request, plan *Plan, status int, err error) Outco
 		p.observe(plan, out, Result{})
 	}
 	plan.release()
+	plan.endShadow(out)
 	p.record(out)
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/llmd/llmd/engine/kvcache"
 	"github.com/llmd/llmd/metrics"
 	"github.com/llmd/llmd/quota"
+	"github.com/llmd/llmd/safety"
 	"github.com/llmd/llmd/store"
 )
 
@@ -99,6 +101,11 @@ type Deps struct {
 	// are not resident; nil for none.
 	Catalog *catalog.Catalog
 	Loader  Loader
+	// Shadows stores shadow comparisons; nil runs no shadow traffic.
+	Shadows ShadowLedger
+	// Safety checks requests' input with the operator's classifier; nil
+	// checks nothing.
+	Safety *safety.Checker
 }
 
 // Pipeline runs generation requests. Its methods are safe for concurrent
@@ -119,6 +126,13 @@ type Pipeline struct {
 	loader   Loader
 	// httpc calls the routers' classifiers.
 	httpc *http.Client
+	// shadowLedger stores shadow comparisons; the shadow runs live under
+	// shadowCtx (CloseShadows cancels it) and are counted by shadows.
+	shadowLedger ShadowLedger
+	shadowCtx    context.Context
+	stopShadows  context.CancelFunc
+	shadows      sync.WaitGroup
+	safety       *safety.Checker
 
 	draining atomic.Bool
 	// settled counts the tokens of every settled reservation (they must
@@ -137,9 +151,13 @@ func New(cfg Config, deps Deps) *Pipeline {
 	}
 	p := &Pipeline{cfg: cfg, models: deps.Models, limiter: deps.Limiter, accounts: deps.Accounts, ledger: deps.Ledger,
 		metrics: deps.Metrics, router: deps.Router, peer: deps.Peer, statusOf: deps.StatusOf, log: log.With("component", "pipeline"),
-		outputs: engine.NewOutputEstimator(), catalog: deps.Catalog, loader: deps.Loader,
+		outputs: engine.NewOutputEstimator(), catalog: deps.Catalog, loader: deps.Loader, safety: deps.Safety,
 		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}}}
 	p.local = LocalTarget{Stall: cfg.StallTimeout}
+	if deps.Shadows != nil && deps.Catalog != nil {
+		p.shadowLedger = deps.Shadows
+		p.shadowCtx, p.stopShadows = context.WithCancel(context.Background())
+	}
 	return p
 }
 
@@ -191,6 +209,8 @@ type Plan struct {
 	// safety is the safety check's verdict for the usage row and the log
 	// ("" for allow).
 	safety string
+	// shadow is the request's shadow run, nil for none.
+	shadow *shadowRun
 }
 
 // Deprecation returns the deprecation of the model chosen (zero times
@@ -225,12 +245,13 @@ func (p *Pipeline) Prepare(ctx context.Context, req *Request) (*Plan, error) {
 	if err := p.validate(req); err != nil {
 		return plan, err
 	}
+	check := p.startSafety(ctx, req)
 	choice, err := p.choose(ctx, req, tenant)
 	plan.route, plan.degraded, plan.Choice = choice.route, choice.degraded, choice.decision
 	if err != nil {
 		return plan, err
 	}
-	adm, err := p.prepareAndAdmit(ctx, plan, choice)
+	adm, err := p.prepareAndAdmit(ctx, plan, choice, check)
 	for err != nil && plan.Choice != nil && len(plan.Choice.Fallbacks) > 0 && errors.As(err, new(*OverloadError)) {
 		// The model chosen sheds load: its configured fallbacks, in order.
 		p.catalog.ReportFailure(choice.id, time.Now())
@@ -240,7 +261,7 @@ func (p *Pipeline) Prepare(ctx context.Context, req *Request) (*Plan, error) {
 		}
 		plan.route = appendNote(plan.route, fmt.Sprintf("%s overloaded; fallback %s", choice.id, next.id))
 		choice = next
-		adm, err = p.prepareAndAdmit(ctx, plan, choice)
+		adm, err = p.prepareAndAdmit(ctx, plan, choice, nil)
 	}
 	if err != nil {
 		if reason := RejectReason(err); reason != "" {
@@ -253,12 +274,16 @@ func (p *Pipeline) Prepare(ctx context.Context, req *Request) (*Plan, error) {
 	plan.targets, note = p.route(adm.job, choice.peers)
 	plan.route = appendNote(plan.route, note)
 	p.beginRow(ctx, plan)
+	p.startShadow(plan)
 	return plan, nil
 }
 
 // prepareAndAdmit holds the chosen model, prepares the job for it and
 // admits it; a refusal releases the model again.
-func (p *Pipeline) prepareAndAdmit(ctx context.Context, plan *Plan, c choice) (admission, error) {
+//
+// check is the safety check of the request's input, awaited once the job
+// is prepared and before admission; nil for none.
+func (p *Pipeline) prepareAndAdmit(ctx context.Context, plan *Plan, c choice, check *safety.Pending) (admission, error) {
 	plan.release()
 	plan.Model, plan.Job = c.id, nil
 	if m := c.model; m != nil {
@@ -272,6 +297,9 @@ func (p *Pipeline) prepareAndAdmit(ctx context.Context, plan *Plan, c choice) (a
 		return admission{}, err
 	}
 	plan.Job = job
+	if err := p.safetyVerdict(ctx, plan, check); err != nil {
+		return admission{}, err
+	}
 	adm, err := p.admit(ctx, plan.Req, plan.Tenant, c, job)
 	plan.Decision, plan.degraded = adm.decision, appendNote(plan.degraded, adm.degraded)
 	return adm, err

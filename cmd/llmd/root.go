@@ -25,6 +25,7 @@ import (
 	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/daemon"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/safety"
 )
 
 // Exit statuses.
@@ -71,12 +72,16 @@ type options struct {
 	// memoryBudgetMiB, unloadTimeout and modelsConfig manage models
 	// loaded while llmd runs.
 	memoryBudgetMiB int64
-	unloadTimeout   time.Duration
-	modelsConfig    string
-	dataDir         string
-	logLevel        string
-	logFormat       string
-	heartbeat       time.Duration
+	// safetyURL, safetyTimeout and safetyPolicy configure the safety check.
+	safetyURL     string
+	safetyTimeout time.Duration
+	safetyPolicy  string
+	unloadTimeout time.Duration
+	modelsConfig  string
+	dataDir       string
+	logLevel      string
+	logFormat     string
+	heartbeat     time.Duration
 	// fs is the flag set bound to o, to tell a given flag from a default.
 	fs *pflag.FlagSet
 	// engine settings
@@ -260,6 +265,11 @@ func (o *options) bind(fs *pflag.FlagSet) {
 		"how long an unloaded model's running requests may take to finish before they are cancelled")
 	fs.StringVar(&o.modelsConfig, "models-config", "",
 		"YAML models config: versions, aliases, deprecation, fallbacks, canary and shadow rollouts, routers (reloaded on SIGHUP)")
+	fs.StringVar(&o.safetyURL, "safety-url", "",
+		"safety classifier to ask about every request's input (POST JSON; answers allow, flag or block); none by default")
+	fs.DurationVar(&o.safetyTimeout, "safety-timeout", safety.DefaultTimeout, "bound on each safety check")
+	fs.StringVar(&o.safetyPolicy, "safety-policy", string(safety.FailOpen),
+		"what a safety check that fails or times out decides: open (serve) or closed (refuse with 503)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "data directory (default: $XDG_DATA_HOME/llmd or the platform's user data directory)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
@@ -376,6 +386,12 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.MemoryBudget = o.memoryBudgetMiB << 20
 	cfg.UnloadTimeout = o.unloadTimeout
 	cfg.ModelsConfig = o.modelsConfig
+	if o.safetyURL != "" {
+		cfg.Safety = safety.Config{URL: o.safetyURL, Timeout: o.safetyTimeout, Policy: safety.Policy(o.safetyPolicy)}
+		if err := cfg.Safety.Validate(); err != nil {
+			return cfg, fmt.Errorf("--safety-url, --safety-timeout, --safety-policy: %w", err)
+		}
+	}
 	// GGUF models and a models config replace the default simulated ones
 	// unless --models (or LLMD_MODELS) asks for simulated ones too.
 	modelsSet := (o.fs != nil && o.fs.Changed("models")) || getenv("LLMD_MODELS") != ""

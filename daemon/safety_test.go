@@ -1,0 +1,98 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/safety"
+	"github.com/llmd/llmd/store"
+)
+
+// classifier is a safety classifier: it blocks texts with "forbidden",
+// flags those with "sketchy", and hangs on "slow".
+func classifier(t *testing.T) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req safety.Request
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		v := safety.Response{Verdict: safety.Allow}
+		switch {
+		case strings.Contains(req.Text, "forbidden"):
+			v = safety.Response{Verdict: safety.Block, Category: "violence"}
+		case strings.Contains(req.Text, "sketchy"):
+			v = safety.Response{Verdict: safety.Flag, Category: "self_harm"}
+		case strings.Contains(req.Text, "slow"):
+			select {
+			case <-time.After(2 * time.Second):
+			case <-r.Context().Done():
+			}
+		}
+		_ = json.NewEncoder(w).Encode(v)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestSafetyHook: allow serves, flag serves and records, block answers 400
+// content_filter before any token; a classifier that times out lets the
+// request through under fail-open and refuses it (503) under fail-closed.
+// Every verdict but allow is in the usage row.
+func TestSafetyHook(t *testing.T) {
+	t.Parallel()
+	url := classifier(t)
+	for _, policy := range []safety.Policy{safety.FailOpen, safety.FailClosed} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig()
+			cfg.Models = []string{"small"}
+			cfg.StepTimeScale = 0.05
+			cfg.DataDir = filepath.Join(t.TempDir(), "data")
+			cfg.Safety = safety.Config{URL: url, Timeout: 100 * time.Millisecond, Policy: policy}
+			d, err := Open(cfg, testLogger(t))
+			require.NoError(t, err)
+			base := startServer(t, d)
+			hc := testClient(t)
+			verdicts := map[string]string{}
+			for _, tc := range []struct {
+				text, safety string
+				status       int
+				code         string
+			}{
+				{"hello", "", http.StatusOK, ""},
+				{"a sketchy question", "flag:self_harm", http.StatusOK, ""},
+				{"something forbidden", "block:violence", http.StatusBadRequest, "content_filter"},
+				{"a slow one", map[safety.Policy]string{safety.FailOpen: "fail_open", safety.FailClosed: "fail_closed"}[policy],
+					map[safety.Policy]int{safety.FailOpen: http.StatusOK, safety.FailClosed: http.StatusServiceUnavailable}[policy],
+					map[safety.Policy]string{safety.FailClosed: "safety_unavailable"}[policy]},
+			} {
+				resp, body := chatVia(t, hc, base, "sim/small", tc.text, nil)
+				require.Equal(t, tc.status, resp.StatusCode, "%s: %v", tc.text, body)
+				if tc.code != "" {
+					require.Equal(t, tc.code, body["error"].(map[string]any)["code"], tc.text)
+				}
+				verdicts[resp.Header.Get("X-Request-Id")] = tc.safety
+			}
+			for id, want := range verdicts {
+				var ev store.UsageEvent
+				require.Eventually(t, func() bool {
+					ev, err = d.deps.Store.UsageEvent(context.Background(), id)
+					return err == nil && ev.Status != store.UsageInFlight
+				}, 5*time.Second, 10*time.Millisecond)
+				require.Equal(t, want, ev.Safety, id)
+			}
+			resp, body := get(t, hc, base+"/metrics")
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			require.Contains(t, string(body), `llmd_safety_check_seconds_count{failed="false",verdict="block"} 1`)
+		})
+	}
+}
