@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,23 +37,29 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 	return now.Add(-d), nil
 }
 
-func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
-	qv := r.URL.Query()
-	now := time.Now().UTC()
-	since, err := parseSince(qv.Get("since"), now)
-	if err != nil {
-		writeError(w, "", err)
-		return
+// parseWindow reads a report's since (default 24h back) and until
+// (default now) parameters.
+func parseWindow(qv url.Values, now time.Time) (since, until time.Time, err error) {
+	if since, err = parseSince(qv.Get("since"), now); err != nil {
+		return since, until, err
 	}
-	until := now
+	until = now
 	if v := qv.Get("until"); v != "" {
 		if until, err = time.Parse(time.RFC3339, v); err != nil {
-			writeError(w, "", pipeline.InvalidParam("until", "until must be an RFC 3339 time, got %q", v))
-			return
+			return since, until, pipeline.InvalidParam("until", "until must be an RFC 3339 time, got %q", v)
 		}
 	}
 	if !until.After(since) {
-		writeError(w, "", pipeline.InvalidParam("until", "until must be after since"))
+		return since, until, pipeline.InvalidParam("until", "until must be after since")
+	}
+	return since, until, nil
+}
+
+func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
+	qv := r.URL.Query()
+	since, until, err := parseWindow(qv, time.Now().UTC())
+	if err != nil {
+		writeError(w, "", err)
 		return
 	}
 	by := qv.Get("by")

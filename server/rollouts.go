@@ -190,18 +190,10 @@ func (s *Server) handleApplyModels(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleShadowReport(w http.ResponseWriter, r *http.Request) {
 	qv := r.URL.Query()
-	now := time.Now().UTC()
-	since, err := parseSince(qv.Get("since"), now)
+	since, until, err := parseWindow(qv, time.Now().UTC())
 	if err != nil {
 		writeError(w, "", err)
 		return
-	}
-	until := now
-	if v := qv.Get("until"); v != "" {
-		if until, err = time.Parse(time.RFC3339, v); err != nil {
-			writeError(w, "", pipeline.InvalidParam("until", "until must be an RFC 3339 time, got %q", v))
-			return
-		}
 	}
 	q := store.ShadowQuery{Alias: qv.Get("alias"), ShadowModel: qv.Get("shadow_model"), Since: since, Until: until}
 	rows, err := s.store.ShadowReport(r.Context(), q)
