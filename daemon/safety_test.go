@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/safety"
 	"github.com/llmd/llmd/store"
 )
@@ -95,4 +96,65 @@ func TestSafetyHook(t *testing.T) {
 			require.Contains(t, string(body), `llmd_safety_check_seconds_count{failed="false",verdict="block"} 1`)
 		})
 	}
+}
+
+// TestSafetyOutputChecks: the answer is checked every N tokens as it
+// streams and at its end. A block mid-stream ends it with finish_reason
+// "content_filter" before max_tokens; a flag at the end is served and
+// recorded.
+func TestSafetyOutputChecks(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req safety.Request
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		v := safety.Response{Verdict: safety.Allow}
+		switch {
+		case req.Stage == safety.StageOutput && req.Model == "sim/small" && len(strings.Fields(req.Text)) >= 8:
+			v = safety.Response{Verdict: safety.Block, Category: "leak"}
+		case req.Stage == safety.StageOutput && req.Final:
+			v = safety.Response{Verdict: safety.Flag, Category: "tone"}
+		}
+		_ = json.NewEncoder(w).Encode(v)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := testConfig()
+	cfg.Models = []string{"small", "mid"}
+	cfg.StepTimeScale = 0.2
+	cfg.DataDir = filepath.Join(t.TempDir(), "data")
+	cfg.Safety = safety.Config{URL: srv.URL, Timeout: time.Second, OutputEvery: 4}
+	d, err := Open(cfg, testLogger(t))
+	require.NoError(t, err)
+	base := startServer(t, d)
+	c := fleetClient(t, base)
+	ctx := t.Context()
+
+	// sim/small: blocked once its answer has 8 words.
+	var finish, text string
+	max := 200
+	err = c.ChatCompletionStream(ctx, api.ChatCompletionRequest{Model: "sim/small", MaxTokens: &max, Controls: api.Controls{IgnoreEOS: true},
+		Messages: []api.Message{{Role: "user", Content: "Go on"}}}, func(ch api.ChatCompletionChunk) error {
+		for _, c := range ch.Choices {
+			if c.Delta.Content != nil {
+				text += *c.Delta.Content
+			}
+			if c.FinishReason != nil {
+				finish = *c.FinishReason
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "content_filter", finish)
+	require.GreaterOrEqual(t, len(strings.Fields(text)), 8)
+	require.Less(t, len(strings.Fields(text)), 150, "stopped long before max_tokens")
+
+	// sim/mid: served whole, flagged at the end.
+	resp, body := chatVia(t, testClient(t), base, "sim/mid", "Hi", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, "length", body["choices"].([]any)[0].(map[string]any)["finish_reason"])
+	id := resp.Header.Get("X-Request-Id")
+	require.Eventually(t, func() bool {
+		ev, err := d.deps.Store.UsageEvent(context.Background(), id)
+		return err == nil && ev.Safety == "output_flag:tone"
+	}, 5*time.Second, 10*time.Millisecond)
 }

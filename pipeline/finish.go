@@ -62,6 +62,10 @@ func (p *Pipeline) Finish(ctx context.Context, r *Run, sink Sink) Outcome {
 	if plan.shadow != nil {
 		sink = teeSink{Sink: sink, buf: &plan.shadow.text}
 	}
+	checks := p.outputSink(ctx, plan, sink)
+	if checks != nil {
+		sink = checks
+	}
 	if plan.Req.Forwarded() {
 		// The entry node reads the outcome from the trailer, and may
 		// retry elsewhere until the first token.
@@ -81,6 +85,9 @@ func (p *Pipeline) Finish(ctx context.Context, r *Run, sink Sink) Outcome {
 	}
 	if res.Retry {
 		res.Retry, res.ClientGone, res.Finish, res.Err = false, true, string(engine.FinishCancelled), nil
+	}
+	if checks != nil {
+		res = checks.settle(res)
 	}
 	out := p.outcome(plan, res)
 	switch {

@@ -2,9 +2,12 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
+	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/safety"
 )
 
@@ -55,4 +58,155 @@ func (p *Pipeline) safetyVerdict(ctx context.Context, plan *Plan, pending *safet
 		plan.safety = "flag:" + capText(res.Category, 64)
 	}
 	return nil
+}
+
+// errOutputBlocked stops an answer whose output the safety check blocked.
+var errOutputBlocked = errors.New("pipeline: the answer was blocked by the safety check")
+
+// safetySink checks an answer's output with the classifier as it streams:
+// every Config.OutputEvery tokens of the first choice (in the background:
+// the answer goes on meanwhile, and a block ends every choice with
+// finish_reason "content_filter" at the next token), and once at the end,
+// before the choices' normal ends are sent (so a block at the end still
+// turns them into "content_filter").
+//
+// Locking: used by the relaying goroutine only.
+type safetySink struct {
+	Sink
+	p       *Pipeline
+	plan    *Plan
+	ctx     context.Context
+	mon     *safety.OutputMonitor
+	text    strings.Builder // the first choice's text so far
+	tokens  int
+	pending *safety.Pending
+	// held are the choices' normal ends, sent once the final check has
+	// spoken; finished marks the choices ended.
+	held     []heldFinish
+	blocked  bool
+	verdicts []string
+}
+
+type heldFinish struct {
+	reason string
+	lps    []api.TokenLogprob
+	done   bool
+}
+
+// outputSink wraps sink with the output checks of plan's answer, or
+// returns nil when there are none.
+func (p *Pipeline) outputSink(ctx context.Context, plan *Plan, sink Sink) *safetySink {
+	if p.safety == nil || plan.Req.Forwarded() || plan.Job == nil {
+		return nil
+	}
+	mon := p.safety.NewOutputMonitor()
+	if !mon.Enabled() {
+		return nil
+	}
+	return &safetySink{Sink: sink, p: p, plan: plan, ctx: ctx, mon: mon, held: make([]heldFinish, plan.Job.N)}
+}
+
+func (s *safetySink) input(final bool) safety.Input {
+	req := s.plan.Req
+	return safety.Input{RequestID: req.ID, Tenant: req.Principal.Tenant, Model: s.plan.Model, Stage: safety.StageOutput,
+		Text: s.text.String(), Final: final}
+}
+
+func (s *safetySink) Text(i int, text string, lps []api.TokenLogprob) error {
+	if s.blocked {
+		return errOutputBlocked
+	}
+	if s.pending != nil {
+		select {
+		case <-s.pending.Done():
+			if s.apply(s.pending.Wait(s.ctx)) {
+				return s.block()
+			}
+			s.pending = nil
+		default:
+		}
+	}
+	if i == 0 {
+		s.text.WriteString(text)
+		s.tokens++
+		if s.mon.Due(s.tokens) && s.pending == nil {
+			s.pending = s.p.safety.Start(s.ctx, s.input(false))
+		}
+	}
+	return s.Sink.Text(i, text, lps)
+}
+
+func (s *safetySink) Finish(i int, reason string, lps []api.TokenLogprob) error {
+	if i >= 0 && i < len(s.held) {
+		s.held[i] = heldFinish{reason: reason, lps: lps}
+		return nil
+	}
+	return s.Sink.Finish(i, reason, lps)
+}
+
+// apply records a check's verdict and reports whether it blocks.
+func (s *safetySink) apply(res safety.Result) bool {
+	if s.p.metrics != nil {
+		s.p.metrics.ObserveSafety(string(res.Verdict), res.Failed, res.Latency)
+	}
+	switch {
+	case res.Failed && res.Verdict == safety.Block:
+		s.verdicts = append(s.verdicts, "output_fail_closed")
+		return true
+	case res.Failed:
+		s.verdicts = append(s.verdicts, "output_fail_open")
+	case res.Verdict == safety.Block:
+		s.verdicts = append(s.verdicts, "output_block:"+capText(res.Category, 64))
+		return true
+	case res.Verdict == safety.Flag:
+		s.verdicts = append(s.verdicts, "output_flag:"+capText(res.Category, 64))
+	}
+	return false
+}
+
+// block ends every choice not ended yet with "content_filter".
+func (s *safetySink) block() error {
+	s.blocked = true
+	for i := range s.held {
+		s.held[i].reason, s.held[i].lps = "content_filter", nil
+	}
+	return errOutputBlocked
+}
+
+// settle ends the answer's output checks once its execution returned res:
+// it waits for a check still running, runs the final check of an answer
+// that ended normally, sends the choices' ends and returns res as the
+// checks leave it.
+func (s *safetySink) settle(res Result) Result {
+	if s.pending != nil && !s.blocked {
+		if s.apply(s.pending.Wait(s.ctx)) {
+			_ = s.block()
+		}
+		s.pending = nil
+	}
+	normal := res.Err == nil && !res.ClientGone
+	if normal && !s.blocked && s.mon.Final() {
+		if s.apply(s.p.safety.Check(s.ctx, s.input(true))) {
+			_ = s.block()
+		}
+	}
+	if s.blocked && (normal || errors.Is(res.Err, errOutputBlocked)) {
+		res.Err, res.ClientGone, res.Finish = nil, false, "content_filter"
+		normal = true
+	}
+	if normal {
+		for i, h := range s.held {
+			if h.reason == "" {
+				continue
+			}
+			if err := s.Sink.Finish(i, h.reason, h.lps); err != nil {
+				res.Err, res.ClientGone = err, true
+				break
+			}
+		}
+	}
+	if len(s.verdicts) > 0 {
+		s.plan.safety = appendNote(s.plan.safety, strings.Join(s.verdicts, "; "))
+	}
+	return res
 }

@@ -76,6 +76,8 @@ type options struct {
 	safetyURL     string
 	safetyTimeout time.Duration
 	safetyPolicy  string
+	safetyEvery   int
+	safetyAtEnd   bool
 	unloadTimeout time.Duration
 	modelsConfig  string
 	dataDir       string
@@ -270,6 +272,9 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.safetyTimeout, "safety-timeout", safety.DefaultTimeout, "bound on each safety check")
 	fs.StringVar(&o.safetyPolicy, "safety-policy", string(safety.FailOpen),
 		"what a safety check that fails or times out decides: open (serve) or closed (refuse with 503)")
+	fs.IntVar(&o.safetyEvery, "safety-output-every", 0,
+		"also check the answer every N tokens as it streams, and at its end (0: input only)")
+	fs.BoolVar(&o.safetyAtEnd, "safety-output-at-end", false, "also check each answer once at its end")
 	fs.StringVar(&o.dataDir, "data-dir", "", "data directory (default: $XDG_DATA_HOME/llmd or the platform's user data directory)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
@@ -387,7 +392,8 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.UnloadTimeout = o.unloadTimeout
 	cfg.ModelsConfig = o.modelsConfig
 	if o.safetyURL != "" {
-		cfg.Safety = safety.Config{URL: o.safetyURL, Timeout: o.safetyTimeout, Policy: safety.Policy(o.safetyPolicy)}
+		cfg.Safety = safety.Config{URL: o.safetyURL, Timeout: o.safetyTimeout, Policy: safety.Policy(o.safetyPolicy),
+			OutputEvery: o.safetyEvery, OutputAtEnd: o.safetyAtEnd}
 		if err := cfg.Safety.Validate(); err != nil {
 			return cfg, fmt.Errorf("--safety-url, --safety-timeout, --safety-policy: %w", err)
 		}
