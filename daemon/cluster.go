@@ -140,6 +140,21 @@ func (r router) Route(req cluster.RouteRequest, localPrefix func([]kvcache.Hash)
 	return nil
 }
 
+// Models returns the models the alive peers serve.
+func (r router) Models() []string {
+	cl := r.cl.Load()
+	if cl == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range cl.Members() {
+		if !m.Local && m.Status == cluster.StatusAlive {
+			out = append(out, m.Models...)
+		}
+	}
+	return out
+}
+
 func (r router) MarkFailed(id string) {
 	if cl := r.cl.Load(); cl != nil {
 		cl.MarkFailed(id)

@@ -461,6 +461,16 @@ func TestModelsServedElsewhere(t *testing.T) {
 	resp, raw = post(t, c, a.base+"/v1/chat/completions", body("sim/nothing", false))
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", raw)
 	require.Equal(t, "model_not_found", errorOf(t, raw)["code"])
+	require.Contains(t, errorOf(t, raw)["message"], "Available models: sim/mid, sim/small.", "the cluster's models")
+
+	// a lists the model only b serves.
+	resp, raw = get(t, c, a.base+"/v1/models")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var ml api.ModelList
+	require.NoError(t, json.Unmarshal(raw, &ml))
+	require.Len(t, ml.Data, 2)
+	require.Equal(t, api.Model{ID: "sim/mid", Object: "model", Created: ml.Data[1].Created, OwnedBy: "llmd", Kind: "peer",
+		Target: "node-b"}, ml.Data[1])
 	requireIdle(t, a.s)
 	requireIdle(t, b.s)
 }

@@ -143,7 +143,17 @@ func (p *Pipeline) choose(ctx context.Context, req *Request, t Tenant) (choice, 
 	}
 	m, err := p.lookup(ctx, name)
 	if err != nil {
-		return p.chooseElsewhere(req, name, c, err)
+		c, err = p.chooseElsewhere(req, name, c, err)
+		var pe *Error
+		if errors.As(err, &pe) && pe.Code == CodeModelNotFound && name != "" && p.router != nil {
+			// The cluster's names, not this node's alone.
+			others := p.router.Models()
+			if p.catalog != nil {
+				others = append(others, p.catalog.Names()...)
+			}
+			err = p.models.NotFound(name, others)
+		}
+		return c, err
 	}
 	c.model, c.level = m, m.Replica.Stats().Degrade
 	to, ok := p.cfg.DegradeRoutes[m.ID]

@@ -77,6 +77,9 @@ type Router interface {
 	Route(req cluster.RouteRequest, localPrefix func([]kvcache.Hash) int) []cluster.Candidate
 	// MarkFailed takes a member out of routing after a failed forward.
 	MarkFailed(id string)
+	// Models are the models the alive peers serve (for the 404 of an
+	// unknown model).
+	Models() []string
 }
 
 // Deps are the pipeline's collaborators. Models and Limiter are required;

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/pipeline"
 )
 
@@ -32,6 +33,25 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 				continue
 			}
 			list.Data = append(list.Data, am)
+		}
+	}
+	if s.members != nil {
+		// In a cluster, the models only peers serve: requests for them are
+		// forwarded.
+		if members, clustered := s.members(); clustered {
+			for _, mem := range members {
+				if mem.Local || mem.Status != cluster.StatusAlive {
+					continue
+				}
+				for _, id := range mem.Models {
+					if _, ok := seen[id]; ok {
+						continue
+					}
+					seen[id] = len(list.Data)
+					list.Data = append(list.Data, api.Model{ID: id, Object: "model", Created: s.started.Unix(), OwnedBy: "llmd",
+						Kind: "peer", Target: mem.ID})
+				}
+			}
 		}
 	}
 	writeJSON(w, http.StatusOK, list)
