@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -301,4 +302,54 @@ aliases:
 	require.Len(t, rows, 1)
 	require.Equal(t, "sim/v1", rows[0].Model)
 	require.Equal(t, int64(6), rows[0].Requests)
+}
+
+// TestRouterClassifier: a router's classifier labels each request; a rule
+// matches on the label, and past the classifier's timeout the rules decide
+// without one.
+func TestRouterClassifier(t *testing.T) {
+	t.Parallel()
+	cls := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Text string `json:"text"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if strings.Contains(req.Text, "slow") {
+			select {
+			case <-time.After(time.Second):
+			case <-r.Context().Done():
+			}
+		}
+		label := "hard"
+		if strings.Contains(req.Text, "easy") {
+			label = "simple"
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"label": label})
+	}))
+	t.Cleanup(cls.Close)
+	path := filepath.Join(t.TempDir(), "models.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`
+models:
+  - {id: sim/cheap, source: "sim:small"}
+  - {id: sim/big, source: "sim:small"}
+routers:
+  auto:
+    classifier: {url: %q, timeout: 100ms}
+    rules:
+      - {name: simple, when: {labels: [simple]}, model: sim/cheap}
+      - {name: default, model: sim/big}
+`, cls.URL)), 0o600))
+	cfg := testConfig()
+	cfg.Models = nil
+	cfg.ModelsConfig = path
+	cfg.StepTimeScale = 0.05
+	d, err := Open(cfg, testLogger(t))
+	require.NoError(t, err)
+	base := startServer(t, d)
+	hc := testClient(t)
+	for text, want := range map[string]string{"an easy one": "sim/cheap", "a hard one": "sim/big", "an easy but slow one": "sim/big"} {
+		resp, body := chatVia(t, hc, base, "auto", text, nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		require.Equal(t, want, body["model"], text)
+	}
 }
