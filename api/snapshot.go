@@ -23,6 +23,37 @@ type Snapshot struct {
 	// included (Local set), as GET /v1/admin/nodes lists them; absent when
 	// llmd is not clustered.
 	Cluster []NodeInfo `json:"cluster,omitempty"`
+	// Rollouts are the models config's aliases with a canary (running or
+	// rolled back) or a shadow; Safety the safety check's counts and
+	// latency, absent without one.
+	Rollouts []RolloutBrief `json:"rollouts,omitempty"`
+	Safety   *SafetyStats   `json:"safety,omitempty"`
+}
+
+// RolloutBrief is one alias's rollout as llmctl top shows it.
+type RolloutBrief struct {
+	Alias  string `json:"alias"`
+	Stable string `json:"stable"`
+	Canary string `json:"canary,omitempty"`
+	// State is "running", "rolled_back" (Reason says why) or "none".
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	// Percent is the canary's share per tier; Shadow and ShadowPercent the
+	// shadow version and its share.
+	Percent       map[string]float64 `json:"percent,omitempty"`
+	Shadow        string             `json:"shadow,omitempty"`
+	ShadowPercent float64            `json:"shadow_percent,omitempty"`
+}
+
+// SafetyStats counts the safety checks since llmd started, with the
+// latency percentiles of the recent ones (milliseconds).
+type SafetyStats struct {
+	Checks   uint64  `json:"checks"`
+	Flagged  uint64  `json:"flagged"`
+	Blocked  uint64  `json:"blocked"`
+	Failures uint64  `json:"failures"`
+	P50Ms    float64 `json:"latency_p50_ms"`
+	P95Ms    float64 `json:"latency_p95_ms"`
 }
 
 // ModelSnapshot is one model's engine state and its recent latencies.

@@ -167,6 +167,9 @@ func New(cfg Config, deps Deps) *Pipeline {
 // Models returns the served models.
 func (p *Pipeline) Models() *Models { return p.models }
 
+// Safety returns the safety checker, nil without one.
+func (p *Pipeline) Safety() *safety.Checker { return p.safety }
+
 // Catalog returns the models config, nil without one.
 func (p *Pipeline) Catalog() *catalog.Catalog { return p.catalog }
 

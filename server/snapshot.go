@@ -58,6 +58,22 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	slices.SortFunc(snap.Requests, func(a, b api.RequestSnapshot) int { return cmp.Compare(a.Age, b.Age) })
 	snap.Requests = snap.Requests[:min(len(snap.Requests), maxSnapshotRequests)]
 	snap.Tenants = s.tenantSnapshots(r.Context(), now, running)
+	if cat := s.pipe.Catalog(); cat != nil {
+		cfg := cat.Config()
+		for _, c := range cat.Canaries(now) {
+			b := apiCanary(c, cfg)
+			if b.State == "none" && b.Shadow == "" {
+				continue
+			}
+			snap.Rollouts = append(snap.Rollouts, api.RolloutBrief{Alias: b.Alias, Stable: b.Stable, Canary: b.Canary,
+				State: b.State, Reason: b.Reason, Percent: b.Percent, Shadow: b.Shadow, ShadowPercent: b.ShadowPercent})
+		}
+	}
+	if sc := s.pipe.Safety(); sc != nil {
+		st := sc.Stats()
+		snap.Safety = &api.SafetyStats{Checks: st.Checks, Flagged: st.Flagged, Blocked: st.Blocked, Failures: st.Failures,
+			P50Ms: float64(st.LatencyP50.Microseconds()) / 1000, P95Ms: float64(st.LatencyP95.Microseconds()) / 1000}
+	}
 	if members, clustered := s.members(); clustered {
 		for _, m := range members {
 			snap.Cluster = append(snap.Cluster, nodeInfo(m))

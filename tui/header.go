@@ -72,6 +72,7 @@ func (h *Header) lines() []string {
 		out = append(out, h.tierLines(l.nameW)...)
 	}
 	out = append(out, h.gpuLines()...)
+	out = append(out, h.rolloutLines()...)
 	for i, l := range out {
 		out[i] = clip(l, h.width)
 	}
@@ -283,4 +284,48 @@ func (h *Header) gpuEntry(g api.GPUInfo, tagSim bool) string {
 		s += " " + st.Dim.Render("simulated")
 	}
 	return s
+}
+
+// rolloutLines are the models config's rollouts (a rolled-back canary
+// stands out) and the safety check's figures, when there are any.
+func (h *Header) rolloutLines() []string {
+	st := h.st
+	var out []string
+	for _, r := range h.snap.Rollouts {
+		line := st.Label.Render("rollout ") + st.Value.Render(r.Alias) + st.Dim.Render(" stable ") + st.Value.Render(r.Stable)
+		switch r.State {
+		case "running":
+			line += st.Dim.Render(" canary ") + st.Value.Render(r.Canary) + st.Dim.Render(" "+percentText(r.Percent))
+		case "rolled_back":
+			line += st.Dim.Render(" canary ") + st.Value.Render(r.Canary) + " " + st.Warn.Render("ROLLED BACK: "+r.Reason)
+		}
+		if r.Shadow != "" {
+			line += st.Dim.Render(fmt.Sprintf(" shadow %s %g%%", r.Shadow, r.ShadowPercent))
+		}
+		out = append(out, line)
+	}
+	if s := h.snap.Safety; s != nil {
+		line := st.Label.Render("safety ") + st.Value.Render(fmt.Sprintf("%d checks", s.Checks)) +
+			st.Dim.Render(fmt.Sprintf("  %d blocked  %d flagged  ", s.Blocked, s.Flagged))
+		fails := fmt.Sprintf("%d failed", s.Failures)
+		if s.Failures > 0 {
+			line += st.Warn.Render(fails)
+		} else {
+			line += st.Dim.Render(fails)
+		}
+		line += st.Dim.Render(fmt.Sprintf("  p50 %.1fms  p95 %.1fms", s.P50Ms, s.P95Ms))
+		out = append(out, line)
+	}
+	return out
+}
+
+// percentText writes a canary's share per tier: "free 5% paid 1%".
+func percentText(p map[string]float64) string {
+	var parts []string
+	for _, tier := range []string{"free", "paid", "enterprise", "batch"} {
+		if v, ok := p[tier]; ok {
+			parts = append(parts, fmt.Sprintf("%s %g%%", tier, v))
+		}
+	}
+	return strings.Join(parts, " ")
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charmbracelet/x/ansi"
 	"github.com/charmbracelet/x/exp/golden"
 	"github.com/stretchr/testify/require"
 
@@ -161,4 +162,23 @@ func TestWriteSnapshot(t *testing.T) {
 	require.NoError(t, WriteSnapshot(&b, &api.Snapshot{}))
 	require.Contains(t, b.String(), "REQUESTS\nID")
 	require.Contains(t, b.String(), "(none)")
+}
+
+// TestHeaderRolloutsAndSafety: the header shows a running canary with its
+// shares, a rolled-back one with its reason, and the safety check's
+// figures.
+func TestHeaderRolloutsAndSafety(t *testing.T) {
+	h := NewHeader(testStyles())
+	h.SetSize(160, 20)
+	h.SetData(&api.Snapshot{Models: []api.ModelSnapshot{{EngineStats: api.EngineStats{Model: "sim/a"}}},
+		Rollouts: []api.RolloutBrief{
+			{Alias: "chat", Stable: "sim/a", Canary: "sim/b", State: "running", Percent: map[string]float64{"free": 5, "paid": 1}},
+			{Alias: "code", Stable: "sim/c", Canary: "sim/d", State: "rolled_back", Reason: "error rate 0.5 vs 0.0",
+				Shadow: "sim/e", ShadowPercent: 10},
+		},
+		Safety: &api.SafetyStats{Checks: 10, Flagged: 2, Blocked: 1, P50Ms: 3.5, P95Ms: 9}}, nil)
+	view := ansi.Strip(h.View())
+	require.Contains(t, view, "rollout chat stable sim/a canary sim/b free 5% paid 1%")
+	require.Contains(t, view, "rollout code stable sim/c canary sim/d ROLLED BACK: error rate 0.5 vs 0.0 shadow sim/e 10%")
+	require.Contains(t, view, "safety 10 checks  1 blocked  2 flagged  0 failed  p50 3.5ms  p95 9.0ms")
 }
