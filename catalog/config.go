@@ -64,6 +64,20 @@ type ModelSpec struct {
 	Sunset      time.Time // from then, requests are refused (410); zero for never
 	Replacement string    // a model id or alias named in those answers
 	Fallbacks   []string  // model ids or aliases tried in order when this model is refused
+
+	// Safety overrides llmd's safety check (--safety-url) for this model;
+	// nil keeps it.
+	Safety *SafetySpec
+}
+
+// SafetySpec is a model's own safety check: its classifier and settings
+// (the safety package's), or none at all (Off).
+type SafetySpec struct {
+	Off         bool
+	URL         string
+	Timeout     time.Duration // 0: the safety package's default
+	Policy      string        // "open" or "closed"; "" for open
+	OutputEvery int           // check the answer every N tokens and at its end; 0 input only
 }
 
 // Alias is a stable name for a model version, with optional per-tier
@@ -196,6 +210,13 @@ type rawModel struct {
 	Sunset      string   `yaml:"sunset"`
 	Replacement string   `yaml:"replacement"`
 	Fallbacks   []string `yaml:"fallbacks"`
+	Safety      *struct {
+		Off         bool   `yaml:"off"`
+		URL         string `yaml:"url"`
+		Timeout     string `yaml:"timeout"`
+		Policy      string `yaml:"policy"`
+		OutputEvery int    `yaml:"output_every"`
+	} `yaml:"safety"`
 }
 
 type rawAlias struct {
@@ -240,6 +261,22 @@ func (r *rawConfig) convert() (*Config, error) {
 		var err error
 		if s.KVCacheBytes, err = parseSize(p+".kv_cache", m.KVCache); err != nil {
 			return nil, err
+		}
+		if sf := m.Safety; sf != nil {
+			s.Safety = &SafetySpec{Off: sf.Off, URL: sf.URL, Policy: sf.Policy, OutputEvery: sf.OutputEvery}
+			if err = parseDuration(p+".safety.timeout", sf.Timeout, &s.Safety.Timeout); err != nil {
+				return nil, err
+			}
+			switch {
+			case sf.Off && sf.URL != "":
+				return nil, fmt.Errorf("models config: %s.safety: off and url exclude each other", p)
+			case !sf.Off && sf.URL == "":
+				return nil, fmt.Errorf("models config: %s.safety: url is required (or off: true)", p)
+			case sf.Policy != "" && sf.Policy != "open" && sf.Policy != "closed":
+				return nil, fmt.Errorf("models config: %s.safety.policy %q: want open or closed", p, sf.Policy)
+			case sf.OutputEvery < 0:
+				return nil, fmt.Errorf("models config: %s.safety.output_every %d: must not be negative", p, sf.OutputEvery)
+			}
 		}
 		if err = parseDuration(p+".keep_alive", m.KeepAlive, &s.KeepAlive); err != nil {
 			return nil, err
@@ -612,6 +649,10 @@ func (c *Config) clone() *Config {
 	n.Models = slices.Clone(c.Models)
 	for i := range n.Models {
 		n.Models[i].Fallbacks = slices.Clone(n.Models[i].Fallbacks)
+		if sf := n.Models[i].Safety; sf != nil {
+			c := *sf
+			n.Models[i].Safety = &c
+		}
 	}
 	n.Aliases = make(map[string]Alias, len(c.Aliases))
 	for k, a := range c.Aliases {

@@ -9,11 +9,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/catalog"
 	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/safety"
 )
 
 // modelsConfig is the daemon's side of the models config: it loads the models
@@ -36,6 +38,43 @@ type modelsConfig struct {
 
 	loadMu sync.Mutex
 	loads  map[string]*pendingLoad
+
+	// checkers are the models' own safety checkers (nil: none), by id.
+	checkers atomic.Pointer[map[string]*safety.Checker]
+}
+
+// buildCheckers makes the safety checkers of cfg's models that override
+// llmd's.
+func buildCheckers(cfg *catalog.Config) (map[string]*safety.Checker, error) {
+	out := map[string]*safety.Checker{}
+	for _, s := range cfg.Models {
+		sf := s.Safety
+		if sf == nil {
+			continue
+		}
+		if sf.Off {
+			out[s.ID] = nil
+			continue
+		}
+		c, err := safety.New(safety.Config{URL: sf.URL, Timeout: sf.Timeout, Policy: safety.Policy(sf.Policy),
+			OutputEvery: sf.OutputEvery}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("models config: model %s: safety: %w", s.ID, err)
+		}
+		out[s.ID] = c
+	}
+	return out, nil
+}
+
+// safetyFor is the pipeline's SafetyFor: model's own checker, if the
+// config gives it one.
+func (ms *modelsConfig) safetyFor(model string) (*safety.Checker, bool) {
+	m := ms.checkers.Load()
+	if m == nil {
+		return nil, false
+	}
+	c, ok := (*m)[model]
+	return c, ok
 }
 
 // pendingLoad is an on-demand load that concurrent requests wait for.
@@ -128,12 +167,17 @@ func (ms *modelsConfig) apply(ctx context.Context, cfg *catalog.Config) (api.Mod
 	ms.applyMu.Lock()
 	defer ms.applyMu.Unlock()
 	res := api.ModelsApplied{Loaded: []string{}, Unloaded: []string{}}
+	checkers, err := buildCheckers(cfg)
+	if err != nil {
+		return res, pipeline.InvalidParam("", "%v", err)
+	}
 	loaded, err := ms.loadResident(ctx, cfg)
 	res.Loaded = append(res.Loaded, loaded...)
 	if err != nil {
 		return res, &pipeline.Error{Status: http.StatusBadRequest, Type: pipeline.TypeInvalidRequest, Message: err.Error()}
 	}
 	ms.cat.Apply(cfg)
+	ms.checkers.Store(&checkers)
 	keep := map[string]bool{}
 	for _, s := range cfg.Models {
 		keep[s.ID] = true

@@ -145,6 +145,11 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 	d.config = &modelsConfig{cfg: cfg, fleet: d.fleet, cat: catalog.New(ccfg), log: logger.With("component", "models"),
 		fromConfig: map[string]bool{}, loads: map[string]*pendingLoad{}}
 	d.fleet.onTick = d.config.checkRollbacks
+	checkers, err := buildCheckers(ccfg)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
+	d.config.checkers.Store(&checkers)
 	if cfg.TLSCertFile != "" {
 		if err := d.ReloadTLS(); err != nil {
 			return nil, err
@@ -156,7 +161,7 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 	}
 
 	pdeps := pipeline.Deps{Models: models, Limiter: deps.Limiter, Metrics: d.metrics, StatusOf: server.StatusOf,
-		Logger: logger, Catalog: d.config.cat, Loader: d.config.ensure}
+		Logger: logger, Catalog: d.config.cat, Loader: d.config.ensure, SafetyFor: d.config.safetyFor}
 	if cfg.Safety.URL != "" {
 		if pdeps.Safety, err = safety.New(cfg.Safety, nil); err != nil {
 			return nil, fmt.Errorf("daemon: safety check: %w", err)

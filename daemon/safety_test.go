@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -157,4 +159,51 @@ func TestSafetyOutputChecks(t *testing.T) {
 		ev, err := d.deps.Store.UsageEvent(context.Background(), id)
 		return err == nil && ev.Safety == "output_flag:tone"
 	}, 5*time.Second, 10*time.Millisecond)
+}
+
+// TestSafetyPerModel: the models config overrides the safety check per
+// model: off for one, another classifier for another (also when an alias
+// chose it).
+func TestSafetyPerModel(t *testing.T) {
+	t.Parallel()
+	global := classifier(t) // blocks "forbidden"
+	strict := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(safety.Response{Verdict: safety.Block, Category: "strict"})
+	}))
+	t.Cleanup(strict.Close)
+	path := filepath.Join(t.TempDir(), "models.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`
+models:
+  - {id: sim/open, source: "sim:small", safety: {off: true}}
+  - {id: sim/strict, source: "sim:small", safety: {url: %q}}
+  - {id: sim/plain, source: "sim:small"}
+aliases:
+  s: {version: sim/strict}
+`, strict.URL)), 0o600))
+	cfg := testConfig()
+	cfg.Models = nil
+	cfg.ModelsConfig = path
+	cfg.StepTimeScale = 0.05
+	cfg.Safety = safety.Config{URL: global}
+	d, err := Open(cfg, testLogger(t))
+	require.NoError(t, err)
+	base := startServer(t, d)
+	hc := testClient(t)
+	for _, tc := range []struct {
+		model, text, category string
+	}{
+		{"sim/open", "something forbidden", ""},
+		{"sim/plain", "something forbidden", "violence"},
+		{"sim/plain", "hello", ""},
+		{"sim/strict", "hello", "strict"},
+		{"s", "hello", "strict"},
+	} {
+		resp, body := chatVia(t, hc, base, tc.model, tc.text, nil)
+		if tc.category == "" {
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s %s: %v", tc.model, tc.text, body)
+			continue
+		}
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s %s: %v", tc.model, tc.text, body)
+		require.Contains(t, body["error"].(map[string]any)["message"], tc.category)
+	}
 }

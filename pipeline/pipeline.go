@@ -109,6 +109,9 @@ type Deps struct {
 	// Safety checks requests' input with the operator's classifier; nil
 	// checks nothing.
 	Safety *safety.Checker
+	// SafetyFor returns a model's own safety checker (nil: no check) when
+	// the models config overrides Safety for it; nil for no overrides.
+	SafetyFor func(model string) (*safety.Checker, bool)
 }
 
 // Pipeline runs generation requests. Its methods are safe for concurrent
@@ -136,6 +139,7 @@ type Pipeline struct {
 	stopShadows  context.CancelFunc
 	shadows      sync.WaitGroup
 	safety       *safety.Checker
+	safetyFor    func(model string) (*safety.Checker, bool)
 
 	draining atomic.Bool
 	// settled counts the tokens of every settled reservation (they must
@@ -155,6 +159,7 @@ func New(cfg Config, deps Deps) *Pipeline {
 	p := &Pipeline{cfg: cfg, models: deps.Models, limiter: deps.Limiter, accounts: deps.Accounts, ledger: deps.Ledger,
 		metrics: deps.Metrics, router: deps.Router, peer: deps.Peer, statusOf: deps.StatusOf, log: log.With("component", "pipeline"),
 		outputs: engine.NewOutputEstimator(), catalog: deps.Catalog, loader: deps.Loader, safety: deps.Safety,
+		safetyFor: deps.SafetyFor,
 		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}}}
 	p.local = LocalTarget{Stall: cfg.StallTimeout}
 	if deps.Shadows != nil && deps.Catalog != nil {
@@ -213,8 +218,9 @@ type Plan struct {
 	// when it did not (a model id served as named).
 	Choice *ModelChoice
 	// safety is the safety check's verdict for the usage row and the log
-	// ("" for allow).
-	safety string
+	// ("" for allow); checker the checker of the model chosen.
+	safety  string
+	checker *safety.Checker
 	// shadow is the request's shadow run, nil for none.
 	shadow *shadowRun
 }
@@ -251,7 +257,7 @@ func (p *Pipeline) Prepare(ctx context.Context, req *Request) (*Plan, error) {
 	if err := p.validate(req); err != nil {
 		return plan, err
 	}
-	check := p.startSafety(ctx, req)
+	check := p.startSafety(ctx, plan, req.Model)
 	choice, err := p.choose(ctx, req, tenant)
 	plan.route, plan.degraded, plan.Choice = choice.route, choice.degraded, choice.decision
 	if err != nil {
@@ -303,6 +309,11 @@ func (p *Pipeline) prepareAndAdmit(ctx context.Context, plan *Plan, c choice, ch
 		return admission{}, err
 	}
 	plan.Job = job
+	if sc := p.checkerFor(c.id); sc != plan.checker {
+		// The model chosen has a safety check of its own.
+		abandon(ctx, check)
+		check = p.startSafety(ctx, plan, c.id)
+	}
 	if err := p.safetyVerdict(ctx, plan, check); err != nil {
 		return admission{}, err
 	}

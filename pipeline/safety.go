@@ -18,13 +18,38 @@ import (
 // and before admission (nothing is reserved); a flag is served and
 // recorded in the usage row and the log.
 
-// startSafety starts the input check of req, nil without a checker.
-func (p *Pipeline) startSafety(ctx context.Context, req *Request) *safety.Pending {
-	if p.safety == nil || req.Forwarded() {
+// checkerFor is the safety checker of model: its own (the models
+// config's override), else llmd's; nil for none.
+func (p *Pipeline) checkerFor(model string) *safety.Checker {
+	if p.safetyFor != nil {
+		if c, ok := p.safetyFor(model); ok {
+			return c
+		}
+	}
+	return p.safety
+}
+
+// startSafety starts the input check of plan's request with model's
+// checker (and makes it the plan's); nil without one.
+func (p *Pipeline) startSafety(ctx context.Context, plan *Plan, model string) *safety.Pending {
+	req := plan.Req
+	plan.checker = p.checkerFor(model)
+	if plan.checker == nil || req.Forwarded() {
+		plan.checker = nil
 		return nil // the entry node checked a forwarded request
 	}
-	return p.safety.Start(ctx, safety.Input{RequestID: req.ID, Tenant: req.Principal.Tenant, Model: req.Model,
+	return plan.checker.Start(ctx, safety.Input{RequestID: req.ID, Tenant: req.Principal.Tenant, Model: model,
 		Stage: safety.StageInput, Text: promptText(req)})
+}
+
+// abandon stops a check whose verdict is no longer wanted.
+func abandon(ctx context.Context, pending *safety.Pending) {
+	if pending == nil {
+		return
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	pending.Wait(done)
 }
 
 // safetyVerdict waits for the input check and applies it to plan: an
@@ -96,10 +121,10 @@ type heldFinish struct {
 // outputSink wraps sink with the output checks of plan's answer, or
 // returns nil when there are none.
 func (p *Pipeline) outputSink(ctx context.Context, plan *Plan, sink Sink) *safetySink {
-	if p.safety == nil || plan.Req.Forwarded() || plan.Job == nil {
+	if plan.checker == nil || plan.Req.Forwarded() || plan.Job == nil {
 		return nil
 	}
-	mon := p.safety.NewOutputMonitor()
+	mon := plan.checker.NewOutputMonitor()
 	if !mon.Enabled() {
 		return nil
 	}
@@ -130,7 +155,7 @@ func (s *safetySink) Text(i int, text string, lps []api.TokenLogprob) error {
 		s.text.WriteString(text)
 		s.tokens++
 		if s.mon.Due(s.tokens) && s.pending == nil {
-			s.pending = s.p.safety.Start(s.ctx, s.input(false))
+			s.pending = s.plan.checker.Start(s.ctx, s.input(false))
 		}
 	}
 	return s.Sink.Text(i, text, lps)
@@ -186,7 +211,7 @@ func (s *safetySink) settle(res Result) Result {
 	}
 	normal := res.Err == nil && !res.ClientGone
 	if normal && !s.blocked && s.mon.Final() {
-		if s.apply(s.p.safety.Check(s.ctx, s.input(true))) {
+		if s.apply(s.plan.checker.Check(s.ctx, s.input(true))) {
 			_ = s.block()
 		}
 	}
