@@ -353,3 +353,43 @@ routers:
 		require.Equal(t, want, body["model"], text)
 	}
 }
+
+// TestAliasFallbackWhileUnloading: while an alias's version drains (being
+// unloaded), its requests go to the alias's fallback.
+func TestAliasFallbackWhileUnloading(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "models.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+models:
+  - {id: sim/main, source: "sim:small"}
+  - {id: sim/spare, source: "sim:small"}
+aliases:
+  m: {version: sim/main, fallbacks: [sim/spare]}
+`), 0o600))
+	main := newFake("sim/main", 512, strings.Repeat("x", 400))
+	main.delay = 5 * time.Millisecond
+	spare := newFake("sim/spare", 512, "spare")
+	cfg := testConfig()
+	cfg.ModelsConfig = path
+	models := []*pipeline.Model{newModel(main, byteTokenizer{}, time.Now(), nil), newModel(spare, byteTokenizer{}, time.Now(), nil)}
+	base := startServer(t, newServer(t, cfg, testLogger(t), models))
+	hc := testClient(t)
+	c := fleetClient(t, base)
+	long := make(chan error, 1)
+	go func() {
+		_, err := chatOnce(t.Context(), c, "sim/main", 400)
+		long <- err
+	}()
+	require.Eventually(t, func() bool { return activeOf(c, "sim/main") == 1 }, 5*time.Second, time.Millisecond)
+	unloaded := make(chan error, 1)
+	go func() {
+		_, err := c.UnloadModel(t.Context(), "sim/main", 10*time.Second)
+		unloaded <- err
+	}()
+	require.Eventually(t, func() bool { return stateOf(c, "sim/main") == "draining" }, 5*time.Second, time.Millisecond)
+	resp, body := chatVia(t, hc, base, "m", "Hi", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, "sim/spare", body["model"])
+	require.NoError(t, <-long)
+	require.NoError(t, <-unloaded)
+}

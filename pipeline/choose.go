@@ -144,6 +144,14 @@ func (p *Pipeline) choose(ctx context.Context, req *Request, t Tenant) (choice, 
 	m, err := p.lookup(ctx, name)
 	if err != nil {
 		c, err = p.chooseElsewhere(req, name, c, err)
+		if err != nil && c.decision != nil && len(c.decision.Fallbacks) > 0 {
+			// The version chosen is served nowhere (or is unloading): the
+			// config's fallbacks.
+			if fb, ok := fallback(p, c.decision, req); ok {
+				fb.route = fmt.Sprintf("%s unavailable; fallback %s", name, fb.id)
+				return fb, nil
+			}
+		}
 		var pe *Error
 		if errors.As(err, &pe) && pe.Code == CodeModelNotFound && name != "" && p.router != nil {
 			// The cluster's names, not this node's alone.

@@ -267,7 +267,7 @@ func (p *Pipeline) Prepare(ctx context.Context, req *Request) (*Plan, error) {
 	for err != nil && plan.Choice != nil && len(plan.Choice.Fallbacks) > 0 && errors.As(err, new(*OverloadError)) {
 		// The model chosen sheds load: its configured fallbacks, in order.
 		p.catalog.ReportFailure(choice.id, time.Now())
-		next, ok := p.fallback(plan, req)
+		next, ok := fallback(p, plan.Choice, req)
 		if !ok {
 			break
 		}
@@ -322,20 +322,24 @@ func (p *Pipeline) prepareAndAdmit(ctx context.Context, plan *Plan, c choice, ch
 	return adm, err
 }
 
-// fallback takes the next of the plan's fallbacks served here.
-func (p *Pipeline) fallback(plan *Plan, req *Request) (choice, bool) {
-	for len(plan.Choice.Fallbacks) > 0 {
-		id := plan.Choice.Fallbacks[0]
-		plan.Choice.Fallbacks = plan.Choice.Fallbacks[1:]
-		m := p.models.Get(id)
-		if m == nil || m.Draining() {
-			continue
-		}
-		c := choice{id: id, model: m, level: m.Replica.Stats().Degrade, forward: req.Forward, decision: plan.Choice}
+// fallback takes the next of the decision's fallbacks that is served:
+// here, else (in a cluster) by a peer.
+func fallback(p *Pipeline, d *ModelChoice, req *Request) (choice, bool) {
+	for len(d.Fallbacks) > 0 {
+		id := d.Fallbacks[0]
+		d.Fallbacks = d.Fallbacks[1:]
+		c := choice{id: id, forward: req.Forward, decision: d}
 		if body, err := withModel(req.Forward.Body, id); err == nil {
 			c.forward.Body = body
 		}
-		plan.Choice.Model, plan.Choice.Role = id, catalog.RoleFallback
+		if m := p.models.Get(id); m != nil && !m.Draining() {
+			c.model, c.level = m, m.Replica.Stats().Degrade
+		} else if p.router == nil || len(c.forward.Body) == 0 {
+			continue
+		} else if c.peers = p.peersServing(id, req.AffinityKey); len(c.peers) == 0 {
+			continue
+		}
+		d.Model, d.Role = id, catalog.RoleFallback
 		return c, true
 	}
 	return choice{}, false
