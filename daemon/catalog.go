@@ -226,6 +226,25 @@ func (ms *modelsConfig) Apply(ctx context.Context, yaml []byte) (api.ModelsAppli
 	return res, nil
 }
 
+// Save writes the config in force (with the admin API's changes: a
+// canary, a shadow, a promotion) to Config.ModelsConfig, so that a reload
+// or a restart keeps them; saved is false without that file.
+func (ms *modelsConfig) Save() (saved bool, err error) {
+	if ms.cfg.ModelsConfig == "" {
+		return false, nil
+	}
+	ms.applyMu.Lock()
+	defer ms.applyMu.Unlock()
+	b, err := catalog.Marshal(ms.cat.Config())
+	if err != nil {
+		return false, err
+	}
+	if err := writeFileAtomic(ms.cfg.ModelsConfig, b); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // Reload reads Config.ModelsConfig again and applies it (SIGHUP).
 func (ms *modelsConfig) Reload(ctx context.Context) error {
 	cfg, err := catalog.ReadFile(ms.cfg.ModelsConfig)

@@ -151,6 +151,13 @@ func TestModelsConfigRollout(t *testing.T) {
 	require.True(t, strings.HasPrefix(resp.Header.Get("Deprecation"), "@"), resp.Header)
 	require.Contains(t, resp.Header.Get("Sunset"), "GMT")
 	require.Equal(t, "chat", resp.Header.Get("X-LLMD-Replacement-Model"))
+	// The promotion was saved to the file: a reload (SIGHUP) keeps it.
+	saved, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(saved), "version: sim/chat-2026-11-15")
+	require.NoError(t, d.ReloadModels(ctx))
+	_, body = chatVia(t, hc, base, "chat", "Hi", nil)
+	require.Equal(t, "sim/chat-2026-11-15", body["model"])
 
 	// Past the sunset: 410 naming the replacement.
 	_, err = c.Promote(ctx, "chat", api.PromoteRequest{})
@@ -163,7 +170,7 @@ func TestModelsConfigRollout(t *testing.T) {
 	resp, body = chatVia(t, hc, base, "sim/chat-2026-10-01", "Hi", nil)
 	require.Equal(t, http.StatusGone, resp.StatusCode, body)
 	require.Contains(t, body["error"].(map[string]any)["message"], "Use `chat` instead")
-	saved, err := os.ReadFile(path)
+	saved, err = os.ReadFile(path)
 	require.NoError(t, err)
 	require.Contains(t, string(saved), "sunset: 2026-02-01")
 

@@ -219,6 +219,10 @@ func (f fleetAdmin) Apply(ctx context.Context, yaml []byte) (api.ModelsApplied, 
 	return f.config.Apply(ctx, yaml)
 }
 
+// SaveConfig saves the models config in force to its file (see
+// modelsConfig.Save).
+func (f fleetAdmin) SaveConfig() (bool, error) { return f.config.Save() }
+
 // ReloadModels reads the models config file again and applies it (SIGHUP).
 func (d *Daemon) ReloadModels(ctx context.Context) error {
 	if d.cfg.ModelsConfig == "" {

@@ -20,6 +20,9 @@ type Fleet interface {
 	// Apply replaces the models config with yaml: loads what it adds,
 	// unloads what it drops, saves it.
 	Apply(ctx context.Context, yaml []byte) (api.ModelsApplied, error)
+	// SaveConfig writes the models config in force, with the changes the
+	// rollout routes made, to llmd's models config file (false: none).
+	SaveConfig() (bool, error)
 }
 
 func (s *Server) handleListLoaded(w http.ResponseWriter, _ *http.Request) {

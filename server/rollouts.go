@@ -12,8 +12,9 @@ import (
 	"github.com/llmd/llmd/store"
 )
 
-// The rollout routes change the models config in memory: a canary, a
-// shadow, a promotion. `llmctl models apply` (PUT /v1/admin/models/config)
+// The rollout routes change the models config: a canary, a shadow, a
+// promotion; each change is saved to llmd's models config file (so that a
+// reload keeps it). `llmctl models apply` (PUT /v1/admin/models/config)
 // replaces the whole config and saves it.
 
 // errNoCatalog refuses a rollout route on a node without a models config.
@@ -51,6 +52,17 @@ func (s *Server) handleRollouts(w http.ResponseWriter, _ *http.Request, cat *cat
 	writeJSON(w, http.StatusOK, out)
 }
 
+// saveConfig saves a rollout change; a failure is logged (the change
+// holds until the next reload).
+func (s *Server) saveConfig(what string) {
+	if s.fleet == nil {
+		return
+	}
+	if _, err := s.fleet.SaveConfig(); err != nil {
+		s.log.Error("models config changed but not saved; a reload will undo the change", "change", what, "err", err)
+	}
+}
+
 // aliasStatus answers with alias's rollout as it is now.
 func (s *Server) aliasStatus(w http.ResponseWriter, cat *catalog.Catalog, alias string) {
 	cfg := cat.Config()
@@ -75,6 +87,7 @@ func (s *Server) handleSetCanary(w http.ResponseWriter, r *http.Request, cat *ca
 		return
 	}
 	s.log.Info("canary set", "alias", alias, "version", req.Version, "percent", req.Percent, "by", principalFrom(r.Context()).KeyID)
+	s.saveConfig("canary set")
 	s.aliasStatus(w, cat, alias)
 }
 
@@ -85,6 +98,7 @@ func (s *Server) handleClearCanary(w http.ResponseWriter, r *http.Request, cat *
 		return
 	}
 	s.log.Info("canary cleared", "alias", alias, "by", principalFrom(r.Context()).KeyID)
+	s.saveConfig("canary cleared")
 	s.aliasStatus(w, cat, alias)
 }
 
@@ -100,6 +114,7 @@ func (s *Server) handleSetShadow(w http.ResponseWriter, r *http.Request, cat *ca
 		return
 	}
 	s.log.Info("shadow set", "alias", alias, "version", req.Version, "percent", req.Percent, "by", principalFrom(r.Context()).KeyID)
+	s.saveConfig("shadow set")
 	s.aliasStatus(w, cat, alias)
 }
 
@@ -110,6 +125,7 @@ func (s *Server) handleClearShadow(w http.ResponseWriter, r *http.Request, cat *
 		return
 	}
 	s.log.Info("shadow cleared", "alias", alias, "by", principalFrom(r.Context()).KeyID)
+	s.saveConfig("shadow cleared")
 	s.aliasStatus(w, cat, alias)
 }
 
@@ -166,6 +182,7 @@ func (s *Server) handlePromote(w http.ResponseWriter, r *http.Request, cat *cata
 	}
 	s.log.Info("canary promoted", "alias", alias, "stable", res.Stable, "previous", prev, "deprecated", req.Deprecate,
 		"sunset", req.Sunset, "by", principalFrom(r.Context()).KeyID)
+	s.saveConfig("promote")
 	writeJSON(w, http.StatusOK, res)
 }
 
