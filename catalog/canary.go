@@ -199,7 +199,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 
 // Promote makes alias's canary its stable version and removes the canary;
 // the old stable version stays served as a pinned model id. A shadow of the
-// promoted version is removed too. The change is in memory only.
+// promoted version is removed too. The change is to the catalog in memory ([Marshal] writes it out).
 func (c *Catalog) Promote(alias string) error {
 	return c.change(alias, false, func(a *Alias) error {
 		if a.Canary == nil {
@@ -215,7 +215,7 @@ func (c *Catalog) Promote(alias string) error {
 
 // SetCanary sets alias's canary to version with percent per tier (a
 // missing tier gets 0), keeping the rollback policy of the canary it
-// replaces, if any, and clearing a rollback. The change is in memory only.
+// replaces, if any, and clearing a rollback. The change is to the catalog in memory ([Marshal] writes it out).
 func (c *Catalog) SetCanary(alias, version string, percent map[string]float64) error {
 	return c.change(alias, true, func(a *Alias) error {
 		cn := &Canary{Version: version, Percent: maps.Clone(percent)}
@@ -227,7 +227,7 @@ func (c *Catalog) SetCanary(alias, version string, percent map[string]float64) e
 	})
 }
 
-// ClearCanary removes alias's canary. The change is in memory only.
+// ClearCanary removes alias's canary. The change is to the catalog in memory ([Marshal] writes it out).
 func (c *Catalog) ClearCanary(alias string) error {
 	return c.change(alias, false, func(a *Alias) error {
 		a.Canary = nil
@@ -236,7 +236,7 @@ func (c *Catalog) ClearCanary(alias string) error {
 }
 
 // SetShadow copies percent (0..100) of alias's requests to version. The
-// change is in memory only.
+// change is to the catalog in memory ([Marshal] writes it out).
 func (c *Catalog) SetShadow(alias, version string, percent float64) error {
 	return c.change(alias, false, func(a *Alias) error {
 		scorer := ""
@@ -248,7 +248,7 @@ func (c *Catalog) SetShadow(alias, version string, percent float64) error {
 	})
 }
 
-// ClearShadow removes alias's shadow. The change is in memory only.
+// ClearShadow removes alias's shadow. The change is to the catalog in memory ([Marshal] writes it out).
 func (c *Catalog) ClearShadow(alias string) error {
 	return c.change(alias, false, func(a *Alias) error {
 		a.Shadow = nil

@@ -414,7 +414,7 @@ func (c *Catalog) Spec(id string) (ModelSpec, bool) {
 }
 
 // Deprecate sets model's deprecation date, sunset (zero for none) and
-// replacement (a model or alias). The change is in memory only.
+// replacement (a model or alias). The change is to the catalog in memory ([Marshal] writes it out).
 func (c *Catalog) Deprecate(model string, deprecated, sunset time.Time, replacement string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -18,10 +18,12 @@ import (
 func newModelsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "models",
-		Short: "List the models llmd serves, load and unload them",
+		Short: "List the models llmd serves; load, unload and roll out model versions",
 		Long: "Without a subcommand, list the models llmd serves (any key).\n" +
 			"The subcommands need an admin key: list shows each loaded model's state and memory,\n" +
-			"load and unload change them while llmd runs, without a restart.",
+			"load and unload change them while llmd runs, without a restart; apply replaces the\n" +
+			"models config (versions, aliases, routers); shadow, canary and promote roll a new\n" +
+			"version of an alias out (saved to llmd's --models-config file).",
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			models, err := a.client.Models(cmd.Context())
