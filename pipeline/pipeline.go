@@ -160,7 +160,7 @@ func New(cfg Config, deps Deps) *Pipeline {
 		metrics: deps.Metrics, router: deps.Router, peer: deps.Peer, statusOf: deps.StatusOf, log: log.With("component", "pipeline"),
 		outputs: engine.NewOutputEstimator(), catalog: deps.Catalog, loader: deps.Loader, safety: deps.Safety,
 		safetyFor: deps.SafetyFor,
-		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}}}
+		httpc:     &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}}}
 	p.local = LocalTarget{Stall: cfg.StallTimeout}
 	if deps.Shadows != nil && deps.Catalog != nil {
 		p.shadowLedger = deps.Shadows
