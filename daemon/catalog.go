@@ -124,27 +124,29 @@ func (ms *modelsConfig) ensure(ctx context.Context, id string) (*pipeline.Model,
 	}
 	ms.loadMu.Lock()
 	pl := ms.loads[id]
-	if pl == nil {
+	leader := pl == nil
+	if leader {
 		pl = &pendingLoad{done: make(chan struct{})}
 		ms.loads[id] = pl
-		ms.fleet.wg.Go(func() {
-			// The load outlives the request that asked for it.
-			defer close(pl.done)
-			start := time.Now()
-			_, pl.err = ms.fleet.Load(context.WithoutCancel(ctx), loadSpec(spec), func(api.ModelLoadProgress) {})
-			if pl.err == nil {
-				pl.m = ms.fleet.models.Get(id)
-				ms.mu.Lock()
-				ms.fromConfig[id] = true
-				ms.mu.Unlock()
-				ms.log.Info("model loaded on demand", "model", id, "ms", time.Since(start).Milliseconds())
-			}
-			ms.loadMu.Lock()
-			delete(ms.loads, id)
-			ms.loadMu.Unlock()
-		})
 	}
 	ms.loadMu.Unlock()
+	if leader {
+		// The first request loads the model in its own goroutine (the load
+		// completes even if its client leaves); the others wait for it.
+		start := time.Now()
+		_, pl.err = ms.fleet.Load(context.WithoutCancel(ctx), loadSpec(spec), func(api.ModelLoadProgress) {})
+		if pl.err == nil {
+			pl.m = ms.fleet.models.Get(id)
+			ms.mu.Lock()
+			ms.fromConfig[id] = true
+			ms.mu.Unlock()
+			ms.log.Info("model loaded on demand", "model", id, "ms", time.Since(start).Milliseconds())
+		}
+		ms.loadMu.Lock()
+		delete(ms.loads, id)
+		ms.loadMu.Unlock()
+		close(pl.done)
+	}
 	select {
 	case <-pl.done:
 	case <-ctx.Done():

@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/api"
@@ -399,4 +401,34 @@ aliases:
 	require.Equal(t, "sim/spare", body["model"])
 	require.NoError(t, <-long)
 	require.NoError(t, <-unloaded)
+}
+
+// TestOnDemandLoadOnce: concurrent first requests for a model loaded on
+// demand wait for one load and are all served.
+func TestOnDemandLoadOnce(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "models.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("models:\n  - {id: sim/lazy, source: \"sim:small\", keep_alive: 1m}\n"), 0o600))
+	cfg := testConfig()
+	cfg.Models = []string{"small"}
+	cfg.ModelsConfig = path
+	cfg.StepTimeScale = 0.05
+	var logs syncBuffer
+	d, err := Open(cfg, newBufferLogger(&logs))
+	require.NoError(t, err)
+	base := startServer(t, d)
+	hc := testClient(t)
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"model":"sim/lazy","max_tokens":4,"messages":[{"role":"user","content":"Hi"}]}`)
+			resp, err := hc.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if assert.NoError(t, err) {
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, 1, strings.Count(logs.String(), "model loaded on demand"))
 }
