@@ -43,6 +43,10 @@ type Config struct {
 	// "ollama:NAME[:TAG]" for a model in the Ollama store (resolved with
 	// Resolve). Each is served by its own CPU executor.
 	ModelFiles []string
+	// Upstreams are models served through OpenAI-compatible engines on the
+	// node (vLLM, SGLang, llama.cpp's server, another llmd), with llmd's
+	// queue, quotas and relay in front (package upstream).
+	Upstreams []UpstreamSpec
 	// ModelsDir is a directory whose *.gguf files are loaded like
 	// ModelFiles.
 	ModelsDir string
@@ -251,7 +255,7 @@ func (c Config) Validate() error {
 	if c.TP < 1 {
 		errs = append(errs, fmt.Errorf("tp is %d; it must be at least 1", c.TP))
 	}
-	if len(c.Models) == 0 && len(c.ModelFiles) == 0 && c.ModelsDir == "" && c.ModelsConfig == "" {
+	if len(c.Models) == 0 && len(c.ModelFiles) == 0 && c.ModelsDir == "" && c.ModelsConfig == "" && len(c.Upstreams) == 0 {
 		errs = append(errs, errors.New("no models to serve"))
 	}
 	seen := map[string]bool{}

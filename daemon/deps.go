@@ -57,6 +57,14 @@ func OpenDeps(cfg Config, logger *slog.Logger) (Deps, error) {
 		closeState()
 	}
 	deps.Models = append(models, ggufs...)
+	for _, spec := range cfg.Upstreams {
+		m, err := buildUpstream(context.Background(), cfg, spec, logger)
+		if err != nil {
+			deps.Close()
+			return Deps{}, err
+		}
+		deps.Models = append(deps.Models, m)
+	}
 	return deps, nil
 }
 

@@ -197,6 +197,9 @@ func (f *fleet) Load(ctx context.Context, req api.ModelLoadRequest, progress fun
 	if profile, ok := strings.CutPrefix(req.Source, "sim:"); ok {
 		return f.loadSim(lr, profile, progress)
 	}
+	if urls, ok := strings.CutPrefix(req.Source, "upstream:"); ok {
+		return f.loadUpstream(ctx, lr, urls, progress)
+	}
 	return f.loadGGUF(ctx, lr, progress)
 }
 
@@ -221,6 +224,28 @@ func (f *fleet) loadSim(lr loadRequest, profile string, progress func(api.ModelL
 	m, err := buildSimModel(f.cfg, f.log, simSpec{profile: profile, id: id, gpu: gpu, tp: tp})
 	if err != nil {
 		return api.ModelState{}, errLoad(http.StatusBadRequest, "invalid_model_source", "%v", err)
+	}
+	return f.add(&fleetEntry{m: m, keepAlive: lr.keepAlive})
+}
+
+// loadUpstream serves a model through engines at urls
+// ("URL[,URL...][#NAME]"); it takes no host memory of llmd's.
+func (f *fleet) loadUpstream(ctx context.Context, lr loadRequest, urls string, progress func(api.ModelLoadProgress)) (api.ModelState, error) {
+	if lr.ID == "" {
+		return api.ModelState{}, pipeline.InvalidParam("id", "an upstream model needs an id (the name llmd serves it under)")
+	}
+	spec, err := ParseUpstream(lr.ID + "=" + urls)
+	if err != nil {
+		return api.ModelState{}, errLoad(http.StatusBadRequest, "invalid_model_source", "%v", err)
+	}
+	if err := f.reserve(spec.Model, 0); err != nil {
+		return api.ModelState{}, err
+	}
+	defer f.unreserve(spec.Model)
+	progress(api.ModelLoadProgress{Status: api.LoadBuilding, Model: spec.Model})
+	m, err := buildUpstream(ctx, f.cfg, spec, f.log)
+	if err != nil {
+		return api.ModelState{}, errLoad(http.StatusBadGateway, "upstream_unavailable", "%v", err)
 	}
 	return f.add(&fleetEntry{m: m, keepAlive: lr.keepAlive})
 }

@@ -464,6 +464,28 @@ func (d *streamDecoder) decode(ev api.SSEEvent) (out []delta, end bool, err erro
 	return decodeChunk(d.endpoint, []byte(ev.Data))
 }
 
+// Piece is one piece of an OpenAI streamed answer: text, log-probabilities
+// and tool-call fragments of choice Index, or its end (Finish).
+type Piece struct {
+	Index     int
+	Text      string
+	Logprobs  []api.TokenLogprob
+	Finish    string
+	ToolCalls []api.ToolCallDelta
+}
+
+// DecodeChunk decodes one OpenAI stream chunk of endpoint (chat or text
+// completions) into its pieces; the upstream replicas read engines' streams
+// with it.
+func DecodeChunk(endpoint pipeline.Endpoint, data []byte) ([]Piece, error) {
+	ds, _, err := decodeChunk(endpoint, data)
+	out := make([]Piece, len(ds))
+	for i, d := range ds {
+		out[i] = Piece{Index: d.index, Text: d.text, Logprobs: d.lps, Finish: d.finish, ToolCalls: d.calls}
+	}
+	return out, err
+}
+
 // decodeChunk decodes one OpenAI chunk (chat or text completion).
 func decodeChunk(endpoint pipeline.Endpoint, data []byte) ([]delta, bool, error) {
 	var out []delta

@@ -269,6 +269,9 @@ func (p *Pipeline) prepare(req *Request, t Tenant, c choice) (*Job, error) {
 		}
 		return j, nil
 	}
+	if m.Target != nil {
+		return p.prepareUpstream(req, j, m)
+	}
 	var err error
 	if req.Endpoint == EndpointCompletions {
 		j.Prompt = m.Text.Prompt(req.Prompt, true)

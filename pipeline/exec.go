@@ -139,6 +139,9 @@ type Result struct {
 	// inter-token latency a peer reported.
 	Times TokenTimes
 	ITL   time.Duration
+	// Note is added to the request's route note (an upstream's usage
+	// estimated, say).
+	Note string
 }
 
 // MeanITL is the mean inter-token latency: measured here, or reported by

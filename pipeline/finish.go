@@ -162,6 +162,7 @@ func (p *Pipeline) outcome(plan *Plan, res Result) Outcome {
 	if !res.FirstToken.IsZero() {
 		out.TTFT = res.FirstToken.Sub(req.Start)
 	}
+	out.Route = appendNote(out.Route, res.Note)
 	if id := res.ServedBy; id != "" && !strings.HasPrefix(out.Route, id+" ") && !strings.Contains(out.Route, "; "+id+" ") {
 		// Not the router's first choice (which failed).
 		out.Route = appendNote(out.Route, "served by "+id)

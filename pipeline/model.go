@@ -136,6 +136,10 @@ type Model struct {
 	Memory int64
 	// Run runs the engine's step loop until ctx ends; nil for fakes.
 	Run func(ctx context.Context) error
+	// Target, when set, runs the model's jobs instead of the local engine:
+	// an upstream engine (Executor "upstream:KIND"), whose Replica reports
+	// its load.
+	Target Target
 	// Sim describes the simulated GPU group of a simulated model, nil
 	// otherwise.
 	Sim *SimGPU

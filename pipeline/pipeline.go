@@ -372,7 +372,8 @@ func (p *Pipeline) startNext(ctx context.Context, r *Run) error {
 	for r.next < len(plan.targets) {
 		t := plan.targets[r.next]
 		r.next++
-		if t == p.local && r.next > 1 {
+		here := t == p.local || (plan.Job.Model != nil && t == plan.Job.Model.Target)
+		if here && r.next > 1 {
 			plan.route = appendNote(plan.route, "served locally")
 		}
 		exec, err := t.Start(ctx, plan.Job)
@@ -381,7 +382,7 @@ func (p *Pipeline) startNext(ctx context.Context, r *Run) error {
 			return nil
 		}
 		var final *Error
-		if t == p.local || errors.As(err, &final) || ctx.Err() != nil {
+		if here || errors.As(err, &final) || ctx.Err() != nil {
 			return err
 		}
 		p.targetFailed(plan, t, err)

@@ -237,6 +237,9 @@ type Job struct {
 	// Forward is the request as it came, for a peer (with "model"
 	// replaced when a fallback serves it).
 	Forward Forward
+	// Upstream is the engine's request when Model is served by an upstream
+	// engine (Model.Target), nil otherwise.
+	Upstream *UpstreamCall
 }
 
 // EngineRequest is the job as the engine takes it: each call gets its own

@@ -18,8 +18,12 @@ func (p *Pipeline) route(job *Job, peers []cluster.Candidate) ([]Target, string)
 		}
 		return targets, peers[0].Member.ID + " " + peers[0].Reason
 	}
+	here := p.local
+	if job.Model.Target != nil {
+		here = job.Model.Target
+	}
 	if p.router == nil || job.Principal.Peer != "" || p.cfg.RoutePolicy == cluster.PolicyLocal {
-		return []Target{p.local}, ""
+		return []Target{here}, ""
 	}
 	m := job.Model
 	req := cluster.RouteRequest{Model: m.ID, Prefix: kvcache.HashChain(job.Prompt, m.Replica.BlockSize()),
@@ -44,5 +48,5 @@ func (p *Pipeline) route(job *Job, peers []cluster.Candidate) ([]Target, string)
 		}
 		targets = append(targets, p.peer(c))
 	}
-	return append(targets, p.local), note
+	return append(targets, here), note
 }

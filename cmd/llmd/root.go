@@ -77,6 +77,7 @@ type options struct {
 	safetyTimeout time.Duration
 	safetyPolicy  string
 	safetyEvery   int
+	upstreams     []string
 	safetyAtEnd   bool
 	unloadTimeout time.Duration
 	modelsConfig  string
@@ -272,6 +273,9 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.safetyTimeout, "safety-timeout", safety.DefaultTimeout, "bound on each safety check")
 	fs.StringVar(&o.safetyPolicy, "safety-policy", string(safety.FailOpen),
 		"what a safety check that fails or times out decides: open (serve) or closed (refuse with 503)")
+	fs.StringArrayVar(&o.upstreams, "upstream", nil,
+		"MODEL=URL[,URL...][#NAME]: serve MODEL through OpenAI-compatible engines (vLLM, SGLang, llama-server, llmd) "+
+			"with llmd's queue, quotas and streams in front (repeatable)")
 	fs.IntVar(&o.safetyEvery, "safety-output-every", 0,
 		"also check the answer every N tokens as it streams, and at its end (0: input only)")
 	fs.BoolVar(&o.safetyAtEnd, "safety-output-at-end", false, "also check each answer once at its end")
@@ -391,6 +395,13 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.MemoryBudget = o.memoryBudgetMiB << 20
 	cfg.UnloadTimeout = o.unloadTimeout
 	cfg.ModelsConfig = o.modelsConfig
+	for _, u := range o.upstreams {
+		spec, err := daemon.ParseUpstream(u)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Upstreams = append(cfg.Upstreams, spec)
+	}
 	if o.safetyURL != "" {
 		cfg.Safety = safety.Config{URL: o.safetyURL, Timeout: o.safetyTimeout, Policy: safety.Policy(o.safetyPolicy),
 			OutputEvery: o.safetyEvery, OutputAtEnd: o.safetyAtEnd}
@@ -401,7 +412,7 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	// GGUF models and a models config replace the default simulated ones
 	// unless --models (or LLMD_MODELS) asks for simulated ones too.
 	modelsSet := (o.fs != nil && o.fs.Changed("models")) || getenv("LLMD_MODELS") != ""
-	if (len(o.modelFiles) > 0 || o.modelsDir != "" || o.modelsConfig != "") && !modelsSet {
+	if (len(o.modelFiles) > 0 || o.modelsDir != "" || o.modelsConfig != "" || len(o.upstreams) > 0) && !modelsSet {
 		cfg.Models = nil
 	}
 	cfg.Resolve.OllamaModels = getenv("OLLAMA_MODELS")

@@ -1,0 +1,63 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/upstream"
+)
+
+// UpstreamSpec is a model served through OpenAI-compatible engines on the
+// node (--upstream MODEL=URL[,URL...]).
+type UpstreamSpec struct {
+	// Model is the id llmd serves; URLs the engines' base URLs; Name the
+	// model's name on the engines ("" for the first they list).
+	Model string
+	URLs  []string
+	Name  string
+}
+
+// ParseUpstream reads MODEL=URL[,URL...][#NAME]: the engines' model name,
+// when it is not the first they list, follows a "#".
+func ParseUpstream(v string) (UpstreamSpec, error) {
+	model, urls, ok := strings.Cut(v, "=")
+	model = strings.TrimSpace(model)
+	if !ok || model == "" || urls == "" {
+		return UpstreamSpec{}, fmt.Errorf("--upstream %q: use MODEL=URL[,URL...][#ENGINE_MODEL_NAME], e.g. "+
+			"qwen=http://127.0.0.1:8000", v)
+	}
+	spec := UpstreamSpec{Model: model}
+	if u, name, ok := strings.Cut(urls, "#"); ok {
+		urls, spec.Name = u, strings.TrimSpace(name)
+	}
+	for _, u := range strings.Split(urls, ",") {
+		u = strings.TrimSpace(u)
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return UpstreamSpec{}, fmt.Errorf("--upstream %q: %q is not an http(s) URL", v, u)
+		}
+		spec.URLs = append(spec.URLs, u)
+	}
+	if strings.HasPrefix(model, "sim/") {
+		return UpstreamSpec{}, fmt.Errorf("--upstream %q: the sim/ prefix is for simulated models", v)
+	}
+	return spec, nil
+}
+
+// buildUpstream detects spec's engines and returns the model they serve.
+func buildUpstream(ctx context.Context, cfg Config, spec UpstreamSpec, logger *slog.Logger) (*pipeline.Model, error) {
+	set, err := upstream.New(ctx, upstream.Config{Model: spec.Model, URLs: spec.URLs, Name: spec.Name, Stall: cfg.StallTimeout,
+		Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
+	m := pipeline.NewModel(set, set, time.Now(), set.Run)
+	m.Target = set
+	m.Executor = "upstream:" + string(set.Kind())
+	m.Arch = "upstream"
+	m.Source = "upstream:" + strings.Join(spec.URLs, ",")
+	return m, nil
+}

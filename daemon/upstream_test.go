@@ -1,0 +1,197 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/store"
+)
+
+// startEngine runs an llmd serving sim/small, to stand for an engine on
+// the node (it speaks vLLM's OpenAI routes, /tokenize and /metrics names).
+func startEngine(t *testing.T, scale float64) (*Daemon, string) {
+	t.Helper()
+	cfg := testConfig()
+	cfg.Models = []string{"small"}
+	cfg.StepTimeScale = scale
+	d, err := Open(cfg, nil)
+	require.NoError(t, err)
+	return d, startServer(t, d)
+}
+
+// asVLLM fronts an engine as vLLM presents itself: /version, and its
+// models owned by "vllm".
+func asVLLM(t *testing.T, base string) string {
+	t.Helper()
+	target, err := url.Parse(base)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/version":
+			_, _ = io.WriteString(w, `{"version":"0.9.2"}`)
+		case "/health":
+			w.WriteHeader(http.StatusOK)
+		case "/v1/models":
+			_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"sim/small","object":"model","owned_by":"vllm","max_model_len":4096}]}`)
+		default:
+			proxy.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// startFront runs an llmd serving model "qwen" through the engines at urls.
+func startFront(t *testing.T, urls ...string) (*Daemon, string) {
+	t.Helper()
+	cfg := testConfig()
+	cfg.Models = nil
+	cfg.DataDir = filepath.Join(t.TempDir(), "data")
+	cfg.Upstreams = []UpstreamSpec{{Model: "qwen", URLs: urls}}
+	d, err := Open(cfg, testLogger(t))
+	require.NoError(t, err)
+	return d, startServer(t, d)
+}
+
+// TestUpstreamServesThroughLLMD: a model served by an engine behind llmd:
+// the kind detected, JSON and streamed answers relayed, the engine's usage
+// billed, and a client that leaves frees the engine's request.
+func TestUpstreamServesThroughLLMD(t *testing.T) {
+	t.Parallel()
+	engine, engineBase := startEngine(t, 0.05)
+	front, base := startFront(t, asVLLM(t, engineBase))
+	c := fleetClient(t, base)
+	ctx := t.Context()
+
+	st, err := c.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "upstream:vllm", st.Models[0].Executor)
+
+	resp, body := chatVia(t, testClient(t), base, "qwen", "Hello there", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, "qwen", body["model"])
+	msg := body["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
+	require.NotEmpty(t, msg["content"])
+	id := resp.Header.Get("X-Request-Id")
+	var ev store.UsageEvent
+	require.Eventually(t, func() bool {
+		ev, err = front.deps.Store.UsageEvent(context.Background(), id)
+		return err == nil && ev.Status == store.UsageFinished
+	}, 5*time.Second, 10*time.Millisecond)
+	usage := body["usage"].(map[string]any)
+	require.EqualValues(t, usage["prompt_tokens"], ev.InputTokens)
+	require.EqualValues(t, usage["completion_tokens"], ev.OutputTokens)
+	require.Positive(t, ev.InputTokens)
+	require.NotContains(t, ev.Route, "estimated")
+
+	// Streamed.
+	finish, err := chatOnce(ctx, c, "qwen", 12)
+	require.NoError(t, err)
+	require.Equal(t, "length", finish)
+
+	// A client that leaves aborts the engine's request.
+	sctx, cancel := context.WithCancel(ctx)
+	started := make(chan struct{})
+	go func() {
+		max := 4000
+		_ = c.ChatCompletionStream(sctx, api.ChatCompletionRequest{Model: "qwen", MaxTokens: &max,
+			Controls: api.Controls{IgnoreEOS: true}, Messages: []api.Message{{Role: "user", Content: "Go on"}}},
+			func(api.ChatCompletionChunk) error {
+				select {
+				case <-started:
+				default:
+					close(started)
+				}
+				return nil
+			})
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long stream did not start")
+	}
+	require.Equal(t, 1, engine.Stats()[0].Running)
+	cancel()
+	require.Eventually(t, func() bool { return engine.Stats()[0].Running == 0 }, 5*time.Second, 5*time.Millisecond,
+		"the engine still runs the request its client left")
+}
+
+// TestUpstreamEngineDies: an engine killed mid-stream ends the stream with
+// an error event, billed what was delivered; the replica leaves rotation
+// and new requests get 503 until an engine answers again.
+func TestUpstreamEngineDies(t *testing.T) {
+	t.Parallel()
+	_, engineBase := startEngine(t, 0.2)
+	// A proxy the test can cut: the engine "dies" when it closes.
+	target, err := url.Parse(engineBase)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	front, base := startFront(t, srv.URL)
+	c := fleetClient(t, base)
+	ctx := t.Context()
+
+	var text strings.Builder
+	max := 5000
+	got := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.ChatCompletionStream(ctx, api.ChatCompletionRequest{Model: "qwen", MaxTokens: &max,
+			Controls: api.Controls{IgnoreEOS: true}, Messages: []api.Message{{Role: "user", Content: "Go on"}}},
+			func(ch api.ChatCompletionChunk) error {
+				for _, c := range ch.Choices {
+					if c.Delta.Content != nil && *c.Delta.Content != "" {
+						text.WriteString(*c.Delta.Content)
+						select {
+						case got <- struct{}{}:
+						default:
+						}
+					}
+				}
+				return nil
+			})
+	}()
+	select {
+	case <-got:
+	case err := <-done:
+		t.Fatalf("the stream ended before its first token: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no first token")
+	}
+	srv.CloseClientConnections()
+	srv.Close()
+	err = <-done
+	var se *api.StreamError
+	require.ErrorAs(t, err, &se)
+	require.NotEmpty(t, text.String())
+
+	// Billed what was delivered, as an error.
+	var rows []store.UsageRow
+	require.Eventually(t, func() bool {
+		rows, err = front.deps.Store.UsageReport(context.Background(), store.UsageQuery{By: "model"})
+		return err == nil && len(rows) == 1 && rows[0].Errors == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, int64(1), rows[0].Errors)
+	require.Positive(t, rows[0].OutputTokens)
+
+	resp, body := chatVia(t, testClient(t), base, "qwen", "Hi", nil)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	b, _ := json.Marshal(body)
+	require.Contains(t, string(b), "upstream")
+}

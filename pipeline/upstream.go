@@ -1,0 +1,91 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Upstream replicas: a model served by an OpenAI-compatible engine on the
+// node (vLLM, SGLang, llama.cpp's server, another llmd). Its Model has a
+// Target of its own, which holds the queue in front of the engine and
+// relays the engine's stream; the pipeline counts the prompt's tokens
+// with the model's Text (the engine's /tokenize, or an estimate) for the
+// quota, and leaves the chat template, tools and structured output to
+// the engine.
+
+// UpstreamCall is the request an upstream target sends for a job: the
+// OpenAI route and body. The target sets "model", "stream",
+// "stream_options", "max_tokens" and "n" itself.
+type UpstreamCall struct {
+	Path string
+	Body map[string]json.RawMessage
+}
+
+// llmdOnlyFields are request fields of llmd's own that an engine does not
+// know.
+var llmdOnlyFields = []string{"mode", "priority"}
+
+// upstreamCall builds the engine's request from req.
+func upstreamCall(req *Request) (*UpstreamCall, error) {
+	path := "/v1/chat/completions"
+	if req.Endpoint == EndpointCompletions {
+		path = "/v1/completions"
+	}
+	body := map[string]json.RawMessage{}
+	if req.Endpoint == EndpointChat {
+		// The native API's body is not OpenAI's: the request's fields are.
+		if req.Structured != nil || len(req.Tools) > 0 {
+			return nil, InvalidParam("model", "tools and structured output through an upstream engine need /v1/chat/completions")
+		}
+		put := func(k string, v any) error {
+			b, err := json.Marshal(v)
+			body[k] = b
+			return err
+		}
+		if err := put("messages", req.Messages); err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(req.Sampling)
+		if err != nil {
+			return nil, err
+		}
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(b, &fields); err != nil {
+			return nil, err
+		}
+		for k, v := range fields {
+			body[k] = v
+		}
+		return &UpstreamCall{Path: path, Body: body}, nil
+	}
+	if err := json.Unmarshal(req.Forward.Body, &body); err != nil {
+		return nil, fmt.Errorf("pipeline: the request body for the upstream: %w", err)
+	}
+	for _, k := range llmdOnlyFields {
+		delete(body, k)
+	}
+	return &UpstreamCall{Path: path, Body: body}, nil
+}
+
+// prepareUpstream prepares j for model m, served by an upstream engine:
+// the prompt counted (not rendered here), max_tokens fit into the
+// context, and the engine's request.
+func (p *Pipeline) prepareUpstream(req *Request, j *Job, m *Model) (*Job, error) {
+	if req.Endpoint == EndpointCompletions {
+		j.Prompt = m.Text.Prompt(req.Prompt, true)
+	} else {
+		prompt, err := m.Text.ChatPrompt(ChatInput{Messages: req.Messages, AddGenerationPrompt: true})
+		if err != nil {
+			return nil, err
+		}
+		j.Prompt = prompt
+	}
+	var err error
+	if j.MaxTokens, err = fit(m.Limit, len(j.Prompt), req.MaxTokens, req.defaultMaxTokens(), req.inputParam()); err != nil {
+		return nil, err
+	}
+	if j.Upstream, err = upstreamCall(req); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
