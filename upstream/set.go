@@ -194,6 +194,7 @@ func New(ctx context.Context, cfg Config) (*Set, error) {
 		s.ctx = 8192
 	}
 	s.tokenize = s.kind == probe.KindVLLM || s.kind == probe.KindLLMD || s.kind == probe.KindSGLang
+	s.pollAll(ctx) // every replica's health and load before the first request
 	s.log.Info("upstream ready", "kind", string(s.kind), "name", s.name, "replicas", len(s.replicas),
 		"context_length", s.ctx)
 	return s, nil

@@ -1,0 +1,241 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/upstream/probe"
+)
+
+// fakeEngine is a vLLM-like engine: /v1/models, /health, /metrics (its
+// waiting count settable) and streamed chat completions that wait for
+// release before answering, recording the order they arrived in.
+type fakeEngine struct {
+	srv     *httptest.Server
+	waiting atomic.Int64
+	healthy atomic.Bool
+	release chan struct{}
+	mu      sync.Mutex
+	order   []string // request ids, in arrival order
+}
+
+func newFakeEngine(t *testing.T) *fakeEngine {
+	f := &fakeEngine{release: make(chan struct{}, 1024)}
+	f.healthy.Store(true)
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/models":
+			_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model","owned_by":"vllm","max_model_len":2048}]}`)
+		case "/version":
+			_, _ = io.WriteString(w, `{"version":"0.9.2"}`)
+		case "/health":
+			if !f.healthy.Load() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+		case "/metrics":
+			fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} %d\n"+
+				"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 0\n"+
+				"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.1\n", f.waiting.Load())
+		case "/v1/chat/completions":
+			f.mu.Lock()
+			f.order = append(f.order, r.Header.Get("X-Request-Id"))
+			f.mu.Unlock()
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			select {
+			case <-f.release:
+			case <-r.Context().Done():
+				return
+			}
+			fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n")
+			fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n")
+			fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1,\"total_tokens\":6}}\n\n")
+			fmt.Fprint(w, "data: [DONE]\n\n")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeEngine) arrived() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.order...)
+}
+
+// startSet runs a Set over engines until the test ends.
+func startSet(t *testing.T, cfg Config, engines ...*fakeEngine) *Set {
+	t.Helper()
+	for _, e := range engines {
+		cfg.URLs = append(cfg.URLs, e.srv.URL)
+	}
+	cfg.Model = "model"
+	cfg.Poll = 20 * time.Millisecond
+	s, err := New(t.Context(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, probe.KindVLLM, s.Kind())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return s
+}
+
+// job is a chat job of tenant at priority p with prompt tokens.
+func job(id, tenant string, p engine.Priority, prompt []int32) *pipeline.Job {
+	return &pipeline.Job{ID: id, Endpoint: pipeline.EndpointChatCompletions, Principal: pipeline.Principal{Tenant: tenant},
+		Priority: p, Prompt: prompt, MaxTokens: 4, N: 1,
+		Upstream: &pipeline.UpstreamCall{Path: "/v1/chat/completions", Body: map[string]json.RawMessage{
+			"messages": json.RawMessage(`[{"role":"user","content":"hi"}]`)}}}
+}
+
+// nopSink discards an answer.
+type nopSink struct{ text string }
+
+func (s *nopSink) Begin() error { return nil }
+func (s *nopSink) Text(_ int, t string, _ []api.TokenLogprob) error {
+	s.text += t
+	return nil
+}
+func (s *nopSink) ToolCall(int, api.ToolCallDelta) error        { return nil }
+func (s *nopSink) Finish(int, string, []api.TokenLogprob) error { return nil }
+func (s *nopSink) End(pipeline.Usage) error                     { return nil }
+func (s *nopSink) Fail(error) int                               { return 0 }
+
+// TestSetReleasesByClassThenTenant: with room for one request at a time,
+// queued requests reach the engine by class, and tenants take turns
+// within one; each answer's usage is the engine's.
+func TestSetReleasesByClassThenTenant(t *testing.T) {
+	e := newFakeEngine(t)
+	s := startSet(t, Config{MaxInflight: 1}, e)
+	ctx := t.Context()
+	first, err := s.Start(ctx, job("first", "x", engine.PriorityFree, nil))
+	require.NoError(t, err) // holds the only slot until released
+	type started struct {
+		id  string
+		run pipeline.Execution
+	}
+	results := make(chan started, 8)
+	queue := []*pipeline.Job{job("a1", "a", engine.PriorityFree, nil), job("a2", "a", engine.PriorityFree, nil),
+		job("b1", "b", engine.PriorityFree, nil), job("e1", "e", engine.PriorityEnterprise, nil)}
+	for k, j := range queue {
+		go func() {
+			run, err := s.Start(ctx, j)
+			if err == nil {
+				results <- started{j.ID, run}
+			}
+		}()
+		// One at a time, so that each tenant's order is known.
+		require.Eventually(t, func() bool { return s.Stats().Waiting == k+1 }, 5*time.Second, time.Millisecond)
+	}
+	require.Equal(t, 1, s.Stats().WaitingByPriority[engine.PriorityEnterprise])
+	e.release <- struct{}{}
+	sink := &nopSink{}
+	res := first.Relay(ctx, sink, nil)
+	require.NoError(t, res.Err)
+	require.Equal(t, "hi", sink.text)
+	require.Equal(t, pipeline.Usage{InputTokens: 5, OutputTokens: 1}, res.Usage)
+	for range queue {
+		e.release <- struct{}{}
+		st := <-results
+		require.NoError(t, st.run.Relay(ctx, &nopSink{}, nil).Err)
+	}
+	require.Equal(t, []string{"first", "e1", "a1", "b1", "a2"}, e.arrived())
+}
+
+// TestSetHoldsBackWhileTheEngineQueues: while the engine's own waiting
+// queue is past the bound, nothing more is sent to it.
+func TestSetHoldsBackWhileTheEngineQueues(t *testing.T) {
+	e := newFakeEngine(t)
+	e.waiting.Store(50)
+	s := startSet(t, Config{MaxWaiting: 4}, e)
+	ctx := t.Context()
+	got := make(chan error, 1)
+	go func() {
+		run, err := s.Start(ctx, job("j", "a", engine.PriorityPaid, nil))
+		if err == nil {
+			e.release <- struct{}{}
+			err = run.Relay(ctx, &nopSink{}, nil).Err
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // several polls
+	require.Empty(t, e.arrived(), "sent while the engine's queue was past the bound")
+	require.Equal(t, 1, s.Stats().Waiting)
+	e.waiting.Store(0)
+	require.NoError(t, <-got)
+	require.Equal(t, []string{"j"}, e.arrived())
+}
+
+// TestSetPrefixAffinityAndHealth: a prompt goes back to the replica that
+// saw its prefix; a replica whose health check fails is left out until it
+// passes again; with none healthy, requests fail with 503.
+func TestSetPrefixAffinityAndHealth(t *testing.T) {
+	e1, e2 := newFakeEngine(t), newFakeEngine(t)
+	s := startSet(t, Config{}, e1, e2)
+	ctx := t.Context()
+	prompt := make([]int32, 64)
+	for i := range prompt {
+		prompt[i] = int32(i)
+	}
+	serve := func(id string, prompt []int32) {
+		t.Helper()
+		run, err := s.Start(ctx, job(id, "a", engine.PriorityPaid, prompt))
+		require.NoError(t, err)
+		e1.release <- struct{}{}
+		e2.release <- struct{}{}
+		require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
+	}
+	serve("p1", prompt)
+	serve("p2", prompt)
+	serve("p3", prompt)
+	one, two := e1.arrived(), e2.arrived()
+	require.True(t, len(one) == 3 && len(two) == 0 || len(one) == 0 && len(two) == 3, "%v %v", one, two)
+	// Drain the releases not taken.
+	for len(e1.release) > 0 {
+		<-e1.release
+	}
+	for len(e2.release) > 0 {
+		<-e2.release
+	}
+
+	e1.healthy.Store(false)
+	e2.healthy.Store(false)
+	healthy := func(i int) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.replicas[i].healthy
+	}
+	require.Eventually(t, func() bool { return !healthy(0) && !healthy(1) }, 5*time.Second, 5*time.Millisecond)
+	_, err := s.Start(ctx, job("down", "a", engine.PriorityPaid, nil))
+	require.ErrorIs(t, err, errNoReplica)
+	e2.healthy.Store(true)
+	require.Eventually(t, func() bool { return healthy(1) }, 5*time.Second, 5*time.Millisecond)
+	run, err := s.Start(ctx, job("up", "a", engine.PriorityPaid, nil))
+	require.NoError(t, err)
+	e2.release <- struct{}{}
+	require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
+	require.Contains(t, e2.arrived(), "up")
+}
