@@ -19,6 +19,11 @@ type UpstreamSpec struct {
 	Model string
 	URLs  []string
 	Name  string
+	// MaxWaiting and MaxKVUsage bound the engine's own queue and KV-cache
+	// use under which llmd releases requests to it (0: the defaults, 8
+	// and 0.95; see upstream.Config).
+	MaxWaiting int
+	MaxKVUsage float64
 }
 
 // ParseUpstream reads MODEL=URL[,URL...][#NAME]: the engines' model name,
@@ -50,7 +55,7 @@ func ParseUpstream(v string) (UpstreamSpec, error) {
 // buildUpstream detects spec's engines and returns the model they serve.
 func buildUpstream(ctx context.Context, cfg Config, spec UpstreamSpec, logger *slog.Logger) (*pipeline.Model, error) {
 	set, err := upstream.New(ctx, upstream.Config{Model: spec.Model, URLs: spec.URLs, Name: spec.Name, Stall: cfg.StallTimeout,
-		Logger: logger})
+		MaxWaiting: spec.MaxWaiting, MaxKVUsage: spec.MaxKVUsage, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -58,11 +59,18 @@ func asVLLM(t *testing.T, base string) string {
 // startFront runs an llmd serving model "qwen" through the engines at urls.
 func startFront(t *testing.T, urls ...string) (*Daemon, string) {
 	t.Helper()
+	return startFrontLogged(t, testLogger(t), 0, urls...)
+}
+
+// startFrontLogged is startFront logging to logger (nil: nowhere), the
+// engines' waiting queue bounded by maxWaiting (0: the default).
+func startFrontLogged(t *testing.T, logger *slog.Logger, maxWaiting int, urls ...string) (*Daemon, string) {
+	t.Helper()
 	cfg := testConfig()
 	cfg.Models = nil
 	cfg.DataDir = filepath.Join(t.TempDir(), "data")
-	cfg.Upstreams = []UpstreamSpec{{Model: "qwen", URLs: urls}}
-	d, err := Open(cfg, testLogger(t))
+	cfg.Upstreams = []UpstreamSpec{{Model: "qwen", URLs: urls, MaxWaiting: maxWaiting}}
+	d, err := Open(cfg, logger)
 	require.NoError(t, err)
 	return d, startServer(t, d)
 }

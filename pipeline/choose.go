@@ -270,7 +270,7 @@ func (p *Pipeline) prepare(req *Request, t Tenant, c choice) (*Job, error) {
 		return j, nil
 	}
 	if m.Target != nil {
-		return p.prepareUpstream(req, j, m)
+		return p.prepareUpstream(req, j, m, t)
 	}
 	var err error
 	if req.Endpoint == EndpointCompletions {

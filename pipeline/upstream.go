@@ -67,11 +67,23 @@ func upstreamCall(req *Request) (*UpstreamCall, error) {
 	return &UpstreamCall{Path: path, Body: body}, nil
 }
 
+// Estimator is a TextModel that can also estimate a prompt's tokens
+// without asking anyone (an upstream engine's /tokenize costs a round
+// trip).
+type Estimator interface {
+	Estimate(text string) []int32
+}
+
 // prepareUpstream prepares j for model m, served by an upstream engine:
 // the prompt counted (not rendered here), max_tokens fit into the
-// context, and the engine's request.
-func (p *Pipeline) prepareUpstream(req *Request, j *Job, m *Model) (*Job, error) {
-	if req.Endpoint == EndpointCompletions {
+// context, and the engine's request. The prompt is counted exactly (the
+// engine's tokenizer) when a token limit of the tenant's depends on it;
+// else it is estimated, and the engine's own count is billed at the end.
+func (p *Pipeline) prepareUpstream(req *Request, j *Job, m *Model, t Tenant) (*Job, error) {
+	est, canEstimate := m.Text.(Estimator)
+	if canEstimate && t.Limits.TPM == 0 && t.Limits.DailyTokens == 0 {
+		j.Prompt = est.Estimate(promptText(req))
+	} else if req.Endpoint == EndpointCompletions {
 		j.Prompt = m.Text.Prompt(req.Prompt, true)
 	} else {
 		prompt, err := m.Text.ChatPrompt(ChatInput{Messages: req.Messages, AddGenerationPrompt: true})

@@ -158,6 +158,10 @@ func (s *Set) Prompt(text string, addSpecial bool) []int32 {
 	return estimate(len(text))
 }
 
+// Estimate implements pipeline.Estimator: text's tokens estimated without
+// a round trip to the engine.
+func (s *Set) Estimate(text string) []int32 { return estimate(len(text) + 16) }
+
 // estimate stands for the tokens of n bytes of text: one per four bytes
 // (the usual rule of thumb), ids unknown.
 func estimate(n int) []int32 { return make([]int32, max((n+3)/4, 1)) }

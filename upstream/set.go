@@ -206,9 +206,15 @@ func (s *Set) Kind() probe.Kind { return s.kind }
 // Run polls every replica's health and load until ctx ends, and releases
 // queued requests as room appears.
 func (s *Set) Run(ctx context.Context) error {
-	tick := time.NewTicker(s.cfg.Poll)
+	// The engines' figures are read every Poll, and every backlogPoll
+	// while requests wait here: a burst that filled an engine's queue is
+	// released as soon as the engine has taken it in, not a whole Poll
+	// later.
+	const backlogPoll = 25 * time.Millisecond
+	tick := time.NewTicker(min(backlogPoll, s.cfg.Poll))
 	defer tick.Stop()
 	s.pollAll(ctx)
+	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -216,8 +222,14 @@ func (s *Set) Run(ctx context.Context) error {
 			s.queue.failAll(engine.ErrClosed)
 			s.mu.Unlock()
 			return nil
-		case <-tick.C:
-			s.pollAll(ctx)
+		case now := <-tick.C:
+			s.mu.Lock()
+			backlog := s.queue.n > 0
+			s.mu.Unlock()
+			if backlog || now.Sub(last) >= s.cfg.Poll {
+				s.pollAll(ctx)
+				last = time.Now()
+			}
 		case <-s.wake:
 		}
 		s.mu.Lock()

@@ -78,6 +78,8 @@ type options struct {
 	safetyPolicy  string
 	safetyEvery   int
 	upstreams     []string
+	upMaxWaiting  int
+	upMaxKV       float64
 	safetyAtEnd   bool
 	unloadTimeout time.Duration
 	modelsConfig  string
@@ -276,6 +278,10 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.upstreams, "upstream", nil,
 		"MODEL=URL[,URL...][#NAME]: serve MODEL through OpenAI-compatible engines (vLLM, SGLang, llama-server, llmd) "+
 			"with llmd's queue, quotas and streams in front (repeatable)")
+	fs.IntVar(&o.upMaxWaiting, "upstream-max-waiting", 8,
+		"release requests to an upstream engine while its own waiting queue (its /metrics) is at most this")
+	fs.Float64Var(&o.upMaxKV, "upstream-max-kv", 0.95,
+		"release requests to an upstream engine while its KV-cache use (its /metrics, 0 to 1) is under this")
 	fs.IntVar(&o.safetyEvery, "safety-output-every", 0,
 		"also check the answer every N tokens as it streams, and at its end (0: input only)")
 	fs.BoolVar(&o.safetyAtEnd, "safety-output-at-end", false, "also check each answer once at its end")
@@ -400,6 +406,7 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 		if err != nil {
 			return cfg, err
 		}
+		spec.MaxWaiting, spec.MaxKVUsage = o.upMaxWaiting, o.upMaxKV
 		cfg.Upstreams = append(cfg.Upstreams, spec)
 	}
 	if o.safetyURL != "" {
@@ -609,6 +616,9 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	}
 	if len(cfg.ModelFiles) > 0 || cfg.ModelsDir != "" {
 		fmt.Fprintln(stdout, "  GGUF models: CPU executor (real weights)")
+	}
+	for _, u := range cfg.Upstreams {
+		fmt.Fprintf(stdout, "  %s: upstream engines at %s (llmd queues, meters and relays in front)\n", u.Model, strings.Join(u.URLs, ", "))
 	}
 	if cfg.ModelsConfig != "" {
 		fmt.Fprintf(stdout, "  models config: %s (reloaded on SIGHUP; `llmctl models` lists what it serves)\n", cfg.ModelsConfig)
