@@ -203,3 +203,59 @@ func TestUpstreamEngineDies(t *testing.T) {
 	b, _ := json.Marshal(body)
 	require.Contains(t, string(b), "upstream")
 }
+
+// TestUpstreamQuotaAndCancel: a tenant with a token limit has its prompt
+// counted by the engine's tokenizer before it is sent, and is refused
+// past its limit; a resumable stream through the upstream is cancelled by
+// DELETE /v1/requests/{id}, which frees the engine's request.
+func TestUpstreamQuotaAndCancel(t *testing.T) {
+	t.Parallel()
+	engine, engineBase := startEngine(t, 0.2)
+	front, base := startFront(t, engineBase)
+	ctx := context.Background()
+	key := makeKey(t, front, "acme", store.TierPaid, false)
+	admin := makeKey(t, front, "ops", store.TierPaid, true)
+	tpm := int64(60)
+	_, err := front.deps.Store.UpdateQuota(ctx, "acme", store.QuotaUpdate{TPM: &tpm})
+	require.NoError(t, err)
+	hc := testClient(t)
+	body := `{"model":"qwen","max_tokens":8,"messages":[{"role":"user","content":"Hello there"}]}`
+	resp, raw := call(t, hc, http.MethodPost, base+"/v1/chat/completions", key, body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	var cc api.ChatCompletion
+	require.NoError(t, json.Unmarshal(raw, &cc))
+	// The engine's count of the rendered prompt, as the engine tokenizes it.
+	var tok struct {
+		Count int `json:"count"`
+	}
+	resp, raw = call(t, hc, http.MethodPost, engineBase+"/tokenize", "",
+		`{"model":"sim/small","messages":[{"role":"user","content":"Hello there"}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	require.NoError(t, json.Unmarshal(raw, &tok))
+	require.Equal(t, tok.Count, cc.Usage.PromptTokens)
+	for {
+		resp, raw = call(t, hc, http.MethodPost, base+"/v1/chat/completions", key, body)
+		if resp.StatusCode != http.StatusOK {
+			break
+		}
+	}
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, string(raw))
+
+	// Cancel a resumable stream.
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"qwen","max_tokens":3000,"stream":true,"ignore_eos":true,"messages":[{"role":"user","content":"Go on"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Resumable", "true")
+	req.Header.Set("Authorization", "Bearer "+admin)
+	sresp, err := hc.Do(req)
+	require.NoError(t, err)
+	defer sresp.Body.Close()
+	require.Equal(t, http.StatusOK, sresp.StatusCode)
+	id := sresp.Header.Get("X-Request-Id")
+	require.Eventually(t, func() bool { return engine.Stats()[0].Running == 1 }, 5*time.Second, 5*time.Millisecond)
+	resp, raw = call(t, hc, http.MethodDelete, base+"/v1/requests/"+id, admin, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	require.Eventually(t, func() bool { return engine.Stats()[0].Running == 0 }, 5*time.Second, 5*time.Millisecond,
+		"the engine still runs a cancelled request")
+}

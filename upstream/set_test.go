@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -196,30 +197,37 @@ func TestSetPrefixAffinityAndHealth(t *testing.T) {
 	e1, e2 := newFakeEngine(t), newFakeEngine(t)
 	s := startSet(t, Config{}, e1, e2)
 	ctx := t.Context()
-	prompt := make([]int32, 64)
-	for i := range prompt {
-		prompt[i] = int32(i)
+	long := func(word string) *pipeline.Job {
+		j := job(word, "a", engine.PriorityPaid, nil)
+		j.Upstream.Body["messages"] = json.RawMessage(fmt.Sprintf(`[{"role":"user","content":%q}]`,
+			strings.Repeat(word+" ", 64)))
+		return j
 	}
-	serve := func(id string, prompt []int32) {
-		t.Helper()
-		run, err := s.Start(ctx, job(id, "a", engine.PriorityPaid, prompt))
-		require.NoError(t, err)
-		e1.release <- struct{}{}
-		e2.release <- struct{}{}
-		require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
-	}
-	serve("p1", prompt)
-	serve("p2", prompt)
-	serve("p3", prompt)
-	one, two := e1.arrived(), e2.arrived()
-	require.True(t, len(one) == 3 && len(two) == 0 || len(one) == 0 && len(two) == 3, "%v %v", one, two)
-	// Drain the releases not taken.
-	for len(e1.release) > 0 {
-		<-e1.release
-	}
-	for len(e2.release) > 0 {
-		<-e2.release
-	}
+	// P goes to e1 (both idle: the first); e1 then holds a request.
+	p1 := long("apple")
+	run, err := s.Start(ctx, p1)
+	require.NoError(t, err)
+	e1.release <- struct{}{}
+	require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
+	busy, err := s.Start(ctx, long("busy"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"apple", "busy"}, e1.arrived())
+	// P again: back to e1, which holds its prefix, though e2 is idler; a
+	// new prompt goes to the idler e2.
+	p2 := long("apple")
+	p2.ID = "apple-again"
+	run, err = s.Start(ctx, p2)
+	require.NoError(t, err)
+	e1.release <- struct{}{}
+	require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
+	run, err = s.Start(ctx, long("cherry"))
+	require.NoError(t, err)
+	e2.release <- struct{}{}
+	require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
+	require.Equal(t, []string{"apple", "busy", "apple-again"}, e1.arrived())
+	require.Equal(t, []string{"cherry"}, e2.arrived())
+	e1.release <- struct{}{}
+	require.NoError(t, busy.Relay(ctx, &nopSink{}, nil).Err)
 
 	e1.healthy.Store(false)
 	e2.healthy.Store(false)
@@ -229,11 +237,11 @@ func TestSetPrefixAffinityAndHealth(t *testing.T) {
 		return s.replicas[i].healthy
 	}
 	require.Eventually(t, func() bool { return !healthy(0) && !healthy(1) }, 5*time.Second, 5*time.Millisecond)
-	_, err := s.Start(ctx, job("down", "a", engine.PriorityPaid, nil))
+	_, err = s.Start(ctx, job("down", "a", engine.PriorityPaid, nil))
 	require.ErrorIs(t, err, errNoReplica)
 	e2.healthy.Store(true)
 	require.Eventually(t, func() bool { return healthy(1) }, 5*time.Second, 5*time.Millisecond)
-	run, err := s.Start(ctx, job("up", "a", engine.PriorityPaid, nil))
+	run, err = s.Start(ctx, job("up", "a", engine.PriorityPaid, nil))
 	require.NoError(t, err)
 	e2.release <- struct{}{}
 	require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
