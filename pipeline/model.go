@@ -189,8 +189,8 @@ func (m *Model) Draining() bool { return m.draining.Load() }
 // ended yet.
 func (m *Model) Active() int64 { return m.active.Load() }
 
-// LastUsed is when a request last chose the model (its creation before
-// any did).
+// LastUsed is when a request last chose the model or ended on it (its
+// creation before any did).
 func (m *Model) LastUsed() time.Time {
 	if ns := m.lastUsed.Load(); ns != 0 {
 		return time.Unix(0, ns)
@@ -204,7 +204,11 @@ func (m *Model) acquire() {
 	m.lastUsed.Store(time.Now().UnixNano())
 }
 
-func (m *Model) release() { m.active.Add(-1) }
+func (m *Model) release() {
+	// Idle time counts from the end of the last request (keep_alive).
+	m.lastUsed.Store(time.Now().UnixNano())
+	m.active.Add(-1)
+}
 
 // tryAcquire counts a request that chose the model unless the model is
 // draining. Drain before the count is read: a request counted is seen by

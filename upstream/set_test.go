@@ -28,13 +28,28 @@ type fakeEngine struct {
 	srv     *httptest.Server
 	waiting atomic.Int64
 	healthy atomic.Bool
-	release chan struct{}
 	mu      sync.Mutex
-	order   []string // request ids, in arrival order
+	order   []string                 // request ids, in arrival order
+	gates   map[string]chan struct{} // closed when the request may answer
 }
 
+// gate is the channel request id waits on.
+func (f *fakeEngine) gate(id string) chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := f.gates[id]
+	if g == nil {
+		g = make(chan struct{})
+		f.gates[id] = g
+	}
+	return g
+}
+
+// open lets request id answer.
+func (f *fakeEngine) open(id string) { close(f.gate(id)) }
+
 func newFakeEngine(t *testing.T) *fakeEngine {
-	f := &fakeEngine{release: make(chan struct{}, 1024)}
+	f := &fakeEngine{gates: map[string]chan struct{}{}}
 	f.healthy.Store(true)
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -51,14 +66,16 @@ func newFakeEngine(t *testing.T) *fakeEngine {
 				"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 0\n"+
 				"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.1\n", f.waiting.Load())
 		case "/v1/chat/completions":
+			id := r.Header.Get("X-Request-Id")
 			f.mu.Lock()
-			f.order = append(f.order, r.Header.Get("X-Request-Id"))
+			f.order = append(f.order, id)
 			f.mu.Unlock()
+			gate := f.gate(id)
 			w.Header().Set("Content-Type", "text/event-stream")
 			w.WriteHeader(http.StatusOK)
 			w.(http.Flusher).Flush()
 			select {
-			case <-f.release:
+			case <-gate:
 			case <-r.Context().Done():
 				return
 			}
@@ -152,15 +169,15 @@ func TestSetReleasesByClassThenTenant(t *testing.T) {
 		require.Eventually(t, func() bool { return s.Stats().Waiting == k+1 }, 5*time.Second, time.Millisecond)
 	}
 	require.Equal(t, 1, s.Stats().WaitingByPriority[engine.PriorityEnterprise])
-	e.release <- struct{}{}
+	e.open("first")
 	sink := &nopSink{}
 	res := first.Relay(ctx, sink, nil)
 	require.NoError(t, res.Err)
 	require.Equal(t, "hi", sink.text)
 	require.Equal(t, pipeline.Usage{InputTokens: 5, OutputTokens: 1}, res.Usage)
 	for range queue {
-		e.release <- struct{}{}
 		st := <-results
+		e.open(st.id)
 		require.NoError(t, st.run.Relay(ctx, &nopSink{}, nil).Err)
 	}
 	require.Equal(t, []string{"first", "e1", "a1", "b1", "a2"}, e.arrived())
@@ -177,7 +194,7 @@ func TestSetHoldsBackWhileTheEngineQueues(t *testing.T) {
 	go func() {
 		run, err := s.Start(ctx, job("j", "a", engine.PriorityPaid, nil))
 		if err == nil {
-			e.release <- struct{}{}
+			e.open("j")
 			err = run.Relay(ctx, &nopSink{}, nil).Err
 		}
 		got <- err
@@ -207,7 +224,7 @@ func TestSetPrefixAffinityAndHealth(t *testing.T) {
 	p1 := long("apple")
 	run, err := s.Start(ctx, p1)
 	require.NoError(t, err)
-	e1.release <- struct{}{}
+	e1.open("apple")
 	require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
 	busy, err := s.Start(ctx, long("busy"))
 	require.NoError(t, err)
@@ -218,15 +235,15 @@ func TestSetPrefixAffinityAndHealth(t *testing.T) {
 	p2.ID = "apple-again"
 	run, err = s.Start(ctx, p2)
 	require.NoError(t, err)
-	e1.release <- struct{}{}
+	e1.open("apple-again")
 	require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
 	run, err = s.Start(ctx, long("cherry"))
 	require.NoError(t, err)
-	e2.release <- struct{}{}
+	e2.open("cherry")
 	require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
 	require.Equal(t, []string{"apple", "busy", "apple-again"}, e1.arrived())
 	require.Equal(t, []string{"cherry"}, e2.arrived())
-	e1.release <- struct{}{}
+	e1.open("busy")
 	require.NoError(t, busy.Relay(ctx, &nopSink{}, nil).Err)
 
 	e1.healthy.Store(false)
@@ -243,7 +260,7 @@ func TestSetPrefixAffinityAndHealth(t *testing.T) {
 	require.Eventually(t, func() bool { return healthy(1) }, 5*time.Second, 5*time.Millisecond)
 	run, err = s.Start(ctx, job("up", "a", engine.PriorityPaid, nil))
 	require.NoError(t, err)
-	e2.release <- struct{}{}
+	e2.open("up")
 	require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
 	require.Contains(t, e2.arrived(), "up")
 }
