@@ -8,8 +8,8 @@
 # - engine/... depends on nothing of llmd but engine/ and model/ (no
 #   internal/ helper, no daemon, request path, store or cluster), nor on
 #   net/http or database/sql;
-# - model/... imports nothing of llmd outside model/; api, quota, catalog
-#   and safety import nothing of llmd; tui imports only api;
+# - model/... imports nothing of llmd outside model/; api, quota, catalog,
+#   safety and upstream/probe import nothing of llmd; tui imports only api;
 # - relay imports only api; pipeline never imports the HTTP server, the
 #   relay or the peer proxy; peer never imports the server or the relay;
 # - the HTTP server (server/) reaches the engine only through the
@@ -38,7 +38,7 @@ bad=$(deps ./engine/... | grep -E "^(net/http|database/sql)$" || true)
 bad=$(deps ./model/... | grep -E "^$mod/" | grep -vE "^$mod/model(/|$)" || true)
 [ -z "$bad" ] || fail "model must not import llmd packages outside model/" "$bad"
 
-for p in api quota catalog safety; do
+for p in api quota catalog safety upstream/probe; do
 	bad=$(deps ./$p/... | grep -E "^$mod/" | grep -vE "^$mod/$p(/|$)" || true)
 	[ -z "$bad" ] || fail "$p must not import other llmd packages" "$bad"
 done
