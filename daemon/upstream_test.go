@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/api"
@@ -258,4 +259,34 @@ func TestUpstreamQuotaAndCancel(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
 	require.Eventually(t, func() bool { return engine.Stats()[0].Running == 0 }, 5*time.Second, 5*time.Millisecond,
 		"the engine still runs a cancelled request")
+}
+
+// TestSDKThroughUpstream: the official OpenAI SDK streams and gets whole
+// answers from a model behind an upstream engine, with the engine's usage.
+func TestSDKThroughUpstream(t *testing.T) {
+	t.Parallel()
+	_, engineBase := startEngine(t, 0.05)
+	_, base := startFront(t, engineBase)
+	client := sdkClient(t, base)
+	params := openai.ChatCompletionNewParams{
+		Model:         "qwen",
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me about paged attention.")},
+		MaxTokens:     openai.Int(20),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	}
+	stream := client.Chat.Completions.NewStreaming(t.Context(), params)
+	acc := openai.ChatCompletionAccumulator{}
+	for stream.Next() {
+		require.True(t, acc.AddChunk(stream.Current()))
+	}
+	require.NoError(t, stream.Err())
+	require.NoError(t, stream.Close())
+	require.NotEmpty(t, acc.Choices[0].Message.Content)
+	require.Equal(t, int64(20), acc.Usage.CompletionTokens)
+	require.Equal(t, "qwen", acc.Model)
+
+	cc, err := client.Chat.Completions.New(t.Context(), params)
+	require.NoError(t, err)
+	require.NotEmpty(t, cc.Choices[0].Message.Content)
+	require.Equal(t, cc.Usage.PromptTokens+cc.Usage.CompletionTokens, cc.Usage.TotalTokens)
 }

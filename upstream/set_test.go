@@ -104,7 +104,9 @@ func startSet(t *testing.T, cfg Config, engines ...*fakeEngine) *Set {
 		cfg.URLs = append(cfg.URLs, e.srv.URL)
 	}
 	cfg.Model = "model"
-	cfg.Poll = 20 * time.Millisecond
+	if cfg.Poll == 0 {
+		cfg.Poll = 20 * time.Millisecond
+	}
 	s, err := New(t.Context(), cfg)
 	require.NoError(t, err)
 	require.Equal(t, probe.KindVLLM, s.Kind())
@@ -263,4 +265,24 @@ func TestSetPrefixAffinityAndHealth(t *testing.T) {
 	e2.open("up")
 	require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
 	require.Contains(t, e2.arrived(), "up")
+}
+
+// TestSetStalledEngine: an engine that accepts a stream and then says
+// nothing for the stall timeout is cut off: the answer ends with
+// ErrUpstreamLost and the replica leaves rotation until its health check
+// passes.
+func TestSetStalledEngine(t *testing.T) {
+	e := newFakeEngine(t)
+	s := startSet(t, Config{Stall: 150 * time.Millisecond, Poll: time.Hour}, e)
+	ctx := t.Context()
+	run, err := s.Start(ctx, job("stuck", "a", engine.PriorityPaid, nil))
+	require.NoError(t, err)
+	res := run.Relay(ctx, &nopSink{}, nil) // the engine never opens "stuck"
+	require.ErrorIs(t, res.Err, ErrUpstreamLost)
+	require.Equal(t, string(engine.FinishError), res.Finish)
+	require.Equal(t, "usage estimated: the upstream sent none", res.Note)
+	s.mu.Lock()
+	healthy := s.replicas[0].healthy
+	s.mu.Unlock()
+	require.False(t, healthy)
 }
