@@ -55,7 +55,7 @@ func ParseUpstream(v string) (UpstreamSpec, error) {
 // buildUpstream detects spec's engines and returns the model they serve.
 func buildUpstream(ctx context.Context, cfg Config, spec UpstreamSpec, logger *slog.Logger) (*pipeline.Model, error) {
 	set, err := upstream.New(ctx, upstream.Config{Model: spec.Model, URLs: spec.URLs, Name: spec.Name, Stall: cfg.StallTimeout,
-		MaxWaiting: spec.MaxWaiting, MaxKVUsage: spec.MaxKVUsage, Logger: logger})
+		MaxWaiting: spec.MaxWaiting, MaxKVUsage: spec.MaxKVUsage, Ladder: cfg.Engine.Ladder, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}

@@ -122,3 +122,18 @@ func (l *ladder) observe(now time.Time, wait time.Duration, kv float64) DegradeL
 	}
 	return prev
 }
+
+// Ladder is the degradation ladder for a queue the engine does not hold
+// (an upstream engine's, in front of which llmd queues): the same state
+// machine the engine runs, fed by its owner.
+type Ladder struct{ l ladder }
+
+// NewLadder returns a ladder at DegradeNone.
+func NewLadder(cfg LadderConfig) *Ladder { return &Ladder{l: ladder{cfg: cfg}} }
+
+// Observe takes one reading (the oldest waiting non-batch request's wait,
+// the KV-cache use from 0 to 1) at now and returns the level after it.
+func (l *Ladder) Observe(now time.Time, wait time.Duration, kv float64) DegradeLevel {
+	l.l.observe(now, wait, kv)
+	return l.l.level
+}

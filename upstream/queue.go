@@ -28,6 +28,8 @@ type waiter struct {
 type queue struct {
 	classes [engine.NumPriorities]class
 	n       int
+	// min is the lowest class released (the ladder pauses those below).
+	min engine.Priority
 }
 
 type class struct {
@@ -49,9 +51,10 @@ func (q *queue) push(w *waiter) {
 	q.n++
 }
 
-// top is the class and tenant whose request goes next, -1 when empty.
+// top is the class and tenant whose request goes next, -1 when empty;
+// classes below q.min are held (the degradation ladder paused them).
 func (q *queue) top() (int, string) {
-	for p := engine.NumPriorities - 1; p >= 0; p-- {
+	for p := engine.NumPriorities - 1; p >= int(q.min); p-- {
 		c := &q.classes[p]
 		if len(c.tenants) > 0 {
 			return p, c.tenants[c.next%len(c.tenants)]
@@ -121,11 +124,28 @@ func (q *queue) remove(w *waiter) bool {
 
 // failAll ends every waiting request with err.
 func (q *queue) failAll(err error) {
+	held := q.min
+	q.min = 0
 	for q.n > 0 {
 		w := q.pop()
 		w.err = err
 		w.ready <- nil
 	}
+	q.min = held
+}
+
+// oldest is when the oldest waiting request of class min or above
+// arrived (zero when none waits).
+func (q *queue) oldest(min engine.Priority) time.Time {
+	var t time.Time
+	for p := int(min); p < engine.NumPriorities; p++ {
+		for _, ws := range q.classes[p].byTenant {
+			if len(ws) > 0 && (t.IsZero() || ws[0].since.Before(t)) {
+				t = ws[0].since
+			}
+		}
+	}
+	return t
 }
 
 // byPriority counts the waiting requests per class.

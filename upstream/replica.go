@@ -45,7 +45,7 @@ func (s *Set) Stats() engine.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := engine.Stats{Model: s.cfg.Model, BlockSize: prefixBlock, BlocksTotal: kvScale, Waiting: s.queue.n,
-		WaitingByPriority: s.queue.byPriority()}
+		WaitingByPriority: s.queue.byPriority(), Degrade: s.level}
 	var kv float64
 	n := 0
 	for _, r := range s.replicas {

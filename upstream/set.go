@@ -70,8 +70,13 @@ type Config struct {
 	// passed over for prefix affinity. Defaults 1.25 and 8.
 	LoadBound float64
 	LoadSlack int
-	Client    *http.Client
-	Logger    *slog.Logger
+	// Ladder is the degradation ladder over llmd's queue here (the oldest
+	// non-batch wait) and the engines' KV-cache use: its level limits and
+	// sheds free-tier requests as the engine's own does, and pauses the
+	// batch and shadow classes. The zero value is the engine's default.
+	Ladder engine.LadderConfig
+	Client *http.Client
+	Logger *slog.Logger
 }
 
 // errNoReplica refuses a request while no replica is healthy.
@@ -96,6 +101,8 @@ type Set struct {
 	mu       sync.Mutex
 	replicas []*replica
 	queue    queue
+	ladder   *engine.Ladder
+	level    engine.DegradeLevel
 	// wake is signalled when the queue or a replica's room changes.
 	wake chan struct{}
 }
@@ -142,6 +149,9 @@ func New(ctx context.Context, cfg Config) (*Set, error) {
 	if cfg.LoadSlack <= 0 {
 		cfg.LoadSlack = 8
 	}
+	if cfg.Ladder == (engine.LadderConfig{}) {
+		cfg.Ladder = engine.DefaultLadderConfig()
+	}
 	hc := cfg.Client
 	if hc == nil {
 		hc = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 90 * time.Second,
@@ -152,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*Set, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Set{cfg: cfg, kind: cfg.Kind, name: cfg.Name, hc: hc, log: log.With("component", "upstream", "model", cfg.Model),
-		wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), ladder: engine.NewLadder(cfg.Ladder)}
 	var lastErr error
 	for _, u := range cfg.URLs {
 		u = strings.TrimRight(u, "/")
@@ -233,8 +243,39 @@ func (s *Set) Run(ctx context.Context) error {
 		case <-s.wake:
 		}
 		s.mu.Lock()
+		s.observeLocked(time.Now())
 		s.releaseLocked()
 		s.mu.Unlock()
+	}
+}
+
+// observeLocked feeds the ladder: the oldest non-batch wait here and the
+// engines' mean KV-cache use; from pause_batch up the batch and shadow
+// classes are held.
+func (s *Set) observeLocked(now time.Time) {
+	var wait time.Duration
+	if t := s.queue.oldest(engine.PriorityFree); !t.IsZero() {
+		wait = now.Sub(t)
+	}
+	kv, n := 0.0, 0
+	for _, r := range s.replicas {
+		if r.healthy && r.load.KVUsage >= 0 {
+			kv += r.load.KVUsage
+			n++
+		}
+	}
+	if n > 0 {
+		kv /= float64(n)
+	}
+	level := s.ladder.Observe(now, wait, kv)
+	if level != s.level {
+		s.log.Warn("degradation level changed", "from", s.level.String(), "to", level.String(),
+			"queue_wait_ms", wait.Milliseconds(), "kv_usage", kv)
+		s.level = level
+	}
+	s.queue.min = 0
+	if level >= engine.DegradePauseBatch {
+		s.queue.min = engine.PriorityFree
 	}
 }
 

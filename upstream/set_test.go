@@ -286,3 +286,41 @@ func TestSetStalledEngine(t *testing.T) {
 	s.mu.Unlock()
 	require.False(t, healthy)
 }
+
+// TestSetLadder: requests that wait here past the high mark climb the
+// degradation ladder (which the pipeline's free-tier limits read from
+// Stats), a batch request is held from pause_batch up, and the ladder
+// comes down once the queue is calm.
+func TestSetLadder(t *testing.T) {
+	e := newFakeEngine(t)
+	s := startSet(t, Config{MaxInflight: 1, Ladder: engine.LadderConfig{QueueWaitHigh: 40 * time.Millisecond,
+		QueueWaitLow: 10 * time.Millisecond, KVHigh: 0.97, KVLow: 0.85, Hold: 30 * time.Millisecond}}, e)
+	ctx := t.Context()
+	hold, err := s.Start(ctx, job("hold", "a", engine.PriorityPaid, nil))
+	require.NoError(t, err)
+	free := make(chan pipeline.Execution, 1)
+	go func() {
+		run, err := s.Start(ctx, job("free", "b", engine.PriorityFree, nil))
+		if err == nil {
+			free <- run
+		}
+	}()
+	require.Eventually(t, func() bool { return s.Stats().Degrade >= engine.DegradeLimitFree }, 5*time.Second, 5*time.Millisecond)
+	batch := make(chan pipeline.Execution, 1)
+	go func() {
+		run, err := s.Start(ctx, job("batch", "c", engine.PriorityBatch, nil))
+		if err == nil {
+			batch <- run
+		}
+	}()
+	e.open("hold")
+	require.NoError(t, hold.Relay(ctx, &nopSink{}, nil).Err)
+	run := <-free // the free request goes; the batch one is held while the level is up
+	e.open("free")
+	require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
+	require.Eventually(t, func() bool { return s.Stats().Degrade == engine.DegradeNone }, 5*time.Second, 5*time.Millisecond)
+	run = <-batch
+	e.open("batch")
+	require.NoError(t, run.Relay(ctx, &nopSink{}, nil).Err)
+	require.Equal(t, []string{"hold", "free", "batch"}, e.arrived())
+}
