@@ -271,7 +271,17 @@ func (e *Engine) Run(ctx context.Context) error {
 		// Idle, or (which admission rules out: it ignores the watermark
 		// when nothing runs) waiting work that cannot be admitted: sleep
 		// until something arrives rather than spin.
-		// While degraded, wake up to let the ladder descend.
+		// While degraded, wake up to let the ladder descend. On a clock
+		// other than the real one (a virtual clock in tests and
+		// simulations) nothing else moves time while the engine is idle:
+		// let a Hold pass on it, or work held by a paused class (batch,
+		// shadow) would wait forever.
+		if _, real := e.clock.(RealClock); !real && e.ladder.level > DegradeNone {
+			if err := e.clock.Sleep(ctx, e.cfg.Ladder.Hold); err != nil {
+				return nil
+			}
+			continue
+		}
 		var descend <-chan time.Time
 		var timer *time.Timer
 		if e.ladder.level > DegradeNone {
