@@ -3,12 +3,14 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -289,4 +291,33 @@ func TestSDKThroughUpstream(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, cc.Choices[0].Message.Content)
 	require.Equal(t, cc.Usage.PromptTokens+cc.Usage.CompletionTokens, cc.Usage.TotalTokens)
+}
+
+// TestUpstreamInModelsConfig: a models config names an upstream version
+// (source upstream:URL) behind an alias; it is loaded at start and serves
+// through the alias.
+func TestUpstreamInModelsConfig(t *testing.T) {
+	t.Parallel()
+	_, engineBase := startEngine(t, 0.05)
+	path := filepath.Join(t.TempDir(), "models.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`
+models:
+  - {id: qwen-2026-12-01, source: "upstream:%s#sim/small"}
+aliases:
+  qwen: {version: qwen-2026-12-01}
+`, engineBase)), 0o600))
+	cfg := testConfig()
+	cfg.Models = nil
+	cfg.ModelsConfig = path
+	d, err := Open(cfg, testLogger(t))
+	require.NoError(t, err)
+	base := startServer(t, d)
+	c := fleetClient(t, base)
+	resp, body := chatVia(t, testClient(t), base, "qwen", "Hi", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, "qwen-2026-12-01", body["model"])
+	require.Equal(t, "ready", stateOf(c, "qwen-2026-12-01"))
+	st, err := c.Stats(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, "upstream:llmd", st.Models[0].Executor)
 }
