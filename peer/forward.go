@@ -277,7 +277,7 @@ func (r *run) relayStream(ctx context.Context, sink pipeline.Sink) pipeline.Resu
 	stall := r.t.f.cfg.Stall
 	watch := time.AfterFunc(stall, func() { _ = r.resp.Body.Close() })
 	defer watch.Stop()
-	sr := api.NewSSEReader(&progressReader{r: r.resp.Body, progress: func() { watch.Reset(stall) }})
+	sr := api.NewSSEReader(&ProgressReader{R: r.resp.Body, Progress: func() { watch.Reset(stall) }})
 	dec := streamDecoder{endpoint: r.job.Endpoint}
 	for {
 		ev, err := sr.Next()
@@ -391,16 +391,17 @@ func (r *run) relayedUsage() pipeline.Usage {
 	return pipeline.Usage{InputTokens: len(r.job.Prompt), OutputTokens: r.relayed}
 }
 
-// progressReader calls progress after each read that returned data.
-type progressReader struct {
-	r        io.Reader
-	progress func()
+// ProgressReader calls Progress after each read of R that returned data:
+// a stream's stall watch resets on it (the upstream replicas use it too).
+type ProgressReader struct {
+	R        io.Reader
+	Progress func()
 }
 
-func (p *progressReader) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
+func (p *ProgressReader) Read(b []byte) (int, error) {
+	n, err := p.R.Read(b)
 	if n > 0 {
-		p.progress()
+		p.Progress()
 	}
 	return n, err
 }

@@ -173,7 +173,7 @@ func (x *run) Relay(ctx context.Context, sink pipeline.Sink, progress *pipeline.
 	stall := x.s.cfg.Stall
 	watch := time.AfterFunc(stall, func() { _ = x.resp.Body.Close() })
 	defer watch.Stop()
-	sr := api.NewSSEReader(&progressReader{r: x.resp.Body, progress: func() { watch.Reset(stall) }})
+	sr := api.NewSSEReader(&peer.ProgressReader{R: x.resp.Body, Progress: func() { watch.Reset(stall) }})
 	var usage *api.Usage
 	finished := map[int]bool{}
 	var err error
@@ -287,18 +287,4 @@ func (x *run) usage(u *api.Usage, res *pipeline.Result) pipeline.Usage {
 	}
 	res.Note = "usage estimated: the upstream sent none"
 	return pipeline.Usage{InputTokens: len(x.job.Prompt), OutputTokens: x.relayed}
-}
-
-// progressReader calls progress after each read that returned data.
-type progressReader struct {
-	r        io.Reader
-	progress func()
-}
-
-func (p *progressReader) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
-	if n > 0 {
-		p.progress()
-	}
-	return n, err
 }
