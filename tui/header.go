@@ -150,17 +150,26 @@ func (h *Header) modelLines(m api.ModelSnapshot, l modelLayout) []string {
 	st := h.st
 	lbl, val := st.Label.Render, st.Value.Render
 	name := st.Model.Render(fit(m.Model, l.nameW, false))
-	if m.Executor == "simulated" {
+	upstream := strings.HasPrefix(m.Executor, "upstream:")
+	switch {
+	case m.Executor == "simulated":
 		name += " " + st.Dim.Render("sim")
-	} else {
+	case upstream:
+		name += " " + st.Dim.Render("up ")
+	default:
 		name += "    "
 	}
 	kv := kvFill(m)
 	free := max(m.BlocksTotal-m.BlocksUsed-m.BlocksCached, 0)
 	n := func(v int) string { return val(fit(fmt.Sprint(v), l.numW, true)) }
 	kvLine := name + "  " + lbl("KV ") + h.kvBar(m, l.barW) +
-		" " + st.style(fillLevel(kv)).Render(fit(fmtPct(kv), 4, true)) +
-		"  " + lbl("used ") + n(m.BlocksUsed) + " " + lbl("cached ") + n(m.BlocksCached) + " " + lbl("free ") + n(free)
+		" " + st.style(fillLevel(kv)).Render(fit(fmtPct(kv), 4, true))
+	if upstream {
+		// An upstream engine reports a fraction, not blocks.
+		kvLine += "  " + st.Dim.Render("the engine's KV cache ("+strings.TrimPrefix(m.Executor, "upstream:")+")")
+	} else {
+		kvLine += "  " + lbl("used ") + n(m.BlocksUsed) + " " + lbl("cached ") + n(m.BlocksCached) + " " + lbl("free ") + n(free)
+	}
 	degStyle := st.OK
 	if degraded(m) {
 		degStyle = st.Hot

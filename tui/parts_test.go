@@ -182,3 +182,17 @@ func TestHeaderRolloutsAndSafety(t *testing.T) {
 	require.Contains(t, view, "rollout code stable sim/c canary sim/d ROLLED BACK: error rate 0.5 vs 0.0 shadow sim/e 10%")
 	require.Contains(t, view, "safety 10 checks  1 blocked  2 flagged  0 failed  p50 3.5ms  p95 9.0ms")
 }
+
+// TestHeaderUpstreamModel: a model behind an upstream engine shows the
+// engine's KV-cache fraction, not blocks.
+func TestHeaderUpstreamModel(t *testing.T) {
+	h := NewHeader(testStyles())
+	h.SetSize(160, 20)
+	h.SetData(&api.Snapshot{Models: []api.ModelSnapshot{{EngineStats: api.EngineStats{Model: "qwen", Executor: "upstream:vllm",
+		BlocksTotal: 1000, BlocksUsed: 420}}}}, nil)
+	view := ansi.Strip(h.View())
+	require.Contains(t, view, "qwen up")
+	require.Contains(t, view, "42%")
+	require.Contains(t, view, "the engine's KV cache (vllm)")
+	require.NotContains(t, view, "cached ")
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -22,7 +23,11 @@ func newStatsCmd(a *app) *cobra.Command {
 			fmt.Fprintln(tw, "MODEL\tEXECUTOR\tKV USED\tCACHED\tRUNNING\tWAITING\tSWAPPED\tDONE\tPREFIX HIT\tPREEMPT (SWAP/RECOMP)\tDEGRADE")
 			for _, m := range st.Models {
 				used, hit := "-", "-"
-				if m.BlocksTotal > 0 {
+				switch {
+				case strings.HasPrefix(m.Executor, "upstream:"):
+					// The engine's own KV-cache use, from its /metrics.
+					used = fmt.Sprintf("%.1f%% (engine)", 100*float64(m.BlocksUsed)/float64(max(m.BlocksTotal, 1)))
+				case m.BlocksTotal > 0:
 					used = fmt.Sprintf("%.1f%% of %d", 100*float64(m.BlocksUsed)/float64(m.BlocksTotal), m.BlocksTotal)
 				}
 				if m.PrefixQueryTokens > 0 {
