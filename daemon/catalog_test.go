@@ -99,6 +99,12 @@ func TestModelsConfigRollout(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{"chat": "alias", "auto": "router", "sim/chat-2026-10-01": "version",
 		"sim/chat-2026-11-15": "version", "sim/lazy": "version"}, kinds)
+	resp, raw := get(t, hc, base+"/v1/models/chat")
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	var am api.Model
+	require.NoError(t, json.Unmarshal(raw, &am))
+	require.Equal(t, "alias", am.Kind)
+	require.Equal(t, "sim/chat-2026-10-01", am.Target)
 
 	resp, body := chatVia(t, hc, base, "chat", "Hello there, how are you today?", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)

@@ -64,6 +64,23 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	}
 	m, err := s.models.Lookup(id)
 	if err != nil {
+		if cat := s.pipe.Catalog(); cat != nil {
+			// A name of the models config: an alias, a router, or a
+			// version not loaded yet.
+			for _, e := range cat.Describe() {
+				if e.Name == id {
+					am := api.Model{ID: e.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "llmd", Kind: e.Kind, Target: e.Target}
+					if !e.Deprecated.IsZero() {
+						am.Deprecated = e.Deprecated.Unix()
+					}
+					if !e.Sunset.IsZero() {
+						am.Sunset = e.Sunset.Unix()
+					}
+					writeJSON(w, http.StatusOK, am)
+					return
+				}
+			}
+		}
 		writeError(w, "", err)
 		return
 	}
