@@ -12,7 +12,7 @@ GOTEST_FLAGS ?= -race -p 1 -timeout 15m
 # build of its cgo package.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all deps build run test bench bench-cluster soak lint fmt clean
+.PHONY: all deps build run test bench bench-cluster bench-grammar bench-shadow bench-upstream check-llamacpp-grammars soak lint fmt clean
 
 all: build
 
@@ -61,6 +61,24 @@ bench: deps
 # (about 2 minutes) and prints the table of BENCHMARKS.md's cluster section.
 bench-cluster: deps
 	LLMD_CLUSTER_BENCH=1 $(GO) test -run '^TestClusterRoutingFigures$$' -count=1 -v -timeout 20m ./cmd/llmd/
+
+# The measurement harnesses below print the figures of their BENCHMARKS.md
+# sections; they assert nothing about speed, so make test skips them.
+# bench-grammar: decode with a JSON schema against plain decode (~10 min).
+bench-grammar: deps
+	LLMD_GRAMMAR_BENCH=1 $(GO) test -run '^TestGrammarDecodeFigures$$' -count=1 -v -timeout 50m ./cmd/llmd/
+# bench-shadow: the primary's TTFT with shadow traffic on and off (~3 min).
+bench-shadow: deps
+	LLMD_SHADOW_BENCH=1 $(GO) test -run '^TestShadowTTFTFigures$$' -count=1 -v -timeout 20m ./daemon/
+# bench-upstream: the TTFT and ITL the upstream relay adds (~4 min).
+bench-upstream: deps
+	LLMD_UPSTREAM_BENCH=1 $(GO) test -run '^TestUpstreamRelayFigures$$' -count=1 -v -timeout 20m ./daemon/
+
+# check-llamacpp-grammars compiles every grammar llama.cpp ships, from a
+# checkout: make check-llamacpp-grammars LLAMA_CPP=$$HOME/src/llama.cpp
+check-llamacpp-grammars:
+	@test -n "$(LLAMA_CPP)" || { echo "set LLAMA_CPP to a llama.cpp checkout" >&2; exit 2; }
+	LLMD_LLAMA_CPP=$(LLAMA_CPP) $(GO) test -run '^TestLlamaCppGrammars$$' -count=1 -v ./engine/grammar/
 
 lint:
 	$(GO) vet ./...

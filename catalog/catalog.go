@@ -139,6 +139,9 @@ type Decision struct {
 	// overload; models in cooldown are left out.
 	Fallbacks []string
 	Shadow    string // the model id to copy the request to, "" for none
+	// ShadowScorer is the alias's scorer command for the shadow's answer,
+	// "" for none.
+	ShadowScorer string
 
 	// Deprecated, Sunset and Replacement are the chosen model's, set only
 	// once it is deprecated (Now at or after its deprecation or sunset).
@@ -199,7 +202,7 @@ func (c *Catalog) Resolve(q Query) (d Decision, ok bool, err error) {
 			d.Model, d.Role = a.Version, RoleStable
 		}
 		if s := a.Shadow; s != nil && s.Version != d.Model && draw(name, "shadow", key) < s.Percent*100 {
-			d.Shadow = s.Version
+			d.Shadow, d.ShadowScorer = s.Version, s.Scorer
 		}
 		chain = c.versions(a.Fallbacks)
 	} else if c.models[name] != nil {
@@ -451,4 +454,23 @@ func (c *Catalog) Kind(name string) string {
 		return "router"
 	}
 	return ""
+}
+
+// RouterDefault is the model id the last rule of router name chooses (an
+// alias resolved to its stable version), "" when name is no router.
+func (c *Catalog) RouterDefault(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cfg == nil {
+		return ""
+	}
+	r, ok := c.cfg.Routers[name]
+	if !ok || len(r.Rules) == 0 {
+		return ""
+	}
+	target := r.Rules[len(r.Rules)-1].Model
+	if a, ok := c.cfg.Aliases[target]; ok {
+		target = a.Version
+	}
+	return target
 }

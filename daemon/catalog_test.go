@@ -46,6 +46,23 @@ routers:
         model: chat
 `
 
+// withModelsConfig writes yaml as a models config and returns a test
+// config that serves it (no simulated models besides its own, a data
+// directory beside it, fast simulated steps); its ModelsConfig is the
+// file's path.
+func withModelsConfig(t *testing.T, yaml string) Config {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "models.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+	cfg := testConfig()
+	cfg.Models = nil
+	cfg.ModelsConfig = path
+	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.StepTimeScale = 0.05
+	return cfg
+}
+
 // chatVia posts a chat request for model and returns the response, its
 // decoded body (model and error) and headers.
 func chatVia(t *testing.T, c *http.Client, base, model, text string, header map[string]string) (*http.Response, map[string]any) {
@@ -73,14 +90,8 @@ func chatVia(t *testing.T, c *http.Client, base, model, text string, header map[
 // retired; applying a new config unloads what it drops.
 func TestModelsConfigRollout(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "models.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(rolloutConfig), 0o600))
-	cfg := testConfig()
-	cfg.Models = nil
-	cfg.ModelsConfig = path
-	cfg.DataDir = filepath.Join(dir, "data")
-	cfg.StepTimeScale = 0.05
+	cfg := withModelsConfig(t, rolloutConfig)
+	path := cfg.ModelsConfig
 	d, err := Open(cfg, testLogger(t))
 	require.NoError(t, err)
 	base := startServer(t, d)
@@ -208,8 +219,7 @@ func TestModelsConfigRollout(t *testing.T) {
 // the policy's margin; then every request goes to the stable version.
 func TestCanaryRollsBackOnErrors(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "models.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(`
+	path := withModelsConfig(t, `
 models:
   - {id: sim/good, source: "sim:small"}
   - {id: sim/bad, source: "sim:small"}
@@ -220,7 +230,7 @@ aliases:
       version: sim/bad
       percent: 50
       rollback: {window: 1m, min_requests: 5, max_error_rate_delta: 0.2}
-`), 0o600))
+`).ModelsConfig
 	good := newFake("sim/good", 512, "fine")
 	bad := newFake("sim/bad", 512, "never")
 	bad.err = errors.New("executor failed")
@@ -258,9 +268,7 @@ aliases:
 // match and edit distance; the scorer's value) is in the shadow report.
 func TestShadowTraffic(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "models.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(`
+	cfg := withModelsConfig(t, `
 models:
   - {id: sim/v1, source: "sim:small"}
   - {id: sim/v2, source: "sim:small"}
@@ -268,12 +276,7 @@ aliases:
   m:
     version: sim/v1
     shadow: {version: sim/v2, percent: 100, scorer: "cat >/dev/null; echo 0.75"}
-`), 0o600))
-	cfg := testConfig()
-	cfg.Models = nil
-	cfg.ModelsConfig = path
-	cfg.DataDir = filepath.Join(dir, "data")
-	cfg.StepTimeScale = 0.05
+`)
 	d, err := Open(cfg, testLogger(t))
 	require.NoError(t, err)
 	base := startServer(t, d)
@@ -342,8 +345,7 @@ func TestRouterClassifier(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(map[string]string{"label": label})
 	}))
 	t.Cleanup(cls.Close)
-	path := filepath.Join(t.TempDir(), "models.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`
+	cfg := withModelsConfig(t, fmt.Sprintf(`
 models:
   - {id: sim/cheap, source: "sim:small"}
   - {id: sim/big, source: "sim:small"}
@@ -353,11 +355,7 @@ routers:
     rules:
       - {name: simple, when: {labels: [simple]}, model: sim/cheap}
       - {name: default, model: sim/big}
-`, cls.URL)), 0o600))
-	cfg := testConfig()
-	cfg.Models = nil
-	cfg.ModelsConfig = path
-	cfg.StepTimeScale = 0.05
+`, cls.URL))
 	d, err := Open(cfg, testLogger(t))
 	require.NoError(t, err)
 	base := startServer(t, d)
@@ -373,14 +371,13 @@ routers:
 // unloaded), its requests go to the alias's fallback.
 func TestAliasFallbackWhileUnloading(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "models.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(`
+	path := withModelsConfig(t, `
 models:
   - {id: sim/main, source: "sim:small"}
   - {id: sim/spare, source: "sim:small"}
 aliases:
   m: {version: sim/main, fallbacks: [sim/spare]}
-`), 0o600))
+`).ModelsConfig
 	main := newFake("sim/main", 512, strings.Repeat("x", 400))
 	main.delay = 5 * time.Millisecond
 	spare := newFake("sim/spare", 512, "spare")
@@ -413,12 +410,8 @@ aliases:
 // demand wait for one load and are all served.
 func TestOnDemandLoadOnce(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "models.yaml")
-	require.NoError(t, os.WriteFile(path, []byte("models:\n  - {id: sim/lazy, source: \"sim:small\", keep_alive: 1m}\n"), 0o600))
-	cfg := testConfig()
+	cfg := withModelsConfig(t, "models:\n  - {id: sim/lazy, source: \"sim:small\", keep_alive: 1m}\n")
 	cfg.Models = []string{"small"}
-	cfg.ModelsConfig = path
-	cfg.StepTimeScale = 0.05
 	var logs syncBuffer
 	d, err := Open(cfg, newBufferLogger(&logs))
 	require.NoError(t, err)

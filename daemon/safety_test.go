@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -171,19 +170,14 @@ func TestSafetyPerModel(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(safety.Response{Verdict: safety.Block, Category: "strict"})
 	}))
 	t.Cleanup(strict.Close)
-	path := filepath.Join(t.TempDir(), "models.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`
+	cfg := withModelsConfig(t, fmt.Sprintf(`
 models:
   - {id: sim/open, source: "sim:small", safety: {off: true}}
   - {id: sim/strict, source: "sim:small", safety: {url: %q}}
   - {id: sim/plain, source: "sim:small"}
 aliases:
   s: {version: sim/strict}
-`, strict.URL)), 0o600))
-	cfg := testConfig()
-	cfg.Models = nil
-	cfg.ModelsConfig = path
-	cfg.StepTimeScale = 0.05
+`, strict.URL))
 	cfg.Safety = safety.Config{URL: global}
 	d, err := Open(cfg, testLogger(t))
 	require.NoError(t, err)

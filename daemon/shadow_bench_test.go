@@ -3,7 +3,6 @@ package daemon
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -28,18 +27,14 @@ func TestShadowTTFTFigures(t *testing.T) {
 	if os.Getenv("LLMD_SHADOW_BENCH") == "" {
 		t.Skip("set LLMD_SHADOW_BENCH=1 to measure the primary's TTFT with and without shadow traffic")
 	}
-	path := filepath.Join(t.TempDir(), "models.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(`
+	cfg := withModelsConfig(t, `
 models:
   - {id: sim/v1, source: "sim:mid"}
   - {id: sim/v2, source: "sim:mid"}
 aliases:
   m: {version: sim/v1}
-`), 0o600))
-	cfg := testConfig()
-	cfg.Models = nil
-	cfg.ModelsConfig = path
-	cfg.DataDir = filepath.Join(t.TempDir(), "data")
+`)
+	cfg.StepTimeScale = 1 // the simulator at real speed
 	d, err := Open(cfg, nil)
 	require.NoError(t, err)
 	c := fleetClient(t, startServer(t, d))

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -299,16 +298,12 @@ func TestSDKThroughUpstream(t *testing.T) {
 func TestUpstreamInModelsConfig(t *testing.T) {
 	t.Parallel()
 	_, engineBase := startEngine(t, 0.05)
-	path := filepath.Join(t.TempDir(), "models.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`
+	cfg := withModelsConfig(t, fmt.Sprintf(`
 models:
   - {id: qwen-2026-12-01, source: "upstream:%s#sim/small"}
 aliases:
   qwen: {version: qwen-2026-12-01}
-`, engineBase)), 0o600))
-	cfg := testConfig()
-	cfg.Models = nil
-	cfg.ModelsConfig = path
+`, engineBase))
 	d, err := Open(cfg, testLogger(t))
 	require.NoError(t, err)
 	base := startServer(t, d)

@@ -100,18 +100,12 @@ func promptText(req *Request) string {
 
 // estimateTokens counts text's tokens for a router's rules, before a
 // model is chosen: with the tokenizer of the router's default model when
-// it is served here, else as UTF-8 bytes over four (the usual rule of
+// this node's own executor serves it (an upstream's would cost a round
+// trip), else as UTF-8 bytes over four (the usual rule of
 // thumb for English).
 func (p *Pipeline) estimateTokens(name, text string) int {
-	cfg := p.catalog.Config()
-	if r, ok := cfg.Routers[name]; ok && len(r.Rules) > 0 {
-		target := r.Rules[len(r.Rules)-1].Model
-		if a, ok := cfg.Aliases[target]; ok {
-			target = a.Version
-		}
-		if m := p.models.Get(target); m != nil && m.Text != nil {
-			return len(m.Text.Prompt(text, false))
-		}
+	if m := p.models.Get(p.catalog.RouterDefault(name)); m != nil && m.Text != nil && m.Target == nil {
+		return len(m.Text.Prompt(text, false))
 	}
 	return (len(text) + 3) / 4
 }

@@ -81,10 +81,7 @@ func (p *Pipeline) startShadow(plan *Plan) {
 	}
 	sr := &shadowRun{primary: make(chan primarySide, 1)}
 	plan.shadow = sr
-	scorer := ""
-	if a, ok := p.catalog.Config().Aliases[d.Alias]; ok && a.Shadow != nil {
-		scorer = a.Shadow.Scorer
-	}
+	scorer := d.ShadowScorer
 	greedy := req.Sampling.Temperature != nil && *req.Sampling.Temperature == 0
 	prompt := promptText(req)
 	primaryModel := plan.Job.Model

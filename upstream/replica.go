@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/llmd/llmd/engine"
@@ -111,16 +112,7 @@ func (s *Set) RecentPrefixes(limit int) []kvcache.Hash {
 			all = append(all, entry{h, at})
 		}
 	}
-	// Partial selection would do; the indexes are bounded.
-	for i := 0; i < len(all) && i < limit; i++ {
-		k := i
-		for j := i + 1; j < len(all); j++ {
-			if all[j].at.After(all[k].at) {
-				k = j
-			}
-		}
-		all[i], all[k] = all[k], all[i]
-	}
+	slices.SortFunc(all, func(a, b entry) int { return b.at.Compare(a.at) })
 	out := make([]kvcache.Hash, 0, min(limit, len(all)))
 	for i := 0; i < len(all) && i < limit; i++ {
 		out = append(out, all[i].h)

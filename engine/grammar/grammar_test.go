@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -307,7 +306,6 @@ func TestLlamaCppGrammars(t *testing.T) {
 		_, err = Compile(string(src))
 		assert.NoError(t, err, filepath.Base(f))
 	}
-	_ = strings.TrimSpace
 }
 
 // A rule that matches the empty string, repeated, reaches the stack it
