@@ -203,6 +203,31 @@ func ggufModel(ref modelfile.ModelRef, f *gguf.File) (*pipeline.Model, error) {
 		return nil, err
 	}
 	src, _ := f.String("tokenizer.chat_template")
+	text, err := newGGUFText(tok, src)
+	if err != nil {
+		return nil, err
+	}
+	m := &pipeline.Model{
+		ID:           ref.Name,
+		Text:         text,
+		EOS:          map[int32]bool{},
+		Limit:        spec.ContextLength,
+		Executor:     pipeline.ExecutorCPU,
+		Arch:         spec.Arch,
+		Params:       spec.ParamCount,
+		Quantization: spec.FileType,
+		Created:      time.Now().Unix(),
+	}
+	for _, id := range tok.EndOfGeneration() {
+		m.EOS[id] = true
+	}
+	return m, nil
+}
+
+// newGGUFText joins a tokenizer and a chat template's source (a GGUF
+// file's tokenizer.chat_template or a Hugging Face directory's; "" for
+// the fallback formats) into a text model.
+func newGGUFText(tok *tokenizer.Tokenizer, src string) (ggufText, error) {
 	opts := chat.Options{
 		EOS: tok.Token(tok.EOS()),
 		Fallback: chat.FallbackFor(func(piece string) bool {
@@ -217,27 +242,13 @@ func ggufModel(ref modelfile.ModelRef, f *gguf.File) (*pipeline.Model, error) {
 	}
 	tmpl, err := chat.NewTemplate(src, opts)
 	if err != nil {
-		return nil, err
+		return ggufText{}, err
 	}
-	m := &pipeline.Model{
-		ID: ref.Name,
-		Text: ggufText{tok: tok, tmpl: tmpl, bos: bos, tools: toolcall.Detect(src),
-			renders: toolcall.Detect(src).RendersTools(src) && tmpl.Source() == chat.SourceGGUF,
-			vocab: &lazyVocab{build: func() *grammar.Vocabulary {
-				return grammar.NewVocabulary(tok.TokenBytes(), tok.EndOfGeneration())
-			}}},
-		EOS:          map[int32]bool{},
-		Limit:        spec.ContextLength,
-		Executor:     pipeline.ExecutorCPU,
-		Arch:         spec.Arch,
-		Params:       spec.ParamCount,
-		Quantization: spec.FileType,
-		Created:      time.Now().Unix(),
-	}
-	for _, id := range tok.EndOfGeneration() {
-		m.EOS[id] = true
-	}
-	return m, nil
+	return ggufText{tok: tok, tmpl: tmpl, bos: bos, tools: toolcall.Detect(src),
+		renders: toolcall.Detect(src).RendersTools(src) && tmpl.Source() == chat.SourceGGUF,
+		vocab: &lazyVocab{build: func() *grammar.Vocabulary {
+			return grammar.NewVocabulary(tok.TokenBytes(), tok.EndOfGeneration())
+		}}}, nil
 }
 
 // ggufMemory is the host memory a GGUF model is accounted: its file (the

@@ -24,6 +24,12 @@ type UpstreamSpec struct {
 	// and 0.95; see upstream.Config).
 	MaxWaiting int
 	MaxKVUsage float64
+	// Tokenizer is where to read the model's tokenizer and chat template
+	// on this node (--upstream-tokenizer MODEL=PATH: a GGUF file, a Hugging
+	// Face directory or hub name, ollama:NAME) to count prompts for the
+	// quota; "" uses the engine's /tokenize, else the model path the
+	// engine reports when it is on this node, else an estimate.
+	Tokenizer string
 }
 
 // ParseUpstream reads MODEL=URL[,URL...][#NAME]: the engines' model name,
@@ -54,8 +60,23 @@ func ParseUpstream(v string) (UpstreamSpec, error) {
 
 // buildUpstream detects spec's engines and returns the model they serve.
 func buildUpstream(ctx context.Context, cfg Config, spec UpstreamSpec, logger *slog.Logger) (*pipeline.Model, error) {
-	set, err := upstream.New(ctx, upstream.Config{Model: spec.Model, URLs: spec.URLs, Name: spec.Name, Stall: cfg.StallTimeout,
-		MaxWaiting: spec.MaxWaiting, MaxKVUsage: spec.MaxKVUsage, Ladder: cfg.Engine.Ladder, Logger: logger})
+	ucfg := upstream.Config{Model: spec.Model, URLs: spec.URLs, Name: spec.Name, Stall: cfg.StallTimeout,
+		MaxWaiting: spec.MaxWaiting, MaxKVUsage: spec.MaxKVUsage, Ladder: cfg.Engine.Ladder, Logger: logger,
+		LoadTokenizer: func(root string) (upstream.Tokenizer, error) {
+			text, _, err := loadTokenizer(root, cfg.Resolve)
+			if err != nil {
+				return nil, err
+			}
+			return text, nil
+		}}
+	if spec.Tokenizer != "" {
+		text, from, err := loadTokenizer(spec.Tokenizer, cfg.Resolve)
+		if err != nil {
+			return nil, fmt.Errorf("daemon: the tokenizer of upstream model %s: %w", spec.Model, err)
+		}
+		ucfg.Tokenizer, ucfg.TokenizerFrom = text, from
+	}
+	set, err := upstream.New(ctx, ucfg)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}

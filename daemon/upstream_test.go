@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +20,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/api"
+	"github.com/llmd/llmd/internal/fixtures"
+	"github.com/llmd/llmd/pipeline"
 	"github.com/llmd/llmd/store"
+	"github.com/llmd/llmd/upstream"
 )
 
 // startEngine runs an llmd serving sim/small, to stand for an engine on
@@ -38,6 +42,12 @@ func startEngine(t *testing.T, scale float64) (*Daemon, string) {
 // models owned by "vllm".
 func asVLLM(t *testing.T, base string) string {
 	t.Helper()
+	return asVLLMNamed(t, base, "sim/small")
+}
+
+// asVLLMNamed is asVLLM for an engine serving model id.
+func asVLLMNamed(t *testing.T, base, id string) string {
+	t.Helper()
 	target, err := url.Parse(base)
 	require.NoError(t, err)
 	proxy := httputil.NewSingleHostReverseProxy(target)
@@ -49,7 +59,7 @@ func asVLLM(t *testing.T, base string) string {
 		case "/health":
 			w.WriteHeader(http.StatusOK)
 		case "/v1/models":
-			_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"sim/small","object":"model","owned_by":"vllm","max_model_len":4096}]}`)
+			_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"`+id+`","object":"model","owned_by":"vllm","max_model_len":4096}]}`)
 		default:
 			proxy.ServeHTTP(w, r)
 		}
@@ -134,7 +144,8 @@ func TestUpstreamServesThroughLLMD(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the long stream did not start")
 	}
-	require.Equal(t, 1, engine.Stats()[0].Running)
+	// The first chunk (the role) may come before the engine runs it.
+	require.Eventually(t, func() bool { return engine.Stats()[0].Running == 1 }, 5*time.Second, 5*time.Millisecond)
 	cancel()
 	require.Eventually(t, func() bool { return engine.Stats()[0].Running == 0 }, 5*time.Second, 5*time.Millisecond,
 		"the engine still runs the request its client left")
@@ -315,4 +326,98 @@ aliases:
 	st, err := c.Stats(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, "upstream:llmd", st.Models[0].Executor)
+}
+
+// asLlamaCpp fronts an engine as llama.cpp's server presents itself: its
+// models owned by "llamacpp", /props naming the GGUF file it loaded, and
+// no /tokenize in vLLM's shape. tokenizes counts the /tokenize calls.
+func asLlamaCpp(t *testing.T, base, id, modelPath string, tokenizes *atomic.Int64) string {
+	t.Helper()
+	target, err := url.Parse(base)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/props":
+			b, _ := json.Marshal(map[string]any{"build_info": "b6000-test", "model_path": modelPath,
+				"default_generation_settings": map[string]any{"n_ctx": 1024}})
+			_, _ = w.Write(b)
+		case "/health":
+			w.WriteHeader(http.StatusOK)
+		case "/v1/models":
+			_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"`+id+`","object":"model","owned_by":"llamacpp"}]}`)
+		case "/tokenize":
+			tokenizes.Add(1)
+			http.Error(w, "not this shape", http.StatusBadRequest)
+		default:
+			proxy.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestUpstreamLocalTokenizer: for an engine without vLLM's /tokenize
+// (llama.cpp's server), llmd reads the tokenizer and chat template from
+// the GGUF file the engine reports, and counts a rendered conversation as
+// the engine does, without asking it; --upstream-tokenizer names one for
+// an engine that has /tokenize.
+func TestUpstreamLocalTokenizer(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(fixtures.Dir(t), "qwen2-d64-q8_0.gguf")
+	ecfg := testConfig()
+	ecfg.Models = nil
+	ecfg.ModelFiles = []string{path}
+	ecfg.CPUThreads = 1
+	engine, err := Open(ecfg, nil)
+	require.NoError(t, err)
+	engineBase := startServer(t, engine)
+	var tokenizes atomic.Int64
+	front := asLlamaCpp(t, engineBase, "qwen2-d64-q8_0", path, &tokenizes)
+
+	msgs := []api.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hello there, how are you?"}}
+	hc := testClient(t)
+	b, err := json.Marshal(map[string]any{"model": "qwen2-d64-q8_0", "messages": msgs})
+	require.NoError(t, err)
+	resp, raw := call(t, hc, http.MethodPost, engineBase+"/tokenize", "", string(b))
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+	var want struct {
+		Tokens []int32 `json:"tokens"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &want))
+	require.NotEmpty(t, want.Tokens)
+
+	for _, explicit := range []bool{false, true} {
+		cfg := testConfig()
+		cfg.Models = nil
+		cfg.DataDir = filepath.Join(t.TempDir(), "data")
+		spec := UpstreamSpec{Model: "qwen", URLs: []string{front}}
+		if explicit {
+			spec.URLs = []string{asVLLMNamed(t, engineBase, "qwen2-d64-q8_0")}
+			spec.Tokenizer = path
+		}
+		cfg.Upstreams = []UpstreamSpec{spec}
+		d, err := Open(cfg, nil)
+		require.NoError(t, err)
+		base := startServer(t, d)
+		set := d.models.Get("qwen").Text.(*upstream.Set)
+		require.Equal(t, "tokenizer "+path, set.Counting())
+		got, err := set.ChatPrompt(pipeline.ChatInput{Messages: msgs, AddGenerationPrompt: true})
+		require.NoError(t, err)
+		require.Equal(t, want.Tokens, got, "the local count is the engine's")
+
+		key := makeKey(t, d, "acme", store.TierPaid, false)
+		tpm := int64(1000)
+		_, err = d.deps.Store.UpdateQuota(context.Background(), "acme", store.QuotaUpdate{TPM: &tpm})
+		require.NoError(t, err)
+		b, err := json.Marshal(map[string]any{"model": "qwen", "max_tokens": 4, "messages": msgs})
+		require.NoError(t, err)
+		resp, raw := call(t, hc, http.MethodPost, base+"/v1/chat/completions", key, string(b))
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(raw))
+		var cc api.ChatCompletion
+		require.NoError(t, json.Unmarshal(raw, &cc))
+		require.Equal(t, len(want.Tokens), cc.Usage.PromptTokens)
+	}
+	require.Zero(t, tokenizes.Load(), "llmd asked the engine to tokenize")
 }

@@ -69,23 +69,28 @@ func upstreamCall(req *Request) (*UpstreamCall, error) {
 
 // Estimator is a TextModel that can also estimate a prompt's tokens
 // without asking anyone (an upstream engine's /tokenize costs a round
-// trip).
+// trip). ok is false when the model counts exactly at little cost (a
+// tokenizer on this node): then its count is taken instead.
 type Estimator interface {
-	Estimate(text string) []int32
+	Estimate(text string) (ids []int32, ok bool)
 }
 
 // prepareUpstream prepares j for model m, served by an upstream engine:
 // the prompt counted (not rendered here), max_tokens fit into the
-// context, and the engine's request. The prompt is counted exactly (the
-// engine's tokenizer) when a token limit of the tenant's depends on it;
-// else it is estimated, and the engine's own count is billed at the end.
+// context, and the engine's request. The prompt is counted exactly when
+// a token limit of the tenant's depends on it or counting costs no round
+// trip (a tokenizer on this node); else it is estimated, and the engine's
+// own count is billed at the end.
 func (p *Pipeline) prepareUpstream(req *Request, j *Job, m *Model, t Tenant) (*Job, error) {
-	est, canEstimate := m.Text.(Estimator)
-	if canEstimate && t.Limits.TPM == 0 && t.Limits.DailyTokens == 0 {
-		j.Prompt = est.Estimate(promptText(req))
-	} else if req.Endpoint == EndpointCompletions {
+	var estimated bool
+	if est, ok := m.Text.(Estimator); ok && t.Limits.TPM == 0 && t.Limits.DailyTokens == 0 {
+		j.Prompt, estimated = est.Estimate(promptText(req))
+	}
+	switch {
+	case estimated:
+	case req.Endpoint == EndpointCompletions:
 		j.Prompt = m.Text.Prompt(req.Prompt, true)
-	} else {
+	default:
 		prompt, err := m.Text.ChatPrompt(ChatInput{Messages: req.Messages, AddGenerationPrompt: true})
 		if err != nil {
 			return nil, err

@@ -124,9 +124,51 @@ func (s *Set) RecentPrefixes(limit int) []kvcache.Hash {
 // quota and the prefix index) and renders nothing; the engine applies its
 // own chat template, tools and structured output.
 
-// ChatPrompt implements pipeline.TextModel: the engine's token ids of the
-// rendered conversation (its /tokenize), else an estimate.
+// Tokenizer counts prompts with a model's tokenizer and chat template on
+// this node (the part of pipeline.TextModel that does).
+type Tokenizer interface {
+	ChatPrompt(in pipeline.ChatInput) ([]int32, error)
+	Prompt(text string, addSpecial bool) []int32
+}
+
+// setCounting chooses how prompts are counted: the configured tokenizer;
+// else the engine's /tokenize; else a tokenizer read from root, where the
+// engine says it loaded the model from, when that is on this node; else
+// an estimate.
+func (s *Set) setCounting(root string) {
+	switch {
+	case s.cfg.Tokenizer != nil:
+		s.tok, s.counting = s.cfg.Tokenizer, "tokenizer "+s.cfg.TokenizerFrom
+	case s.tokenize:
+		s.counting = "engine /tokenize"
+	case root != "" && s.cfg.LoadTokenizer != nil:
+		tok, err := s.cfg.LoadTokenizer(root)
+		if err == nil {
+			s.tok, s.counting = tok, "tokenizer "+root
+			return
+		}
+		s.log.Warn("upstream: no tokenizer from the engine's model path; prompts are estimated until the engine reports usage",
+			"path", root, "err", err)
+		s.counting = "estimated"
+	default:
+		s.counting = "estimated"
+	}
+}
+
+// Counting says how prompts are counted for the quota: "tokenizer PATH",
+// "engine /tokenize" or "estimated".
+func (s *Set) Counting() string { return s.counting }
+
+// ChatPrompt implements pipeline.TextModel: the token ids of the rendered
+// conversation from the tokenizer on this node or the engine's /tokenize,
+// else an estimate.
 func (s *Set) ChatPrompt(in pipeline.ChatInput) ([]int32, error) {
+	if s.tok != nil {
+		if ids, err := s.tok.ChatPrompt(in); err == nil {
+			return ids, nil
+		}
+		// A conversation the template refuses is the engine's to judge.
+	}
 	if s.tokenize {
 		if ids, err := s.tokenizeCall(map[string]any{"model": s.name, "messages": in.Messages,
 			"add_generation_prompt": in.AddGenerationPrompt}); err == nil {
@@ -142,6 +184,9 @@ func (s *Set) ChatPrompt(in pipeline.ChatInput) ([]int32, error) {
 
 // Prompt implements pipeline.TextModel.
 func (s *Set) Prompt(text string, addSpecial bool) []int32 {
+	if s.tok != nil {
+		return s.tok.Prompt(text, addSpecial)
+	}
 	if s.tokenize {
 		if ids, err := s.tokenizeCall(map[string]any{"model": s.name, "prompt": text, "add_special_tokens": addSpecial}); err == nil {
 			return ids
@@ -151,8 +196,14 @@ func (s *Set) Prompt(text string, addSpecial bool) []int32 {
 }
 
 // Estimate implements pipeline.Estimator: text's tokens estimated without
-// a round trip to the engine.
-func (s *Set) Estimate(text string) []int32 { return estimate(len(text) + 16) }
+// a round trip to the engine; none with a tokenizer on this node, which
+// counts exactly at little cost.
+func (s *Set) Estimate(text string) ([]int32, bool) {
+	if s.tok != nil {
+		return nil, false
+	}
+	return estimate(len(text) + 16), true
+}
 
 // estimate stands for the tokens of n bytes of text: one per four bytes
 // (the usual rule of thumb), ids unknown.

@@ -75,8 +75,16 @@ type Config struct {
 	// sheds free-tier requests as the engine's own does, and pauses the
 	// batch and shadow classes. The zero value is the engine's default.
 	Ladder engine.LadderConfig
-	Client *http.Client
-	Logger *slog.Logger
+	// Tokenizer counts prompts on this node (the model's own tokenizer
+	// and chat template: a GGUF file or a Hugging Face directory), instead
+	// of the engine's /tokenize or an estimate; TokenizerFrom says where it
+	// was read. nil: LoadTokenizer is tried with the path the engine says
+	// it loaded the model from, when the engine has no /tokenize.
+	Tokenizer     Tokenizer
+	TokenizerFrom string
+	LoadTokenizer func(root string) (Tokenizer, error)
+	Client        *http.Client
+	Logger        *slog.Logger
 }
 
 // errNoReplica refuses a request while no replica is healthy.
@@ -95,8 +103,11 @@ type Set struct {
 	ctx  int // context length
 	hc   *http.Client
 	log  *slog.Logger
-	// tokenize says the engines answer /tokenize with messages.
+	// tokenize says the engines answer /tokenize with messages; tok is
+	// the tokenizer on this node, when there is one (see Counting).
 	tokenize bool
+	tok      Tokenizer
+	counting string
 
 	mu       sync.Mutex
 	replicas []*replica
@@ -163,7 +174,10 @@ func New(ctx context.Context, cfg Config) (*Set, error) {
 	}
 	s := &Set{cfg: cfg, kind: cfg.Kind, name: cfg.Name, hc: hc, log: log.With("component", "upstream", "model", cfg.Model),
 		wake: make(chan struct{}, 1), ladder: engine.NewLadder(cfg.Ladder)}
-	var lastErr error
+	var (
+		lastErr error
+		root    string
+	)
 	for _, u := range cfg.URLs {
 		u = strings.TrimRight(u, "/")
 		s.replicas = append(s.replicas, &replica{url: u, load: probe.Load{KVUsage: -1, Running: -1, Waiting: -1},
@@ -188,6 +202,9 @@ func New(ctx context.Context, cfg Config) (*Set, error) {
 			if m.ID == s.name && m.MaxModelLen > 0 {
 				s.ctx = m.MaxModelLen
 			}
+			if m.ID == s.name {
+				root = m.Root
+			}
 		}
 		break
 	}
@@ -204,9 +221,13 @@ func New(ctx context.Context, cfg Config) (*Set, error) {
 		s.ctx = 8192
 	}
 	s.tokenize = s.kind == probe.KindVLLM || s.kind == probe.KindLLMD || s.kind == probe.KindSGLang
+	if root == "" && s.kind == probe.KindOllama {
+		root = "ollama:" + s.name // Ollama's store holds the GGUF file
+	}
+	s.setCounting(root)
 	s.pollAll(ctx) // every replica's health and load before the first request
 	s.log.Info("upstream ready", "kind", string(s.kind), "name", s.name, "replicas", len(s.replicas),
-		"context_length", s.ctx)
+		"context_length", s.ctx, "prompt_tokens", s.counting)
 	return s, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,6 +79,7 @@ type options struct {
 	safetyPolicy  string
 	safetyEvery   int
 	upstreams     []string
+	upTokenizers  []string
 	upMaxWaiting  int
 	upMaxKV       float64
 	safetyAtEnd   bool
@@ -278,6 +280,10 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.upstreams, "upstream", nil,
 		"MODEL=URL[,URL...][#NAME]: serve MODEL through OpenAI-compatible engines (vLLM, SGLang, llama-server, llmd) "+
 			"with llmd's queue, quotas and streams in front (repeatable)")
+	fs.StringArrayVar(&o.upTokenizers, "upstream-tokenizer", nil,
+		"MODEL=PATH: count an upstream model's prompts with the tokenizer and chat template at PATH (a GGUF file, a Hugging Face "+
+			"model directory or hub name in the local cache, ollama:NAME); by default the engine's /tokenize, else the model "+
+			"path the engine reports, else an estimate (repeatable)")
 	fs.IntVar(&o.upMaxWaiting, "upstream-max-waiting", 8,
 		"release requests to an upstream engine while its own waiting queue (its /metrics) is at most this")
 	fs.Float64Var(&o.upMaxKV, "upstream-max-kv", 0.95,
@@ -408,6 +414,17 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 		}
 		spec.MaxWaiting, spec.MaxKVUsage = o.upMaxWaiting, o.upMaxKV
 		cfg.Upstreams = append(cfg.Upstreams, spec)
+	}
+	for _, t := range o.upTokenizers {
+		model, path, ok := strings.Cut(t, "=")
+		if !ok || model == "" || path == "" {
+			return cfg, fmt.Errorf("--upstream-tokenizer %q: use MODEL=PATH (a GGUF file, a Hugging Face model directory or hub name, or ollama:NAME)", t)
+		}
+		i := slices.IndexFunc(cfg.Upstreams, func(u daemon.UpstreamSpec) bool { return u.Model == model })
+		if i < 0 {
+			return cfg, fmt.Errorf("--upstream-tokenizer %q: no --upstream serves %s", t, model)
+		}
+		cfg.Upstreams[i].Tokenizer = path
 	}
 	if o.safetyURL != "" {
 		cfg.Safety = safety.Config{URL: o.safetyURL, Timeout: o.safetyTimeout, Policy: safety.Policy(o.safetyPolicy),

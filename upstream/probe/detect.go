@@ -84,6 +84,7 @@ type modelEntry struct {
 	ID          string `json:"id"`
 	OwnedBy     string `json:"owned_by"`
 	MaxModelLen int    `json:"max_model_len"`
+	Root        string `json:"root"`
 	Meta        struct {
 		NCtx int `json:"n_ctx"`
 	} `json:"meta"`
@@ -123,7 +124,7 @@ func (c *client) listModels(ctx context.Context) (Kind, []ModelInfo, error) {
 		if n <= 0 {
 			n = max(e.Meta.NCtx, 0)
 		}
-		models = append(models, ModelInfo{ID: e.ID, MaxModelLen: n})
+		models = append(models, ModelInfo{ID: e.ID, MaxModelLen: n, Root: e.Root})
 	}
 	return kind, models, nil
 }
@@ -226,11 +227,14 @@ func (p llamaProps) apply(info *Info) {
 			id = p.ModelPath
 		}
 		if id != "" {
-			info.Models = []ModelInfo{{ID: id, MaxModelLen: nctx}}
+			info.Models = []ModelInfo{{ID: id, MaxModelLen: nctx, Root: p.ModelPath}}
 		}
 	case 1:
 		if info.Models[0].MaxModelLen == 0 {
 			info.Models[0].MaxModelLen = nctx
+		}
+		if info.Models[0].Root == "" {
+			info.Models[0].Root = p.ModelPath
 		}
 	}
 }

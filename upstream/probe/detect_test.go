@@ -25,18 +25,20 @@ func TestDetect(t *testing.T) {
 	}{
 		"vllm": {
 			engine: vllmEngine,
-			want:   probe.Info{Kind: probe.KindVLLM, Version: "0.10.1.1", Models: []probe.ModelInfo{{ID: vllmModel, MaxModelLen: 32768}}},
-			paths:  []string{"/v1/models", "/version"},
+			want: probe.Info{Kind: probe.KindVLLM, Version: "0.10.1.1", Models: []probe.ModelInfo{{ID: vllmModel, MaxModelLen: 32768,
+				Root: "meta-llama/Llama-3.1-8B-Instruct"}}},
+			paths: []string{"/v1/models", "/version"},
 		},
 		"sglang, version under its older route": {
 			engine: sglangEngine,
-			want:   probe.Info{Kind: probe.KindSGLang, Version: "0.4.10", Models: []probe.ModelInfo{{ID: sglangModel, MaxModelLen: 32768}}},
-			paths:  []string{"/v1/models", "/server_info", "/get_server_info"},
+			want: probe.Info{Kind: probe.KindSGLang, Version: "0.4.10", Models: []probe.ModelInfo{{ID: sglangModel, MaxModelLen: 32768,
+				Root: "Qwen/Qwen2.5-7B-Instruct"}}},
+			paths: []string{"/v1/models", "/server_info", "/get_server_info"},
 		},
 		"llama.cpp, context per slot from /props": {
 			engine: llamaCppEngine,
 			want: probe.Info{Kind: probe.KindLlamaCpp, Version: "b6123-0c8e9ba2",
-				Models: []probe.ModelInfo{{ID: llamaCppModel, MaxModelLen: 8192}}},
+				Models: []probe.ModelInfo{{ID: llamaCppModel, MaxModelLen: 8192, Root: "/models/qwen2.5-7b-instruct-q4_k_m.gguf"}}},
 			paths: []string{"/v1/models", "/props"},
 		},
 		"llama.cpp, context from the model list": {
@@ -48,7 +50,7 @@ func TestDetect(t *testing.T) {
 				return e
 			},
 			want: probe.Info{Kind: probe.KindLlamaCpp, Version: "b6123-0c8e9ba2",
-				Models: []probe.ModelInfo{{ID: llamaCppModel, MaxModelLen: 4096}}},
+				Models: []probe.ModelInfo{{ID: llamaCppModel, MaxModelLen: 4096, Root: "/models/qwen2.5-7b-instruct-q4_k_m.gguf"}}},
 			paths: []string{"/v1/models", "/props"},
 		},
 		"tgi": {

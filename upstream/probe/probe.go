@@ -52,6 +52,11 @@ type ModelInfo struct {
 	// llama.cpp's per-slot n_ctx, TGI's max_total_tokens; 0 when unknown
 	// (Ollama).
 	MaxModelLen int
+	// Root is where the engine loaded the model from, as it says: vLLM's
+	// "root" (a Hugging Face model directory or hub name), llama.cpp's
+	// model_path (a GGUF file); "" when it does not say. llmd reads a
+	// tokenizer from it when it names something on this machine.
+	Root string
 }
 
 var (
