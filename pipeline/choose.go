@@ -199,7 +199,7 @@ func (p *Pipeline) chooseElsewhere(req *Request, name string, c choice, notFound
 		!errors.As(notFound, &pe) || pe.Code != CodeModelNotFound {
 		return c, notFound
 	}
-	if c.peers = p.peersServing(name, req.AffinityKey); len(c.peers) > 0 {
+	if c.peers = p.peersServing(req, name); len(c.peers) > 0 {
 		return c, nil
 	}
 	fb := p.cfg.Fallback[name]
@@ -217,16 +217,19 @@ func (p *Pipeline) chooseElsewhere(req *Request, name string, c choice, notFound
 		c.model, c.level = m, m.Replica.Stats().Degrade
 		return c, nil
 	}
-	if c.peers = p.peersServing(fb, req.AffinityKey); len(c.peers) > 0 {
+	if c.peers = p.peersServing(req, fb); len(c.peers) > 0 {
 		return c, nil
 	}
 	return c, notFound
 }
 
-// peersServing are the alive peers serving model, by affinity and load.
-func (p *Pipeline) peersServing(model, affinity string) []cluster.Candidate {
-	cands := p.router.Route(cluster.RouteRequest{Model: model, AffinityKey: affinity, LoadBound: p.cfg.LoadBound,
-		LoadSlack: p.cfg.LoadSlack}, nil)
+// peersServing are the alive peers serving model for req: the one that
+// was sent the longest part of its input (peers serving the model through
+// an upstream engine gossip what they sent; this node cannot tokenize for
+// a model it does not hold), then by affinity and load.
+func (p *Pipeline) peersServing(req *Request, model string) []cluster.Candidate {
+	cands := p.router.Route(cluster.RouteRequest{Model: model, Prefix: remoteTextChain(req), AffinityKey: req.AffinityKey,
+		LoadBound: p.cfg.LoadBound, LoadSlack: p.cfg.LoadSlack}, nil)
 	return slices.DeleteFunc(cands, func(c cluster.Candidate) bool { return c.Member.Local || c.Member.APIAddr == "" })
 }
 

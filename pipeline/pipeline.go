@@ -336,7 +336,7 @@ func fallback(p *Pipeline, d *ModelChoice, req *Request) (choice, bool) {
 			c.model, c.level = m, m.Replica.Stats().Degrade
 		} else if p.router == nil || len(c.forward.Body) == 0 {
 			continue
-		} else if c.peers = p.peersServing(id, req.AffinityKey); len(c.peers) == 0 {
+		} else if c.peers = p.peersServing(req, id); len(c.peers) == 0 {
 			continue
 		}
 		d.Model, d.Role = id, catalog.RoleFallback

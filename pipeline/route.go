@@ -26,7 +26,13 @@ func (p *Pipeline) route(job *Job, peers []cluster.Candidate) ([]Target, string)
 		return []Target{here}, ""
 	}
 	m := job.Model
-	req := cluster.RouteRequest{Model: m.ID, Prefix: kvcache.HashChain(job.Prompt, m.Replica.BlockSize()),
+	var prefix []kvcache.Hash
+	if pc, ok := m.Replica.(PrefixChainer); ok {
+		prefix = pc.PrefixChain(job)
+	} else {
+		prefix = kvcache.HashChain(job.Prompt, m.Replica.BlockSize())
+	}
+	req := cluster.RouteRequest{Model: m.ID, Prefix: prefix,
 		AffinityKey: job.AffinityKey, LoadBound: p.cfg.LoadBound, LoadSlack: p.cfg.LoadSlack, Policy: p.cfg.RoutePolicy}
 	cands := p.router.Route(req, func(h []kvcache.Hash) int {
 		return cluster.SummaryDepth(m.Replica.CachedPrefix(h), len(h))

@@ -1,8 +1,13 @@
 package pipeline
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/llmd/llmd/engine/kvcache"
 )
 
 // Upstream replicas: a model served by an OpenAI-compatible engine on the
@@ -105,4 +110,55 @@ func (p *Pipeline) prepareUpstream(req *Request, j *Job, m *Model, t Tenant) (*J
 		return nil, err
 	}
 	return j, nil
+}
+
+// TextBlock is the bytes per block of an upstream model's prefix chain.
+const TextBlock = 64
+
+// TextChain is the prefix chain of an upstream request: the hashes of its
+// input as the engine gets it (the messages, or the prompt, as compact
+// JSON) in blocks of TextBlock bytes. Two requests share a chain's head
+// exactly when they share that much of their input, whether or not their
+// tokens were counted, so an upstream model's replicas (and the peers
+// that gossip them) index what they were sent by it, as an approximate
+// prefix cache.
+func TextChain(call *UpstreamCall) []kvcache.Hash {
+	if call == nil {
+		return nil
+	}
+	in := call.Body["messages"]
+	if in == nil {
+		in = call.Body["prompt"]
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, in) == nil {
+		in = buf.Bytes()
+	}
+	out := make([]kvcache.Hash, 0, len(in)/TextBlock)
+	var h kvcache.Hash
+	for i := 0; i+TextBlock <= len(in); i += TextBlock {
+		v := xxh3.Hash128Seed(in[i:i+TextBlock], h.Hi^h.Lo)
+		h = kvcache.Hash{Hi: v.Hi, Lo: v.Lo}
+		out = append(out, h)
+	}
+	return out
+}
+
+// PrefixChainer is a Replica whose prefix index is not over the prompt's
+// tokens (an upstream engine's, over TextChain): PrefixChain is the chain
+// the router compares with the prefixes gossiped for the model.
+type PrefixChainer interface {
+	PrefixChain(job *Job) []kvcache.Hash
+}
+
+// remoteTextChain is the TextChain of a request for a model only peers
+// serve, so a peer serving it through an upstream engine that was sent
+// the same input is preferred (a peer whose model runs here on an
+// executor gossips token chains, which this matches nothing of).
+func remoteTextChain(req *Request) []kvcache.Hash {
+	call, err := upstreamCall(req)
+	if err != nil {
+		return nil
+	}
+	return TextChain(call)
 }

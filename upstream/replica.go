@@ -97,6 +97,10 @@ func (s *Set) CachedPrefix(hashes []kvcache.Hash) int {
 	return best
 }
 
+// PrefixChain implements pipeline.PrefixChainer: the chain of the job's
+// input, which the replicas' indexes and the gossip hold.
+func (s *Set) PrefixChain(job *pipeline.Job) []kvcache.Hash { return pipeline.TextChain(job.Upstream) }
+
 // RecentPrefixes implements pipeline.Replica: the most recently sent
 // blocks, newest first.
 func (s *Set) RecentPrefixes(limit int) []kvcache.Hash {

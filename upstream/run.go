@@ -10,11 +10,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/engine"
-	"github.com/llmd/llmd/engine/kvcache"
 	"github.com/llmd/llmd/peer"
 	"github.com/llmd/llmd/pipeline"
 )
@@ -25,28 +22,6 @@ var ErrUpstreamLost = errors.New("upstream: the engine serving this request fail
 
 // prefixBlock is the prompt block size of the approximate prefix index.
 const prefixBlock = 16
-
-// textBlock is the bytes per block of the approximate prefix index.
-const textBlock = 64
-
-// textChain is the hash chain of the request's input as the engine gets
-// it (the messages, or the prompt, as JSON), in blocks of textBlock bytes:
-// two requests share a chain's head exactly when they share that much of
-// their input, whether or not their tokens were counted.
-func textChain(call *pipeline.UpstreamCall) []kvcache.Hash {
-	in := call.Body["messages"]
-	if in == nil {
-		in = call.Body["prompt"]
-	}
-	out := make([]kvcache.Hash, 0, len(in)/textBlock)
-	var h kvcache.Hash
-	for i := 0; i+textBlock <= len(in); i += textBlock {
-		v := xxh3.Hash128Seed(in[i:i+textBlock], h.Hi^h.Lo)
-		h = kvcache.Hash{Hi: v.Hi, Lo: v.Lo}
-		out = append(out, h)
-	}
-	return out
-}
 
 // Name implements pipeline.Target.
 func (s *Set) Name() string { return "upstream" }
@@ -59,7 +34,7 @@ func (s *Set) Start(ctx context.Context, job *pipeline.Job) (pipeline.Execution,
 		return nil, errors.New("upstream: the job has no upstream request")
 	}
 	w := &waiter{id: job.ID, tenant: job.Principal.Tenant, prio: job.Priority, since: time.Now(),
-		prefix: textChain(job.Upstream), ready: make(chan *replica, 1)}
+		prefix: pipeline.TextChain(job.Upstream), ready: make(chan *replica, 1)}
 	s.mu.Lock()
 	s.queue.push(w)
 	s.releaseLocked()
