@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmd/llmd/api"
@@ -36,6 +37,10 @@ func (s *Set) Start(ctx context.Context, job *pipeline.Job) (pipeline.Execution,
 	w := &waiter{id: job.ID, tenant: job.Principal.Tenant, prio: job.Priority, since: time.Now(),
 		prefix: pipeline.TextChain(job.Upstream), ready: make(chan *replica, 1)}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, engine.ErrClosed
+	}
 	s.queue.push(w)
 	s.releaseLocked()
 	s.mu.Unlock()
@@ -61,7 +66,16 @@ func (s *Set) Start(ctx context.Context, job *pipeline.Job) (pipeline.Execution,
 		s.done(r)
 		return nil, err
 	}
-	return &run{s: s, r: r, job: job, resp: resp, queued: time.Since(w.since)}, nil
+	x := &run{s: s, r: r, job: job, resp: resp, queued: time.Since(w.since)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = resp.Body.Close()
+		s.inflightDoneLocked(r)
+		return nil, engine.ErrClosed
+	}
+	s.runs[x] = struct{}{}
+	return x, nil
 }
 
 // send posts job to r and checks its answer's status.
@@ -132,6 +146,16 @@ type run struct {
 	queued time.Duration
 	// relayed counts the text and tool-call pieces passed on.
 	relayed int
+	// closing is set when the Set stops (shutdown) and closes the
+	// engine's stream under the relay.
+	closing atomic.Bool
+}
+
+// close ends the run at shutdown: its engine's stream is closed, which
+// frees the request there.
+func (x *run) close() {
+	x.closing.Store(true)
+	_ = x.resp.Body.Close()
 }
 
 // streamUsage is the usage of an OpenAI stream's last chunk.
@@ -142,7 +166,12 @@ type streamUsage struct {
 // Relay implements pipeline.Execution: it passes the engine's stream on
 // to sink as it comes.
 func (x *run) Relay(ctx context.Context, sink pipeline.Sink, progress *pipeline.Progress) pipeline.Result {
-	defer x.s.done(x.r)
+	defer func() {
+		x.s.mu.Lock()
+		delete(x.s.runs, x)
+		x.s.mu.Unlock()
+		x.s.done(x.r)
+	}()
 	defer x.resp.Body.Close()
 	res := pipeline.Result{Queued: x.queued}
 	stall := x.s.cfg.Stall
@@ -194,6 +223,8 @@ func (x *run) Relay(ctx context.Context, sink pipeline.Sink, progress *pipeline.
 	switch {
 	case ctx.Err() != nil:
 		res.ClientGone, res.Finish = true, string(engine.FinishCancelled)
+	case x.closing.Load():
+		res.Err, res.Finish = engine.ErrClosed, string(engine.FinishError)
 	case err != nil && !errors.Is(err, io.EOF):
 		var pe *pipeline.Error
 		if !errors.As(err, &pe) {

@@ -111,9 +111,13 @@ type Set struct {
 
 	mu       sync.Mutex
 	replicas []*replica
-	queue    queue
-	ladder   *engine.Ladder
-	level    engine.DegradeLevel
+	// runs are the jobs the engines are generating; closed is set when
+	// Run ends, which ends them (shutdown) and refuses new ones.
+	runs   map[*run]struct{}
+	closed bool
+	queue  queue
+	ladder *engine.Ladder
+	level  engine.DegradeLevel
 	// wake is signalled when the queue or a replica's room changes.
 	wake chan struct{}
 }
@@ -173,7 +177,7 @@ func New(ctx context.Context, cfg Config) (*Set, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Set{cfg: cfg, kind: cfg.Kind, name: cfg.Name, hc: hc, log: log.With("component", "upstream", "model", cfg.Model),
-		wake: make(chan struct{}, 1), ladder: engine.NewLadder(cfg.Ladder)}
+		wake: make(chan struct{}, 1), ladder: engine.NewLadder(cfg.Ladder), runs: map[*run]struct{}{}}
 	var (
 		lastErr error
 		root    string
@@ -250,7 +254,11 @@ func (s *Set) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			s.mu.Lock()
+			s.closed = true
 			s.queue.failAll(engine.ErrClosed)
+			for x := range s.runs {
+				x.close()
+			}
 			s.mu.Unlock()
 			return nil
 		case now := <-tick.C:
@@ -436,8 +444,13 @@ func evictOldest(m map[kvcache.Hash]time.Time) {
 // done ends a request on r.
 func (s *Set) done(r *replica) {
 	s.mu.Lock()
-	r.inflight--
+	s.inflightDoneLocked(r)
 	s.mu.Unlock()
+}
+
+// inflightDoneLocked counts a request of r's as ended.
+func (s *Set) inflightDoneLocked(r *replica) {
+	r.inflight--
 	s.signal()
 }
 
