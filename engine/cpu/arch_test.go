@@ -14,6 +14,7 @@ import (
 	"github.com/llmd/llmd/internal/fixtures"
 	"github.com/llmd/llmd/model"
 	"github.com/llmd/llmd/model/gguf"
+	"github.com/llmd/llmd/model/synth"
 	"github.com/llmd/llmd/model/tokenizer"
 )
 
@@ -248,5 +249,68 @@ func TestMoERoute(t *testing.T) {
 				require.InDelta(t, w, float64(weight[i]), 1e-6)
 			}
 		})
+	}
+}
+
+// geluFloatTolerance is refTolerance for float weights in a model with
+// GELU, whose activation ggml (and so the executor) reads from a
+// half-float table.
+const geluFloatTolerance = 1e-3
+
+// archModel is a small random model of arch with each architecture's
+// peculiarities switched on: a head dim that is not dim/heads (qwen3,
+// qwen3moe, gemma3), partial rotary (phi3), six experts of which two are
+// used (qwen3moe), and for gemma3 one KV head, a tied output and a
+// five-position window on layers 0 and 1 of three.
+func archModel(arch string, typ gguf.TensorType) synth.Model {
+	m := synth.Model{Arch: arch, Dim: 64, Layers: 3, Heads: 4, KVHeads: 2, FFN: 96, Vocab: 300, Type: typ, Seed: 9, ContextLength: 512}
+	switch arch {
+	case "qwen3":
+		m.HeadDim = 32
+	case "qwen3moe":
+		m.HeadDim = 32
+		m.Experts, m.ExpertsUsed, m.ExpertFFN = 6, 2, 64
+	case "phi3":
+		m.RopeDims = 12
+	case "gemma3":
+		m.HeadDim, m.KVHeads, m.Tied = 32, 1, true
+		m.SlidingWindow, m.SlidingPattern = 5, 3
+	}
+	return m
+}
+
+// TestArchMatchesReference checks the new architectures against the
+// float64 reference on random models: with F32 weights to float32
+// rounding (so that a small slip, a wrong window edge or a missing
+// renormalisation, cannot hide in the 8-bit rounding of quantized
+// activations), with F16 K/V, and with Q8_0 weights; each alone (a
+// prompt in one step, then decode steps) and two sequences batched,
+// prefilled in chunks of 3 through 4-token blocks.
+func TestArchMatchesReference(t *testing.T) {
+	for _, arch := range []string{"qwen3", "qwen3moe", "phi3", "gemma3"} {
+		for _, typ := range []gguf.TensorType{gguf.TypeF32, gguf.TypeQ8_0} {
+			t.Run(arch+"/"+typ.String(), func(t *testing.T) {
+				t.Parallel()
+				m := archModel(arch, typ)
+				f := openModel(t, m, nil)
+				tol := refTolerance[typ]
+				if arch == "gemma3" && typ == gguf.TypeF32 {
+					// GELU from a half-float table: float32 noise that
+					// tips an input across a half-float rounding step
+					// moves that activation by 2⁻¹¹ (the reference rounds
+					// the same way, but not always on the same side).
+					tol = geluFloatTolerance
+				}
+				for _, kv := range []string{"f32", "f16"} {
+					cfg := testConfig()
+					cfg.KVType = kv
+					checkAgainstRef(t, f, cfg, randomTokens(21, 23, m.Vocab), 3, tol)
+				}
+				cfg := testConfig()
+				cfg.BlockSize, cfg.KVBlocks = 4, 32
+				prompts := [][]int32{randomTokens(22, 17, m.Vocab), randomTokens(23, 9, m.Vocab)}
+				checkBatchAgainstRef(t, f, cfg, prompts, 3, 5, tol)
+			})
+		}
 	}
 }

@@ -264,19 +264,33 @@ func (r *refSeq) step(tok int32, want bool) []float64 {
 }
 
 // ffn is the gated feed-forward down(act(gate·x) ⊙ up·x), act SiLU or, for
-// GELU models, the tanh approximation of GELU (exact, where the executor
-// takes ggml's half-float table).
+// GELU models, the tanh approximation of GELU as ggml's CPU takes it (the
+// fixtures' README): from its half-float table, so the input and the
+// result are rounded to half floats, 0 at or below −10 and the input
+// itself from 10 on.
 func (m *refModel) ffn(gate, up, down, x []float64) []float64 {
 	g := refMatVec(gate, x)
 	u := refMatVec(up, x)
 	for i, v := range g {
 		if m.spec.GELU {
-			g[i] = 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*v*(1+0.044715*v*v))) * u[i]
+			g[i] = refGELUHalf(v) * u[i]
 		} else {
 			g[i] = v / (1 + math.Exp(-v)) * u[i]
 		}
 	}
 	return refMatVec(down, g)
+}
+
+func refGELUHalf(v float64) float64 {
+	half := func(x float64) float64 { return float64(gguf.HalfToFloat32(gguf.Float32ToHalf(float32(x)))) }
+	switch {
+	case v <= -10:
+		return 0
+	case v >= 10:
+		return v
+	}
+	h := half(v)
+	return half(0.5 * h * (1 + math.Tanh(math.Sqrt(2/math.Pi)*h*(1+0.044715*h*h))))
 }
 
 // moe is build_moe_ffn for a softmax router: the ExpertsUsed experts of
