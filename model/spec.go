@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/llmd/llmd/model/gguf"
 )
@@ -18,7 +19,12 @@ const (
 	specMaxFFN     = 1 << 20
 	specMaxContext = 1 << 24
 	specMaxVocab   = 1 << 24
+	specMaxExperts = 1 << 12
 )
+
+// Architectures lists the general.architecture values SpecFromFile
+// accepts, sorted.
+var Architectures = []string{"gemma3", "llama", "phi3", "qwen2", "qwen3", "qwen3moe"}
 
 // RopeScaling is a model's RoPE context scaling (rope.scaling.* keys).
 type RopeScaling struct {
@@ -35,7 +41,9 @@ type RopeScaling struct {
 // Spec is the shape and hyperparameters of a model, derived from a GGUF
 // file's metadata and checked against its tensors.
 type Spec struct {
-	Arch string // "llama" (also Mistral, SmolLM, TinyLlama) or "qwen2"
+	// Arch is one of Architectures: "llama" (also Mistral, SmolLM,
+	// TinyLlama), "qwen2", "qwen3", "qwen3moe", "phi3" or "gemma3".
+	Arch string
 	Name string // general.name, may be empty
 
 	Layers  int
@@ -67,6 +75,55 @@ type Spec struct {
 	QKVBias    bool // blk.N.attn_{q,k,v}.bias present (required for qwen2)
 	OutputBias bool // output.bias present
 
+	// QKNorm reports per-head RMSNorm of the queries and keys before RoPE
+	// (blk.N.attn_q_norm and attn_k_norm, HeadDim values each): qwen3,
+	// qwen3moe and gemma3.
+	QKNorm bool
+	// FusedQKV reports one blk.N.attn_qkv matrix whose output rows are Q,
+	// then K, then V (phi3).
+	FusedQKV bool
+	// FusedGateUp reports a blk.N.ffn_up of 2·FFN output rows, the gate
+	// then the up projection, and no ffn_gate (phi3).
+	FusedGateUp bool
+	// GELU selects the tanh-approximation GELU for the gated feed-forward
+	// (gemma3); false means SiLU (SwiGLU).
+	GELU bool
+	// EmbedScale multiplies the token embeddings; 0 means 1 (gemma3: √Dim).
+	EmbedScale float64
+	// PostNorms reports RMSNorms of the attention and feed-forward outputs
+	// before they join the residual stream (blk.N.post_attention_norm and
+	// post_ffw_norm, gemma3).
+	PostNorms bool
+	// AttnScale multiplies q·k in attention; 0 means 1/√HeadDim.
+	AttnScale float64
+	// SlidingWindow is the number of positions a query of a sliding-window
+	// layer sees, itself included (p − p' < SlidingWindow); 0 means no
+	// sliding-window layers.
+	SlidingWindow int
+	// SlidingPattern makes every SlidingPattern-th layer global: layer l
+	// is a sliding-window layer when l % SlidingPattern < SlidingPattern−1
+	// (llama.cpp's set_swa_pattern). Set only with SlidingWindow.
+	SlidingPattern int
+	// RopeBaseSWA is the RoPE base of the sliding-window layers
+	// (rope.freq_base_swa, default 10000); they take no RoPE scaling.
+	RopeBaseSWA float64
+	// LogitSoftcap caps the logits at ±LogitSoftcap by cap·tanh(x/cap);
+	// 0 means none.
+	LogitSoftcap float64
+
+	// Experts is the number of feed-forward experts (expert_count) of a
+	// mixture-of-experts model, 0 for a dense one. Each token goes to the
+	// ExpertsUsed experts of highest router probability (softmax over
+	// blk.N.ffn_gate_inp's logits), whose outputs are summed with those
+	// probabilities, renormalised to sum to 1 when ExpertWeightsNorm and
+	// then multiplied by ExpertWeightsScale unless it is 0 or 1. Each
+	// expert's hidden length is ExpertFFN.
+	Experts            int
+	ExpertsUsed        int
+	ExpertFFN          int
+	ExpertWeightsNorm  bool
+	ExpertWeightsScale float64
+
 	// FileType names the quantization level ("F16", "Q8_0", "Q4_K_M"),
 	// from general.file_type or else the commonest matrix type.
 	FileType string
@@ -93,7 +150,8 @@ var specFileTypes = map[uint64]string{
 }
 
 // SpecFromFile derives the model spec from f's metadata and checks it: the
-// architecture is llama or qwen2, sizes are in range, heads are a multiple
+// architecture is one of Architectures (else the error lists them), sizes
+// are in range, heads are a multiple
 // of KV heads, and every tensor the forward pass needs is present with the
 // shape the metadata implies. Defaults follow llama.cpp: head_count_kv =
 // head_count, key_length = value_length = embedding_length/head_count,
@@ -103,15 +161,15 @@ func SpecFromFile(f *gguf.File) (Spec, error) {
 	if !ok {
 		return Spec{}, fmt.Errorf("model: general.architecture is missing")
 	}
-	if arch != "llama" && arch != "qwen2" {
-		return Spec{}, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2)", arch)
+	if !slices.Contains(Architectures, arch) {
+		return Spec{}, fmt.Errorf("model: architecture %q is not supported (supported: %s)", arch, strings.Join(Architectures, ", "))
 	}
-	s := Spec{Arch: arch, RopeNeox: arch == "qwen2"}
+	s := Spec{Arch: arch, RopeNeox: arch != "llama"}
 	s.Name, _ = f.String("general.name")
 	p := arch + "."
 
-	if n, ok := f.Uint(p + "expert_count"); ok && n > 0 {
-		return Spec{}, fmt.Errorf("model: %sexpert_count is %d: mixture-of-experts models are not supported", p, n)
+	if n, ok := f.Uint(p + "expert_count"); ok && n > 0 && arch != "qwen3moe" {
+		return Spec{}, fmt.Errorf("model: %sexpert_count is %d: mixture-of-experts %s models are not supported (supported: qwen3moe)", p, n, arch)
 	}
 
 	var err error
@@ -189,6 +247,14 @@ func SpecFromFile(f *gguf.File) (Spec, error) {
 	if s.RopeScaling, err = specRopeScaling(f, p); err != nil {
 		return Spec{}, err
 	}
+	aerr := s.archParams(f, intKey, floatKey)
+	if err != nil {
+		// A key read failed: its error comes first.
+		return Spec{}, err
+	}
+	if aerr != nil {
+		return Spec{}, aerr
+	}
 
 	if err := s.checkTensors(f); err != nil {
 		return Spec{}, err
@@ -206,6 +272,78 @@ func SpecFromFile(f *gguf.File) (Spec, error) {
 	}
 	s.FileType = specFileType(f)
 	return s, nil
+}
+
+// archParams sets the hyperparameters particular to s.Arch, reading the
+// keys with SpecFromFile's readers (which keep their first error to
+// themselves: the caller checks it before the error returned here), the
+// way llama.cpp's per-architecture loaders do.
+func (s *Spec) archParams(f *gguf.File, intKey func(key string, def, lo, hi int) int, floatKey func(key string, def float64) float64) error {
+	p := s.Arch + "."
+	switch s.Arch {
+	case "qwen3":
+		s.QKNorm = true
+	case "qwen3moe":
+		s.QKNorm = true
+		s.Experts = intKey("expert_count", -1, 1, specMaxExperts)
+		s.ExpertsUsed = intKey("expert_used_count", -1, 1, specMaxExperts)
+		s.ExpertFFN = intKey("expert_feed_forward_length", 0, 1, specMaxFFN)
+		// llama.cpp always renormalises qwen3moe's top-k weights and
+		// reads no weight scale for it.
+		s.ExpertWeightsNorm = true
+	case "phi3":
+		s.FusedGateUp = true
+		if s.ValueDim != s.HeadDim {
+			return fmt.Errorf("model: phi3 needs equal key and value lengths, got %d and %d", s.HeadDim, s.ValueDim)
+		}
+		for _, name := range []string{"rope_factors_long.weight", "rope_factors_short.weight"} {
+			if _, ok := f.Tensor(name); ok {
+				return fmt.Errorf("model: tensor %q: LongRoPE scaling (Phi-3 128k) is not supported", name)
+			}
+		}
+		// llama.cpp disables Phi-3's sliding window: phi3 files that carry
+		// attention.sliding_window run with full attention, as here.
+	case "gemma3":
+		s.QKNorm, s.GELU, s.PostNorms = true, true, true
+		s.EmbedScale = float64(float32(math.Sqrt(float64(s.Dim))))
+		// llama.cpp (after gemma_pytorch): queries are scaled by
+		// 1/√HeadDim, except in the 62-layer 27B model, whose
+		// query_pre_attn_scalar is Dim/Heads.
+		s.AttnScale = 1 / math.Sqrt(float64(s.HeadDim))
+		if s.Layers == 62 {
+			s.AttnScale = 1 / math.Sqrt(float64(s.Dim/s.Heads))
+		}
+		s.SlidingWindow = intKey("attention.sliding_window", 0, 0, specMaxContext)
+		if s.SlidingWindow > 0 {
+			s.SlidingPattern = intKey("attention.sliding_window_pattern", 6, 1, specMaxLayers)
+			s.RopeBaseSWA = floatKey("rope.freq_base_swa", 10000)
+		}
+		s.LogitSoftcap = floatKey("final_logit_softcapping", 0)
+		if n, ok := f.Uint(p + "attention.key_length_swa"); ok && n != uint64(s.HeadDim) {
+			return fmt.Errorf("model: %sattention.key_length_swa %d differs from key_length %d: not supported", p, n, s.HeadDim)
+		}
+	}
+	switch {
+	case s.Experts > 0 && s.ExpertsUsed > s.Experts:
+		return fmt.Errorf("model: %sexpert_used_count %d exceeds expert_count %d", p, s.ExpertsUsed, s.Experts)
+	case s.Experts > 0 && s.ExpertFFN == 0:
+		// llama.cpp's default when expert_feed_forward_length is absent.
+		s.ExpertFFN = s.FFN / s.ExpertsUsed
+		if s.ExpertFFN == 0 {
+			return fmt.Errorf("model: %sfeed_forward_length %d over %d used experts leaves no expert width", p, s.FFN, s.ExpertsUsed)
+		}
+	case s.SlidingWindow > 0 && (!(s.RopeBaseSWA > 0) || math.IsInf(s.RopeBaseSWA, 0)):
+		return fmt.Errorf("model: %srope.freq_base_swa %v must be positive", p, s.RopeBaseSWA)
+	case !(s.LogitSoftcap >= 0) || math.IsInf(s.LogitSoftcap, 0):
+		return fmt.Errorf("model: %sfinal_logit_softcapping %v must be a non-negative number", p, s.LogitSoftcap)
+	}
+	return nil
+}
+
+// SlidingLayer reports whether layer l attends over a sliding window of
+// SlidingWindow positions rather than the whole sequence.
+func (s Spec) SlidingLayer(l int) bool {
+	return s.SlidingWindow > 0 && s.SlidingPattern > 0 && l%s.SlidingPattern < s.SlidingPattern-1
 }
 
 // specRopeScaling reads rope.scaling.* the way llama.cpp does: a factor
@@ -245,7 +383,7 @@ func specRopeScaling(f *gguf.File, p string) (RopeScaling, error) {
 }
 
 // checkTensors checks the tensors the forward pass reads and sets Vocab,
-// TiedOutput, QKVBias, OutputBias and RopeFreqs.
+// TiedOutput, QKVBias, FusedQKV, OutputBias and RopeFreqs.
 func (s *Spec) checkTensors(f *gguf.File) error {
 	shape := func(name string, dims ...int) (bool, error) {
 		t, ok := f.Tensor(name)
@@ -292,40 +430,82 @@ func (s *Spec) checkTensors(f *gguf.File) error {
 		return err
 	}
 
-	q, k, v := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, s.KVHeads*s.ValueDim
+	if s.Arch == "phi3" {
+		_, s.FusedQKV = f.Tensor("blk.0.attn_qkv.weight")
+	}
 	_, s.QKVBias = f.Tensor("blk.0.attn_q.bias")
 	if s.Arch == "qwen2" {
 		s.QKVBias = true
 	}
+	if s.QKVBias && s.FusedQKV {
+		return fmt.Errorf("model: q/k/v biases with a fused attn_qkv are not supported")
+	}
 	for l := range s.Layers {
 		p := fmt.Sprintf("blk.%d.", l)
-		checks := []struct {
-			name string
-			dims []int
-		}{
-			{"attn_norm.weight", []int{s.Dim}},
-			{"attn_q.weight", []int{s.Dim, q}},
-			{"attn_k.weight", []int{s.Dim, k}},
-			{"attn_v.weight", []int{s.Dim, v}},
-			{"attn_output.weight", []int{s.Heads * s.ValueDim, s.Dim}},
-			{"ffn_norm.weight", []int{s.Dim}},
-			{"ffn_gate.weight", []int{s.Dim, s.FFN}},
-			{"ffn_up.weight", []int{s.Dim, s.FFN}},
-			{"ffn_down.weight", []int{s.FFN, s.Dim}},
-		}
-		if s.QKVBias {
-			checks = append(checks, []struct {
-				name string
-				dims []int
-			}{{"attn_q.bias", []int{q}}, {"attn_k.bias", []int{k}}, {"attn_v.bias", []int{v}}}...)
-		}
-		for _, c := range checks {
+		for _, c := range s.layerTensors() {
 			if err := need(p+c.name, c.dims...); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// specTensor is a per-layer tensor's name (without "blk.N.") and shape.
+type specTensor struct {
+	name string
+	dims []int
+}
+
+// layerTensors lists the tensors every layer of s must hold.
+func (s *Spec) layerTensors() []specTensor {
+	q, k, v := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, s.KVHeads*s.ValueDim
+	ts := []specTensor{{"attn_norm.weight", []int{s.Dim}}}
+	if s.FusedQKV {
+		ts = append(ts, specTensor{"attn_qkv.weight", []int{s.Dim, q + k + v}})
+	} else {
+		ts = append(ts,
+			specTensor{"attn_q.weight", []int{s.Dim, q}},
+			specTensor{"attn_k.weight", []int{s.Dim, k}},
+			specTensor{"attn_v.weight", []int{s.Dim, v}})
+	}
+	if s.QKVBias {
+		ts = append(ts,
+			specTensor{"attn_q.bias", []int{q}},
+			specTensor{"attn_k.bias", []int{k}},
+			specTensor{"attn_v.bias", []int{v}})
+	}
+	if s.QKNorm {
+		ts = append(ts,
+			specTensor{"attn_q_norm.weight", []int{s.HeadDim}},
+			specTensor{"attn_k_norm.weight", []int{s.HeadDim}})
+	}
+	ts = append(ts,
+		specTensor{"attn_output.weight", []int{s.Heads * s.ValueDim, s.Dim}},
+		specTensor{"ffn_norm.weight", []int{s.Dim}})
+	if s.PostNorms {
+		ts = append(ts,
+			specTensor{"post_attention_norm.weight", []int{s.Dim}},
+			specTensor{"post_ffw_norm.weight", []int{s.Dim}})
+	}
+	switch {
+	case s.Experts > 0:
+		ts = append(ts,
+			specTensor{"ffn_gate_inp.weight", []int{s.Dim, s.Experts}},
+			specTensor{"ffn_gate_exps.weight", []int{s.Dim, s.ExpertFFN, s.Experts}},
+			specTensor{"ffn_up_exps.weight", []int{s.Dim, s.ExpertFFN, s.Experts}},
+			specTensor{"ffn_down_exps.weight", []int{s.ExpertFFN, s.Dim, s.Experts}})
+	case s.FusedGateUp:
+		ts = append(ts,
+			specTensor{"ffn_up.weight", []int{s.Dim, 2 * s.FFN}},
+			specTensor{"ffn_down.weight", []int{s.FFN, s.Dim}})
+	default:
+		ts = append(ts,
+			specTensor{"ffn_gate.weight", []int{s.Dim, s.FFN}},
+			specTensor{"ffn_up.weight", []int{s.Dim, s.FFN}},
+			specTensor{"ffn_down.weight", []int{s.FFN, s.Dim}})
+	}
+	return ts
 }
 
 // specFileType names the file's quantization level: general.file_type when

@@ -2,6 +2,7 @@ package model
 
 import (
 	"bytes"
+	"math"
 	"slices"
 	"testing"
 
@@ -136,8 +137,8 @@ func TestSpecRefusesBadModels(t *testing.T) {
 		"no architecture": {specLlama, func(w *gguf.Writer) {
 			specWithout(t, w, []string{"general.architecture"}, nil)
 		}, "general.architecture is missing"},
-		"other architecture":   {specLlama, set("general.architecture", "gemma3"), `"gemma3" is not supported`},
-		"mixture of experts":   {specLlama, set("llama.expert_count", uint32(8)), "mixture-of-experts"},
+		"other architecture":   {specLlama, set("general.architecture", "mamba"), `"mamba" is not supported (supported: gemma3, llama, phi3, qwen2, qwen3, qwen3moe)`},
+		"mixture of experts":   {specLlama, set("llama.expert_count", uint32(8)), "mixture-of-experts llama models are not supported"},
 		"missing layers":       {specLlama, set("llama.block_count", "two"), "llama.block_count"},
 		"too many layers":      {specLlama, set("llama.block_count", uint32(1025)), "1025"},
 		"zero heads":           {specLlama, set("llama.attention.head_count", uint32(0)), "head_count is 0"},
@@ -175,6 +176,119 @@ func TestSpecRefusesBadModels(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := specTestFile(t, c.m, c.edit)
 			_, err := SpecFromFile(f)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), c.contains)
+			require.Regexp(t, "^model: ", err.Error())
+		})
+	}
+}
+
+// specArch returns a small random model of arch with its peculiarities
+// switched on.
+func specArch(arch string) synth.Model {
+	m := synth.Model{Arch: arch, Dim: 64, Layers: 3, Heads: 4, KVHeads: 2, FFN: 96, Vocab: 40, Type: gguf.TypeF32, ContextLength: 256}
+	switch arch {
+	case "qwen3":
+		m.HeadDim = 32
+	case "qwen3moe":
+		m.HeadDim = 32
+		m.Experts, m.ExpertsUsed, m.ExpertFFN = 6, 2, 48
+	case "phi3":
+		m.RopeDims = 12
+	case "gemma3":
+		m.HeadDim, m.KVHeads = 32, 1
+		m.SlidingWindow, m.SlidingPattern, m.RopeBaseSWA = 5, 3, 20000
+	}
+	return m
+}
+
+func TestSpecArchitectures(t *testing.T) {
+	cases := map[string]func(t *testing.T, s Spec){
+		"qwen3": func(t *testing.T, s Spec) {
+			require.True(t, s.QKNorm)
+			require.True(t, s.RopeNeox)
+			require.Equal(t, 32, s.HeadDim)
+			require.Zero(t, s.Experts)
+		},
+		"qwen3moe": func(t *testing.T, s Spec) {
+			require.True(t, s.QKNorm)
+			require.Equal(t, []int{6, 2, 48}, []int{s.Experts, s.ExpertsUsed, s.ExpertFFN})
+			require.True(t, s.ExpertWeightsNorm)
+			require.Zero(t, s.ExpertWeightsScale)
+		},
+		"phi3": func(t *testing.T, s Spec) {
+			require.True(t, s.FusedQKV)
+			require.True(t, s.FusedGateUp)
+			require.True(t, s.RopeNeox)
+			require.Equal(t, 12, s.RopeDims)
+			require.Equal(t, 16, s.HeadDim)
+			require.False(t, s.QKNorm)
+		},
+		"gemma3": func(t *testing.T, s Spec) {
+			require.True(t, s.QKNorm && s.GELU && s.PostNorms)
+			require.Equal(t, 8.0, s.EmbedScale)
+			require.InDelta(t, 1/math.Sqrt(32), s.AttnScale, 1e-15)
+			require.Equal(t, []int{5, 3}, []int{s.SlidingWindow, s.SlidingPattern})
+			require.Equal(t, 20000.0, s.RopeBaseSWA)
+			require.Equal(t, []bool{true, true, false}, []bool{s.SlidingLayer(0), s.SlidingLayer(1), s.SlidingLayer(2)})
+		},
+		"llama": func(t *testing.T, s Spec) {
+			require.False(t, s.RopeNeox)
+			require.False(t, s.SlidingLayer(0))
+			require.Zero(t, s.AttnScale)
+		},
+	}
+	for arch, check := range cases {
+		t.Run(arch, func(t *testing.T) {
+			s, err := SpecFromFile(specTestFile(t, specArch(arch), nil))
+			require.NoError(t, err)
+			require.Equal(t, arch, s.Arch)
+			check(t, s)
+		})
+	}
+}
+
+func TestSpecRefusesBadArchModels(t *testing.T) {
+	set := func(k string, v any) func(w *gguf.Writer) {
+		return func(w *gguf.Writer) { require.NoError(t, w.Set(k, v)) }
+	}
+	drop := func(name string) func(w *gguf.Writer) {
+		return func(w *gguf.Writer) { specWithout(t, w, nil, []string{name}) }
+	}
+	reshape := func(name string, dims ...uint64) func(w *gguf.Writer) {
+		return func(w *gguf.Writer) {
+			specWithout(t, w, nil, []string{name})
+			n := uint64(1)
+			for _, d := range dims {
+				n *= d
+			}
+			require.NoError(t, w.AddTensor(name, dims, gguf.TypeF32, make([]float32, n)))
+		}
+	}
+	cases := map[string]struct {
+		arch     string
+		edit     func(w *gguf.Writer)
+		contains string
+	}{
+		"qwen3 missing k norm":   {"qwen3", drop("blk.2.attn_k_norm.weight"), `"blk.2.attn_k_norm.weight" is missing`},
+		"qwen3 q norm shape":     {"qwen3", reshape("blk.0.attn_q_norm.weight", 16), `"blk.0.attn_q_norm.weight" has shape [16], want [32]`},
+		"moe no expert count":    {"qwen3moe", func(w *gguf.Writer) { specWithout(t, w, []string{"qwen3moe.expert_count"}, nil) }, "expert_count is missing"},
+		"moe too many used":      {"qwen3moe", set("qwen3moe.expert_used_count", uint32(7)), "expert_used_count 7 exceeds expert_count 6"},
+		"moe expert stack shape": {"qwen3moe", reshape("blk.1.ffn_up_exps.weight", 64, 48, 5), `"blk.1.ffn_up_exps.weight" has shape [64 48 5], want [64 48 6]`},
+		"moe router missing":     {"qwen3moe", drop("blk.0.ffn_gate_inp.weight"), `"blk.0.ffn_gate_inp.weight" is missing`},
+		"phi3 qkv shape":         {"phi3", reshape("blk.0.attn_qkv.weight", 64, 96), `"blk.0.attn_qkv.weight" has shape [64 96], want [64 128]`},
+		"phi3 gate-up shape":     {"phi3", reshape("blk.1.ffn_up.weight", 64, 96), `"blk.1.ffn_up.weight" has shape [64 96], want [64 192]`},
+		"phi3 longrope": {"phi3", func(w *gguf.Writer) {
+			require.NoError(t, w.AddTensor("rope_factors_long.weight", []uint64{6}, gguf.TypeF32, make([]float32, 6)))
+		}, "LongRoPE"},
+		"gemma3 post norm":     {"gemma3", drop("blk.1.post_ffw_norm.weight"), `"blk.1.post_ffw_norm.weight" is missing`},
+		"gemma3 swa base":      {"gemma3", set("gemma3.rope.freq_base_swa", float32(-1)), "freq_base_swa"},
+		"gemma3 pattern array": {"gemma3", set("gemma3.attention.sliding_window_pattern", []int32{1, 1, 0}), "sliding_window_pattern"},
+		"gemma3 softcap":       {"gemma3", set("gemma3.final_logit_softcapping", float32(-30)), "final_logit_softcapping"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := SpecFromFile(specTestFile(t, specArch(c.arch), c.edit))
 			require.Error(t, err)
 			require.Contains(t, err.Error(), c.contains)
 			require.Regexp(t, "^model: ", err.Error())

@@ -30,6 +30,10 @@ type initOptions struct {
 	arch, typ, vocabKind, out   string
 	dim, layers, heads, kvHeads int
 	ffn, vocab, context         int
+	headDim, ropeDims           int
+	experts, expertsUsed        int
+	expertFFN                   int
+	window, windowPattern       int
 	tied                        bool
 	seed                        uint64
 }
@@ -51,7 +55,8 @@ func newModelInitCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "init NAME",
 		Short: "Write a GGUF model of a given shape with random weights and a built-in tokenizer",
-		Long: "llmctl model init writes NAME.gguf (or --out): a llama or qwen2 model of the given shape, with random\n" +
+		Long: "llmctl model init writes NAME.gguf (or --out): a model of the given shape and architecture (llama,\n" +
+			"qwen2, qwen3, qwen3moe, phi3 or gemma3), with random\n" +
 			"weights drawn from --seed, a small real tokenizer learned from built-in text (byte-level BPE or\n" +
 			"SentencePiece) and a chat template. The weights are random, so the model's text is gibberish:\n" +
 			"it is for tests and benchmarks, made here with no download.",
@@ -67,7 +72,7 @@ func newModelInitCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.arch, "arch", "llama", "architecture: llama or qwen2")
+	f.StringVar(&o.arch, "arch", "llama", "architecture: "+strings.Join(synth.Architectures, ", "))
 	f.IntVar(&o.dim, "dim", 64, "embedding width")
 	f.IntVar(&o.layers, "layers", 2, "transformer blocks")
 	f.IntVar(&o.heads, "heads", 4, "attention heads")
@@ -77,6 +82,13 @@ func newModelInitCmd() *cobra.Command {
 	f.IntVar(&o.context, "context", 2048, "context length in tokens")
 	f.StringVar(&o.typ, "type", "f16", "weight type: f32, f16, bf16, q8_0, q5_0, q4_0, q4_k, q6_k")
 	f.StringVar(&o.vocabKind, "tokenizer", "bpe", "tokenizer: bpe (byte-level BPE) or spm (SentencePiece)")
+	f.IntVar(&o.headDim, "head-dim", 0, "per-head key/value width (default: dim/heads)")
+	f.IntVar(&o.ropeDims, "rope-dims", 0, "rotated dimensions per head (default: the head width; fewer for partial rotary)")
+	f.IntVar(&o.experts, "experts", 8, "qwen3moe: feed-forward experts per layer")
+	f.IntVar(&o.expertsUsed, "experts-used", 2, "qwen3moe: experts each token goes to")
+	f.IntVar(&o.expertFFN, "expert-ffn", 0, "qwen3moe: each expert's feed-forward width (default: --ffn)")
+	f.IntVar(&o.window, "sliding-window", 0, "gemma3: positions a sliding-window layer sees (default 512; -1: no sliding-window layers)")
+	f.IntVar(&o.windowPattern, "sliding-pattern", 0, "gemma3: every Nth layer is global (default 6)")
 	f.BoolVar(&o.tied, "tied", false, "no output matrix: the logits reuse the token embedding")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random weights")
 	f.StringVarP(&o.out, "out", "o", "", "output file (default: NAME.gguf)")
@@ -97,7 +109,7 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 	template := ""
 	if o.vocabKind == "bpe" {
 		template = llama3Template
-		if o.arch == "qwen2" {
+		if strings.HasPrefix(o.arch, "qwen") {
 			// Qwen's conventions: ChatML, no BOS, <|im_end|> ends an answer.
 			template, vocab.Pre, vocab.AddBOS = chatMLTemplate, "qwen2", false
 			for i, tok := range vocab.Tokens {
@@ -107,10 +119,18 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 			}
 		}
 	}
-	w, err := synth.Model{
+	m := synth.Model{
 		Arch: o.arch, Name: name, Dim: o.dim, Layers: o.layers, Heads: o.heads, KVHeads: o.kvHeads, FFN: o.ffn,
 		Vocab: o.vocab, ContextLength: o.context, Type: typ, Tied: o.tied, Seed: o.seed,
-	}.Writer()
+		HeadDim: o.headDim, RopeDims: o.ropeDims,
+	}
+	if o.arch == "qwen3moe" {
+		m.Experts, m.ExpertsUsed, m.ExpertFFN = o.experts, o.expertsUsed, o.expertFFN
+	}
+	if o.arch == "gemma3" {
+		m.SlidingWindow, m.SlidingPattern = o.window, o.windowPattern
+	}
+	w, err := m.Writer()
 	if err != nil {
 		return "", model.Spec{}, err
 	}

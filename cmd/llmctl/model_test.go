@@ -23,7 +23,11 @@ func TestModelInit(t *testing.T) {
 		"llama q8_0": {args: []string{"--type", "q8_0"}, arch: "llama", fileType: "Q8_0", template: llama3Template},
 		"qwen2 tied": {args: []string{"--arch", "qwen2", "--kv-heads", "2", "--type", "q4_0", "--tied"}, arch: "qwen2",
 			fileType: "Q4_0", tied: true, template: chatMLTemplate},
-		"spm f16": {args: []string{"--tokenizer", "spm", "--type", "f16"}, arch: "llama", fileType: "F16"},
+		"spm f16":  {args: []string{"--tokenizer", "spm", "--type", "f16"}, arch: "llama", fileType: "F16"},
+		"qwen3":    {args: []string{"--arch", "qwen3", "--head-dim", "32", "--type", "q8_0"}, arch: "qwen3", fileType: "Q8_0", template: chatMLTemplate},
+		"qwen3moe": {args: []string{"--arch", "qwen3moe", "--experts", "4", "--experts-used", "2", "--expert-ffn", "64"}, arch: "qwen3moe", fileType: "F16", template: chatMLTemplate},
+		"phi3":     {args: []string{"--arch", "phi3", "--rope-dims", "12", "--tokenizer", "spm"}, arch: "phi3", fileType: "F16"},
+		"gemma3":   {args: []string{"--arch", "gemma3", "--sliding-window", "16", "--tied"}, arch: "gemma3", fileType: "F16", tied: true, template: llama3Template},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(dir, name+".gguf")
@@ -59,6 +63,8 @@ func TestModelInitErrors(t *testing.T) {
 		"unknown arch":      {"--arch", "gpt-j"},
 		"heads vs kv":       {"--heads", "4", "--kv-heads", "3"},
 		"unknown tokenizer": {"--tokenizer", "wordpiece"},
+		"too many used":     {"--arch", "qwen3moe", "--experts", "2", "--experts-used", "3"},
+		"odd rope dims":     {"--rope-dims", "7"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, _, err := runCmd(t, "", append([]string{"model", "init", "m", "-o", filepath.Join(dir, "x.gguf")}, args...)...)

@@ -1,6 +1,7 @@
 // Package cpu is the engine's CPU executor: a real transformer forward pass
-// for the llama and qwen2 architectures over the weights of a GGUF file,
-// with the KV cache in paged blocks that the engine's block pool hands out.
+// for the llama, qwen2, qwen3, qwen3moe (mixture of experts), phi3 and
+// gemma3 architectures over the weights of a GGUF file, with the KV cache
+// in paged blocks that the engine's block pool hands out.
 //
 // It owns the executor ([Executor], [Config], [New]): batch validation, the
 // block operations (swap to and from host memory, copy-on-write copies) on

@@ -124,7 +124,7 @@ const (
 	flopsPerThread = 4e9
 )
 
-// Executor runs llama and qwen2 models on the CPU. It implements
+// Executor runs the architectures of model.Architectures on the CPU. It implements
 // [engine.Executor] and [engine.CostModel].
 //
 // Locking: Forward holds a mutex for the whole step, so concurrent calls are
@@ -137,7 +137,12 @@ type Executor struct {
 	info engine.ExecutorInfo
 	w    *weights
 	rope *rope
-	pool *Pool
+	// ropeSWA rotates the sliding-window layers (their own base, no
+	// scaling); it is rope when the model has none.
+	ropeSWA *rope
+	// attnScale multiplies q·k: the spec's AttnScale or 1/√HeadDim.
+	attnScale float32
+	pool      *Pool
 
 	blockBytes int64   // KV bytes of one block, all layers
 	flopsTok   float64 // matmul FLOPs per token
@@ -167,7 +172,8 @@ var (
 	_ engine.CostModel = (*Executor)(nil)
 )
 
-// New returns an executor for the llama or qwen2 model in f with
+// New returns an executor for the model in f (any of
+// model.Architectures; others are refused with the list) with
 // configuration cfg. It reads the spec with model.SpecFromFile, checks
 // every tensor's type and size, and allocates the KV cache and swap space;
 // it starts cfg.Threads worker goroutines, stopped by Close. f must stay
@@ -197,6 +203,18 @@ func New(f *gguf.File, cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
+	rSWA := r
+	if spec.SlidingWindow > 0 {
+		local := spec
+		local.RopeBase, local.RopeScaling = spec.RopeBaseSWA, model.RopeScaling{}
+		if rSWA, err = newRope(local, nil); err != nil {
+			return nil, err
+		}
+	}
+	attnScale := spec.AttnScale
+	if attnScale == 0 {
+		attnScale = 1 / math.Sqrt(float64(spec.HeadDim))
+	}
 	f16, _ := parseKVType(cfg.KVType)
 	bs := cfg.BlockSize
 	blockBytes := kvBytesPerBlock(spec, bs, f16)
@@ -219,6 +237,8 @@ func New(f *gguf.File, cfg Config) (*Executor, error) {
 		spec:       spec,
 		w:          w,
 		rope:       r,
+		ropeSWA:    rSWA,
+		attnScale:  float32(attnScale),
 		blockBytes: blockBytes,
 		flopsTok:   2 * float64(w.matmulParams),
 		dev:        newKVCache(f16, spec.Layers, int(blocks), bs, spec.KVHeads, spec.HeadDim, spec.ValueDim),

@@ -9,139 +9,18 @@ import (
 
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/model"
-	"github.com/llmd/llmd/model/gguf"
 )
-
-// layer holds one transformer block's weights.
-type layer struct {
-	attnNorm, ffnNorm []float32
-	q, k, v, o        Weight
-	qb, kb, vb        []float32 // q/k/v biases; nil without (llama)
-	gate, up, down    Weight
-}
-
-// weights holds the model's weights. Matrices alias the model file's
-// tensor data; norms, biases and rope_freqs are converted to float32.
-type weights struct {
-	embd      Weight // token_embd: Vocab rows of Dim
-	layers    []layer
-	outNorm   []float32
-	output    Weight    // output.weight, or token_embd when tied
-	outBias   []float32 // nil without output.bias
-	ropeFreqs []float32 // nil without rope_freqs.weight
-	// matmulParams is the number of weights one token multiplies by,
-	// output head included.
-	matmulParams int64
-}
-
-// loadWeights wraps f's tensors for spec, checking each matrix's type and
-// size.
-func loadWeights(f *gguf.File, spec model.Spec) (*weights, error) {
-	matrix := func(name string) (Weight, error) {
-		t, ok := f.Tensor(name)
-		if !ok {
-			return Weight{}, fmt.Errorf("cpu: tensor %q is missing", name)
-		}
-		if len(t.Dims) != 2 {
-			return Weight{}, fmt.Errorf("cpu: tensor %q has shape %v, want a matrix", name, t.Dims)
-		}
-		data := f.TensorData(t)
-		if data == nil {
-			return Weight{}, fmt.Errorf("cpu: tensor %q has no data (is the file closed?)", name)
-		}
-		w, err := NewWeight(t.Type, int(t.Dims[1]), int(t.Dims[0]), data)
-		if err != nil {
-			return Weight{}, fmt.Errorf("cpu: tensor %q: %w", name, err)
-		}
-		return w, nil
-	}
-	vector := func(name string, n int) ([]float32, error) {
-		t, ok := f.Tensor(name)
-		if !ok {
-			return nil, fmt.Errorf("cpu: tensor %q is missing", name)
-		}
-		if t.Elements() != uint64(n) {
-			return nil, fmt.Errorf("cpu: tensor %q has %d values, want %d", name, t.Elements(), n)
-		}
-		data := f.TensorData(t)
-		if data == nil {
-			return nil, fmt.Errorf("cpu: tensor %q has no data (is the file closed?)", name)
-		}
-		v := make([]float32, n)
-		if err := gguf.Dequantize(t.Type, data, v); err != nil {
-			return nil, fmt.Errorf("cpu: tensor %q: %w", name, err)
-		}
-		return v, nil
-	}
-	var err error
-	must := func(w Weight, e error) Weight {
-		if err == nil {
-			err = e
-		}
-		return w
-	}
-	vec := func(v []float32, e error) []float32 {
-		if err == nil {
-			err = e
-		}
-		return v
-	}
-	s := spec
-	w := &weights{
-		embd:    must(matrix("token_embd.weight")),
-		outNorm: vec(vector("output_norm.weight", s.Dim)),
-	}
-	if s.TiedOutput {
-		w.output = w.embd
-	} else {
-		w.output = must(matrix("output.weight"))
-	}
-	if s.OutputBias {
-		w.outBias = vec(vector("output.bias", s.Vocab))
-	}
-	if s.RopeFreqs {
-		w.ropeFreqs = vec(vector("rope_freqs.weight", s.RopeDims/2))
-	}
-	w.layers = make([]layer, s.Layers)
-	for i := range w.layers {
-		p := fmt.Sprintf("blk.%d.", i)
-		l := &w.layers[i]
-		l.attnNorm = vec(vector(p+"attn_norm.weight", s.Dim))
-		l.q = must(matrix(p + "attn_q.weight"))
-		l.k = must(matrix(p + "attn_k.weight"))
-		l.v = must(matrix(p + "attn_v.weight"))
-		l.o = must(matrix(p + "attn_output.weight"))
-		if s.QKVBias {
-			l.qb = vec(vector(p+"attn_q.bias", s.Heads*s.HeadDim))
-			l.kb = vec(vector(p+"attn_k.bias", s.KVHeads*s.HeadDim))
-			l.vb = vec(vector(p+"attn_v.bias", s.KVHeads*s.ValueDim))
-		}
-		l.ffnNorm = vec(vector(p+"ffn_norm.weight", s.Dim))
-		l.gate = must(matrix(p + "ffn_gate.weight"))
-		l.up = must(matrix(p + "ffn_up.weight"))
-		l.down = must(matrix(p + "ffn_down.weight"))
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range []Weight{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
-			w.matmulParams += int64(m.Rows) * int64(m.Cols)
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	w.matmulParams += int64(w.output.Rows) * int64(w.output.Cols)
-	return w, nil
-}
 
 // stepBuffers are the activations of one step, reused across steps (they
 // only grow). Rows are tokens.
 type stepBuffers struct {
 	x, xn    []float32 // residual stream and its norm, T x Dim
 	q, k, v  []float32 // projections, T x Heads·HeadDim, T x KVHeads·HeadDim, T x KVHeads·ValueDim
+	qkv      []float32 // fused projection (FusedQKV), T x (q + k + v widths)
 	att      []float32 // attention output, T x Heads·ValueDim
 	proj     []float32 // output projection or FFN down, T x Dim
-	gate, up []float32 // FFN hidden, ffnRows x FFN
+	gate, up []float32 // FFN hidden, ffnRows x FFN (up: x 2·FFN when FusedGateUp)
+	moe      moeBuffers
 	logits   []float32 // sampled rows x Vocab
 
 	seqStart []int      // first row of each sequence
@@ -227,11 +106,18 @@ func (e *Executor) forward(ctx context.Context, seqs []engine.SeqInput) ([]float
 	bf.att = grow(bf.att, T*s.Heads*s.ValueDim)
 	bf.proj = grow(bf.proj, T*dim)
 
+	embScale := float32(s.EmbedScale)
 	e.parallel(T, dim, func(a, b int) {
 		for r := a; r < b; r++ {
 			i := bf.rowSeq[r]
 			tok := seqs[i].Tokens[r-bf.seqStart[i]]
-			e.w.embd.Row(bf.x[r*dim:(r+1)*dim], int(tok))
+			xr := bf.x[r*dim : (r+1)*dim]
+			e.w.embd.Row(xr, int(tok))
+			if embScale != 0 {
+				for j := range xr {
+					xr[j] *= embScale
+				}
+			}
 		}
 	})
 
@@ -244,23 +130,43 @@ func (e *Executor) forward(ctx context.Context, seqs []engine.SeqInput) ([]float
 		l := &e.w.layers[li]
 		last := li == len(e.w.layers)-1
 		e.rmsNorm(bf.xn[:T*dim], x[:T*dim], l.attnNorm, T)
-		MatMul(e.pool, bf.q[:T*qd], l.q, bf.xn, T)
-		MatMul(e.pool, bf.k[:T*kd], l.k, bf.xn, T)
-		MatMul(e.pool, bf.v[:T*vd], l.v, bf.xn, T)
+		fused := l.qkv.Rows > 0
+		if fused {
+			bf.qkv = grow(bf.qkv, T*(qd+kd+vd))
+			MatMul(e.pool, bf.qkv, l.qkv, bf.xn, T)
+		} else {
+			MatMul(e.pool, bf.q[:T*qd], l.q, bf.xn, T)
+			MatMul(e.pool, bf.k[:T*kd], l.k, bf.xn, T)
+			MatMul(e.pool, bf.v[:T*vd], l.v, bf.xn, T)
+		}
+		rp := e.rope
+		if s.SlidingLayer(li) {
+			rp = e.ropeSWA
+		}
 		var worker atomic.Int32
 		e.parallel(T, qd+kd, func(a, b int) {
 			sc := e.scratch[worker.Add(1)-1]
 			cos, sin := sc.cos, sc.sin
 			for r := a; r < b; r++ {
 				q, k, v := bf.q[r*qd:(r+1)*qd], bf.k[r*kd:(r+1)*kd], bf.v[r*vd:(r+1)*vd]
+				if fused {
+					row := bf.qkv[r*(qd+kd+vd) : (r+1)*(qd+kd+vd)]
+					copy(q, row[:qd])
+					copy(k, row[qd:qd+kd])
+					copy(v, row[qd+kd:])
+				}
 				if l.qb != nil {
 					addTo(q, l.qb)
 					addTo(k, l.kb)
 					addTo(v, l.vb)
 				}
-				e.rope.angles(int(bf.rowPos[r]), cos, sin)
-				e.rope.apply(q, s.Heads, s.HeadDim, cos, sin)
-				e.rope.apply(k, s.KVHeads, s.HeadDim, cos, sin)
+				if l.qNorm != nil {
+					headNorm(q, s.Heads, l.qNorm, s.RMSEps)
+					headNorm(k, s.KVHeads, l.kNorm, s.RMSEps)
+				}
+				rp.angles(int(bf.rowPos[r]), cos, sin)
+				rp.apply(q, s.Heads, s.HeadDim, cos, sin)
+				rp.apply(k, s.KVHeads, s.HeadDim, cos, sin)
 				seq := &seqs[bf.rowSeq[r]]
 				p := int(bf.rowPos[r])
 				e.dev.write(li, int(seq.Blocks[p/e.info.BlockSize]), p%e.info.BlockSize, k, v)
@@ -283,19 +189,18 @@ func (e *Executor) forward(ctx context.Context, seqs []engine.SeqInput) ([]float
 			x, bf.xn = bf.xn, x
 			bf.x = x
 		}
+		if l.postAttnNorm != nil {
+			e.rmsNorm(bf.proj[:rows*dim], bf.proj[:rows*dim], l.postAttnNorm, rows)
+		}
 		addTo(x[:rows*dim], bf.proj[:rows*dim])
 		e.rmsNorm(bf.xn[:rows*dim], x[:rows*dim], l.ffnNorm, rows)
-		for a := 0; a < rows; a += ffnRows {
-			n := min(ffnRows, rows-a)
-			bf.gate = grow(bf.gate, n*s.FFN)
-			bf.up = grow(bf.up, n*s.FFN)
-			MatMul(e.pool, bf.gate, l.gate, bf.xn[a*dim:], n)
-			MatMul(e.pool, bf.up, l.up, bf.xn[a*dim:], n)
-			act := attnSetFor(kernUse).swiglu
-			e.parallel(n, s.FFN, func(i, j int) {
-				act(bf.gate[i*s.FFN:j*s.FFN], bf.up[i*s.FFN:j*s.FFN])
-			})
-			MatMul(e.pool, bf.proj[a*dim:(a+n)*dim], l.down, bf.gate, n)
+		if l.moe != nil {
+			e.moeFFN(l.moe, rows)
+		} else {
+			e.denseFFN(l, rows)
+		}
+		if l.postFFNNorm != nil {
+			e.rmsNorm(bf.proj[:rows*dim], bf.proj[:rows*dim], l.postFFNNorm, rows)
 		}
 		addTo(x[:rows*dim], bf.proj[:rows*dim])
 	}
@@ -308,7 +213,53 @@ func (e *Executor) forward(ctx context.Context, seqs []engine.SeqInput) ([]float
 			addTo(bf.logits[j*V:(j+1)*V], e.w.outBias)
 		}
 	}
+	if c := float32(s.LogitSoftcap); c != 0 {
+		e.parallel(rows, V, func(a, b int) { softcap(bf.logits[a*V:b*V], c) })
+	}
 	return bf.logits, nil
+}
+
+// denseFFN computes the gated feed-forward of the first rows rows of the
+// normed stream into proj: down(act(gate·x) ⊙ up·x), with gate and up from
+// one fused matrix when the layer has no gate of its own.
+func (e *Executor) denseFFN(l *layer, rows int) {
+	s := &e.spec
+	bf := &e.buf
+	dim, F := s.Dim, s.FFN
+	act := e.activation()
+	fused := l.gate.Rows == 0
+	for a := 0; a < rows; a += ffnRows {
+		n := min(ffnRows, rows-a)
+		bf.gate = grow(bf.gate, n*F)
+		if fused {
+			bf.up = grow(bf.up, n*2*F)
+			MatMul(e.pool, bf.up, l.up, bf.xn[a*dim:], n)
+			e.parallel(n, F, func(i, j int) {
+				for r := i; r < j; r++ {
+					gu := bf.up[r*2*F : (r+1)*2*F]
+					act(gu[:F], gu[F:])
+					copy(bf.gate[r*F:(r+1)*F], gu[:F])
+				}
+			})
+		} else {
+			bf.up = grow(bf.up, n*F)
+			MatMul(e.pool, bf.gate, l.gate, bf.xn[a*dim:], n)
+			MatMul(e.pool, bf.up, l.up, bf.xn[a*dim:], n)
+			e.parallel(n, F, func(i, j int) {
+				act(bf.gate[i*F:j*F], bf.up[i*F:j*F])
+			})
+		}
+		MatMul(e.pool, bf.proj[a*dim:(a+n)*dim], l.down, bf.gate, n)
+	}
+}
+
+// activation returns the gated activation of the model's feed-forward:
+// gelu(gate)·up for GELU models, else silu(gate)·up.
+func (e *Executor) activation() func(gate, up []float32) {
+	if e.spec.GELU {
+		return gegluGo
+	}
+	return attnSetFor(kernUse).swiglu
 }
 
 // parallel runs fn over [0, n) on the pool when the work (n items of about
@@ -343,8 +294,10 @@ func (e *Executor) rmsNorm(out, x, w []float32, rows int) {
 	})
 }
 
-// attention computes softmax(q·kᵀ/√headDim)·v for every query row, causally,
-// reading K and V of layer li through each sequence's block table. With
+// attention computes softmax(scale·q·kᵀ)·v for every query row, causally
+// (and over the last SlidingWindow positions only in a sliding-window
+// layer), reading K and V of layer li through each sequence's block
+// table; scale is the spec's AttnScale, by default 1/√headDim. With
 // last set it computes only the sampled rows, packed in order. Work is
 // split across (sequence, KV head, chunk of queries).
 func (e *Executor) attention(li int, seqs []engine.SeqInput, last bool) {
@@ -371,13 +324,17 @@ func (e *Executor) attention(li int, seqs []engine.SeqInput, last bool) {
 		}
 	}
 	tasks := bf.tasks
+	window := 0
+	if s.SlidingLayer(li) {
+		window = s.SlidingWindow
+	}
 	ks, as := kernSetFor(kernUse), attnSetFor(kernUse)
 	var worker atomic.Int32
 	e.pool.Run(len(tasks), func(a, b int) {
 		// Run calls fn at most Threads() times: one scratch each.
 		sc := e.scratch[worker.Add(1)-1]
 		for _, t := range tasks[a:b] {
-			e.attend(as, ks, li, &seqs[t.seq], bf.seqStart[t.seq], t, sc)
+			e.attend(as, ks, li, window, &seqs[t.seq], bf.seqStart[t.seq], t, sc)
 		}
 	})
 }
@@ -423,13 +380,16 @@ const attnConvertMin = 4
 // computed, the running maximum, denominator and weighted sum of values are
 // rescaled when the block raises the maximum, and the block's terms are
 // added in key order.
-func (e *Executor) attend(as *attnSet, ks *kernSet, li int, seq *engine.SeqInput, start int, t attnTask, sc *scratch) {
+//
+// With window > 0 a query at position p sees only the keys at positions
+// p' > p − window; blocks wholly before every query's window are not read.
+func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.SeqInput, start int, t attnTask, sc *scratch) {
 	s := &e.spec
 	bs := e.info.BlockSize
 	hd, vd := s.HeadDim, s.ValueDim
 	g := s.Heads / s.KVHeads
 	qd := s.Heads * hd
-	scale := float32(1 / math.Sqrt(float64(hd)))
+	scale := e.attnScale
 	nq := t.t1 - t.t0
 	acc := sc.acc[:nq*g*vd]
 	clear(acc)
@@ -441,7 +401,11 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li int, seq *engine.SeqInput
 	c := e.dev
 	inPlace := c.f16 && nq*g < attnConvertMin
 	maxPos := seq.Pos + t.t1 - 1
-	for bi := 0; bi*bs <= maxPos; bi++ {
+	first := 0 // first block any query of the item sees
+	if window > 0 {
+		first = max(0, seq.Pos+t.t0-window+1) / bs
+	}
+	for bi := first; bi*bs <= maxPos; bi++ {
 		base := bi * bs
 		nslot := min(bs, maxPos+1-base)
 		blk := int(seq.Blocks[bi])
@@ -455,19 +419,24 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li int, seq *engine.SeqInput
 			V = c.values(ks, li, blk, t.head, nslot, sc.v)
 		}
 		for qt := t.t0; qt < t.t1; qt++ {
+			// The query sees slots [from, lim) of this block.
 			lim := min(nslot, seq.Pos+qt+1-base)
-			if lim <= 0 {
+			from := 0
+			if window > 0 {
+				from = max(0, seq.Pos+qt-window+1-base)
+			}
+			if lim <= from {
 				continue
 			}
 			row := start + qt
 			for hh := range g {
 				qh := e.buf.q[row*qd+(t.head*g+hh)*hd:][:hd]
 				idx := (qt-t.t0)*g + hh
-				scores := sc.scores[:lim]
+				scores := sc.scores[:lim-from]
 				if inPlace {
-					as.dotsF16(scores, qh, K16[:2*lim*hd], scale)
+					as.dotsF16(scores, qh, K16[2*from*hd:2*lim*hd], scale)
 				} else {
-					as.dotsF32(scores, qh, K[:lim*hd], scale)
+					as.dotsF32(scores, qh, K[from*hd:lim*hd], scale)
 				}
 				bm := float32(math.Inf(-1))
 				for _, v := range scores {
@@ -481,9 +450,9 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li int, seq *engine.SeqInput
 				sum[idx] = sum[idx]*corr + as.expSum(scores, mx[idx])
 				a := acc[idx*vd : (idx+1)*vd]
 				if inPlace {
-					as.accF16(a, scores, V16[:2*lim*vd], corr)
+					as.accF16(a, scores, V16[2*from*vd:2*lim*vd], corr)
 				} else {
-					as.accF32(a, scores, V[:lim*vd], corr)
+					as.accF32(a, scores, V[from*vd:lim*vd], corr)
 				}
 			}
 		}

@@ -26,7 +26,7 @@ type Executor struct {
 	kvPerToken  float64 // bytes per token across the group
 	blockBytes  float64 // bytes per block across the group
 	weightBytes float64
-	params      float64
+	params      float64 // weights one token multiplies by (ActiveParams)
 	attnPerCtx  float64 // attention FLOPs per query token per context token
 	bandwidth   float64 // bytes/s across the group, as reached (BandwidthEfficiency)
 	peakWeights float64 // FLOP/s for the weight matmuls across the group, as reached (ComputeEfficiency)
@@ -75,7 +75,7 @@ func New(cfg Config, clock engine.Clock) (*Executor, error) {
 		kvPerToken:  float64(cfg.kvBytesPerToken()),
 		blockBytes:  float64(cfg.blockBytes()),
 		weightBytes: float64(m.WeightBytes()),
-		params:      float64(m.Params),
+		params:      float64(m.ActiveParams()),
 		attnPerCtx:  4 * float64(m.Layers) * float64(m.Heads) * float64(m.HeadDim),
 		bandwidth:   cfg.GPU.BandwidthBytesPerSec * tp * effBW,
 		peakWeights: cfg.GPU.PeakFLOPS(m.WeightDTypeBytes) * tp * effFLOPS,
@@ -145,13 +145,15 @@ func (e *Executor) TokenAt(seed uint64, i int) int32 {
 
 // Cost is the roofline breakdown of one step.
 type Cost struct {
-	// Bytes is the device memory traffic: the weights once, the KV every
-	// sequence reads (its whole context) and writes (its new tokens), and
+	// Bytes is the device memory traffic: the weights once (of a mixture
+	// of experts, the shared weights and the experts the step's tokens go
+	// to), the KV every sequence reads (its whole context; at most the
+	// window in sliding-window layers) and writes (its new tokens), and
 	// block copies (read and write).
 	Bytes float64
-	// FLOPs is the work: 2 per parameter per token, plus attention (4 x
-	// layers x heads x head dim per query token per context token it
-	// attends to, causally).
+	// FLOPs is the work: 2 per active parameter per token, plus attention
+	// (4 x layers x heads x head dim per query token per context token it
+	// attends to, causally and within the window of sliding layers).
 	FLOPs float64
 	// MemoryTime is Bytes over the group's bandwidth (times
 	// BandwidthEfficiency).
@@ -183,19 +185,21 @@ func (e *Executor) Cost(b *engine.Batch) Cost {
 	if b == nil || len(b.Seqs) == 0 && len(b.Copies) == 0 && len(b.SwapIn) == 0 && len(b.SwapOut) == 0 {
 		return Cost{}
 	}
+	m := &e.cfg.Model
 	var tokens, ctxTokens, attended float64
 	for i := range b.Seqs {
 		s := &b.Seqs[i]
 		n := float64(len(s.Tokens))
 		pos := float64(max(s.Pos, 0))
 		tokens += n
-		ctxTokens += float64(max(s.Context, 0))
-		// Query j of the chunk attends to positions 0..pos+j.
-		attended += n*pos + n*(n+1)/2
+		ctxTokens += m.kvReadTokens(float64(max(s.Context, 0)))
+		// Query j of the chunk attends to positions 0..pos+j (the last
+		// SlidingWindow of them in a sliding layer).
+		attended += m.attended(pos, n)
 	}
 	c := Cost{Overhead: e.cfg.StepOverhead + time.Duration(len(b.Seqs))*e.cfg.SeqOverhead}
 	if len(b.Seqs) > 0 {
-		c.Bytes = e.weightBytes + (ctxTokens+tokens)*e.kvPerToken
+		c.Bytes = m.stepWeightBytes(tokens) + (ctxTokens+tokens)*e.kvPerToken
 	}
 	c.Bytes += 2 * float64(len(b.Copies)) * e.blockBytes
 	matmul := 2 * e.params * tokens
@@ -224,7 +228,7 @@ func (e *Executor) SwapTime(blocks int) time.Duration {
 func (e *Executor) PrefillTime(tokens int) time.Duration {
 	n := float64(max(tokens, 0))
 	matmul := 2 * e.params * n
-	attn := e.attnPerCtx * n * (n + 1) / 2
+	attn := e.attnPerCtx * e.cfg.Model.attended(0, n)
 	return e.scale(seconds(matmul/e.peakWeights + attn/e.peakAttn))
 }
 

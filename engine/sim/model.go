@@ -35,6 +35,17 @@ type Model struct {
 	// ContextLength is the most tokens (prompt plus output) one sequence
 	// may hold.
 	ContextLength int
+
+	// Experts is the number of feed-forward experts per layer of a
+	// mixture-of-experts model, 0 for a dense one. Each token goes to
+	// ExpertsUsed of them, each a gated MLP of ExpertFFNSize (FFNSize is
+	// then unused): a step reads only the experts its tokens go to.
+	Experts, ExpertsUsed, ExpertFFNSize int
+	// SlidingWindow is the number of positions a sliding-window layer
+	// attends to, 0 for none; with it, layer l slides when
+	// l % SlidingPattern < SlidingPattern−1 (Gemma 3: every 6th layer is
+	// global). A sliding layer reads at most SlidingWindow tokens of KV.
+	SlidingWindow, SlidingPattern int
 }
 
 // KVBytesPerToken is the KV cache one token takes across all layers and
@@ -65,6 +76,10 @@ func (m Model) Validate() error {
 		return fmt.Errorf("sim: model %s: vocabulary of %d tokens; want at least %d", m.ID, m.VocabSize, minVocabSize)
 	case m.ContextLength < 1:
 		return fmt.Errorf("sim: model %s: context length %d must be positive", m.ID, m.ContextLength)
+	case m.Experts < 0 || m.Experts > 0 && (m.ExpertsUsed < 1 || m.ExpertsUsed > m.Experts || m.ExpertFFNSize < 1):
+		return fmt.Errorf("sim: model %s: %d experts, %d used, %d wide: want 1 to the experts used and a positive width", m.ID, m.Experts, m.ExpertsUsed, m.ExpertFFNSize)
+	case m.SlidingWindow < 0 || m.SlidingWindow > 0 && m.SlidingPattern < 1:
+		return fmt.Errorf("sim: model %s: sliding window %d with pattern %d: want a window of 0 or more and a pattern of 1 or more", m.ID, m.SlidingWindow, m.SlidingPattern)
 	}
 	return nil
 }
@@ -138,6 +153,44 @@ var models = map[string]Model{
 		KVDTypeBytes:     2,
 		ContextLength:    32768,
 	},
+	// moe: Qwen3-30B-A3B-like, BF16 weights: 128 experts of 768, 8 used
+	// per token, so a token multiplies by about 3.3B of the 30.5B weights.
+	"moe": {
+		ID:               "sim/moe",
+		Layers:           48,
+		HiddenSize:       2048,
+		Heads:            32,
+		KVHeads:          4,
+		HeadDim:          128,
+		FFNSize:          6144,
+		VocabSize:        151936,
+		Params:           30_532_110_336,
+		WeightDTypeBytes: 2,
+		KVDTypeBytes:     2,
+		ContextLength:    32768,
+		Experts:          128,
+		ExpertsUsed:      8,
+		ExpertFFNSize:    768,
+	},
+	// gemma3-27b: Gemma-3-27B-like, BF16 weights; five of every six
+	// layers attend over a 1024-token window. Params counts an untied LM
+	// head like the other profiles (Gemma ties it: 27.0B).
+	"gemma3-27b": {
+		ID:               "sim/gemma3-27b",
+		Layers:           62,
+		HiddenSize:       5376,
+		Heads:            32,
+		KVHeads:          16,
+		HeadDim:          128,
+		FFNSize:          21504,
+		VocabSize:        262144,
+		Params:           28_417_605_888,
+		WeightDTypeBytes: 2,
+		KVDTypeBytes:     2,
+		ContextLength:    32768,
+		SlidingWindow:    1024,
+		SlidingPattern:   6,
+	},
 	// llama2-7b: Llama-2-7B-like (meta-llama/Llama-2-7b-hf), FP16
 	// weights; full multi-head attention (32 KV heads, 524,288 bytes of
 	// KV a token) and a 4,096-token context. Used by the calibration
@@ -158,7 +211,7 @@ var models = map[string]Model{
 	},
 }
 
-var modelNames = []string{"small", "mid", "flagship", "llama3-405b", "llama2-7b"}
+var modelNames = []string{"small", "mid", "flagship", "llama3-405b", "llama2-7b", "moe", "gemma3-27b"}
 
 // ModelNames returns the short names of the built-in model profiles: the
 // general ones smallest first, then those added for calibration
@@ -169,7 +222,8 @@ func ModelNames() []string {
 }
 
 // ModelByName returns the built-in model profile named name ("small",
-// "mid", "flagship", "llama3-405b" or "llama2-7b", with or without the
+// "mid", "flagship", "llama3-405b", "llama2-7b", "moe" or "gemma3-27b",
+// with or without the
 // "sim/" prefix, case-insensitive).
 func ModelByName(name string) (Model, error) {
 	key := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(name)), modelPrefix)
@@ -181,11 +235,15 @@ func ModelByName(name string) (Model, error) {
 
 // countParams counts the parameters of m's shape: token embeddings and an
 // untied LM head, attention (Q, K, V, O without biases), a gated MLP (gate,
-// up, down) and two RMSNorms per layer, and a final norm.
+// up, down; or a router and the experts' MLPs) and two RMSNorms per layer,
+// and a final norm.
 func countParams(m Model) int64 {
 	h, kvDim, qDim := int64(m.HiddenSize), int64(m.KVHeads*m.HeadDim), int64(m.Heads*m.HeadDim)
 	attn := h*qDim + 2*h*kvDim + qDim*h
 	mlp := 3 * h * int64(m.FFNSize)
+	if m.Experts > 0 {
+		mlp = int64(m.Experts)*m.expertParams() + h*int64(m.Experts)
+	}
 	perLayer := attn + mlp + 2*h
 	return 2*int64(m.VocabSize)*h + int64(m.Layers)*perLayer + h
 }

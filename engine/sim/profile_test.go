@@ -14,6 +14,8 @@ func TestKVBytesPerToken(t *testing.T) {
 		"flagship":    327_680,
 		"llama3-405b": 2 * 126 * 8 * 128 * 2,
 		"llama2-7b":   524_288, // 2 x 32 layers x 32 KV heads x 128 x 2 bytes
+		"moe":         2 * 48 * 4 * 128 * 2,
+		"gemma3-27b":  2 * 62 * 16 * 128 * 2,
 	}
 	for name, want := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -38,8 +40,10 @@ func TestModelProfiles(t *testing.T) {
 		"flagship":    {params: 70.6, weightBytes: 1, layers: 80},
 		"llama3-405b": {params: 405.9, weightBytes: 1, layers: 126},
 		"llama2-7b":   {params: 6.74, weightBytes: 2, layers: 32, context: 4096},
+		"moe":         {params: 30.5, weightBytes: 2, layers: 48},
+		"gemma3-27b":  {params: 28.4, weightBytes: 2, layers: 62},
 	}
-	require.Equal(t, []string{"small", "mid", "flagship", "llama3-405b", "llama2-7b"}, ModelNames())
+	require.Equal(t, []string{"small", "mid", "flagship", "llama3-405b", "llama2-7b", "moe", "gemma3-27b"}, ModelNames())
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

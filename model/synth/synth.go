@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 
 	"github.com/llmd/llmd/model/gguf"
 )
@@ -13,34 +15,57 @@ import (
 // from a fixed seed, for tests and `llmctl model init`. Zero fields take
 // the defaults named in their comments.
 type Model struct {
-	Arch                                    string // "llama" or "qwen2"
+	Arch                                    string // one of Architectures
 	Name                                    string // general.name
 	Dim, Layers, Heads, KVHeads, FFN, Vocab int
 	HeadDim                                 int             // 0: Dim/Heads
+	RopeDims                                int             // rotated dims per head; 0: HeadDim
 	ContextLength                           int             // 0: 2048
-	RopeBase                                float64         // 0: 10000 (llama), 1000000 (qwen2)
-	RMSEps                                  float64         // 0: 1e-5 (llama), 1e-6 (qwen2)
-	Type                                    gguf.TensorType // type of the 2-D weights; norms and biases stay F32
+	RopeBase                                float64         // 0: 10000 (llama, phi3), 1000000 (the others)
+	RMSEps                                  float64         // 0: 1e-5 (llama, phi3), 1e-6 (the others)
+	Type                                    gguf.TensorType // type of the 2-D weights; norms, biases and routers stay F32
 	Tied                                    bool            // no output.weight: logits use token_embd
 	Seed                                    uint64          // seed of the weight draws
+
+	// Experts and ExpertsUsed shape a qwen3moe model (required there):
+	// ExpertsUsed of Experts experts per token, each ExpertFFN wide
+	// (0: FFN).
+	Experts, ExpertsUsed, ExpertFFN int
+	// SlidingWindow and SlidingPattern shape gemma3's sliding-window
+	// layers (0: 512 and 6, as Gemma 3 1B; a negative window writes no
+	// sliding-window keys), RopeBaseSWA their RoPE base (0: 10000).
+	SlidingWindow, SlidingPattern int
+	RopeBaseSWA                   float64
 }
 
+// Architectures lists the architectures Model writes.
+var Architectures = []string{"gemma3", "llama", "phi3", "qwen2", "qwen3", "qwen3moe"}
+
 // Writer returns a writer holding the model's architecture metadata and
-// weights: token_embd, per layer attention (with q/k/v biases for qwen2)
-// and SwiGLU FFN, output_norm and, unless Tied, output. The caller adds
+// weights, laid out as llama.cpp's converters write each architecture:
+// token_embd, per layer attention (with q/k/v biases for qwen2, per-head
+// q/k norms for qwen3, qwen3moe and gemma3, one fused attn_qkv for phi3)
+// and a gated FFN (ffn_gate and ffn_up, or phi3's fused ffn_up of 2·FFN
+// rows, or qwen3moe's F32 router ffn_gate_inp and 3-D expert stacks),
+// gemma3's post-attention and post-FFN norms, output_norm and, unless
+// Tied, output. The caller adds
 // tokenizer metadata before writing. Rows whose length is not a multiple
 // of a K-quant's 256 fall back as llama-quantize does (Q4_K to Q5_0, Q6_K
 // to Q8_0), and to F16 when not a multiple of 32.
 //
 // Weights are N(0, (g/√fan_in)²) with g = 0.5 for attn_output and ffn_down
 // and 1 otherwise; token_embd is N(0, 1), or N(0, 1/16²) when tied; norm
-// weights are U(0.75, 1.25); qwen2 biases are N(0, 0.1²).
+// weights are U(0.75, 1.25); qwen2 biases are N(0, 0.1²); routers are
+// N(0, (2/√Dim)²).
 func (m Model) Writer() (*gguf.Writer, error) {
-	if m.Arch != "llama" && m.Arch != "qwen2" {
-		return nil, fmt.Errorf("model: random model: architecture %q is not supported (want llama or qwen2)", m.Arch)
+	if !slices.Contains(Architectures, m.Arch) {
+		return nil, fmt.Errorf("model: random model: architecture %q is not supported (want one of %s)", m.Arch, strings.Join(Architectures, ", "))
 	}
 	if m.HeadDim == 0 && m.Heads > 0 {
 		m.HeadDim = m.Dim / m.Heads
+	}
+	if m.RopeDims == 0 {
+		m.RopeDims = m.HeadDim
 	}
 	if m.KVHeads == 0 {
 		m.KVHeads = m.Heads
@@ -48,12 +73,28 @@ func (m Model) Writer() (*gguf.Writer, error) {
 	if m.ContextLength == 0 {
 		m.ContextLength = 2048
 	}
-	qwen := m.Arch == "qwen2"
+	small := m.Arch == "llama" || m.Arch == "phi3" // 10000 and 1e-5
 	if m.RopeBase == 0 {
-		m.RopeBase = map[bool]float64{false: 10000, true: 1000000}[qwen]
+		m.RopeBase = map[bool]float64{true: 10000, false: 1000000}[small]
 	}
 	if m.RMSEps == 0 {
-		m.RMSEps = map[bool]float64{false: 1e-5, true: 1e-6}[qwen]
+		m.RMSEps = map[bool]float64{true: 1e-5, false: 1e-6}[small]
+	}
+	moe := m.Arch == "qwen3moe"
+	if moe && m.ExpertFFN == 0 {
+		m.ExpertFFN = m.FFN
+	}
+	gemma := m.Arch == "gemma3"
+	if gemma {
+		if m.SlidingWindow == 0 {
+			m.SlidingWindow = 512
+		}
+		if m.SlidingPattern == 0 {
+			m.SlidingPattern = 6
+		}
+		if m.RopeBaseSWA == 0 {
+			m.RopeBaseSWA = 10000
+		}
 	}
 	const maxSide = 1 << 20
 	for _, c := range []struct {
@@ -66,6 +107,12 @@ func (m Model) Writer() (*gguf.Writer, error) {
 	}
 	if m.Layers > 1024 || m.Heads%m.KVHeads != 0 || m.HeadDim%2 != 0 {
 		return nil, fmt.Errorf("model: random model: want layers <= 1024, heads (%d) a multiple of kv heads (%d) and an even head dim (%d)", m.Heads, m.KVHeads, m.HeadDim)
+	}
+	if m.RopeDims < 2 || m.RopeDims%2 != 0 || m.RopeDims > m.HeadDim {
+		return nil, fmt.Errorf("model: random model: rope dims %d must be even, at least 2 and at most the head dim %d", m.RopeDims, m.HeadDim)
+	}
+	if moe && (m.Experts < 1 || m.Experts > 1024 || m.ExpertsUsed < 1 || m.ExpertsUsed > m.Experts || m.ExpertFFN < 1 || m.ExpertFFN > maxSide) {
+		return nil, fmt.Errorf("model: random model: qwen3moe needs 1 to 1024 experts (got %d), 1 to that many used (got %d) and a positive expert width (got %d)", m.Experts, m.ExpertsUsed, m.ExpertFFN)
 	}
 	if !m.Type.Supported() {
 		return nil, &gguf.UnsupportedTypeError{Type: uint32(m.Type)}
@@ -89,12 +136,23 @@ func (m Model) Writer() (*gguf.Writer, error) {
 	w.SetUint32(a+"attention.head_count_kv", uint32(m.KVHeads))
 	w.SetFloat32(a+"attention.layer_norm_rms_epsilon", float32(m.RMSEps))
 	w.SetFloat32(a+"rope.freq_base", float32(m.RopeBase))
-	w.SetUint32(a+"rope.dimension_count", uint32(m.HeadDim))
-	if m.HeadDim != m.Dim/m.Heads {
+	w.SetUint32(a+"rope.dimension_count", uint32(m.RopeDims))
+	if m.HeadDim != m.Dim/m.Heads || m.Arch == "qwen3" || moe || gemma {
+		// The qwen3 and gemma3 converters always write them.
 		w.SetUint32(a+"attention.key_length", uint32(m.HeadDim))
 		w.SetUint32(a+"attention.value_length", uint32(m.HeadDim))
 	}
 	w.SetUint32(a+"vocab_size", uint32(m.Vocab))
+	if moe {
+		w.SetUint32(a+"expert_count", uint32(m.Experts))
+		w.SetUint32(a+"expert_used_count", uint32(m.ExpertsUsed))
+		w.SetUint32(a+"expert_feed_forward_length", uint32(m.ExpertFFN))
+	}
+	if gemma && m.SlidingWindow > 0 {
+		w.SetUint32(a+"attention.sliding_window", uint32(m.SlidingWindow))
+		w.SetUint32(a+"attention.sliding_window_pattern", uint32(m.SlidingPattern))
+		w.SetFloat32(a+"rope.freq_base_swa", float32(m.RopeBaseSWA))
+	}
 
 	rng := rand.New(rand.NewPCG(m.Seed, m.Seed^0x9e3779b97f4a7c15))
 	normal := func(n int, std float64) []float32 {
@@ -125,27 +183,59 @@ func (m Model) Writer() (*gguf.Writer, error) {
 	if err := w.AddTensor("token_embd.weight", []uint64{uint64(m.Dim), uint64(m.Vocab)}, rowType(m.Type, m.Dim), emb); err != nil {
 		return nil, err
 	}
+	experts := func(name string, in, out int, g float64) error {
+		dims := []uint64{uint64(in), uint64(out), uint64(m.Experts)}
+		return w.AddTensor(name, dims, rowType(m.Type, in), normal(in*out*m.Experts, g/math.Sqrt(float64(in))))
+	}
 	q, kv := m.Heads*m.HeadDim, m.KVHeads*m.HeadDim
 	for l := range m.Layers {
 		p := fmt.Sprintf("blk.%d.", l)
-		errs := []error{
-			vec(p+"attn_norm.weight", uniform(m.Dim)),
-			matrix(p+"attn_q.weight", m.Dim, q, 1),
-			matrix(p+"attn_k.weight", m.Dim, kv, 1),
-			matrix(p+"attn_v.weight", m.Dim, kv, 1),
+		errs := []error{vec(p+"attn_norm.weight", uniform(m.Dim))}
+		if m.Arch == "phi3" {
+			errs = append(errs, matrix(p+"attn_qkv.weight", m.Dim, q+2*kv, 1))
+		} else {
+			errs = append(errs,
+				matrix(p+"attn_q.weight", m.Dim, q, 1),
+				matrix(p+"attn_k.weight", m.Dim, kv, 1),
+				matrix(p+"attn_v.weight", m.Dim, kv, 1))
 		}
-		if qwen {
+		switch m.Arch {
+		case "qwen2":
 			errs = append(errs,
 				vec(p+"attn_q.bias", normal(q, 0.1)),
 				vec(p+"attn_k.bias", normal(kv, 0.1)),
 				vec(p+"attn_v.bias", normal(kv, 0.1)))
+		case "qwen3", "qwen3moe", "gemma3":
+			errs = append(errs,
+				vec(p+"attn_q_norm.weight", uniform(m.HeadDim)),
+				vec(p+"attn_k_norm.weight", uniform(m.HeadDim)))
 		}
 		errs = append(errs,
 			matrix(p+"attn_output.weight", q, m.Dim, 0.5),
-			vec(p+"ffn_norm.weight", uniform(m.Dim)),
-			matrix(p+"ffn_gate.weight", m.Dim, m.FFN, 1),
-			matrix(p+"ffn_up.weight", m.Dim, m.FFN, 1),
-			matrix(p+"ffn_down.weight", m.FFN, m.Dim, 0.5))
+			vec(p+"ffn_norm.weight", uniform(m.Dim)))
+		if gemma {
+			errs = append(errs,
+				vec(p+"post_attention_norm.weight", uniform(m.Dim)),
+				vec(p+"post_ffw_norm.weight", uniform(m.Dim)))
+		}
+		switch m.Arch {
+		case "qwen3moe":
+			errs = append(errs,
+				w.AddTensor(p+"ffn_gate_inp.weight", []uint64{uint64(m.Dim), uint64(m.Experts)}, gguf.TypeF32,
+					normal(m.Dim*m.Experts, 2/math.Sqrt(float64(m.Dim)))),
+				experts(p+"ffn_gate_exps.weight", m.Dim, m.ExpertFFN, 1),
+				experts(p+"ffn_up_exps.weight", m.Dim, m.ExpertFFN, 1),
+				experts(p+"ffn_down_exps.weight", m.ExpertFFN, m.Dim, 0.5))
+		case "phi3":
+			errs = append(errs,
+				matrix(p+"ffn_up.weight", m.Dim, 2*m.FFN, 1),
+				matrix(p+"ffn_down.weight", m.FFN, m.Dim, 0.5))
+		default:
+			errs = append(errs,
+				matrix(p+"ffn_gate.weight", m.Dim, m.FFN, 1),
+				matrix(p+"ffn_up.weight", m.Dim, m.FFN, 1),
+				matrix(p+"ffn_down.weight", m.FFN, m.Dim, 0.5))
+		}
 		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}

@@ -45,3 +45,54 @@ func TestModelIsDeterministic(t *testing.T) {
 	_, err = Model{Arch: "llama", Dim: 64, Layers: 1, Heads: 1, FFN: 64, Vocab: 2, Type: gguf.TensorType(3)}.Writer()
 	require.Error(t, err)
 }
+
+// TestModelArchitectures checks each architecture's tensor layout: the
+// names llama.cpp's loaders look for, with their shapes.
+func TestModelArchitectures(t *testing.T) {
+	cases := map[string]struct {
+		m    Model
+		want map[string][]uint64
+		none []string
+	}{
+		"qwen3": {Model{Arch: "qwen3", Dim: 64, Layers: 1, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 96, Vocab: 8, Type: gguf.TypeQ8_0},
+			map[string][]uint64{"blk.0.attn_q.weight": {64, 128}, "blk.0.attn_q_norm.weight": {32}, "blk.0.attn_output.weight": {128, 64}},
+			[]string{"blk.0.attn_q.bias"}},
+		"qwen3moe": {Model{Arch: "qwen3moe", Dim: 64, Layers: 1, Heads: 4, KVHeads: 2, FFN: 96, Vocab: 8, Type: gguf.TypeQ8_0, Experts: 4, ExpertsUsed: 2, ExpertFFN: 32},
+			map[string][]uint64{"blk.0.ffn_gate_inp.weight": {64, 4}, "blk.0.ffn_gate_exps.weight": {64, 32, 4}, "blk.0.ffn_down_exps.weight": {32, 64, 4}},
+			[]string{"blk.0.ffn_gate.weight"}},
+		"phi3": {Model{Arch: "phi3", Dim: 64, Layers: 1, Heads: 4, KVHeads: 2, FFN: 96, Vocab: 8, Type: gguf.TypeF16, RopeDims: 12},
+			map[string][]uint64{"blk.0.attn_qkv.weight": {64, 128}, "blk.0.ffn_up.weight": {64, 192}},
+			[]string{"blk.0.attn_q.weight", "blk.0.ffn_gate.weight"}},
+		"gemma3": {Model{Arch: "gemma3", Dim: 64, Layers: 1, Heads: 4, KVHeads: 1, HeadDim: 32, FFN: 96, Vocab: 8, Type: gguf.TypeF32},
+			map[string][]uint64{"blk.0.post_attention_norm.weight": {64}, "blk.0.post_ffw_norm.weight": {64}, "blk.0.attn_k_norm.weight": {32}},
+			nil},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			w, err := c.m.Writer()
+			require.NoError(t, err)
+			var buf bytes.Buffer
+			_, err = w.WriteTo(&buf)
+			require.NoError(t, err)
+			f, err := gguf.Parse(buf.Bytes())
+			require.NoError(t, err)
+			for n, dims := range c.want {
+				ti, ok := f.Tensor(n)
+				require.True(t, ok, n)
+				require.Equal(t, dims, ti.Dims, n)
+			}
+			for _, n := range c.none {
+				_, ok := f.Tensor(n)
+				require.False(t, ok, n)
+			}
+			if name == "qwen3moe" {
+				ti, _ := f.Tensor("blk.0.ffn_gate_inp.weight")
+				require.Equal(t, gguf.TypeF32, ti.Type, "the router stays F32")
+			}
+		})
+	}
+	_, err := Model{Arch: "qwen3moe", Dim: 64, Layers: 1, Heads: 4, FFN: 64, Vocab: 2, Type: gguf.TypeF16, Experts: 2, ExpertsUsed: 3}.Writer()
+	require.ErrorContains(t, err, "experts")
+	_, err = Model{Arch: "phi3", Dim: 64, Layers: 1, Heads: 4, FFN: 64, Vocab: 2, Type: gguf.TypeF16, RopeDims: 7}.Writer()
+	require.ErrorContains(t, err, "rope dims")
+}
