@@ -122,7 +122,14 @@ func TestRouteTablePolicies(t *testing.T) {
 				return
 			}
 			require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", b)
-			require.Equal(t, "invalid_api_key", errorOf(t, b)["code"])
+			switch {
+			case strings.HasPrefix(path, "/api/"): // Ollama's error shape
+				require.Contains(t, jsonMap(t, string(b))["error"], "API key", "%s", b)
+			case strings.HasPrefix(path, "/v1/messages"): // Anthropic's
+				require.Equal(t, "authentication_error", jsonMap(t, string(b))["error"].(map[string]any)["type"], "%s", b)
+			default:
+				require.Equal(t, "invalid_api_key", errorOf(t, b)["code"])
+			}
 
 			resp, b = call(t, c, method, base+path, "llmd-not-a-real-key", body)
 			require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", b)

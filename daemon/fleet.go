@@ -165,6 +165,19 @@ func (f *fleet) expire(ctx context.Context, now time.Time) {
 	}
 }
 
+// SetKeepAlive makes the served model id unload once idle for d (0: keep
+// it loaded), as an Ollama request's keep_alive asks.
+func (f *fleet) SetKeepAlive(id string, d time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.entries[id]
+	if e == nil {
+		return errUnknownModel(id)
+	}
+	e.keepAlive = max(d, 0)
+	return nil
+}
+
 // loadRequest is a model to load, as the admin API or the models config
 // names it.
 type loadRequest struct {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -221,6 +222,7 @@ func ggufModel(ref modelfile.ModelRef, f *gguf.File) (*pipeline.Model, error) {
 	for _, id := range tok.EndOfGeneration() {
 		m.EOS[id] = true
 	}
+	m.Template, m.Metadata = src, ggufMetadata(f)
 	return m, nil
 }
 
@@ -249,6 +251,31 @@ func newGGUFText(tok *tokenizer.Tokenizer, src string) (ggufText, error) {
 		vocab: &lazyVocab{build: func() *grammar.Vocabulary {
 			return grammar.NewVocabulary(tok.TokenBytes(), tok.EndOfGeneration())
 		}}}, nil
+}
+
+// ggufMetadata copies f's metadata for Ollama's /api/show: scalars as they
+// are, arrays up to pipeline.MaxMetadataArray long, longer ones (the
+// vocabulary) as nil. The copy outlives the mapped file.
+func ggufMetadata(f *gguf.File) map[string]any {
+	out := make(map[string]any, len(f.Keys()))
+	for _, k := range f.Keys() {
+		v, _ := f.Value(k)
+		if n := f.ArrayLen(k); n >= 0 {
+			if u8, ok := v.([]uint8); ok && n <= pipeline.MaxMetadataArray {
+				ints := make([]int, n) // numbers, not base64
+				for i, x := range u8 {
+					ints[i] = int(x)
+				}
+				v = ints
+			} else if n > pipeline.MaxMetadataArray {
+				v = nil
+			} else if b, err := json.Marshal(v); err == nil {
+				v = json.RawMessage(b) // a copy, not the mapping's slice
+			}
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // ggufMemory is the host memory a GGUF model is accounted: its file (the

@@ -257,7 +257,8 @@ const remoteEstimateMaxTokens = 1024
 // tokenize for a model it does not hold.
 func (p *Pipeline) prepare(req *Request, t Tenant, c choice) (*Job, error) {
 	j := &Job{ID: req.ID, Endpoint: req.Endpoint, Stream: req.Stream, Principal: req.Principal, Tier: t.Tier, Model: c.model, ModelID: c.id, N: 1,
-		AffinityKey: req.AffinityKey, Forward: c.forward, Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs}
+		AffinityKey: req.AffinityKey, Forward: c.forward, Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs,
+		OnStopString: req.OnStopString}
 	if req.N != nil {
 		j.N = *req.N
 	}

@@ -222,6 +222,9 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 				werr = c.send(sink, ev.Index, txt)
 			}
 			if stopped && werr == nil {
+				if j.OnStopString != nil {
+					j.OnStopString(ev.Index, c.ts.matched)
+				}
 				werr = end(ev.Index, "stop")
 			}
 		case engine.EventFinish:

@@ -145,6 +145,13 @@ type Model struct {
 	Sim *SimGPU
 	// Latency holds recent latencies, for the snapshot.
 	Latency LatencyWindow
+	// Template is the chat template's source as the model file holds it
+	// ("" when it has none), and Metadata the file's metadata keys and
+	// values (GGUF: general.architecture, <arch>.context_length, ...;
+	// arrays longer than MaxMetadataArray are nil), for Ollama's
+	// /api/show; both empty for a model that is not a GGUF file. Read-only.
+	Template string
+	Metadata map[string]any
 
 	// draining refuses new requests (the model is being unloaded);
 	// active counts the requests that chose it and have not ended;
@@ -153,6 +160,10 @@ type Model struct {
 	active   atomic.Int64
 	lastUsed atomic.Int64
 }
+
+// MaxMetadataArray is the longest metadata array Model.Metadata keeps
+// (the vocabulary's arrays are left out, as Ollama's /api/show does).
+const MaxMetadataArray = 64
 
 // SimGPU is a simulated model's GPU group.
 type SimGPU struct {

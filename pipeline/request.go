@@ -131,6 +131,13 @@ type Request struct {
 	Echo         bool
 	// Forward is the request as it came, for a peer.
 	Forward Forward
+	// OnStopString, when set, is called with the stop string that ended
+	// choice i, on the relaying goroutine just before that choice's
+	// Sink.Finish ("stop"): an API that names the matched stop sequence
+	// (Anthropic's stop_sequence) tells it from an end-of-generation
+	// token. Only this node's engine reports it; a peer or an upstream
+	// engine does not.
+	OnStopString func(i int, stop string)
 }
 
 // Structured is a constraint on a request's output, from the field Param:
@@ -240,6 +247,8 @@ type Job struct {
 	// Upstream is the engine's request when Model is served by an upstream
 	// engine (Model.Target), nil otherwise.
 	Upstream *UpstreamCall
+	// OnStopString is the request's (see Request.OnStopString).
+	OnStopString func(i int, stop string)
 }
 
 // EngineRequest is the job as the engine takes it: each call gets its own

@@ -12,6 +12,8 @@ type textStream struct {
 	stops   []string
 	pending string
 	stopped bool
+	// matched is the stop string that ended the choice ("" for none).
+	matched string
 }
 
 // push adds a token's text. It returns the text that is now safe to send
@@ -22,16 +24,16 @@ func (t *textStream) push(piece string) (out string, stopped bool) {
 		return "", true
 	}
 	t.pending += piece
-	cut := -1
+	cut, matched := -1, ""
 	for _, s := range t.stops {
 		if i := strings.Index(t.pending, s); i >= 0 && (cut < 0 || i < cut) {
-			cut = i
+			cut, matched = i, s
 		}
 	}
 	if cut >= 0 {
 		out = t.pending[:cut]
 		t.pending = ""
-		t.stopped = true
+		t.stopped, t.matched = true, matched
 		return out, true
 	}
 	keep := 0

@@ -54,7 +54,7 @@ func principalFrom(ctx context.Context) pipeline.Principal {
 
 // authenticate decides whether r may call a route of policy pol and returns
 // the principal it acts for. It reads the key from the Authorization header
-// only; the key is never logged or echoed.
+// or the X-Api-Key header; the key is never logged or echoed.
 func (s *Server) authenticate(r *http.Request, pol policy) (pipeline.Principal, error) {
 	switch pol {
 	case policyPublic:
@@ -92,7 +92,8 @@ func (s *Server) principal(r *http.Request) (pipeline.Principal, error) {
 		return pipeline.Principal{Tenant: id.Tenant, KeyID: id.KeyID, Peer: id.Node, Tier: id.Tier,
 			RequestID: id.RequestID}, nil
 	}
-	if secret, present := bearer(r); present && s.store != nil {
+	secret, present := apiKey(r)
+	if present && s.store != nil {
 		k, err := s.store.Authenticate(r.Context(), secret)
 		if err == nil {
 			return pipeline.Principal{Tenant: k.Tenant, KeyID: k.ID, Admin: k.Admin}, nil
@@ -105,7 +106,7 @@ func (s *Server) principal(r *http.Request) (pipeline.Principal, error) {
 	switch {
 	case err != nil:
 		return pipeline.Principal{}, err
-	case !open && r.Header.Get("Authorization") != "":
+	case !open && present:
 		return pipeline.Principal{}, errBadKey
 	case !open:
 		return pipeline.Principal{}, errNoKey
@@ -133,6 +134,18 @@ func (s *Server) anonymousAllowed(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	return !made, nil
+}
+
+// apiKey returns the key r sends, in an "Authorization: Bearer" header or
+// (Anthropic's clients) an X-Api-Key header, and whether either was sent
+// at all (a malformed one is a bad key).
+func apiKey(r *http.Request) (string, bool) {
+	if r.Header.Get("Authorization") == "" {
+		if k := r.Header.Values("X-Api-Key"); len(k) > 0 {
+			return strings.TrimSpace(k[0]), true
+		}
+	}
+	return bearer(r)
 }
 
 // bearer returns the token of an "Authorization: Bearer" header and whether

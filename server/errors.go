@@ -172,8 +172,50 @@ func writeError(w http.ResponseWriter, requestID string, err error) int {
 	} else if ae.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int((ae.RetryAfter+time.Second-1)/time.Second)))
 	}
-	writeJSON(w, ae.Status, api.ErrorBody{Error: ae.Detail})
-	return ae.Status
+	status, body := ae.Status, any(api.ErrorBody{Error: ae.Detail})
+	if d := dialectOf(w); d != nil {
+		status, body = d.errorBody(ae)
+	}
+	writeJSON(w, status, body)
+	return status
+}
+
+// dialect is an API's own error shape (Ollama's, Anthropic's): the status
+// and body an error is sent with. Routes without one answer OpenAI's.
+type dialect interface {
+	errorBody(ae apiError) (status int, body any)
+}
+
+// dialectWriter carries a route's error dialect to writeError, which
+// finds it through the wrappers of the ResponseWriter (their Unwrap).
+type dialectWriter struct {
+	http.ResponseWriter
+	d dialect
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *dialectWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush implements http.Flusher.
+func (w *dialectWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// dialectOf is the error dialect of w's route, nil for OpenAI's.
+func dialectOf(w http.ResponseWriter) dialect {
+	for w != nil {
+		if dw, ok := w.(*dialectWriter); ok {
+			return dw.d
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return nil
+		}
+		w = u.Unwrap()
+	}
+	return nil
 }
 
 // writeJSON writes v as a JSON response with status.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -38,12 +39,20 @@ type format interface {
 	resumable(r *http.Request) bool
 }
 
+// follower is a format whose streams are not Server-Sent Events (Ollama's
+// NDJSON): it copies the stream's log to the client itself.
+type follower interface {
+	follow(ctx context.Context, w http.ResponseWriter, st *relay.Stream, cfg relay.FollowConfig, log *slog.Logger)
+}
+
 // meta is what an answer says about its request.
 type meta struct {
 	id, model string
 	created   int64
 	n         int
 	logprobs  bool
+	// promptTokens is the prompt's length (0 when only peers serve it).
+	promptTokens int
 }
 
 // Headers that name a conversation, for session affinity (the request's
@@ -93,7 +102,8 @@ func (s *Server) generate(c codec) http.HandlerFunc {
 			// The entry node reads the outcome from the trailer.
 			w.Header().Set("Trailer", peer.TrailerUsage)
 		}
-		m := meta{id: req.ID, model: plan.Model, created: req.Start.Unix(), n: plan.Job.N, logprobs: plan.Job.Logprobs}
+		m := meta{id: req.ID, model: plan.Model, created: req.Start.Unix(), n: plan.Job.N, logprobs: plan.Job.Logprobs,
+			promptTokens: len(plan.Job.Prompt)}
 		if req.Stream {
 			s.stream(w, r, plan, f, m)
 		} else {
@@ -122,7 +132,14 @@ func (s *Server) decodeRequest(w http.ResponseWriter, r *http.Request, c codec, 
 	if req.Mode == "" {
 		req.Mode = capText(r.Header.Get("X-LLMD-Mode"), 64)
 	}
-	req.Forward = pipeline.Forward{Path: r.URL.RequestURI(), Header: http.Header{}, Body: body}
+	fwd := pipeline.Forward{Path: r.URL.RequestURI(), Body: body}
+	if req.Forward.Path != "" {
+		// The codec translated the request into OpenAI's (Ollama,
+		// Anthropic): peers and upstream engines get that.
+		fwd = req.Forward
+	}
+	fwd.Header = http.Header{}
+	req.Forward = fwd
 	for _, h := range forwardedHeaders {
 		if v := r.Header.Get(h); v != "" {
 			req.Forward.Header.Set(h, v)
@@ -186,7 +203,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, plan *pipeline.P
 			s.streams.Remove(req.ID)
 		}
 	}()
-	relay.Follow(r.Context(), w, st, 0, s.cfg.Follow, s.log)
+	if fl, ok := f.(follower); ok {
+		fl.follow(r.Context(), w, st, s.cfg.Follow, s.log)
+	} else {
+		relay.Follow(r.Context(), w, st, 0, s.cfg.Follow, s.log)
+	}
 	if !resumable {
 		cancel() // the client left, or the stream is over
 	}
@@ -229,6 +250,8 @@ type collected struct {
 	reasons []string
 	lps     [][]api.TokenLogprob
 	usage   pipeline.Usage
+	// first is when the first text or tool call came (zero before).
+	first time.Time
 }
 
 // addCall adds a tool-call fragment to choice i: a new call when it
@@ -269,6 +292,7 @@ func (j *jsonSink) Begin() error { return nil }
 
 func (j *jsonSink) Text(i int, text string, lps []api.TokenLogprob) error {
 	j.st.MarkFirstToken()
+	j.c.first = cmp.Or(j.c.first, time.Now())
 	j.c.texts[i].WriteString(text)
 	j.c.lps[i] = append(j.c.lps[i], lps...)
 	return nil
@@ -276,6 +300,7 @@ func (j *jsonSink) Text(i int, text string, lps []api.TokenLogprob) error {
 
 func (j *jsonSink) ToolCall(i int, d api.ToolCallDelta) error {
 	j.st.MarkFirstToken()
+	j.c.first = cmp.Or(j.c.first, time.Now())
 	j.c.addCall(i, d)
 	return nil
 }

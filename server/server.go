@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,6 +111,7 @@ type Server struct {
 	mux      *http.ServeMux
 	state    atomic.Int32
 	active   inflight
+	ollama   ollamaState
 }
 
 // New builds the server and its route table.
@@ -258,6 +260,18 @@ func (s *Server) routeTable() []route {
 		{"GET /v1/admin/quotas", get, policyAdmin, s.needStore(s.handleListQuotas), false},
 		{"GET /v1/admin/quotas/{tenant}", get, policyAdmin, s.needStore(s.handleGetQuota), false},
 		{"PUT /v1/admin/quotas/{tenant}", put, policyAdmin, s.needStore(s.handleSetQuota), false},
+		// Anthropic's Messages API and Ollama's API (peers get these
+		// requests as OpenAI's).
+		{"/v1/messages", post, policyUser, s.generate(anthropicCodec), false},
+		{"/v1/messages/count_tokens", post, policyUser, s.handleCountTokens, false},
+		{"/api/chat", post, policyUser, s.handleOllamaChat, false},
+		{"/api/generate", post, policyUser, s.handleOllamaGenerate, false},
+		{"/api/tags", get, policyUser, s.handleOllamaTags, false},
+		{"/api/ps", get, policyUser, s.handleOllamaPS, false},
+		{"/api/show", post, policyUser, s.handleOllamaShow, false},
+		{"/api/version", get, policyUser, s.handleOllamaVersion, false},
+		{"/api/embed", post, policyUser, s.handleOllamaEmbed, false},
+		{"/api/embeddings", post, policyUser, s.handleOllamaEmbed, false},
 		{"/healthz", get, policyPublic, s.handleHealthz, false},
 		{"/readyz", get, policyPublic, s.handleReadyz, false},
 		// Anything else: 401 without a key (nothing is revealed), else 404.
@@ -317,6 +331,9 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 func (s *Server) api(rt route, h http.HandlerFunc) http.Handler {
 	method, pol := rt.method, rt.policy
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d := dialectFor(r.URL.Path); d != nil {
+			w = &dialectWriter{ResponseWriter: w, d: d}
+		}
 		// Every answer carries an id, refusals included; a generation
 		// request replaces it with its own.
 		w.Header().Set("X-Request-Id", pipeline.NewID("req_"))
@@ -359,6 +376,18 @@ func (s *Server) api(rt route, h http.HandlerFunc) http.Handler {
 		}()
 		h(rw, r)
 	})
+}
+
+// dialectFor is the error shape of the API path belongs to: Ollama's
+// under /api/, Anthropic's under /v1/messages; nil for OpenAI's.
+func dialectFor(path string) dialect {
+	switch {
+	case strings.HasPrefix(path, "/api/"):
+		return ollamaErrors{}
+	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
+		return anthropicErrors{}
+	}
+	return nil
 }
 
 // statusWriter notes whether the answer has started.
