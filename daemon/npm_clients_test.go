@@ -73,7 +73,7 @@ func npmInstall(t *testing.T) string {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"private":true,"type":"module"}`), 0o644))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "ollama", "@anthropic-ai/sdk")
+	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "ollama@0.6.4", "@anthropic-ai/sdk@1.15.0")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Skipf("npm install ollama @anthropic-ai/sdk failed (is the npm registry reachable?): %v\n%s", err, out)
