@@ -98,6 +98,9 @@ type Cluster struct {
 	addr  string                 // the advertised gossip address, set with ml
 	queue *memberlist.TransmitLimitedQueue
 
+	// awaitingJoin is set while this node has Join addresses and has not
+	// yet been in touch with another member (see retryJoin).
+	awaitingJoin atomic.Bool
 	// numLive counts nodes memberlist has not reported gone, for the
 	// queue's retransmit limit; atomic so the queue reads it lock-free.
 	numLive atomic.Int64
@@ -226,17 +229,22 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c.ml = ml
 	c.addr = ml.LocalNode().Address()
+	joined := false
 	if len(cfg.Join) > 0 {
 		n, err := ml.Join(cfg.Join)
-		if n == 0 {
+		switch {
+		case n == 0 && cfg.RetryJoinMax < 0:
 			_ = ml.Shutdown()
-			return nil, fmt.Errorf("cluster: join %v: %w", cfg.Join, err)
-		}
-		if err != nil {
+			return nil, fmt.Errorf("%w %v: %w", ErrJoin, cfg.Join, err)
+		case n == 0:
+			logger.Warn("no member to join yet; serving alone and retrying", "join", cfg.Join, "err", err)
+		case err != nil:
 			logger.Warn("some join addresses failed", "joined", n, "err", err)
 		}
+		joined = n > 0
 	}
-	logger.Info("cluster started", "addr", c.Addr(), "joined", len(cfg.Join) > 0, "insecure", len(cfg.Key) == 0)
+	c.awaitingJoin.Store(len(cfg.Join) > 0 && !joined)
+	logger.Info("cluster started", "addr", c.Addr(), "joined", joined, "insecure", len(cfg.Key) == 0)
 	return c, nil
 }
 
@@ -327,12 +335,25 @@ func (c *Cluster) Run(ctx context.Context) error {
 	if c.cfg.ReconnectInterval > 0 {
 		loops.Go(func() { c.reconnectLoop(loopCtx) })
 	}
+	joinErr := make(chan error, 1)
+	if c.awaitingJoin.Load() {
+		loops.Go(func() {
+			if err := c.retryJoin(loopCtx); err != nil {
+				joinErr <- err
+			}
+		})
+	}
+	var runErr error
 	select {
 	case <-ctx.Done():
 	case <-c.kill:
+	case runErr = <-joinErr:
 	}
 	stopLoops()
 	loops.Wait()
+	if runErr != nil {
+		return errors.Join(runErr, c.shutdown())
+	}
 
 	var leaveErr error
 	select {

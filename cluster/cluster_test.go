@@ -254,8 +254,9 @@ func TestIntruderNeverJoins(t *testing.T) {
 	none.Key, none.InsecureGossip = nil, true
 	var intruders []*Cluster
 	for _, cfg := range []Config{wrong, none} {
+		cfg.RetryJoinMax = -1 // fail at once rather than retry
 		_, err := New(cfg)
-		require.Error(t, err, "%s cannot join", cfg.NodeID)
+		require.ErrorIs(t, err, ErrJoin, "%s cannot join", cfg.NodeID)
 		cfg.Join = nil
 		intruders = append(intruders, startNode(t, cfg))
 	}

@@ -61,6 +61,10 @@ var (
 	// ErrClosed is returned by Cluster.Run when Run was already called: a
 	// Cluster runs once.
 	ErrClosed = errors.New("cluster: closed")
+	// ErrJoin is returned when no Join address could be joined: by New
+	// with a negative RetryJoinMax, by Run once RetryJoinMax attempts
+	// failed.
+	ErrJoin = errors.New("cluster: could not join")
 )
 
 // Config configures a cluster node. The zero value of every field but Key
@@ -77,9 +81,16 @@ type Config struct {
 	// AdvertiseAddr is the host:port other nodes reach this one at.
 	// Default: BindAddr (memberlist resolves an unspecified host).
 	AdvertiseAddr string
-	// Join lists host:port of existing members. New fails only if none of
-	// them can be joined.
+	// Join lists host:port of existing members. When none of them can be
+	// joined, New starts the node alone and Run keeps trying them with
+	// backoff (from ReconnectInterval/4 up to 8 x ReconnectInterval) until
+	// one answers or another node joins this one, so nodes started
+	// together in any order find each other.
 	Join []string
+	// RetryJoinMax bounds those attempts: past it Run returns an error
+	// wrapping ErrJoin. 0 retries until Run's ctx ends; negative makes New
+	// fail at once when no Join address answers.
+	RetryJoinMax int
 	// Key is the gossip encryption key (AES-GCM): 16, 24 or 32 bytes. A node
 	// without the same key can neither join nor read the cluster (SE-7).
 	Key []byte

@@ -19,8 +19,12 @@ type ClusterConfig struct {
 	// GossipAddr is the memberlist address (host:port); default
 	// 127.0.0.1:7946.
 	GossipAddr string
-	// Join are members to join (host:port of their gossip address).
+	// Join are members to join (host:port of their gossip address). The
+	// node serves alone and keeps trying them until one answers.
 	Join []string
+	// RetryJoinMax bounds the join attempts: past it the node stops with
+	// an error. 0 retries for as long as the node runs.
+	RetryJoinMax int
 	// Key encrypts gossip (16, 24 or 32 bytes); required unless
 	// InsecureGossip.
 	Key            []byte
@@ -76,7 +80,8 @@ func (d *Daemon) startCluster(apiAddr string) error {
 	}
 	cl, err := cluster.New(cluster.Config{NodeID: d.cfg.NodeID, BindAddr: cc.GossipAddr, Join: cc.Join, Key: cc.Key,
 		InsecureGossip: cc.InsecureGossip, APIAddr: apiAddr, Models: d.models.IDs(), Version: Version,
-		Profile: cc.Profile, LocalState: d.clusterState, Logger: d.rootLog, LeaveTimeout: leaveTimeout})
+		Profile: cc.Profile, LocalState: d.clusterState, Logger: d.rootLog, LeaveTimeout: leaveTimeout,
+		RetryJoinMax: cc.RetryJoinMax})
 	if err != nil {
 		return fmt.Errorf("daemon: cluster: %w", err)
 	}
@@ -85,7 +90,7 @@ func (d *Daemon) startCluster(apiAddr string) error {
 		d.log.Warn("the cluster has no key (--insecure-gossip): this node serves every request itself, " +
 			"forwards none and refuses forwarded ones")
 	}
-	d.log.Info("joined the cluster", "gossip", cl.Addr(), "members", len(cl.Members()))
+	d.log.Info("cluster started", "gossip", cl.Addr(), "members", len(cl.Members()))
 	return nil
 }
 

@@ -453,7 +453,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if cl := d.cluster.Load(); cl != nil {
 		g.Go(func() error {
 			defer close(left)
-			if err := cl.Run(clusterCtx); err != nil {
+			err := cl.Run(clusterCtx)
+			if errors.Is(err, cluster.ErrJoin) {
+				// --retry-join-max ran out: stop, for a supervisor to
+				// restart the node or a person to look.
+				d.log.Error("could not join the cluster; stopping", "err", err)
+				return fmt.Errorf("daemon: %w", err)
+			}
+			if err != nil {
 				d.log.Warn("leaving the cluster", "err", err)
 			}
 			return nil
