@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
+	"github.com/llmd/llmd/pipeline"
 	"github.com/llmd/llmd/server"
 )
 
@@ -207,3 +210,28 @@ func (m *rateMeter) rate(model string, generated uint64, now time.Time) float64 
 
 // Version is llmd's version in cluster metadata.
 const Version = "0.1.0"
+
+// requestOwners is the server's way to the node that owns a request id:
+// the alive peers whose node tag the id carries, reached through the
+// forwarder's signed channel.
+type requestOwners struct{ d *Daemon }
+
+func (o requestOwners) Owners(id string) []string {
+	cl := o.d.cluster.Load()
+	if cl == nil {
+		return nil
+	}
+	tag := pipeline.IDTag(id)
+	var out []string
+	for _, m := range cl.Members() {
+		if !m.Local && m.Status == cluster.StatusAlive && m.APIAddr != "" && pipeline.NodeTag(m.ID) == tag {
+			out = append(out, m.APIAddr)
+		}
+	}
+	return out
+}
+
+func (o requestOwners) Send(ctx context.Context, addr, method, path string, hdr http.Header, p pipeline.Principal, id string) (
+	*http.Response, func(), error) {
+	return o.d.forwarder.Send(ctx, addr, method, path, hdr, p, id)
+}

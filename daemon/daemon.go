@@ -193,6 +193,10 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 		}
 	}
 	d.pipe = pipeline.New(pcfg, pdeps)
+	var owners server.Owners
+	if d.forwarder != nil {
+		owners = requestOwners{d}
+	}
 	backend := "memory"
 	if cfg.RedisURL != "" {
 		backend = "redis"
@@ -204,7 +208,8 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 		Prices: cfg.Prices, GPUHourPrice: cfg.GPUHourPrice, Currency: cfg.Currency, QuotaBackend: backend,
 		Anonymous: cfg.Anonymous, Listen: cfg.Listen, AllowedHosts: cfg.AllowedHosts, CORSOrigins: cfg.CORSOrigins},
 		server.Deps{Pipeline: d.pipe, Streams: d.streams, Store: deps.Store, Limiter: deps.Limiter, Metrics: d.metrics,
-			PeerAuth: d.auth, GPUs: d.gpus, Members: d.members, Fleet: fleetAdmin{d.fleet, d.config}, Started: d.started, Logger: logger})
+			PeerAuth: d.auth, GPUs: d.gpus, Members: d.members, Fleet: fleetAdmin{d.fleet, d.config}, Owners: owners, Started: d.started,
+			Logger: logger})
 	return d, nil
 }
 

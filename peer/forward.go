@@ -199,6 +199,15 @@ func (f *Forwarder) do(ctx context.Context, addr, method, path string, hdr http.
 	}, nil
 }
 
+// Send sends a request (no body) to the peer at addr, signed for p and
+// naming request id: a resume or cancel of a request that peer owns. The
+// peer must accept it within ForwardTimeout. The caller calls release
+// when done with the response.
+func (f *Forwarder) Send(ctx context.Context, addr, method, path string, hdr http.Header, p pipeline.Principal, id string) (
+	resp *http.Response, release func(), err error) {
+	return f.do(ctx, addr, method, path, hdr, nil, &pipeline.Job{ID: id, Principal: p})
+}
+
 // run is a job a peer accepted.
 type run struct {
 	t       *target

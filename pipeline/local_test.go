@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +51,20 @@ func TestWatchdogRearms(t *testing.T) {
 	require.Greater(t, time.Since(start), 300*time.Millisecond, "longer than the stall timeout in all")
 	_, err := wd.next(t.Context(), st)
 	require.ErrorIs(t, err, ErrStalled)
+}
+
+func TestNodeIDs(t *testing.T) {
+	t.Parallel()
+	a, b := NewNodeID("chatcmpl-", "node-a"), NewNodeID("chatcmpl-", "node-a")
+	require.NotEqual(t, a, b)
+	require.Len(t, a, len("chatcmpl-")+32)
+	require.Equal(t, NodeTag("node-a"), IDTag(a))
+	require.Equal(t, IDTag(a), IDTag(b))
+	require.NotEqual(t, NodeTag("node-a"), NodeTag("node-b"))
+	require.Equal(t, NodeTag("n"), IDTag(NewNodeID("req_", "n")))
+	require.Len(t, IDTag(NewID("cmpl-")), 8, "a plain id has a (random) tag too")
+	for _, bad := range []string{"", "chatcmpl-", "chatcmpl-xyz", "chatcmpl-" + strings.Repeat("g", 32), "nodash"} {
+		require.Empty(t, IDTag(bad), bad)
+	}
+	require.Equal(t, "chatcmpl-", NewNodeID("chatcmpl-", "")[:9])
 }

@@ -2,9 +2,11 @@ package pipeline
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/llmd/llmd/api"
@@ -48,6 +50,41 @@ func NewID(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// nodeTagLen is the hex digits of a node's tag in the ids it makes.
+const nodeTagLen = 8
+
+// NewNodeID is NewID for an id that names the node that made it: its
+// first 8 hex digits are NodeTag(node), the other 24 random (96 bits,
+// still unguessable), so a resume or cancel that reaches another node of
+// the cluster can be sent to the owner. An empty node makes a NewID.
+func NewNodeID(prefix, node string) string {
+	if node == "" {
+		return NewID(prefix)
+	}
+	id := NewID(prefix)
+	return id[:len(prefix)] + NodeTag(node) + id[len(prefix)+nodeTagLen:]
+}
+
+// NodeTag is the tag of node's ids: 8 hex digits of a hash of its name.
+func NodeTag(node string) string {
+	sum := sha256.Sum256([]byte(node))
+	return hex.EncodeToString(sum[:nodeTagLen/2])
+}
+
+// IDTag is the node tag in id (see NewNodeID): the 8 hex digits after its
+// prefix, "" when it has none of that shape.
+func IDTag(id string) string {
+	i := strings.LastIndexAny(id, "-_")
+	if i < 0 || len(id)-i-1 != 32 {
+		return ""
+	}
+	tag := id[i+1 : i+1+nodeTagLen]
+	if _, err := hex.DecodeString(tag); err != nil {
+		return ""
+	}
+	return tag
 }
 
 // Principal is who a request acts for.

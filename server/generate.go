@@ -73,7 +73,7 @@ const MaxClientRequestIDLen = 128
 func (s *Server) generate(c codec) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p := principalFrom(r.Context())
-		req := &pipeline.Request{ID: cmp.Or(p.RequestID, pipeline.NewID(c.endpoint.IDPrefix())), Endpoint: c.endpoint,
+		req := &pipeline.Request{ID: cmp.Or(p.RequestID, pipeline.NewNodeID(c.endpoint.IDPrefix(), s.cfg.NodeID)), Endpoint: c.endpoint,
 			Principal: p, Start: time.Now(), ClientID: capText(r.Header.Get("X-Request-Id"), MaxClientRequestIDLen)}
 		w.Header().Set("X-Request-Id", req.ID)
 		if !s.active.enter() {

@@ -78,6 +78,9 @@ type Deps struct {
 	Members func() (members []cluster.Member, clustered bool)
 	// Fleet loads and unloads models (the admin API); nil refuses.
 	Fleet Fleet
+	// Owners reaches the node that owns a request id, for a resume or
+	// cancel that arrives here; nil without a cluster.
+	Owners Owners
 	// Started is when llmd started (uptime, report windows).
 	Started time.Time
 	Logger  *slog.Logger
@@ -106,6 +109,7 @@ type Server struct {
 	gpus     func() []api.GPUInfo
 	members  func() ([]cluster.Member, bool)
 	fleet    Fleet
+	owners   Owners
 	started  time.Time
 	log      *slog.Logger
 	mux      *http.ServeMux
@@ -122,7 +126,7 @@ func New(cfg Config, deps Deps) *Server {
 	}
 	s := &Server{cfg: cfg, pipe: deps.Pipeline, models: deps.Pipeline.Models(), streams: deps.Streams, store: deps.Store,
 		limiter: deps.Limiter, metrics: deps.Metrics, peerAuth: deps.PeerAuth, gpus: deps.GPUs, members: deps.Members,
-		fleet: deps.Fleet, started: deps.Started, log: log.With("component", "server")}
+		fleet: deps.Fleet, owners: deps.Owners, started: deps.Started, log: log.With("component", "server")}
 	if s.gpus == nil {
 		s.gpus = func() []api.GPUInfo { return nil }
 	}
@@ -220,7 +224,8 @@ type route struct {
 	policy policy
 	h      http.HandlerFunc
 	// peer lets a signed request forwarded by a peer in: the generation
-	// routes, and the cancel that follows a forwarded stream.
+	// routes, the cancel that follows a forwarded stream, and a resume or
+	// cancel that reached another node than the request's owner.
 	peer bool
 }
 
@@ -237,7 +242,7 @@ func (s *Server) routeTable() []route {
 		{"/detokenize", post, policyUser, s.handleDetokenize, false},
 		{"/v1/stats", get, policyAdmin, s.handleStats, false},
 		{"/metrics", get, policyUser, s.handleMetrics, false},
-		{"GET /v1/requests/{id}/stream", get, policyUser, s.handleResume, false},
+		{"GET /v1/requests/{id}/stream", get, policyUser, s.handleResume, true},
 		{"DELETE /v1/requests/{id}", del, policyUser, s.handleCancel, true},
 		{"GET /v1/admin/usage", get, policyAdmin, s.needStore(s.handleUsage), false},
 		{"GET /v1/admin/snapshot", get, policyAdmin, s.handleSnapshot, false},

@@ -34,6 +34,9 @@ func (s *Server) findStream(r *http.Request, id string) *relay.Stream {
 func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	st := s.findStream(r, id)
+	if st == nil && s.fromOwner(w, r, id) {
+		return
+	}
 	if st == nil || !st.Resumable {
 		notFound(w, id)
 		return
@@ -74,6 +77,9 @@ type cancelBody struct {
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	st := s.findStream(r, id)
+	if st == nil && s.fromOwner(w, r, id) {
+		return
+	}
 	if st == nil {
 		notFound(w, id)
 		return
