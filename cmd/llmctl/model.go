@@ -75,7 +75,8 @@ func newModelInitCmd() *cobra.Command {
 	f.IntVar(&o.ffn, "ffn", 192, "feed-forward width")
 	f.IntVar(&o.vocab, "vocab", 2048, "vocabulary size")
 	f.IntVar(&o.context, "context", 2048, "context length in tokens")
-	f.StringVar(&o.typ, "type", "f16", "weight type: f32, f16, bf16, q8_0, q5_0, q4_0, q4_k, q6_k")
+	f.StringVar(&o.typ, "type", "f16", "weight type: f32, f16, bf16, q8_0, q5_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs,\n"+
+		"or a llama-quantize mixture: q3_k_m, q4_k_m, q5_k_m")
 	f.StringVar(&o.vocabKind, "tokenizer", "bpe", "tokenizer: bpe (byte-level BPE) or spm (SentencePiece)")
 	f.BoolVar(&o.tied, "tied", false, "no output matrix: the logits reuse the token embedding")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random weights")
@@ -86,7 +87,7 @@ func newModelInitCmd() *cobra.Command {
 // write builds the model and writes it; it returns the path and the spec
 // read back from the written file.
 func (o *initOptions) write(name string) (string, model.Spec, error) {
-	typ, err := gguf.ParseTensorType(o.typ)
+	typ, mix, err := synth.ParseType(o.typ)
 	if err != nil {
 		return "", model.Spec{}, err
 	}
@@ -109,7 +110,7 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 	}
 	w, err := synth.Model{
 		Arch: o.arch, Name: name, Dim: o.dim, Layers: o.layers, Heads: o.heads, KVHeads: o.kvHeads, FFN: o.ffn,
-		Vocab: o.vocab, ContextLength: o.context, Type: typ, Tied: o.tied, Seed: o.seed,
+		Vocab: o.vocab, ContextLength: o.context, Type: typ, Mix: mix, Tied: o.tied, Seed: o.seed,
 	}.Writer()
 	if err != nil {
 		return "", model.Spec{}, err

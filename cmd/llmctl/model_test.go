@@ -24,6 +24,11 @@ func TestModelInit(t *testing.T) {
 		"qwen2 tied": {args: []string{"--arch", "qwen2", "--kv-heads", "2", "--type", "q4_0", "--tied"}, arch: "qwen2",
 			fileType: "Q4_0", tied: true, template: chatMLTemplate},
 		"spm f16": {args: []string{"--tokenizer", "spm", "--type", "f16"}, arch: "llama", fileType: "F16"},
+		"q4_k_m":  {args: []string{"--type", "q4_k_m", "--dim", "256", "--ffn", "512"}, arch: "llama", fileType: "Q4_K_M", template: llama3Template},
+		"q3_k_m":  {args: []string{"--type", "Q3_K_M", "--dim", "256"}, arch: "llama", fileType: "Q3_K_M", template: llama3Template},
+		"q5_k_m":  {args: []string{"--type", "q5_k_m"}, arch: "llama", fileType: "Q5_K_M", template: llama3Template},
+		"iq4_xs":  {args: []string{"--type", "iq4_xs", "--dim", "256"}, arch: "llama", fileType: "IQ4_XS", template: llama3Template},
+		"q2_k":    {args: []string{"--type", "q2_k"}, arch: "llama", fileType: "Q2_K", template: llama3Template},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(dir, name+".gguf")
@@ -56,6 +61,7 @@ func TestModelInitErrors(t *testing.T) {
 	dir := t.TempDir()
 	for name, args := range map[string][]string{
 		"unknown type":      {"--type", "q9"},
+		"unknown mixture":   {"--type", "q4_k_l"},
 		"unknown arch":      {"--arch", "gpt-j"},
 		"heads vs kv":       {"--heads", "4", "--kv-heads", "3"},
 		"unknown tokenizer": {"--tokenizer", "wordpiece"},
