@@ -3,24 +3,25 @@ package cpu
 import "github.com/llmd/llmd/model/gguf"
 
 // The portable kernels of Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS. They follow
-// the lane model that their SIMD kernels compute, so that those agree with
-// them bit for bit:
+// the models that their SIMD kernels compute, so that those agree with
+// them bit for bit. Integer sums are exact, so only the float operations
+// and their order matter:
 //
-//   - Each 32-value activation block b is dotted in integers with the
-//     weights' values in their natural order, giving eight int32 lanes:
-//     lane l sums values 4l..4l+3, times the weight's integer sub-block
-//     scale where it has one (Q2_K, Q3_K, Q5_K, IQ4_XS). Integer sums are
-//     exact, so their order does not matter.
-//   - Eight float32 accumulators, one per lane, take acc[l] += f·float(S[l])
-//     with f = d·xd[b] (the weight's f16 super-block or block scale times the
-//     activation scale), each product rounded to float32 before the sum
-//     (never fused: the SIMD kernels multiply, then add).
-//   - The min terms of Q2_K (per 16 values) are lanes too, subtracted after
-//     the block's dot; those of Q5_K (per 32 values, with the activation
-//     block sums xs) go block b into lane b, before the super-block's dots.
+//   - The super-block types (Q2_K, Q3_K, Q5_K, IQ4_XS) keep eight float32
+//     accumulators, one per 32-value block of a 256-value super-block. Block
+//     b's integer dot S (the weights' values times the activations, times
+//     the integer sub-block scale of each 16 or 32 values) goes into
+//     acc[b] += (d·xd[b])·S, each product rounded to float32 before the sum
+//     (never fused: the SIMD kernels multiply, then add). Q2_K's min term
+//     M (the sub-block mins times the activations) then comes off as
+//     acc[b] −= (dmin·xd[b])·M; Q5_K's, (dmin·m_b)·xs[b], comes off before
+//     the super-block's dots.
+//   - IQ4_NL (32-value blocks, any count) keeps eight lane accumulators:
+//     block b's integer dot by lanes, lane l the sum over values 4l..4l+3,
+//     goes into acc[l] += (d·xd[b])·S[l].
 //   - The result is ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)), hsumps's order.
 
-// kernLaneAcc holds the eight float32 lane accumulators.
+// kernLaneAcc holds the eight float32 accumulators.
 type kernLaneAcc [8]float32
 
 // add adds f·s[l] to each lane, rounding the product first.
@@ -30,15 +31,20 @@ func (a *kernLaneAcc) add(f float32, s *[8]int32) {
 	}
 }
 
-// sub subtracts f·s[l] from each lane, rounding the product first.
-func (a *kernLaneAcc) sub(f float32, s *[8]int32) {
-	for l, v := range s {
-		a[l] -= float32(f * float32(v))
-	}
-}
-
 func (a *kernLaneAcc) sum() float32 {
 	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+}
+
+// kernBlockDot returns sc0·Σ w[k]·x[k] over the first 16 values plus sc1
+// times the sum over the last 16.
+func kernBlockDot(w *[32]int32, x []int8, sc0, sc1 int32) int32 {
+	x = x[:32]
+	var s0, s1 int32
+	for k := range 16 {
+		s0 += w[k] * int32(x[k])
+		s1 += w[k+16] * int32(x[k+16])
+	}
+	return sc0*s0 + sc1*s1
 }
 
 // kernLaneDot sets s[l] to sc[l/4]·Σ w[k]·x[k] over k in 4l..4l+3: the
@@ -69,7 +75,6 @@ func kernDotQ2_KGo(w []byte, xq []int8, xd, _ []float32) float32 {
 	for k := range ones {
 		ones[k] = 1
 	}
-	var s, m [8]int32
 	for sb := range len(xd) / 8 {
 		blk := w[84*sb : 84*sb+84]
 		d, dmin := kernHalf(blk[80:]), kernHalf(blk[82:])
@@ -80,11 +85,11 @@ func kernDotQ2_KGo(w []byte, xq []int8, xd, _ []float32) float32 {
 			}
 			x := xq[32*(8*sb+b) : 32*(8*sb+b)+32]
 			sc0, sc1 := blk[2*b], blk[2*b+1]
-			kernLaneDot(&s, &v, x, int32(sc0&15), int32(sc1&15))
-			kernLaneDot(&m, &ones, x, int32(sc0>>4), int32(sc1>>4))
+			s := kernBlockDot(&v, x, int32(sc0&15), int32(sc1&15))
+			m := kernBlockDot(&ones, x, int32(sc0>>4), int32(sc1>>4))
 			xdb := xd[8*sb+b]
-			acc.add(float32(d*xdb), &s)
-			acc.sub(float32(dmin*xdb), &m)
+			acc[b] += float32(float32(d*xdb) * float32(s))
+			acc[b] -= float32(float32(dmin*xdb) * float32(m))
 		}
 	}
 	return acc.sum()
@@ -97,7 +102,6 @@ func kernDotQ2_KGo(w []byte, xq []int8, xd, _ []float32) float32 {
 func kernDotQ3_KGo(w []byte, xq []int8, xd, _ []float32) float32 {
 	var acc kernLaneAcc
 	var v [32]int32
-	var s [8]int32
 	for sb := range len(xd) / 8 {
 		blk := w[110*sb : 110*sb+110]
 		d := kernHalf(blk[108:])
@@ -109,8 +113,8 @@ func kernDotQ3_KGo(w []byte, xq []int8, xd, _ []float32) float32 {
 				v[k] = int32(q[k]>>(2*(b%4))&3) - 4 + 4*int32(hm[k]>>b&1)
 			}
 			x := xq[32*(8*sb+b) : 32*(8*sb+b)+32]
-			kernLaneDot(&s, &v, x, int32(sc[2*b]), int32(sc[2*b+1]))
-			acc.add(float32(d*xd[8*sb+b]), &s)
+			s := kernBlockDot(&v, x, int32(sc[2*b]), int32(sc[2*b+1]))
+			acc[b] += float32(float32(d*xd[8*sb+b]) * float32(s))
 		}
 	}
 	return acc.sum()
@@ -123,7 +127,6 @@ func kernDotQ3_KGo(w []byte, xq []int8, xd, _ []float32) float32 {
 func kernDotQ5_KGo(w []byte, xq []int8, xd, xs []float32) float32 {
 	var acc kernLaneAcc
 	var v [32]int32
-	var s [8]int32
 	for sb := range len(xd) / 8 {
 		blk := w[176*sb : 176*sb+176]
 		d, dmin := kernHalf(blk), kernHalf(blk[2:])
@@ -139,8 +142,8 @@ func kernDotQ5_KGo(w []byte, xq []int8, xd, xs []float32) float32 {
 				v[k] = int32(q[k]>>sh&15) | int32(qh[k]>>b&1)<<4
 			}
 			x := xq[32*(8*sb+b) : 32*(8*sb+b)+32]
-			kernLaneDot(&s, &v, x, int32(sc[b]), int32(sc[b]))
-			acc.add(float32(d*xd[8*sb+b]), &s)
+			s := kernBlockDot(&v, x, int32(sc[b]), int32(sc[b]))
+			acc[b] += float32(float32(d*xd[8*sb+b]) * float32(s))
 		}
 	}
 	return acc.sum()
@@ -177,15 +180,14 @@ func kernDotIQ4_NLGo(w []byte, xq []int8, xd, _ []float32) float32 {
 func kernDotIQ4_XSGo(w []byte, xq []int8, xd, _ []float32) float32 {
 	var acc kernLaneAcc
 	var v [32]int32
-	var s [8]int32
 	for sb := range len(xd) / 8 {
 		blk := w[136*sb : 136*sb+136]
 		d := kernHalf(blk)
 		for b := range 8 {
 			kernIQ4Values(&v, blk[8+16*b:24+16*b])
 			ls := int32(gguf.IQ4XSScale(blk, b) - 32)
-			kernLaneDot(&s, &v, xq[32*(8*sb+b):32*(8*sb+b)+32], ls, ls)
-			acc.add(float32(d*xd[8*sb+b]), &s)
+			s := kernBlockDot(&v, xq[32*(8*sb+b):32*(8*sb+b)+32], ls, ls)
+			acc[b] += float32(float32(d*xd[8*sb+b]) * float32(s))
 		}
 	}
 	return acc.sum()

@@ -6,23 +6,26 @@ import (
 )
 
 // The AVX2 kernels of Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS. They compute the
-// lane model of their portable kernels (engine/cpu/kernel_kquant_go.go) and
-// agree with them bit for bit:
+// models of their portable kernels (engine/cpu/kernel_kquant_go.go) and
+// agree with them bit for bit. Each is written once for n tokens (1 or 4):
+// the one-token kernel is the four-token one's instructions for token 0.
 //
-//   - A 32-value weight block's values, in their natural order, are bytes
-//     of a ymm register; VPMADDUBSW with the token's 32 activations and
-//     VPMADDWD with the block's integer scale as int16 words (ones where
-//     there is none) give eight exact int32 lanes, lane l the sum over
-//     values 4l..4l+3 times the scale of their 16-value half.
-//   - The lanes are converted to float32, multiplied by f = d·xd (VMULPS)
-//     and added (VADDPS) to the token's accumulator: never fused, as the Go
-//     kernels round the product first.
-//   - The accumulators are summed as hsumps and hsum4 do.
+// The super-block types (Q2_K, Q3_K, Q5_K, IQ4_XS) go in two phases per
+// 256-value block. First the weights are decoded once for all tokens: each
+// 32-value block's values as 32 bytes at 32b(SP), in their natural order,
+// and its scales. Then each token's eight blocks are dotted: VPMADDUBSW
+// with the activations and VPMADDWD with the scale words (or ones) give
+// eight exact int32 lanes per block, and a VPHADDD tree (kqTree) sums
+// block b's lanes into lane b of one register. That is converted to
+// float32, multiplied by the eight d·xd (VMULPS) and added (VADDPS) to the
+// token's accumulator: never fused, as the Go kernels round the product
+// first.
 //
-// Each kernel is written once for n tokens (1 or 4): the one-token kernel
-// is the four-token one's instructions for token 0, so the two agree too.
-// Registers: Y8..Y8+n-1 accumulate; Y0 holds the block's weight bytes, Y1
-// its scale words; Y3 is f, Y4 the activations and Y5, Y6 products.
+// IQ4_NL's blocks come one at a time: block b's eight lanes are converted,
+// multiplied by d·xd[b] and added to the lane accumulators.
+//
+// Registers: Y8..Y8+n-1 accumulate, Y0..Y3 are the tree's, Y4..Y6 scratch,
+// Y12..Y15 constants and the super-block's d (Y14).
 
 // kqAcc is the accumulators of an n-token kernel.
 func kqAcc(n int) []VecPhysical { return []VecPhysical{Y8, Y9, Y10, Y11}[:n] }
@@ -58,15 +61,6 @@ func (a *asm) kqHalf(off int, y VecPhysical) {
 	a.VMOVD(EAX, y.AsX())
 	a.VCVTPH2PS(y.AsX(), y.AsX())
 	a.VBROADCASTSS(y.AsX(), y)
-}
-
-// kqFactors stores each token's eight products d·xd (d in every lane of
-// dv) of the current 256-value block at off+32t(SP); tmp is scratch.
-func (a *asm) kqFactors(n int, dv VecPhysical, off int, tmp VecPhysical) {
-	for t := range n {
-		a.VMULPS(xdRow(0, t), dv, tmp)
-		a.VMOVUPS(tmp, sp(off+32*t))
-	}
 }
 
 // kqLanes converts the int32 lanes prod to float32, multiplies them by
@@ -107,12 +101,6 @@ func (a *asm) kqScalePair(m Mem, y, t VecPhysical) {
 	a.VINSERTI128(U8(1), t, y, y)
 }
 
-// kqWord sets every word of the ymm register y to the low 16 bits of EAX.
-func (a *asm) kqWord(y VecPhysical) {
-	a.VMOVD(EAX, y.AsX())
-	a.VPBROADCASTW(y.AsX(), y)
-}
-
 func genKQuantsAVX2(a *asm) {
 	var tab [4]uint64
 	for i, v := range iq4Values {
@@ -132,12 +120,67 @@ func genKQuantsAVX2(a *asm) {
 // iq4Values is the IQ4_NL codebook (ggml kvalues_iq4nl; gguf.IQ4NLValues).
 var iq4Values = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
-// dotQ2KAVX2 is kernDotQ2_KAVX2 (n 1) or kernDotQ2_Kx4AVX2 (n 4): per
-// 256-value block, d·xd at 32t(SP) and dmin·xd at 32n+32t(SP), the sixteen
-// scales (sc&15) as words at 64n(SP) and mins (sc>>4) at 64n+32(SP).
+// kqTree sums the eight int32 lanes of each of the vectors that vec(b, y)
+// computes for blocks b = 0..7 (into y, any of Y1..Y3 or Y0 first) into
+// lane b of Y0. Uses Y0..Y3.
+func (a *asm) kqTree(vec func(b int, y VecPhysical)) {
+	vec(0, Y0)
+	vec(1, Y1)
+	a.VPHADDD(Y1, Y0, Y0)
+	vec(2, Y1)
+	vec(3, Y2)
+	a.VPHADDD(Y2, Y1, Y1)
+	a.VPHADDD(Y1, Y0, Y0) // blocks 0..3: low halves' sums, then high halves'
+	vec(4, Y1)
+	vec(5, Y2)
+	a.VPHADDD(Y2, Y1, Y1)
+	vec(6, Y2)
+	vec(7, Y3)
+	a.VPHADDD(Y3, Y2, Y2)
+	a.VPHADDD(Y2, Y1, Y1) // blocks 4..7
+	a.VPERM2I128(U8(0x20), Y1, Y0, Y2)
+	a.VPERM2I128(U8(0x31), Y1, Y0, Y0)
+	a.VPADDD(Y2, Y0, Y0)
+}
+
+// kqSuperAcc converts the per-block sums in Y0 to float32, multiplies
+// them by token t's eight d·xd (d in every lane of dv; the products in
+// Y5) and adds them to acc, or subtracts them with sub.
+func (a *asm) kqSuperAcc(t int, dv, acc VecPhysical, sub bool) {
+	a.VCVTDQ2PS(Y0, Y0)
+	a.VMULPS(xdRow(0, t), dv, Y5)
+	a.VMULPS(Y5, Y0, Y0)
+	if sub {
+		a.VSUBPS(Y0, acc, acc)
+	} else {
+		a.VADDPS(Y0, acc, acc)
+	}
+}
+
+// kqCrumbs stores the 2-bit values of the eight 32-value blocks of a Q2_K
+// or Q3_K block at 32b(SP): block b is bits 2(b%4).. of the 32 bytes at
+// off+32(b/4)(SI). Uses Y12 (0x03 bytes) and Y4.
+func (a *asm) kqCrumbs(off int, hbits func(b int)) {
+	for b := range 8 {
+		a.VMOVDQU(mem(RSI, off+32*(b/4)), Y4)
+		if j := b % 4; j > 0 {
+			a.VPSRLW(U8(2*j), Y4, Y4)
+		}
+		a.VPAND(Y12, Y4, Y4)
+		if hbits != nil {
+			hbits(b)
+		}
+		a.VMOVDQU(Y4, sp(32*b))
+	}
+}
+
+// dotQ2KAVX2 is kernDotQ2_KAVX2 (n 1) or kernDotQ2_Kx4AVX2 (n 4). Per
+// 256-value block: the scale pairs (sc&15) of block b at 32b(SP) and the
+// min pairs (sc>>4) at 256+32b(SP), from words at 512(SP) and 544(SP). The
+// values are taken from the block for each token (a NOSPLIT frame has no
+// room for them too).
 func (a *asm) dotQ2KAVX2(n int) {
-	sc, mn := 64*n, 64*n+32
-	a.kqText("Q2_K", n, 64*n+64, false, true)
+	a.kqText("Q2_K", n, 576, false, true)
 	a.bcastb(0x03, Y12)
 	a.bcastb(0x01, Y13)
 	a.kLoop()
@@ -147,46 +190,48 @@ func (a *asm) dotQ2KAVX2(n int) {
 	a.VMOVSHDUP(X14, X15)
 	a.VBROADCASTSS(X14, Y14)
 	a.VBROADCASTSS(X15, Y15)
-	a.kqFactors(n, Y14, 0, Y3)
-	a.kqFactors(n, Y15, 32*n, Y3)
 	a.bcastb(0x0f, Y6)
 	a.VMOVDQU(mem(RSI, 0), X1)
 	a.VPAND(X6, X1, X2)
 	a.VPMOVZXBW(X2, Y2)
-	a.VMOVDQU(Y2, sp(sc))
+	a.VMOVDQU(Y2, sp(512))
 	a.VPSRLW(U8(4), X1, X1)
 	a.VPAND(X6, X1, X1)
 	a.VPMOVZXBW(X1, Y1)
-	a.VMOVDQU(Y1, sp(mn))
+	a.VMOVDQU(Y1, sp(544))
 	for b := range 8 {
-		a.kqScalePair(sp(sc+4*b), Y1, X5)
-		a.kqScalePair(sp(mn+4*b), Y2, X5)
-		a.VMOVDQU(mem(RSI, 16+32*(b/4)), Y0)
-		if j := b % 4; j > 0 {
-			a.VPSRLW(U8(2*j), Y0, Y0)
-		}
-		a.VPAND(Y12, Y0, Y0)
-		for t, acc := range kqAcc(n) {
-			a.VMOVDQU(xqRow(32*b, t), Y4)
-			a.VPMADDUBSW(Y4, Y0, Y5)
-			a.VPMADDWD(Y1, Y5, Y5)
-			a.VPMADDUBSW(Y4, Y13, Y6)
-			a.VPMADDWD(Y2, Y6, Y6)
-			a.kqLanes(Y5, sp(32*t+4*b), Y3, acc, false)
-			a.kqLanes(Y6, sp(32*n+32*t+4*b), Y7, acc, true)
-		}
+		a.kqScalePair(sp(512+4*b), Y1, X5)
+		a.VMOVDQU(Y1, sp(32*b))
+		a.kqScalePair(sp(544+4*b), Y1, X5)
+		a.VMOVDQU(Y1, sp(256+32*b))
+	}
+	for t, acc := range kqAcc(n) {
+		a.kqTree(func(b int, y VecPhysical) {
+			a.VMOVDQU(mem(RSI, 16+32*(b/4)), y)
+			if j := b % 4; j > 0 {
+				a.VPSRLW(U8(2*j), y, y)
+			}
+			a.VPAND(Y12, y, y)
+			a.VPMADDUBSW(xqRow(32*b, t), y, y)
+			a.VPMADDWD(sp(32*b), y, y)
+		})
+		a.kqSuperAcc(t, Y14, acc, false)
+		a.kqTree(func(b int, y VecPhysical) {
+			a.VPMADDUBSW(xqRow(32*b, t), Y13, y)
+			a.VPMADDWD(sp(256+32*b), y, y)
+		})
+		a.kqSuperAcc(t, Y15, acc, true)
 	}
 	a.kNext(84, false)
 	a.kqRet(n)
 }
 
-// dotQ3KAVX2 is kernDotQ3_KAVX2 or kernDotQ3_Kx4AVX2: per 256-value block,
-// d·xd at 32t(SP), the sixteen 6-bit scales as bytes at 32n(SP) and less
-// 32 as words at 32n+16(SP). A value is its two bits of qs and its hmask
-// bit as bit 2 (0..7), dotted as value·x − 4·x.
+// dotQ3KAVX2 is kernDotQ3_KAVX2 or kernDotQ3_Kx4AVX2. Per 256-value block:
+// values (two bits of qs and the hmask bit as bit 2: 0..7) at 32b(SP),
+// dotted as value·x − 4·x; block b's scale pair (less 32) at 256+32b(SP),
+// from the sixteen 6-bit scales as bytes at 512(SP) and words at 528(SP).
 func (a *asm) dotQ3KAVX2(n int) {
-	sb, sw := 32*n, 32*n+16
-	a.kqText("Q3_K", n, 32*n+48, false, true)
+	a.kqText("Q3_K", n, 560, false, true)
 	a.bcastb(0x03, Y12)
 	a.bcastb(0x04, Y13)
 	a.MOVL(U32(0x00200020), EAX)
@@ -194,7 +239,6 @@ func (a *asm) dotQ3KAVX2(n int) {
 	a.VPBROADCASTD(X15, Y15) // words of 32
 	a.kLoop()
 	a.kqHalf(108, Y14)
-	a.kqFactors(n, Y14, 0, Y3)
 	// Scales 4k..4k+3: four bits of bytes 0..7 (low nibbles for k < 2),
 	// two of bytes 8..11.
 	for k := range 4 {
@@ -210,49 +254,50 @@ func (a *asm) dotQ3KAVX2(n int) {
 		a.ANDL(U32(0x03030303), EBX)
 		a.SHLL(U8(4), EBX)
 		a.ORL(EBX, EAX)
-		a.MOVL(EAX, sp(sb+4*k))
+		a.MOVL(EAX, sp(512+4*k))
 	}
-	a.VPMOVZXBW(sp(sb), Y1)
+	a.VPMOVZXBW(sp(512), Y1)
 	a.VPSUBW(Y15, Y1, Y1)
-	a.VMOVDQU(Y1, sp(sw))
+	a.VMOVDQU(Y1, sp(528))
 	for b := range 8 {
-		a.kqScalePair(sp(sw+4*b), Y1, X5)
-		a.VMOVDQU(mem(RSI, 32+32*(b/4)), Y0)
-		if j := b % 4; j > 0 {
-			a.VPSRLW(U8(2*j), Y0, Y0)
-		}
-		a.VPAND(Y12, Y0, Y0)
+		a.kqScalePair(sp(528+4*b), Y1, X5)
+		a.VMOVDQU(Y1, sp(256+32*b))
+	}
+	a.kqCrumbs(32, func(b int) {
 		a.kqBits(mem(RSI, 0), b, 2, Y13, Y6)
-		a.VPOR(Y6, Y0, Y0)
-		for t, acc := range kqAcc(n) {
-			a.VMOVDQU(xqRow(32*b, t), Y4)
-			a.VPMADDUBSW(Y4, Y0, Y5)
-			a.VPMADDUBSW(Y4, Y13, Y6)
-			a.VPSUBW(Y6, Y5, Y5)
-			a.VPMADDWD(Y1, Y5, Y5)
-			a.kqLanes(Y5, sp(32*t+4*b), Y3, acc, false)
-		}
+		a.VPOR(Y6, Y4, Y4)
+	})
+	for t, acc := range kqAcc(n) {
+		a.kqTree(func(b int, y VecPhysical) {
+			a.VMOVDQU(sp(32*b), y)
+			a.VPMADDUBSW(xqRow(32*b, t), y, y)
+			a.VPMADDUBSW(xqRow(32*b, t), Y13, Y4)
+			a.VPSUBW(Y4, y, y)
+			a.VPMADDWD(sp(256+32*b), y, y)
+		})
+		a.kqSuperAcc(t, Y14, acc, false)
 	}
 	a.kNext(110, false)
 	a.kqRet(n)
 }
 
-// dotQ5KAVX2 is kernDotQ5_KAVX2 or kernDotQ5_Kx4AVX2: per 256-value block,
-// first each token's min terms (dmin·m_b)·xs_b into lane b, then d·xd at
-// 32t(SP) and the eight 6-bit scales as bytes at 32n(SP). A value is its
-// nibble of qs and its qh bit as bit 4 (0..31).
+// dotQ5KAVX2 is kernDotQ5_KAVX2 or kernDotQ5_Kx4AVX2. Per 256-value block:
+// first each token's min terms (dmin·m_b)·xs_b come off lane b; the values
+// (nibble of qs and qh bit as bit 4: 0..31) go to 32b(SP) and the eight
+// 6-bit scales as int32 to 256(SP), which multiply the tree's sums.
 func (a *asm) dotQ5KAVX2(n int) {
-	sb := 32 * n
-	a.kqText("Q5_K", n, 32*n+16, true, true)
+	a.kqText("Q5_K", n, 288, true, true)
 	a.bcastb(0x0f, Y12)
 	a.bcastb(0x10, Y13)
+	a.ones16(Y15)
 	a.kLoop()
 	a.VCVTPH2PS(mem(RSI, 0), X14) // d, dmin
 	a.VMOVSHDUP(X14, X7)
 	a.VBROADCASTSS(X14, Y14)
 	a.VBROADCASTSS(X7, Y7)
 	a.q4kScales(X1, X2)
-	a.VMOVQ(X1, sp(sb))
+	a.VPMOVZXBD(X1, Y1)
+	a.VMOVDQU(Y1, sp(256))
 	a.VPMOVZXBD(X2, Y2)
 	a.VCVTDQ2PS(Y2, Y2)
 	a.VMULPS(Y7, Y2, Y2) // dmin·m
@@ -260,22 +305,24 @@ func (a *asm) dotQ5KAVX2(n int) {
 		a.VMULPS(xsRow(t), Y2, Y3)
 		a.VSUBPS(Y3, acc, acc)
 	}
-	a.kqFactors(n, Y14, 0, Y3)
 	for b := range 8 {
-		a.MOVBLZX(sp(sb+b), EAX)
-		a.kqWord(Y1)
-		a.VMOVDQU(mem(RSI, 48+32*(b/2)), Y0)
+		a.VMOVDQU(mem(RSI, 48+32*(b/2)), Y4)
 		if b%2 == 1 {
-			a.VPSRLW(U8(4), Y0, Y0)
+			a.VPSRLW(U8(4), Y4, Y4)
 		}
-		a.VPAND(Y12, Y0, Y0)
+		a.VPAND(Y12, Y4, Y4)
 		a.kqBits(mem(RSI, 16), b, 4, Y13, Y6)
-		a.VPOR(Y6, Y0, Y0)
-		for t, acc := range kqAcc(n) {
-			a.VPMADDUBSW(xqRow(32*b, t), Y0, Y5)
-			a.VPMADDWD(Y1, Y5, Y5)
-			a.kqLanes(Y5, sp(32*t+4*b), Y3, acc, false)
-		}
+		a.VPOR(Y6, Y4, Y4)
+		a.VMOVDQU(Y4, sp(32*b))
+	}
+	for t, acc := range kqAcc(n) {
+		a.kqTree(func(b int, y VecPhysical) {
+			a.VMOVDQU(sp(32*b), y)
+			a.VPMADDUBSW(xqRow(32*b, t), y, y)
+			a.VPMADDWD(Y15, y, y)
+		})
+		a.VPMULLD(sp(256), Y0, Y0)
+		a.kqSuperAcc(t, Y14, acc, false)
 	}
 	a.kNext(176, true)
 	a.kqRet(n)
@@ -286,11 +333,7 @@ func (a *asm) dotQ5KAVX2(n int) {
 // its lanes times the words of Y1, times the float at f(t) (broadcast into
 // Y3). Uses Y12 (0x0F bytes) and Y13 (the codebook).
 func (a *asm) iq4Dot(n, off, disp int, f func(t int) Mem) {
-	a.VMOVDQU(mem(RSI, off), X0)
-	a.VPSRLW(U8(4), X0, X2)
-	a.VINSERTI128(U8(1), X2, Y0, Y0)
-	a.VPAND(Y12, Y0, Y0)
-	a.VPSHUFB(Y0, Y13, Y2) // the signed values
+	a.iq4Values(off, Y2, X0)
 	a.VPABSB(Y2, Y0)
 	for t, acc := range kqAcc(n) {
 		a.VMOVDQU(xqRow(disp, t), Y4)
@@ -299,6 +342,17 @@ func (a *asm) iq4Dot(n, off, disp int, f func(t int) Mem) {
 		a.VPMADDWD(Y1, Y5, Y5)
 		a.kqLanes(Y5, f(t), Y3, acc, false)
 	}
+}
+
+// iq4Values sets the ymm register y to the 32 signed codebook values of
+// the 16 code bytes at off(SI): low nibbles, then high nibbles; t is a
+// scratch xmm register. Uses Y12 (0x0F bytes) and Y13 (the codebook).
+func (a *asm) iq4Values(off int, y, t VecPhysical) {
+	a.VMOVDQU(mem(RSI, off), t)
+	a.VPSRLW(U8(4), t, y.AsX())
+	a.VINSERTI128(U8(1), y.AsX(), t.AsY(), y)
+	a.VPAND(Y12, y, y)
+	a.VPSHUFB(y, Y13, y)
 }
 
 // dotIQ4NLAVX2 is kernDotIQ4_NLAVX2 or kernDotIQ4_NLx4AVX2: one 32-value
@@ -324,16 +378,17 @@ func (a *asm) dotIQ4NLAVX2(n int) {
 	a.kqRet(n)
 }
 
-// dotIQ4XSAVX2 is kernDotIQ4_XSAVX2 or kernDotIQ4_XSx4AVX2: per 256-value
-// block d·xd at 32t(SP); each 32-value block's 6-bit scale less 32 is put
-// together in AX.
+// dotIQ4XSAVX2 is kernDotIQ4_XSAVX2 or kernDotIQ4_XSx4AVX2. Per 256-value
+// block: the signed values at 32b(SP), their magnitudes at 256+32b(SP) (the
+// sign trick of dotSigned) and the eight 6-bit scales less 32 as int32 at
+// 512(SP), put together in AX, which multiply the tree's sums.
 func (a *asm) dotIQ4XSAVX2(n int) {
-	a.kqText("IQ4_XS", n, 32*n, false, true)
+	a.kqText("IQ4_XS", n, 544, false, true)
 	a.bcastb(0x0f, Y12)
 	a.VMOVDQU(static("kernIQ4Table", 0), Y13)
+	a.ones16(Y15)
 	a.kLoop()
 	a.kqHalf(0, Y14)
-	a.kqFactors(n, Y14, 0, Y3)
 	for b := range 8 {
 		a.MOVBLZX(mem(RSI, 4+b/2), EAX)
 		if b%2 == 1 {
@@ -348,8 +403,22 @@ func (a *asm) dotIQ4XSAVX2(n int) {
 		a.SHLL(U8(4), EBX)
 		a.ORL(EBX, EAX)
 		a.SUBL(U8(32), EAX)
-		a.kqWord(Y1)
-		a.iq4Dot(n, 8+16*b, 32*b, func(t int) Mem { return sp(32*t + 4*b) })
+		a.MOVL(EAX, sp(512+4*b))
+		a.iq4Values(8+16*b, Y4, X5)
+		a.VMOVDQU(Y4, sp(32*b))
+		a.VPABSB(Y4, Y4)
+		a.VMOVDQU(Y4, sp(256+32*b))
+	}
+	for t, acc := range kqAcc(n) {
+		a.kqTree(func(b int, y VecPhysical) {
+			a.VMOVDQU(xqRow(32*b, t), y)
+			a.VPSIGNB(sp(32*b), y, y)
+			a.VMOVDQU(sp(256+32*b), Y4)
+			a.VPMADDUBSW(y, Y4, y)
+			a.VPMADDWD(Y15, y, y)
+		})
+		a.VPMULLD(sp(512), Y0, Y0)
+		a.kqSuperAcc(t, Y14, acc, false)
 	}
 	a.kNext(136, false)
 	a.kqRet(n)
