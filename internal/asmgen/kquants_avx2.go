@@ -24,8 +24,8 @@ import (
 // IQ4_NL's blocks come one at a time: block b's eight lanes are converted,
 // multiplied by d·xd[b] and added to the lane accumulators.
 //
-// Registers: Y8..Y8+n-1 accumulate, Y0..Y3 are the tree's, Y4..Y6 scratch,
-// Y12..Y15 constants and the super-block's d (Y14).
+// Registers: Y8..Y8+n-1 accumulate, Y0..Y3 are the tree's, Y4..Y7 scratch
+// or per-block values, Y12..Y15 constants and the super-block's d (Y14).
 
 // kqAcc is the accumulators of an n-token kernel.
 func kqAcc(n int) []VecPhysical { return []VecPhysical{Y8, Y9, Y10, Y11}[:n] }
@@ -77,28 +77,30 @@ func (a *asm) kqLanes(prod VecPhysical, f Mem, fr, acc VecPhysical, sub bool) {
 	}
 }
 
-// kqBits sets y to bit bit of each byte of the 32 bytes at m, moved to bit
-// to and masked with mask (the byte 1<<to in every byte). Word shifts are
-// safe: the bit that lands at position to of a byte comes from the same
-// byte.
-func (a *asm) kqBits(m Mem, bit, to int, mask Op, y VecPhysical) {
-	a.VMOVDQU(m, y)
+// kqBits sets y to bit bit of each of the 32 bytes src (memory or a ymm
+// register), moved to bit to and masked with mask (the byte 1<<to in every
+// byte). Word shifts are safe: the bit that lands at position to of a byte
+// comes from the same byte.
+func (a *asm) kqBits(src Op, bit, to int, mask Op, y VecPhysical) {
+	if _, ok := src.(Mem); ok || bit == to {
+		a.VMOVDQU(src, y)
+		src = y
+	}
 	switch {
 	case bit < to:
-		a.VPSLLW(U8(to-bit), y, y)
+		a.VPSLLW(U8(to-bit), src, y)
 	case bit > to:
-		a.VPSRLW(U8(bit-to), y, y)
+		a.VPSRLW(U8(bit-to), src, y)
 	}
 	a.VPAND(mask, y, y)
 }
 
 // kqScalePair sets the ymm register y to the int16 word at m in its lower
 // eight words and the one at m+2 in its upper eight: the scales of a
-// 32-value block's two 16-value halves. t is a scratch xmm register.
-func (a *asm) kqScalePair(m Mem, y, t VecPhysical) {
-	a.VPBROADCASTW(m, y.AsX())
-	a.VPBROADCASTW(m.Offset(2), t)
-	a.VINSERTI128(U8(1), t, y, y)
+// 32-value block's two 16-value halves.
+func (a *asm) kqScalePair(m Mem, y VecPhysical) {
+	a.VPBROADCASTD(m, y)
+	a.VPSHUFB(static("kernPairShuf", 0), y, y)
 }
 
 func genKQuantsAVX2(a *asm) {
@@ -108,6 +110,11 @@ func genKQuantsAVX2(a *asm) {
 	}
 	tab[2], tab[3] = tab[0], tab[1]
 	a.data("kernIQ4Table", tab[:]...)
+	// kqScalePair's VPSHUFB: word 0 of each dword in the lower half, word
+	// 1 in the upper half.
+	a.data("kernPairShuf", 0x0100010001000100, 0x0100010001000100, 0x0302030203020302, 0x0302030203020302)
+	// Q3_K's scale bits: VPSRLVD counts 0, 2, 4, 6.
+	a.data32("kernQ3Shift", 0, 2, 4, 6)
 	for _, n := range []int{1, 4} {
 		a.dotQ2KAVX2(n)
 		a.dotQ3KAVX2(n)
@@ -200,9 +207,9 @@ func (a *asm) dotQ2KAVX2(n int) {
 	a.VPMOVZXBW(X1, Y1)
 	a.VMOVDQU(Y1, sp(544))
 	for b := range 8 {
-		a.kqScalePair(sp(512+4*b), Y1, X5)
+		a.kqScalePair(sp(512+4*b), Y1)
 		a.VMOVDQU(Y1, sp(32*b))
-		a.kqScalePair(sp(544+4*b), Y1, X5)
+		a.kqScalePair(sp(544+4*b), Y1)
 		a.VMOVDQU(Y1, sp(256+32*b))
 	}
 	for t, acc := range kqAcc(n) {
@@ -234,38 +241,34 @@ func (a *asm) dotQ3KAVX2(n int) {
 	a.kqText("Q3_K", n, 560, false, true)
 	a.bcastb(0x03, Y12)
 	a.bcastb(0x04, Y13)
+	a.bcastb(0x0f, Y6)
 	a.MOVL(U32(0x00200020), EAX)
 	a.VMOVD(EAX, X15)
 	a.VPBROADCASTD(X15, Y15) // words of 32
 	a.kLoop()
 	a.kqHalf(108, Y14)
-	// Scales 4k..4k+3: four bits of bytes 0..7 (low nibbles for k < 2),
-	// two of bytes 8..11.
-	for k := range 4 {
-		a.MOVL(mem(RSI, 96+4*(k%2)), EAX)
-		if k >= 2 {
-			a.SHRL(U8(4), EAX)
-		}
-		a.ANDL(U32(0x0f0f0f0f), EAX)
-		a.MOVL(mem(RSI, 104), EBX)
-		if k > 0 {
-			a.SHRL(U8(2*k), EBX)
-		}
-		a.ANDL(U32(0x03030303), EBX)
-		a.SHLL(U8(4), EBX)
-		a.ORL(EBX, EAX)
-		a.MOVL(EAX, sp(512+4*k))
-	}
-	a.VPMOVZXBW(sp(512), Y1)
+	// Scale i: the low (i < 8) or high nibble of byte i%8, and bits
+	// 2(i/4).. of byte 8+i%4 as bits 4..5.
+	a.VMOVQ(mem(RSI, 96), X1)
+	a.VPSRLW(U8(4), X1, X2)
+	a.VPUNPCKLQDQ(X2, X1, X1)
+	a.VPAND(X6, X1, X1)
+	a.VPBROADCASTD(mem(RSI, 104), X2)
+	a.VPSRLVD(static("kernQ3Shift", 0), X2, X2)
+	a.VPAND(X12, X2, X2)
+	a.VPSLLD(U8(4), X2, X2)
+	a.VPOR(X2, X1, X1)
+	a.VPMOVZXBW(X1, Y1)
 	a.VPSUBW(Y15, Y1, Y1)
 	a.VMOVDQU(Y1, sp(528))
 	for b := range 8 {
-		a.kqScalePair(sp(528+4*b), Y1, X5)
+		a.kqScalePair(sp(528+4*b), Y1)
 		a.VMOVDQU(Y1, sp(256+32*b))
 	}
+	a.VMOVDQU(mem(RSI, 0), Y7) // hmask
 	a.kqCrumbs(32, func(b int) {
-		a.kqBits(mem(RSI, 0), b, 2, Y13, Y6)
-		a.VPOR(Y6, Y4, Y4)
+		a.kqBits(Y7, b, 2, Y13, Y5)
+		a.VPOR(Y5, Y4, Y4)
 	})
 	for t, acc := range kqAcc(n) {
 		a.kqTree(func(b int, y VecPhysical) {
