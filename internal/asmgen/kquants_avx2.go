@@ -12,8 +12,9 @@ import (
 //
 // The super-block types (Q2_K, Q3_K, Q5_K, IQ4_XS) go in two phases per
 // 256-value block. First the weights are decoded once for all tokens: each
-// 32-value block's values as 32 bytes at 32b(SP), in their natural order,
-// and its scales. Then each token's eight blocks are dotted: VPMADDUBSW
+// 32-value block's values as 32 bytes at 32b(SP), in their natural order
+// (Q2_K, short of frame, takes them from the block for each token), and
+// its scales. Then each token's eight blocks are dotted: VPMADDUBSW
 // with the activations and VPMADDWD with the scale words (or ones) give
 // eight exact int32 lanes per block, and a VPHADDD tree (kqTree) sums
 // block b's lanes into lane b of one register. That is converted to
