@@ -2514,6 +2514,50 @@ DATA kernQ3Shift<>+8(SB)/4, $0x00000004
 DATA kernQ3Shift<>+12(SB)/4, $0x00000006
 GLOBL kernQ3Shift<>(SB), RODATA|NOPTR, $16
 
+DATA kernXSShift<>+0(SB)/4, $0x00000000
+DATA kernXSShift<>+4(SB)/4, $0x00000004
+DATA kernXSShift<>+8(SB)/4, $0x00000008
+DATA kernXSShift<>+12(SB)/4, $0x0000000c
+DATA kernXSShift<>+16(SB)/4, $0x00000010
+DATA kernXSShift<>+20(SB)/4, $0x00000014
+DATA kernXSShift<>+24(SB)/4, $0x00000018
+DATA kernXSShift<>+28(SB)/4, $0x0000001c
+DATA kernXSShift<>+32(SB)/4, $0x00000000
+DATA kernXSShift<>+36(SB)/4, $0x00000002
+DATA kernXSShift<>+40(SB)/4, $0x00000004
+DATA kernXSShift<>+44(SB)/4, $0x00000006
+DATA kernXSShift<>+48(SB)/4, $0x00000008
+DATA kernXSShift<>+52(SB)/4, $0x0000000a
+DATA kernXSShift<>+56(SB)/4, $0x0000000c
+DATA kernXSShift<>+60(SB)/4, $0x0000000e
+GLOBL kernXSShift<>(SB), RODATA|NOPTR, $64
+
+DATA kernXSMask<>+0(SB)/4, $0x0000000f
+DATA kernXSMask<>+4(SB)/4, $0x0000000f
+DATA kernXSMask<>+8(SB)/4, $0x0000000f
+DATA kernXSMask<>+12(SB)/4, $0x0000000f
+DATA kernXSMask<>+16(SB)/4, $0x0000000f
+DATA kernXSMask<>+20(SB)/4, $0x0000000f
+DATA kernXSMask<>+24(SB)/4, $0x0000000f
+DATA kernXSMask<>+28(SB)/4, $0x0000000f
+DATA kernXSMask<>+32(SB)/4, $0x00000003
+DATA kernXSMask<>+36(SB)/4, $0x00000003
+DATA kernXSMask<>+40(SB)/4, $0x00000003
+DATA kernXSMask<>+44(SB)/4, $0x00000003
+DATA kernXSMask<>+48(SB)/4, $0x00000003
+DATA kernXSMask<>+52(SB)/4, $0x00000003
+DATA kernXSMask<>+56(SB)/4, $0x00000003
+DATA kernXSMask<>+60(SB)/4, $0x00000003
+DATA kernXSMask<>+64(SB)/4, $0x00000020
+DATA kernXSMask<>+68(SB)/4, $0x00000020
+DATA kernXSMask<>+72(SB)/4, $0x00000020
+DATA kernXSMask<>+76(SB)/4, $0x00000020
+DATA kernXSMask<>+80(SB)/4, $0x00000020
+DATA kernXSMask<>+84(SB)/4, $0x00000020
+DATA kernXSMask<>+88(SB)/4, $0x00000020
+DATA kernXSMask<>+92(SB)/4, $0x00000020
+GLOBL kernXSMask<>(SB), RODATA|NOPTR, $96
+
 // func kernDotQ2_KAVX2(w []byte, xq []int8, xd []float32, xs []float32) float32
 // Requires: AVX, AVX2, F16C
 TEXT ·kernDotQ2_KAVX2(SB), NOSPLIT, $576-100
@@ -2553,48 +2597,48 @@ loop:
 	VPBROADCASTD 512(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, (SP)
-	VPBROADCASTD 544(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 256(SP)
 	VPBROADCASTD 516(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 32(SP)
-	VPBROADCASTD 548(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 288(SP)
 	VPBROADCASTD 520(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 64(SP)
-	VPBROADCASTD 552(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 320(SP)
 	VPBROADCASTD 524(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 96(SP)
-	VPBROADCASTD 556(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 352(SP)
 	VPBROADCASTD 528(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 128(SP)
-	VPBROADCASTD 560(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 384(SP)
 	VPBROADCASTD 532(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 160(SP)
-	VPBROADCASTD 564(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 416(SP)
 	VPBROADCASTD 536(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 192(SP)
-	VPBROADCASTD 568(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 448(SP)
 	VPBROADCASTD 540(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 224(SP)
+	VPBROADCASTD 544(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 256(SP)
+	VPBROADCASTD 548(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 288(SP)
+	VPBROADCASTD 552(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 320(SP)
+	VPBROADCASTD 556(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 352(SP)
+	VPBROADCASTD 560(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 384(SP)
+	VPBROADCASTD 564(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 416(SP)
+	VPBROADCASTD 568(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 448(SP)
 	VPBROADCASTD 572(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 480(SP)
@@ -2883,7 +2927,7 @@ done:
 
 // func kernDotQ5_KAVX2(w []byte, xq []int8, xd []float32, xs []float32) float32
 // Requires: AVX, AVX2, F16C
-TEXT ·kernDotQ5_KAVX2(SB), NOSPLIT, $288-100
+TEXT ·kernDotQ5_KAVX2(SB), NOSPLIT, $256-100
 	MOVQ         w_base+0(FP), SI
 	MOVQ         xq_base+24(FP), DI
 	MOVQ         xd_base+48(FP), DX
@@ -2930,8 +2974,7 @@ loop:
 	ANDL         $0x0f0f0f0f, BX
 	ORL          BX, AX
 	VPINSRD      $0x01, AX, X2, X2
-	VPMOVZXBD    X1, Y1
-	VMOVDQU      Y1, 256(SP)
+	VPMOVZXBD    X1, Y6
 	VPMOVZXBD    X2, Y2
 	VCVTDQ2PS    Y2, Y2
 	VMULPS       Y7, Y2, Y2
@@ -2939,62 +2982,62 @@ loop:
 	VSUBPS       Y3, Y8, Y8
 	VMOVDQU      48(SI), Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSLLW       $0x04, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x04, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, (SP)
 	VMOVDQU      48(SI), Y4
 	VPSRLW       $0x04, Y4, Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSLLW       $0x03, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x03, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 32(SP)
 	VMOVDQU      80(SI), Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSLLW       $0x02, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x02, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 64(SP)
 	VMOVDQU      80(SI), Y4
 	VPSRLW       $0x04, Y4, Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSLLW       $0x01, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x01, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 96(SP)
 	VMOVDQU      112(SI), Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 128(SP)
 	VMOVDQU      112(SI), Y4
 	VPSRLW       $0x04, Y4, Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSRLW       $0x01, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSRLW       $0x01, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 160(SP)
 	VMOVDQU      144(SI), Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSRLW       $0x02, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 192(SP)
 	VMOVDQU      144(SI), Y4
 	VPSRLW       $0x04, Y4, Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSRLW       $0x03, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 224(SP)
 	VMOVDQU      (SP), Y0
 	VPMADDUBSW   (DI), Y0, Y0
@@ -3029,7 +3072,7 @@ loop:
 	VPERM2I128   $0x20, Y1, Y0, Y2
 	VPERM2I128   $0x31, Y1, Y0, Y0
 	VPADDD       Y2, Y0, Y0
-	VPMULLD      256(SP), Y0, Y0
+	VPMULLD      Y6, Y0, Y0
 	VCVTDQ2PS    Y0, Y0
 	VMULPS       (DX), Y14, Y5
 	VMULPS       Y5, Y0, Y0
@@ -3105,7 +3148,7 @@ done:
 
 // func kernDotIQ4_XSAVX2(w []byte, xq []int8, xd []float32, xs []float32) float32
 // Requires: AVX, AVX2, F16C
-TEXT ·kernDotIQ4_XSAVX2(SB), NOSPLIT, $544-100
+TEXT ·kernDotIQ4_XSAVX2(SB), NOSPLIT, $512-100
 	MOVQ         w_base+0(FP), SI
 	MOVQ         xq_base+24(FP), DI
 	MOVQ         xd_base+48(FP), DX
@@ -3126,14 +3169,15 @@ loop:
 	VMOVD        AX, X14
 	VCVTPH2PS    X14, X14
 	VBROADCASTSS X14, Y14
-	MOVBLZX      4(SI), AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 512(SP)
+	VPBROADCASTD 4(SI), Y7
+	VPSRLVD      kernXSShift<>+0(SB), Y7, Y7
+	VPBROADCASTD 2(SI), Y6
+	VPSRLVD      kernXSShift<>+32(SB), Y6, Y6
+	VPAND        kernXSMask<>+0(SB), Y7, Y7
+	VPAND        kernXSMask<>+32(SB), Y6, Y6
+	VPSLLD       $0x04, Y6, Y6
+	VPOR         Y6, Y7, Y7
+	VPSUBD       kernXSMask<>+64(SB), Y7, Y7
 	VMOVDQU      8(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -3142,16 +3186,6 @@ loop:
 	VMOVDQU      Y4, (SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 256(SP)
-	MOVBLZX      4(SI), AX
-	SHRL         $0x04, AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x02, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 516(SP)
 	VMOVDQU      24(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -3160,15 +3194,6 @@ loop:
 	VMOVDQU      Y4, 32(SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 288(SP)
-	MOVBLZX      5(SI), AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x04, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 520(SP)
 	VMOVDQU      40(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -3177,16 +3202,6 @@ loop:
 	VMOVDQU      Y4, 64(SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 320(SP)
-	MOVBLZX      5(SI), AX
-	SHRL         $0x04, AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x06, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 524(SP)
 	VMOVDQU      56(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -3195,15 +3210,6 @@ loop:
 	VMOVDQU      Y4, 96(SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 352(SP)
-	MOVBLZX      6(SI), AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x08, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 528(SP)
 	VMOVDQU      72(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -3212,16 +3218,6 @@ loop:
 	VMOVDQU      Y4, 128(SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 384(SP)
-	MOVBLZX      6(SI), AX
-	SHRL         $0x04, AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x0a, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 532(SP)
 	VMOVDQU      88(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -3230,15 +3226,6 @@ loop:
 	VMOVDQU      Y4, 160(SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 416(SP)
-	MOVBLZX      7(SI), AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x0c, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 536(SP)
 	VMOVDQU      104(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -3247,16 +3234,6 @@ loop:
 	VMOVDQU      Y4, 192(SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 448(SP)
-	MOVBLZX      7(SI), AX
-	SHRL         $0x04, AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x0e, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 540(SP)
 	VMOVDQU      120(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -3314,7 +3291,7 @@ loop:
 	VPERM2I128   $0x20, Y1, Y0, Y2
 	VPERM2I128   $0x31, Y1, Y0, Y0
 	VPADDD       Y2, Y0, Y0
-	VPMULLD      512(SP), Y0, Y0
+	VPMULLD      Y7, Y0, Y0
 	VCVTDQ2PS    Y0, Y0
 	VMULPS       (DX), Y14, Y5
 	VMULPS       Y5, Y0, Y0
@@ -3383,48 +3360,48 @@ loop:
 	VPBROADCASTD 512(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, (SP)
-	VPBROADCASTD 544(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 256(SP)
 	VPBROADCASTD 516(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 32(SP)
-	VPBROADCASTD 548(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 288(SP)
 	VPBROADCASTD 520(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 64(SP)
-	VPBROADCASTD 552(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 320(SP)
 	VPBROADCASTD 524(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 96(SP)
-	VPBROADCASTD 556(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 352(SP)
 	VPBROADCASTD 528(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 128(SP)
-	VPBROADCASTD 560(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 384(SP)
 	VPBROADCASTD 532(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 160(SP)
-	VPBROADCASTD 564(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 416(SP)
 	VPBROADCASTD 536(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 192(SP)
-	VPBROADCASTD 568(SP), Y1
-	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
-	VMOVDQU      Y1, 448(SP)
 	VPBROADCASTD 540(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 224(SP)
+	VPBROADCASTD 544(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 256(SP)
+	VPBROADCASTD 548(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 288(SP)
+	VPBROADCASTD 552(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 320(SP)
+	VPBROADCASTD 556(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 352(SP)
+	VPBROADCASTD 560(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 384(SP)
+	VPBROADCASTD 564(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 416(SP)
+	VPBROADCASTD 568(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 448(SP)
 	VPBROADCASTD 572(SP), Y1
 	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
 	VMOVDQU      Y1, 480(SP)
@@ -4126,7 +4103,7 @@ done:
 
 // func kernDotQ5_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd []float32, xs []float32)
 // Requires: AVX, AVX2, F16C
-TEXT ·kernDotQ5_Kx4AVX2(SB), NOSPLIT, $288-104
+TEXT ·kernDotQ5_Kx4AVX2(SB), NOSPLIT, $256-104
 	MOVQ         w_base+8(FP), SI
 	MOVQ         xq_base+32(FP), DI
 	MOVQ         xq_len+40(FP), R9
@@ -4183,8 +4160,7 @@ loop:
 	ANDL         $0x0f0f0f0f, BX
 	ORL          BX, AX
 	VPINSRD      $0x01, AX, X2, X2
-	VPMOVZXBD    X1, Y1
-	VMOVDQU      Y1, 256(SP)
+	VPMOVZXBD    X1, Y6
 	VPMOVZXBD    X2, Y2
 	VCVTDQ2PS    Y2, Y2
 	VMULPS       Y7, Y2, Y2
@@ -4198,62 +4174,62 @@ loop:
 	VSUBPS       Y3, Y11, Y11
 	VMOVDQU      48(SI), Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSLLW       $0x04, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x04, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, (SP)
 	VMOVDQU      48(SI), Y4
 	VPSRLW       $0x04, Y4, Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSLLW       $0x03, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x03, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 32(SP)
 	VMOVDQU      80(SI), Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSLLW       $0x02, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x02, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 64(SP)
 	VMOVDQU      80(SI), Y4
 	VPSRLW       $0x04, Y4, Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSLLW       $0x01, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x01, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 96(SP)
 	VMOVDQU      112(SI), Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 128(SP)
 	VMOVDQU      112(SI), Y4
 	VPSRLW       $0x04, Y4, Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSRLW       $0x01, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSRLW       $0x01, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 160(SP)
 	VMOVDQU      144(SI), Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSRLW       $0x02, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 192(SP)
 	VMOVDQU      144(SI), Y4
 	VPSRLW       $0x04, Y4, Y4
 	VPAND        Y12, Y4, Y4
-	VMOVDQU      16(SI), Y6
-	VPSRLW       $0x03, Y6, Y6
-	VPAND        Y13, Y6, Y6
-	VPOR         Y6, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
 	VMOVDQU      Y4, 224(SP)
 	VMOVDQU      (SP), Y0
 	VPMADDUBSW   (DI), Y0, Y0
@@ -4288,7 +4264,7 @@ loop:
 	VPERM2I128   $0x20, Y1, Y0, Y2
 	VPERM2I128   $0x31, Y1, Y0, Y0
 	VPADDD       Y2, Y0, Y0
-	VPMULLD      256(SP), Y0, Y0
+	VPMULLD      Y6, Y0, Y0
 	VCVTDQ2PS    Y0, Y0
 	VMULPS       (DX), Y14, Y5
 	VMULPS       Y5, Y0, Y0
@@ -4326,7 +4302,7 @@ loop:
 	VPERM2I128   $0x20, Y1, Y0, Y2
 	VPERM2I128   $0x31, Y1, Y0, Y0
 	VPADDD       Y2, Y0, Y0
-	VPMULLD      256(SP), Y0, Y0
+	VPMULLD      Y6, Y0, Y0
 	VCVTDQ2PS    Y0, Y0
 	VMULPS       (DX)(R11*1), Y14, Y5
 	VMULPS       Y5, Y0, Y0
@@ -4364,7 +4340,7 @@ loop:
 	VPERM2I128   $0x20, Y1, Y0, Y2
 	VPERM2I128   $0x31, Y1, Y0, Y0
 	VPADDD       Y2, Y0, Y0
-	VPMULLD      256(SP), Y0, Y0
+	VPMULLD      Y6, Y0, Y0
 	VCVTDQ2PS    Y0, Y0
 	VMULPS       (DX)(R11*2), Y14, Y5
 	VMULPS       Y5, Y0, Y0
@@ -4402,7 +4378,7 @@ loop:
 	VPERM2I128   $0x20, Y1, Y0, Y2
 	VPERM2I128   $0x31, Y1, Y0, Y0
 	VPADDD       Y2, Y0, Y0
-	VPMULLD      256(SP), Y0, Y0
+	VPMULLD      Y6, Y0, Y0
 	VCVTDQ2PS    Y0, Y0
 	VMULPS       (DX)(R12*1), Y14, Y5
 	VMULPS       Y5, Y0, Y0
@@ -4522,7 +4498,7 @@ done:
 
 // func kernDotIQ4_XSx4AVX2(res *[4]float32, w []byte, xq []int8, xd []float32, xs []float32)
 // Requires: AVX, AVX2, F16C
-TEXT ·kernDotIQ4_XSx4AVX2(SB), NOSPLIT, $544-104
+TEXT ·kernDotIQ4_XSx4AVX2(SB), NOSPLIT, $512-104
 	MOVQ         w_base+8(FP), SI
 	MOVQ         xq_base+32(FP), DI
 	MOVQ         xq_len+40(FP), R9
@@ -4553,14 +4529,15 @@ loop:
 	VMOVD        AX, X14
 	VCVTPH2PS    X14, X14
 	VBROADCASTSS X14, Y14
-	MOVBLZX      4(SI), AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 512(SP)
+	VPBROADCASTD 4(SI), Y7
+	VPSRLVD      kernXSShift<>+0(SB), Y7, Y7
+	VPBROADCASTD 2(SI), Y6
+	VPSRLVD      kernXSShift<>+32(SB), Y6, Y6
+	VPAND        kernXSMask<>+0(SB), Y7, Y7
+	VPAND        kernXSMask<>+32(SB), Y6, Y6
+	VPSLLD       $0x04, Y6, Y6
+	VPOR         Y6, Y7, Y7
+	VPSUBD       kernXSMask<>+64(SB), Y7, Y7
 	VMOVDQU      8(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -4569,16 +4546,6 @@ loop:
 	VMOVDQU      Y4, (SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 256(SP)
-	MOVBLZX      4(SI), AX
-	SHRL         $0x04, AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x02, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 516(SP)
 	VMOVDQU      24(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -4587,15 +4554,6 @@ loop:
 	VMOVDQU      Y4, 32(SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 288(SP)
-	MOVBLZX      5(SI), AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x04, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 520(SP)
 	VMOVDQU      40(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -4604,16 +4562,6 @@ loop:
 	VMOVDQU      Y4, 64(SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 320(SP)
-	MOVBLZX      5(SI), AX
-	SHRL         $0x04, AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x06, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 524(SP)
 	VMOVDQU      56(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -4622,15 +4570,6 @@ loop:
 	VMOVDQU      Y4, 96(SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 352(SP)
-	MOVBLZX      6(SI), AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x08, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 528(SP)
 	VMOVDQU      72(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -4639,16 +4578,6 @@ loop:
 	VMOVDQU      Y4, 128(SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 384(SP)
-	MOVBLZX      6(SI), AX
-	SHRL         $0x04, AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x0a, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 532(SP)
 	VMOVDQU      88(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -4657,15 +4586,6 @@ loop:
 	VMOVDQU      Y4, 160(SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 416(SP)
-	MOVBLZX      7(SI), AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x0c, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 536(SP)
 	VMOVDQU      104(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -4674,16 +4594,6 @@ loop:
 	VMOVDQU      Y4, 192(SP)
 	VPABSB       Y4, Y4
 	VMOVDQU      Y4, 448(SP)
-	MOVBLZX      7(SI), AX
-	SHRL         $0x04, AX
-	ANDL         $0x0f, AX
-	MOVWLZX      2(SI), BX
-	SHRL         $0x0e, BX
-	ANDL         $0x03, BX
-	SHLL         $0x04, BX
-	ORL          BX, AX
-	SUBL         $0x20, AX
-	MOVL         AX, 540(SP)
 	VMOVDQU      120(SI), X5
 	VPSRLW       $0x04, X5, X4
 	VINSERTI128  $0x01, X4, Y5, Y4
@@ -4741,7 +4651,7 @@ loop:
 	VPERM2I128   $0x20, Y1, Y0, Y2
 	VPERM2I128   $0x31, Y1, Y0, Y0
 	VPADDD       Y2, Y0, Y0
-	VPMULLD      512(SP), Y0, Y0
+	VPMULLD      Y7, Y0, Y0
 	VCVTDQ2PS    Y0, Y0
 	VMULPS       (DX), Y14, Y5
 	VMULPS       Y5, Y0, Y0
@@ -4795,7 +4705,7 @@ loop:
 	VPERM2I128   $0x20, Y1, Y0, Y2
 	VPERM2I128   $0x31, Y1, Y0, Y0
 	VPADDD       Y2, Y0, Y0
-	VPMULLD      512(SP), Y0, Y0
+	VPMULLD      Y7, Y0, Y0
 	VCVTDQ2PS    Y0, Y0
 	VMULPS       (DX)(R11*1), Y14, Y5
 	VMULPS       Y5, Y0, Y0
@@ -4849,7 +4759,7 @@ loop:
 	VPERM2I128   $0x20, Y1, Y0, Y2
 	VPERM2I128   $0x31, Y1, Y0, Y0
 	VPADDD       Y2, Y0, Y0
-	VPMULLD      512(SP), Y0, Y0
+	VPMULLD      Y7, Y0, Y0
 	VCVTDQ2PS    Y0, Y0
 	VMULPS       (DX)(R11*2), Y14, Y5
 	VMULPS       Y5, Y0, Y0
@@ -4903,7 +4813,7 @@ loop:
 	VPERM2I128   $0x20, Y1, Y0, Y2
 	VPERM2I128   $0x31, Y1, Y0, Y0
 	VPADDD       Y2, Y0, Y0
-	VPMULLD      512(SP), Y0, Y0
+	VPMULLD      Y7, Y0, Y0
 	VCVTDQ2PS    Y0, Y0
 	VMULPS       (DX)(R12*1), Y14, Y5
 	VMULPS       Y5, Y0, Y0

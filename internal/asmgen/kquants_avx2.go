@@ -28,21 +28,30 @@ import (
 // Registers: Y8..Y8+n-1 accumulate, Y0..Y3 are the tree's, Y4..Y7 scratch
 // or per-block values, Y12..Y15 constants and the super-block's d (Y14).
 
+// kqLevel names the kernels' level: "AVX512" with z, else "AVX2".
+func kqLevel(z bool) string {
+	if z {
+		return "AVX512"
+	}
+	return "AVX2"
+}
+
 // kqAcc is the accumulators of an n-token kernel.
 func kqAcc(n int) []VecPhysical { return []VecPhysical{Y8, Y9, Y10, Y11}[:n] }
 
-// kqText starts the n-token kernel of the type called name with a frame of
-// frame bytes, loads its arguments (with xs in R8 when xs), zeroes the
-// accumulators and, when super, turns CX into a count of 256-value blocks.
-func (a *asm) kqText(name string, n, frame int, xs, super bool) {
+// kqText starts the n-token kernel of the type called name at the level
+// ("AVX2" or "AVX512") with a frame of frame bytes, loads its arguments
+// (with xs in R8 when xs), zeroes the accumulators and, when super, turns
+// CX into a count of 256-value blocks.
+func (a *asm) kqText(name, level string, n, frame int, xs, super bool) {
 	if n == 1 {
-		a.text("kernDot"+name+"AVX2", frame, sigDotQ)
+		a.text("kernDot"+name+level, frame, sigDotQ)
 		a.x1Setup()
 		if xs {
 			a.MOVQ(a.arg("xs_base"), R8)
 		}
 	} else {
-		a.text("kernDot"+name+"x4AVX2", frame, sigDotQx4)
+		a.text("kernDot"+name+"x4"+level, frame, sigDotQx4)
 		a.x4Setup(xs)
 	}
 	if super {
@@ -105,6 +114,19 @@ func (a *asm) kqScalePair(m Mem, y VecPhysical) {
 }
 
 func genKQuantsAVX2(a *asm) {
+	a.kqTables()
+	for _, n := range []int{1, 4} {
+		a.dotQ2K(n, false)
+		a.dotQ3K(n, false)
+		a.dotQ5K(n, false)
+		a.dotIQ4NLAVX2(n)
+		a.dotIQ4XS(n, false)
+	}
+}
+
+// kqTables declares the kernels' constant tables in the file being
+// generated.
+func (a *asm) kqTables() {
 	var tab [4]uint64
 	for i, v := range iq4Values {
 		tab[i/8%2] |= uint64(uint8(v)) << (8 * (i % 8))
@@ -116,13 +138,11 @@ func genKQuantsAVX2(a *asm) {
 	a.data("kernPairShuf", 0x0100010001000100, 0x0100010001000100, 0x0302030203020302, 0x0302030203020302)
 	// Q3_K's scale bits: VPSRLVD counts 0, 2, 4, 6.
 	a.data32("kernQ3Shift", 0, 2, 4, 6)
-	for _, n := range []int{1, 4} {
-		a.dotQ2KAVX2(n)
-		a.dotQ3KAVX2(n)
-		a.dotQ5KAVX2(n)
-		a.dotIQ4NLAVX2(n)
-		a.dotIQ4XSAVX2(n)
-	}
+	// IQ4_XS's scales: VPSRLVD counts of the low nibbles (4b) and the
+	// high bit pairs (2b), their masks, and 32s.
+	a.data32("kernXSShift", 0, 4, 8, 12, 16, 20, 24, 28, 0, 2, 4, 6, 8, 10, 12, 14)
+	a.data32("kernXSMask", 15, 15, 15, 15, 15, 15, 15, 15, 3, 3, 3, 3, 3, 3, 3, 3,
+		32, 32, 32, 32, 32, 32, 32, 32)
 }
 
 // iq4Values is the IQ4_NL codebook (ggml kvalues_iq4nl; gguf.IQ4NLValues).
@@ -182,15 +202,53 @@ func (a *asm) kqCrumbs(off int, hbits func(b int)) {
 	}
 }
 
-// dotQ2KAVX2 is kernDotQ2_KAVX2 (n 1) or kernDotQ2_Kx4AVX2 (n 4). Per
-// 256-value block: the scale pairs (sc&15) of block b at 32b(SP) and the
-// min pairs (sc>>4) at 256+32b(SP), from words at 512(SP) and 544(SP). The
-// values are taken from the block for each token (a NOSPLIT frame has no
-// room for them too).
-func (a *asm) dotQ2KAVX2(n int) {
-	a.kqText("Q2_K", n, 576, false, true)
+// kqSink puts block b's 32 weight bytes y where phase 2 finds them: at
+// off+32b(SP) for the AVX2 kernels, or for the AVX-512 ones (z) into half
+// b%2 of the zmm register regs[b/2] (never through the stack: a zmm load
+// of two ymm stores would miss store forwarding).
+func (a *asm) kqSink(z bool, b int, y VecPhysical, off int, regs []VecPhysical) {
+	if !z {
+		a.VMOVDQU(y, sp(off+32*b))
+		return
+	}
+	r := regs[b/2]
+	if b%2 == 0 {
+		a.VMOVDQU64(y, r.AsY())
+	} else {
+		a.VINSERTI64X4(U8(1), y, r, r)
+	}
+}
+
+// kqPairs makes block b's scale pair (kqScalePair) from the sixteen words
+// at words(SP) for b = 0..7 and sinks them (kqSink at off) into regs.
+// Uses Y1.
+func (a *asm) kqPairs(z bool, words, off int, regs []VecPhysical) {
+	for b := range 8 {
+		a.kqScalePair(sp(words+4*b), Y1)
+		a.kqSink(z, b, Y1, off, regs)
+	}
+}
+
+var (
+	kqScaleZ = []VecPhysical{Z20, Z21, Z22, Z23} // AVX-512 scale pairs
+	kqMinZ   = []VecPhysical{Z24, Z25, Z26, Z27} // AVX-512 Q2_K min pairs
+)
+
+// dotQ2K is kernDotQ2_KAVX2 (n 1) or kernDotQ2_Kx4AVX2 (n 4), or with z
+// their AVX512 namesakes. Per 256-value block: the scale pairs (sc&15) of
+// block b at 32b(SP) (Z20..Z23) and the min pairs (sc>>4) at 256+32b(SP)
+// (Z24..Z27), from words at 512(SP) and 544(SP). The AVX2 kernels take the
+// values from the block for each token (a NOSPLIT frame has no room for
+// them too); the AVX-512 ones keep them in Z16..Z19.
+func (a *asm) dotQ2K(n int, z bool) {
+	a.kqText("Q2_K", kqLevel(z), n, 576, false, true)
 	a.bcastb(0x03, Y12)
-	a.bcastb(0x01, Y13)
+	if z {
+		a.kqSetupZ()
+		a.bcastbZ(0x01, Z13)
+	} else {
+		a.bcastb(0x01, Y13)
+	}
 	a.kLoop()
 	a.MOVL(mem(RSI, 80), EAX) // d, dmin
 	a.VMOVD(EAX, X14)
@@ -207,41 +265,66 @@ func (a *asm) dotQ2KAVX2(n int) {
 	a.VPAND(X6, X1, X1)
 	a.VPMOVZXBW(X1, Y1)
 	a.VMOVDQU(Y1, sp(544))
-	for b := range 8 {
-		a.kqScalePair(sp(512+4*b), Y1)
-		a.VMOVDQU(Y1, sp(32*b))
-		a.kqScalePair(sp(544+4*b), Y1)
-		a.VMOVDQU(Y1, sp(256+32*b))
-	}
-	for t, acc := range kqAcc(n) {
-		a.kqTree(func(b int, y VecPhysical) {
-			a.VMOVDQU(mem(RSI, 16+32*(b/4)), y)
+	a.kqPairs(z, 512, 0, kqScaleZ)
+	a.kqPairs(z, 544, 256, kqMinZ)
+	if z {
+		for b := range 8 {
+			a.VMOVDQU(mem(RSI, 16+32*(b/4)), Y4)
 			if j := b % 4; j > 0 {
-				a.VPSRLW(U8(2*j), y, y)
+				a.VPSRLW(U8(2*j), Y4, Y4)
 			}
-			a.VPAND(Y12, y, y)
-			a.VPMADDUBSW(xqRow(32*b, t), y, y)
-			a.VPMADDWD(sp(32*b), y, y)
-		})
-		a.kqSuperAcc(t, Y14, acc, false)
-		a.kqTree(func(b int, y VecPhysical) {
-			a.VPMADDUBSW(xqRow(32*b, t), Y13, y)
-			a.VPMADDWD(sp(256+32*b), y, y)
-		})
-		a.kqSuperAcc(t, Y15, acc, true)
+			a.VPAND(Y12, Y4, Y4)
+			a.kqSink(true, b, Y4, 0, kqWZ)
+		}
+		for t, acc := range kqAcc(n) {
+			a.kqTreeZ(func(i int, y VecPhysical) {
+				a.VPMADDUBSW(xqRow(64*i, t), kqWZ[i], y)
+				a.VPMADDWD(kqScaleZ[i], y, y)
+			})
+			a.kqSuperAcc(t, Y14, acc, false)
+			a.kqTreeZ(func(i int, y VecPhysical) {
+				a.VPMADDUBSW(xqRow(64*i, t), Z13, y)
+				a.VPMADDWD(kqMinZ[i], y, y)
+			})
+			a.kqSuperAcc(t, Y15, acc, true)
+		}
+	} else {
+		for t, acc := range kqAcc(n) {
+			a.kqTree(func(b int, y VecPhysical) {
+				a.VMOVDQU(mem(RSI, 16+32*(b/4)), y)
+				if j := b % 4; j > 0 {
+					a.VPSRLW(U8(2*j), y, y)
+				}
+				a.VPAND(Y12, y, y)
+				a.VPMADDUBSW(xqRow(32*b, t), y, y)
+				a.VPMADDWD(sp(32*b), y, y)
+			})
+			a.kqSuperAcc(t, Y14, acc, false)
+			a.kqTree(func(b int, y VecPhysical) {
+				a.VPMADDUBSW(xqRow(32*b, t), Y13, y)
+				a.VPMADDWD(sp(256+32*b), y, y)
+			})
+			a.kqSuperAcc(t, Y15, acc, true)
+		}
 	}
 	a.kNext(84, false)
 	a.kqRet(n)
 }
 
-// dotQ3KAVX2 is kernDotQ3_KAVX2 or kernDotQ3_Kx4AVX2. Per 256-value block:
-// values (two bits of qs and the hmask bit as bit 2: 0..7) at 32b(SP),
-// dotted as value·x − 4·x; block b's scale pair (less 32) at 256+32b(SP),
-// from the sixteen 6-bit scales as bytes at 512(SP) and words at 528(SP).
-func (a *asm) dotQ3KAVX2(n int) {
-	a.kqText("Q3_K", n, 560, false, true)
+// dotQ3K is kernDotQ3_KAVX2 or kernDotQ3_Kx4AVX2 (or with z their AVX512
+// namesakes, two blocks per zmm register). Per 256-value block: values
+// (two bits of qs and the hmask bit as bit 2: 0..7) at 32b(SP) (Z16..Z19),
+// dotted as value·x − 4·x; block b's scale pair (less 32) at 256+32b(SP)
+// (Z20..Z23), from the sixteen scale words at 528(SP).
+func (a *asm) dotQ3K(n int, z bool) {
+	a.kqText("Q3_K", kqLevel(z), n, 560, false, true)
 	a.bcastb(0x03, Y12)
-	a.bcastb(0x04, Y13)
+	if z {
+		a.kqSetupZ()
+		a.bcastbZ(0x04, Z13)
+	} else {
+		a.bcastb(0x04, Y13)
+	}
 	a.bcastb(0x0f, Y6)
 	a.MOVL(U32(0x00200020), EAX)
 	a.VMOVD(EAX, X15)
@@ -262,35 +345,51 @@ func (a *asm) dotQ3KAVX2(n int) {
 	a.VPMOVZXBW(X1, Y1)
 	a.VPSUBW(Y15, Y1, Y1)
 	a.VMOVDQU(Y1, sp(528))
-	for b := range 8 {
-		a.kqScalePair(sp(528+4*b), Y1)
-		a.VMOVDQU(Y1, sp(256+32*b))
-	}
+	a.kqPairs(z, 528, 256, kqScaleZ)
 	a.VMOVDQU(mem(RSI, 0), Y7) // hmask
-	a.kqCrumbs(32, func(b int) {
+	for b := range 8 {
+		a.VMOVDQU(mem(RSI, 32+32*(b/4)), Y4)
+		if j := b % 4; j > 0 {
+			a.VPSRLW(U8(2*j), Y4, Y4)
+		}
+		a.VPAND(Y12, Y4, Y4)
 		a.kqBits(Y7, b, 2, Y13, Y5)
 		a.VPOR(Y5, Y4, Y4)
-	})
+		a.kqSink(z, b, Y4, 0, kqWZ)
+	}
 	for t, acc := range kqAcc(n) {
-		a.kqTree(func(b int, y VecPhysical) {
-			a.VMOVDQU(sp(32*b), y)
-			a.VPMADDUBSW(xqRow(32*b, t), y, y)
-			a.VPMADDUBSW(xqRow(32*b, t), Y13, Y4)
-			a.VPSUBW(Y4, y, y)
-			a.VPMADDWD(sp(256+32*b), y, y)
-		})
+		if z {
+			a.kqTreeZ(func(i int, y VecPhysical) {
+				a.VPMADDUBSW(xqRow(64*i, t), kqWZ[i], y)
+				a.VPMADDUBSW(xqRow(64*i, t), Z13, Z4)
+				a.VPSUBW(Z4, y, y)
+				a.VPMADDWD(kqScaleZ[i], y, y)
+			})
+		} else {
+			a.kqTree(func(b int, y VecPhysical) {
+				a.VMOVDQU(sp(32*b), y)
+				a.VPMADDUBSW(xqRow(32*b, t), y, y)
+				a.VPMADDUBSW(xqRow(32*b, t), Y13, Y4)
+				a.VPSUBW(Y4, y, y)
+				a.VPMADDWD(sp(256+32*b), y, y)
+			})
+		}
 		a.kqSuperAcc(t, Y14, acc, false)
 	}
 	a.kNext(110, false)
 	a.kqRet(n)
 }
 
-// dotQ5KAVX2 is kernDotQ5_KAVX2 or kernDotQ5_Kx4AVX2. Per 256-value block:
-// first each token's min terms (dmin·m_b)·xs_b come off lane b; the values
-// (nibble of qs and qh bit as bit 4: 0..31) go to 32b(SP) and the eight
-// 6-bit scales as int32 to 256(SP), which multiply the tree's sums.
-func (a *asm) dotQ5KAVX2(n int) {
-	a.kqText("Q5_K", n, 288, true, true)
+// dotQ5K is kernDotQ5_KAVX2 or kernDotQ5_Kx4AVX2 (or with z their AVX512
+// namesakes, which dot with VPDPBUSD). Per 256-value block: first each
+// token's min terms (dmin·m_b)·xs_b come off lane b; the values (nibble of
+// qs and qh bit as bit 4: 0..31) go to 32b(SP) (Z16..Z19) and the eight
+// 6-bit scales as int32 to Y6, which multiply the tree's sums.
+func (a *asm) dotQ5K(n int, z bool) {
+	a.kqText("Q5_K", kqLevel(z), n, 256, true, true)
+	if z {
+		a.kqSetupZ()
+	}
 	a.bcastb(0x0f, Y12)
 	a.bcastb(0x10, Y13)
 	a.ones16(Y15)
@@ -300,8 +399,7 @@ func (a *asm) dotQ5KAVX2(n int) {
 	a.VBROADCASTSS(X14, Y14)
 	a.VBROADCASTSS(X7, Y7)
 	a.q4kScales(X1, X2)
-	a.VPMOVZXBD(X1, Y1)
-	a.VMOVDQU(Y1, sp(256))
+	a.VPMOVZXBD(X1, Y6)
 	a.VPMOVZXBD(X2, Y2)
 	a.VCVTDQ2PS(Y2, Y2)
 	a.VMULPS(Y7, Y2, Y2) // dmin·m
@@ -315,17 +413,24 @@ func (a *asm) dotQ5KAVX2(n int) {
 			a.VPSRLW(U8(4), Y4, Y4)
 		}
 		a.VPAND(Y12, Y4, Y4)
-		a.kqBits(mem(RSI, 16), b, 4, Y13, Y6)
-		a.VPOR(Y6, Y4, Y4)
-		a.VMOVDQU(Y4, sp(32*b))
+		a.kqBits(mem(RSI, 16), b, 4, Y13, Y5)
+		a.VPOR(Y5, Y4, Y4)
+		a.kqSink(z, b, Y4, 0, kqWZ)
 	}
 	for t, acc := range kqAcc(n) {
-		a.kqTree(func(b int, y VecPhysical) {
-			a.VMOVDQU(sp(32*b), y)
-			a.VPMADDUBSW(xqRow(32*b, t), y, y)
-			a.VPMADDWD(Y15, y, y)
-		})
-		a.VPMULLD(sp(256), Y0, Y0)
+		if z {
+			a.kqTreeZ(func(i int, y VecPhysical) {
+				a.VPXORD(y, y, y)
+				a.VPDPBUSD(xqRow(64*i, t), kqWZ[i], y)
+			})
+		} else {
+			a.kqTree(func(b int, y VecPhysical) {
+				a.VMOVDQU(sp(32*b), y)
+				a.VPMADDUBSW(xqRow(32*b, t), y, y)
+				a.VPMADDWD(Y15, y, y)
+			})
+		}
+		a.VPMULLD(Y6, Y0, Y0)
 		a.kqSuperAcc(t, Y14, acc, false)
 	}
 	a.kNext(176, true)
@@ -362,7 +467,7 @@ func (a *asm) iq4Values(off int, y, t VecPhysical) {
 // dotIQ4NLAVX2 is kernDotIQ4_NLAVX2 or kernDotIQ4_NLx4AVX2: one 32-value
 // block at a time, d·xd at 4t(SP).
 func (a *asm) dotIQ4NLAVX2(n int) {
-	a.kqText("IQ4_NL", n, 16, false, false)
+	a.kqText("IQ4_NL", "AVX2", n, 16, false, false)
 	a.bcastb(0x0f, Y12)
 	a.VMOVDQU(static("kernIQ4Table", 0), Y13)
 	a.ones16(Y1)
@@ -382,46 +487,63 @@ func (a *asm) dotIQ4NLAVX2(n int) {
 	a.kqRet(n)
 }
 
-// dotIQ4XSAVX2 is kernDotIQ4_XSAVX2 or kernDotIQ4_XSx4AVX2. Per 256-value
-// block: the signed values at 32b(SP), their magnitudes at 256+32b(SP) (the
-// sign trick of dotSigned) and the eight 6-bit scales less 32 as int32 at
-// 512(SP), put together in AX, which multiply the tree's sums.
-func (a *asm) dotIQ4XSAVX2(n int) {
-	a.kqText("IQ4_XS", n, 544, false, true)
+// dotIQ4XS is kernDotIQ4_XSAVX2 or kernDotIQ4_XSx4AVX2 (or with z their
+// AVX512 namesakes: VPDPBUSD, with the activations negated under the
+// weights' sign masks K4..K7 instead of VPSIGNB). Per 256-value block: the
+// signed values at 32b(SP) (Z20..Z23), their magnitudes at 256+32b(SP)
+// (Z16..Z19) and the eight 6-bit scales less 32 as int32 in Y7, which
+// multiply the tree's sums.
+func (a *asm) dotIQ4XS(n int, z bool) {
+	a.kqText("IQ4_XS", kqLevel(z), n, 512, false, true)
+	if z {
+		a.kqSetupZ()
+	}
 	a.bcastb(0x0f, Y12)
 	a.VMOVDQU(static("kernIQ4Table", 0), Y13)
 	a.ones16(Y15)
 	a.kLoop()
 	a.kqHalf(0, Y14)
+	// Scale b: nibble b of the u32 at 4(SI), and bits 2b..2b+1 of the
+	// u16 at 2(SI) as bits 4..5.
+	a.VPBROADCASTD(mem(RSI, 4), Y7)
+	a.VPSRLVD(static("kernXSShift", 0), Y7, Y7)
+	a.VPBROADCASTD(mem(RSI, 2), Y6)
+	a.VPSRLVD(static("kernXSShift", 32), Y6, Y6)
+	a.VPAND(static("kernXSMask", 0), Y7, Y7)
+	a.VPAND(static("kernXSMask", 32), Y6, Y6)
+	a.VPSLLD(U8(4), Y6, Y6)
+	a.VPOR(Y6, Y7, Y7)
+	a.VPSUBD(static("kernXSMask", 64), Y7, Y7)
 	for b := range 8 {
-		a.MOVBLZX(mem(RSI, 4+b/2), EAX)
-		if b%2 == 1 {
-			a.SHRL(U8(4), EAX)
-		}
-		a.ANDL(U8(0x0f), EAX)
-		a.MOVWLZX(mem(RSI, 2), EBX)
-		if b > 0 {
-			a.SHRL(U8(2*b), EBX)
-		}
-		a.ANDL(U8(3), EBX)
-		a.SHLL(U8(4), EBX)
-		a.ORL(EBX, EAX)
-		a.SUBL(U8(32), EAX)
-		a.MOVL(EAX, sp(512+4*b))
 		a.iq4Values(8+16*b, Y4, X5)
-		a.VMOVDQU(Y4, sp(32*b))
+		a.kqSink(z, b, Y4, 0, kqSignZ)
 		a.VPABSB(Y4, Y4)
-		a.VMOVDQU(Y4, sp(256+32*b))
+		a.kqSink(z, b, Y4, 256, kqWZ)
+	}
+	masks := []Register{K4, K5, K6, K7}
+	if z {
+		for i := range 4 {
+			a.VPMOVB2M(kqSignZ[i], masks[i])
+		}
 	}
 	for t, acc := range kqAcc(n) {
-		a.kqTree(func(b int, y VecPhysical) {
-			a.VMOVDQU(xqRow(32*b, t), y)
-			a.VPSIGNB(sp(32*b), y, y)
-			a.VMOVDQU(sp(256+32*b), Y4)
-			a.VPMADDUBSW(y, Y4, y)
-			a.VPMADDWD(Y15, y, y)
-		})
-		a.VPMULLD(sp(512), Y0, Y0)
+		if z {
+			a.kqTreeZ(func(i int, y VecPhysical) {
+				a.VMOVDQU64(xqRow(64*i, t), Z4)
+				a.VPSUBB(Z4, Z31, masks[i], Z4)
+				a.VPXORD(y, y, y)
+				a.VPDPBUSD(Z4, kqWZ[i], y)
+			})
+		} else {
+			a.kqTree(func(b int, y VecPhysical) {
+				a.VMOVDQU(xqRow(32*b, t), y)
+				a.VPSIGNB(sp(32*b), y, y)
+				a.VMOVDQU(sp(256+32*b), Y4)
+				a.VPMADDUBSW(y, Y4, y)
+				a.VPMADDWD(Y15, y, y)
+			})
+		}
+		a.VPMULLD(Y7, Y0, Y0)
 		a.kqSuperAcc(t, Y14, acc, false)
 	}
 	a.kNext(136, false)
