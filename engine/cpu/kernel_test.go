@@ -19,10 +19,10 @@ var kernTestTypes = []gguf.TensorType{
 	gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K, gguf.TypeIQ4_NL, gguf.TypeIQ4_XS,
 }
 
-// kernLaneTypes are the types whose SIMD kernels follow the lane model of
+// kernModelTypes are the types whose SIMD kernels compute the models of
 // their portable kernels (kernel_kquant_go.go) and so must agree with them
 // bit for bit.
-var kernLaneTypes = []gguf.TensorType{gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K, gguf.TypeIQ4_NL, gguf.TypeIQ4_XS}
+var kernModelTypes = []gguf.TensorType{gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K, gguf.TypeIQ4_NL, gguf.TypeIQ4_XS}
 
 // kernTolerance is the largest relative error ‖out−ref‖/‖ref‖ (over all
 // n x rows outputs) that one MatMul may have against a float64 product with
@@ -383,15 +383,15 @@ func TestQuantKernelsAgree(t *testing.T) {
 	}
 }
 
-// TestLaneKernelsMatchGo checks that every level's kernels of the lane
-// model types give exactly the portable kernel's bits, one token, four and
-// eight at a time, on random blocks of every bit pattern.
-func TestLaneKernelsMatchGo(t *testing.T) {
+// TestModelKernelsMatchGo checks that every level's kernels of
+// kernModelTypes give exactly the portable kernel's bits, one token and
+// four at a time, on random blocks of every bit pattern.
+func TestModelKernelsMatchGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(19, 20))
 	ref := kernSetFor(kernLevelGo)
 	for _, level := range kernLevels()[1:] {
 		ks := kernSetFor(level)
-		for _, typ := range kernLaneTypes {
+		for _, typ := range kernModelTypes {
 			for _, nb := range []int{1, 2, 3, 8, 9} {
 				t.Run(fmt.Sprintf("kern=%s/type=%s/blocks=%d", level, typ, nb), func(t *testing.T) {
 					cols := nb * typ.BlockSize()
