@@ -102,6 +102,7 @@ func init() {
 			gguf.TypeQ3_K:   kernDotQ3_KAVX512,
 			gguf.TypeQ5_K:   kernDotQ5_KAVX512,
 			gguf.TypeIQ4_XS: kernDotIQ4_XSAVX512,
+			gguf.TypeIQ4_NL: kernDotIQ4_NLAVX512,
 		},
 		dotQ4: map[gguf.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){
 			gguf.TypeQ4_0: kernDotQ4_0x4AVX512,
@@ -114,6 +115,7 @@ func init() {
 			gguf.TypeQ3_K:   kernDotQ3_Kx4AVX512,
 			gguf.TypeQ5_K:   kernDotQ5_Kx4AVX512,
 			gguf.TypeIQ4_XS: kernDotIQ4_XSx4AVX512,
+			gguf.TypeIQ4_NL: kernDotIQ4_NLx4AVX512,
 		},
 		dotQ8: map[gguf.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32){
 			gguf.TypeQ4_0: kernDotQ4_0x8AVX512,

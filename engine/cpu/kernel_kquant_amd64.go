@@ -38,8 +38,7 @@ func kernDotIQ4_NLx4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 func kernDotIQ4_XSx4AVX2(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 
 // The AVX-512 kernels (kernel_avx512_amd64.s, internal/asmgen/
-// kquants_avx512.go) of the super-block types, the same model two blocks
-// per zmm register. IQ4_NL keeps its AVX2 kernels at that level.
+// kquants_avx512.go): the same models, two blocks per zmm register.
 
 //go:noescape
 func kernDotQ2_KAVX512(w []byte, xq []int8, xd, xs []float32) float32
@@ -64,3 +63,9 @@ func kernDotQ5_Kx4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
 
 //go:noescape
 func kernDotIQ4_XSx4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+
+//go:noescape
+func kernDotIQ4_NLAVX512(w []byte, xq []int8, xd, xs []float32) float32
+
+//go:noescape
+func kernDotIQ4_NLx4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)

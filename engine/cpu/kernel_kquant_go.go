@@ -16,9 +16,11 @@ import "github.com/llmd/llmd/model/gguf"
 //     M (the sub-block mins times the activations) then comes off as
 //     acc[b] −= (dmin·xd[b])·M; Q5_K's, (dmin·m_b)·xs[b], comes off before
 //     the super-block's dots.
-//   - IQ4_NL (32-value blocks, any count) keeps eight lane accumulators:
-//     block b's integer dot by lanes, lane l the sum over values 4l..4l+3,
-//     goes into acc[l] += (d·xd[b])·S[l].
+//   - IQ4_NL (32-value blocks, any count) takes each group of eight blocks
+//     as a super-block, block b of the group into acc[b] with its own d;
+//     each block after the last group goes in by lanes: its integer dot
+//     by lanes, lane l the sum over values 4l..4l+3, into
+//     acc[l] += (d·xd[b])·S[l].
 //   - The result is ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)), hsumps's order.
 
 // kernLaneAcc holds the eight float32 accumulators.
@@ -165,11 +167,18 @@ func kernDotIQ4_NLGo(w []byte, xq []int8, xd, _ []float32) float32 {
 	var acc kernLaneAcc
 	var v [32]int32
 	var s [8]int32
+	groups := len(xd) / 8 * 8
 	for b := range xd {
 		blk := w[18*b : 18*b+18]
 		kernIQ4Values(&v, blk[2:18])
-		kernLaneDot(&s, &v, xq[32*b:32*b+32], 1, 1)
-		acc.add(float32(kernHalf(blk)*xd[b]), &s)
+		x := xq[32*b : 32*b+32]
+		f := float32(kernHalf(blk) * xd[b])
+		if b < groups {
+			acc[b%8] += float32(f * float32(kernBlockDot(&v, x, 1, 1)))
+			continue
+		}
+		kernLaneDot(&s, &v, x, 1, 1)
+		acc.add(f, &s)
 	}
 	return acc.sum()
 }

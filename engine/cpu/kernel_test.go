@@ -392,7 +392,11 @@ func TestModelKernelsMatchGo(t *testing.T) {
 	for _, level := range kernLevels()[1:] {
 		ks := kernSetFor(level)
 		for _, typ := range kernModelTypes {
-			for _, nb := range []int{1, 2, 3, 8, 9} {
+			counts := []int{1, 2, 3, 8, 9}
+			if typ.BlockSize() == 32 { // groups of eight and the blocks after them
+				counts = append(counts, 16, 23)
+			}
+			for _, nb := range counts {
 				t.Run(fmt.Sprintf("kern=%s/type=%s/blocks=%d", level, typ, nb), func(t *testing.T) {
 					cols := nb * typ.BlockSize()
 					w := kernRandBlocks(rng, typ, nb)

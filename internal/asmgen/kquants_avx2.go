@@ -22,8 +22,9 @@ import (
 // token's accumulator: never fused, as the Go kernels round the product
 // first.
 //
-// IQ4_NL's blocks come one at a time: block b's eight lanes are converted,
-// multiplied by d·xd[b] and added to the lane accumulators.
+// IQ4_NL goes so by groups of eight blocks, each with its own d; the
+// blocks after the last group come one at a time: block b's eight lanes
+// are converted, multiplied by d·xd[b] and added to the lane accumulators.
 //
 // Registers: Y8..Y8+n-1 accumulate, Y0..Y3 are the tree's, Y4..Y7 scratch
 // or per-block values, Y12..Y15 constants and the super-block's d (Y14).
@@ -119,7 +120,7 @@ func genKQuantsAVX2(a *asm) {
 		a.dotQ2K(n, false)
 		a.dotQ3K(n, false)
 		a.dotQ5K(n, false)
-		a.dotIQ4NLAVX2(n)
+		a.dotIQ4NL(n, false)
 		a.dotIQ4XS(n, false)
 	}
 }
@@ -464,27 +465,89 @@ func (a *asm) iq4Values(off int, y, t VecPhysical) {
 	a.VPSHUFB(y, Y13, y)
 }
 
-// dotIQ4NLAVX2 is kernDotIQ4_NLAVX2 or kernDotIQ4_NLx4AVX2: one 32-value
-// block at a time, d·xd at 4t(SP).
-func (a *asm) dotIQ4NLAVX2(n int) {
-	a.kqText("IQ4_NL", "AVX2", n, 16, false, false)
+// dotIQ4NL is kernDotIQ4_NLAVX2 or kernDotIQ4_NLx4AVX2 (or with z their
+// AVX512 namesakes). Each group of eight 32-value blocks goes as an
+// IQ4_XS super-block does (dotIQ4XS), with the eight blocks' own scales d
+// in Y14 and no sub-block scales; the blocks left after the groups, one at
+// a time, by lanes (iq4Dot, d·xd at 512+4t(SP)).
+func (a *asm) dotIQ4NL(n int, z bool) {
+	a.kqText("IQ4_NL", kqLevel(z), n, 528, false, false)
+	if z {
+		a.kqSetupZ()
+	}
 	a.bcastb(0x0f, Y12)
 	a.VMOVDQU(static("kernIQ4Table", 0), Y13)
+	a.ones16(Y15)
+	a.whileN("loop8", RCX, 8, "tail", func() {
+		a.MOVWLZX(mem(RSI, 0), EAX)
+		a.VMOVD(EAX, X14)
+		for b := 1; b < 8; b++ {
+			a.VPINSRW(U8(b), mem(RSI, 18*b), X14, X14)
+		}
+		a.VCVTPH2PS(X14, Y14)
+		a.iq4Group(n, z, func(b int) int { return 2 + 18*b }, nil)
+		a.ADDQ(U8(144), RSI)
+		a.ADDQ(U32(256), RDI)
+		a.ADDQ(U8(32), RDX)
+	})
+	a.Label("tail")
 	a.ones16(Y1)
-	a.kLoop()
-	a.kqHalf(0, Y14)
-	for t := range n {
-		a.VMULSS(xdRow(0, t), X14, X3)
-		a.VMOVSS(X3, sp(4*t))
-	}
-	a.iq4Dot(n, 2, 0, func(t int) Mem { return sp(4 * t) })
-	a.ADDQ(U8(18), RSI)
-	a.ADDQ(U8(32), RDI)
-	a.ADDQ(U8(4), RDX)
-	a.DECQ(RCX)
-	a.JNZ(lbl("loop"))
+	a.whileNZ("loop1", RCX, "done", func() {
+		a.kqHalf(0, Y14)
+		for t := range n {
+			a.VMULSS(xdRow(0, t), X14, X3)
+			a.VMOVSS(X3, sp(512+4*t))
+		}
+		a.iq4Dot(n, 2, 0, func(t int) Mem { return sp(512 + 4*t) })
+		a.ADDQ(U8(18), RSI)
+		a.ADDQ(U8(32), RDI)
+		a.ADDQ(U8(4), RDX)
+	})
 	a.Label("done")
 	a.kqRet(n)
+}
+
+// iq4Group dots eight blocks of IQ4 codes, block b's 16 code bytes at
+// off(b)(SI), with each token's eight activation blocks at DI: their
+// values are decoded (signed at 32b(SP) or Z20..Z23, magnitudes at
+// 256+32b(SP) or Z16..Z19), each block's dot summed by the tree, times the
+// int32 scales in scale (if not nil), times d·xd (d in Y14) into the
+// token's accumulator.
+func (a *asm) iq4Group(n int, z bool, off func(b int) int, scale Op) {
+	for b := range 8 {
+		a.iq4Values(off(b), Y4, X5)
+		a.kqSink(z, b, Y4, 0, kqSignZ)
+		a.VPABSB(Y4, Y4)
+		a.kqSink(z, b, Y4, 256, kqWZ)
+	}
+	masks := []Register{K4, K5, K6, K7}
+	if z {
+		for i := range 4 {
+			a.VPMOVB2M(kqSignZ[i], masks[i])
+		}
+	}
+	for t, acc := range kqAcc(n) {
+		if z {
+			a.kqTreeZ(func(i int, y VecPhysical) {
+				a.VMOVDQU64(xqRow(64*i, t), Z4)
+				a.VPSUBB(Z4, Z31, masks[i], Z4)
+				a.VPXORD(y, y, y)
+				a.VPDPBUSD(Z4, kqWZ[i], y)
+			})
+		} else {
+			a.kqTree(func(b int, y VecPhysical) {
+				a.VMOVDQU(xqRow(32*b, t), y)
+				a.VPSIGNB(sp(32*b), y, y)
+				a.VMOVDQU(sp(256+32*b), Y4)
+				a.VPMADDUBSW(y, Y4, y)
+				a.VPMADDWD(Y15, y, y)
+			})
+		}
+		if scale != nil {
+			a.VPMULLD(scale, Y0, Y0)
+		}
+		a.kqSuperAcc(t, Y14, acc, false)
+	}
 }
 
 // dotIQ4XS is kernDotIQ4_XSAVX2 or kernDotIQ4_XSx4AVX2 (or with z their
@@ -514,38 +577,7 @@ func (a *asm) dotIQ4XS(n int, z bool) {
 	a.VPSLLD(U8(4), Y6, Y6)
 	a.VPOR(Y6, Y7, Y7)
 	a.VPSUBD(static("kernXSMask", 64), Y7, Y7)
-	for b := range 8 {
-		a.iq4Values(8+16*b, Y4, X5)
-		a.kqSink(z, b, Y4, 0, kqSignZ)
-		a.VPABSB(Y4, Y4)
-		a.kqSink(z, b, Y4, 256, kqWZ)
-	}
-	masks := []Register{K4, K5, K6, K7}
-	if z {
-		for i := range 4 {
-			a.VPMOVB2M(kqSignZ[i], masks[i])
-		}
-	}
-	for t, acc := range kqAcc(n) {
-		if z {
-			a.kqTreeZ(func(i int, y VecPhysical) {
-				a.VMOVDQU64(xqRow(64*i, t), Z4)
-				a.VPSUBB(Z4, Z31, masks[i], Z4)
-				a.VPXORD(y, y, y)
-				a.VPDPBUSD(Z4, kqWZ[i], y)
-			})
-		} else {
-			a.kqTree(func(b int, y VecPhysical) {
-				a.VMOVDQU(xqRow(32*b, t), y)
-				a.VPSIGNB(sp(32*b), y, y)
-				a.VMOVDQU(sp(256+32*b), Y4)
-				a.VPMADDUBSW(y, Y4, y)
-				a.VPMADDWD(Y15, y, y)
-			})
-		}
-		a.VPMULLD(Y7, Y0, Y0)
-		a.kqSuperAcc(t, Y14, acc, false)
-	}
+	a.iq4Group(n, z, func(b int) int { return 8 + 16*b }, Y7)
 	a.kNext(136, false)
 	a.kqRet(n)
 }

@@ -5,11 +5,10 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// The AVX-512 kernels of Q2_K, Q3_K, Q5_K and IQ4_XS (kquants_avx2.go's
+// The AVX-512 kernels of Q2_K, Q3_K, Q5_K, IQ4_XS and IQ4_NL (kquants_avx2.go's
 // dotQ2K ... with z set): the same decoding into the stack, then two
 // 32-value blocks per zmm register, blocks 2i and 2i+1 in Z16+i (kqWZ), and
-// a shuffle tree (kqTreeZ) for the block sums. IQ4_NL keeps its AVX2
-// kernels at this level.
+// a shuffle tree (kqTreeZ) for the block sums.
 
 func genKQuantsAVX512(a *asm) {
 	a.kqTables()
@@ -21,6 +20,7 @@ func genKQuantsAVX512(a *asm) {
 		a.dotQ3K(n, true)
 		a.dotQ5K(n, true)
 		a.dotIQ4XS(n, true)
+		a.dotIQ4NL(n, true)
 	}
 }
 
