@@ -80,7 +80,8 @@ func newModelInitCmd() *cobra.Command {
 	f.IntVar(&o.ffn, "ffn", 192, "feed-forward width")
 	f.IntVar(&o.vocab, "vocab", 2048, "vocabulary size")
 	f.IntVar(&o.context, "context", 2048, "context length in tokens")
-	f.StringVar(&o.typ, "type", "f16", "weight type: f32, f16, bf16, q8_0, q5_0, q4_0, q4_k, q6_k")
+	f.StringVar(&o.typ, "type", "f16", "weight type: f32, f16, bf16, q8_0, q5_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs,\n"+
+		"or a llama-quantize mixture: q3_k_m, q4_k_m, q5_k_m")
 	f.StringVar(&o.vocabKind, "tokenizer", "bpe", "tokenizer: bpe (byte-level BPE) or spm (SentencePiece)")
 	f.IntVar(&o.headDim, "head-dim", 0, "per-head key/value width (default: dim/heads)")
 	f.IntVar(&o.ropeDims, "rope-dims", 0, "rotated dimensions per head (default: the head width; fewer for partial rotary)")
@@ -98,7 +99,7 @@ func newModelInitCmd() *cobra.Command {
 // write builds the model and writes it; it returns the path and the spec
 // read back from the written file.
 func (o *initOptions) write(name string) (string, model.Spec, error) {
-	typ, err := gguf.ParseTensorType(o.typ)
+	typ, mix, err := synth.ParseType(o.typ)
 	if err != nil {
 		return "", model.Spec{}, err
 	}
@@ -121,7 +122,7 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 	}
 	m := synth.Model{
 		Arch: o.arch, Name: name, Dim: o.dim, Layers: o.layers, Heads: o.heads, KVHeads: o.kvHeads, FFN: o.ffn,
-		Vocab: o.vocab, ContextLength: o.context, Type: typ, Tied: o.tied, Seed: o.seed,
+		Vocab: o.vocab, ContextLength: o.context, Type: typ, Mix: mix, Tied: o.tied, Seed: o.seed,
 		HeadDim: o.headDim, RopeDims: o.ropeDims,
 	}
 	if o.arch == "qwen3moe" {

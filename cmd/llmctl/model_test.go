@@ -28,6 +28,11 @@ func TestModelInit(t *testing.T) {
 		"qwen3moe": {args: []string{"--arch", "qwen3moe", "--experts", "4", "--experts-used", "2", "--expert-ffn", "64"}, arch: "qwen3moe", fileType: "F16", template: chatMLTemplate},
 		"phi3":     {args: []string{"--arch", "phi3", "--rope-dims", "12", "--tokenizer", "spm"}, arch: "phi3", fileType: "F16"},
 		"gemma3":   {args: []string{"--arch", "gemma3", "--sliding-window", "16", "--tied"}, arch: "gemma3", fileType: "F16", tied: true, template: llama3Template},
+		"q4_k_m":   {args: []string{"--type", "q4_k_m", "--dim", "256", "--ffn", "512"}, arch: "llama", fileType: "Q4_K_M", template: llama3Template},
+		"q3_k_m":   {args: []string{"--type", "Q3_K_M", "--dim", "256"}, arch: "llama", fileType: "Q3_K_M", template: llama3Template},
+		"q5_k_m":   {args: []string{"--type", "q5_k_m"}, arch: "llama", fileType: "Q5_K_M", template: llama3Template},
+		"iq4_xs":   {args: []string{"--type", "iq4_xs", "--dim", "256"}, arch: "llama", fileType: "IQ4_XS", template: llama3Template},
+		"q2_k":     {args: []string{"--type", "q2_k"}, arch: "llama", fileType: "Q2_K", template: llama3Template},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(dir, name+".gguf")
@@ -60,6 +65,7 @@ func TestModelInitErrors(t *testing.T) {
 	dir := t.TempDir()
 	for name, args := range map[string][]string{
 		"unknown type":      {"--type", "q9"},
+		"unknown mixture":   {"--type", "q4_k_l"},
 		"unknown arch":      {"--arch", "gpt-j"},
 		"heads vs kv":       {"--heads", "4", "--kv-heads", "3"},
 		"unknown tokenizer": {"--tokenizer", "wordpiece"},

@@ -68,7 +68,7 @@ func (w Weight) Row(dst []float32, r int) {
 
 // kernQK is the activation block size: activations are quantized to int8
 // per 32 values for the quantized weight types, whose blocks (32) and
-// sub-blocks (Q4_K 32, Q6_K 16) line up with it.
+// sub-blocks (16 or 32 values) line up with it.
 const kernQK = 32
 
 // kernTileBytes bounds the weight bytes of a row tile: the rows that every
@@ -81,7 +81,7 @@ var kernTileBytes = 256 << 10
 // w.Rows outputs. Each weight row is read once for all n tokens
 // (matrix-matrix), and rows are split across the pool's workers (p may be
 // nil: one thread). Supports every type model supports (F32, F16, BF16,
-// Q4_0, Q5_0, Q8_0, Q4_K, Q6_K).
+// Q4_0, Q5_0, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS).
 //
 // For the quantized types the activations are first quantized per 32
 // values, as llama.cpp's Q8 activations: xq = x·(127/m) rounded half to

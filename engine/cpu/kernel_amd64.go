@@ -81,6 +81,12 @@ func init() {
 			gguf.TypeQ8_0: kernDotQ8_0AVX2,
 			gguf.TypeQ4_K: kernDotQ4_KAVX2,
 			gguf.TypeQ6_K: kernDotQ6_KAVX2,
+
+			gguf.TypeQ2_K:   kernDotQ2_KAVX2,
+			gguf.TypeQ3_K:   kernDotQ3_KAVX2,
+			gguf.TypeQ5_K:   kernDotQ5_KAVX2,
+			gguf.TypeIQ4_NL: kernDotIQ4_NLAVX2,
+			gguf.TypeIQ4_XS: kernDotIQ4_XSAVX2,
 		},
 		dotQ4: map[gguf.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){
 			gguf.TypeQ4_0: kernDotQ4_0x4AVX2,
@@ -88,6 +94,12 @@ func init() {
 			gguf.TypeQ8_0: kernDotQ8_0x4AVX2,
 			gguf.TypeQ4_K: kernDotQ4_Kx4AVX2,
 			gguf.TypeQ6_K: kernDotQ6_Kx4AVX2,
+
+			gguf.TypeQ2_K:   kernDotQ2_Kx4AVX2,
+			gguf.TypeQ3_K:   kernDotQ3_Kx4AVX2,
+			gguf.TypeQ5_K:   kernDotQ5_Kx4AVX2,
+			gguf.TypeIQ4_NL: kernDotIQ4_NLx4AVX2,
+			gguf.TypeIQ4_XS: kernDotIQ4_XSx4AVX2,
 		},
 		dotF32:    kernDotF32AVX2,
 		dotF16:    kernDotF16AVX2,

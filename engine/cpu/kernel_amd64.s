@@ -2495,3 +2495,2781 @@ done:
 	VMOVUPS      X8, (AX)
 	VZEROUPPER
 	RET
+
+DATA kernIQ4Table<>+0(SB)/8, $0xf6eaddcfbfad9881
+DATA kernIQ4Table<>+8(SB)/8, $0x7159453526190d01
+DATA kernIQ4Table<>+16(SB)/8, $0xf6eaddcfbfad9881
+DATA kernIQ4Table<>+24(SB)/8, $0x7159453526190d01
+GLOBL kernIQ4Table<>(SB), RODATA|NOPTR, $32
+
+DATA kernPairShuf<>+0(SB)/8, $0x0100010001000100
+DATA kernPairShuf<>+8(SB)/8, $0x0100010001000100
+DATA kernPairShuf<>+16(SB)/8, $0x0302030203020302
+DATA kernPairShuf<>+24(SB)/8, $0x0302030203020302
+GLOBL kernPairShuf<>(SB), RODATA|NOPTR, $32
+
+DATA kernQ3Shift<>+0(SB)/4, $0x00000000
+DATA kernQ3Shift<>+4(SB)/4, $0x00000002
+DATA kernQ3Shift<>+8(SB)/4, $0x00000004
+DATA kernQ3Shift<>+12(SB)/4, $0x00000006
+GLOBL kernQ3Shift<>(SB), RODATA|NOPTR, $16
+
+DATA kernXSShift<>+0(SB)/4, $0x00000000
+DATA kernXSShift<>+4(SB)/4, $0x00000004
+DATA kernXSShift<>+8(SB)/4, $0x00000008
+DATA kernXSShift<>+12(SB)/4, $0x0000000c
+DATA kernXSShift<>+16(SB)/4, $0x00000010
+DATA kernXSShift<>+20(SB)/4, $0x00000014
+DATA kernXSShift<>+24(SB)/4, $0x00000018
+DATA kernXSShift<>+28(SB)/4, $0x0000001c
+DATA kernXSShift<>+32(SB)/4, $0x00000000
+DATA kernXSShift<>+36(SB)/4, $0x00000002
+DATA kernXSShift<>+40(SB)/4, $0x00000004
+DATA kernXSShift<>+44(SB)/4, $0x00000006
+DATA kernXSShift<>+48(SB)/4, $0x00000008
+DATA kernXSShift<>+52(SB)/4, $0x0000000a
+DATA kernXSShift<>+56(SB)/4, $0x0000000c
+DATA kernXSShift<>+60(SB)/4, $0x0000000e
+GLOBL kernXSShift<>(SB), RODATA|NOPTR, $64
+
+DATA kernXSMask<>+0(SB)/4, $0x0000000f
+DATA kernXSMask<>+4(SB)/4, $0x0000000f
+DATA kernXSMask<>+8(SB)/4, $0x0000000f
+DATA kernXSMask<>+12(SB)/4, $0x0000000f
+DATA kernXSMask<>+16(SB)/4, $0x0000000f
+DATA kernXSMask<>+20(SB)/4, $0x0000000f
+DATA kernXSMask<>+24(SB)/4, $0x0000000f
+DATA kernXSMask<>+28(SB)/4, $0x0000000f
+DATA kernXSMask<>+32(SB)/4, $0x00000003
+DATA kernXSMask<>+36(SB)/4, $0x00000003
+DATA kernXSMask<>+40(SB)/4, $0x00000003
+DATA kernXSMask<>+44(SB)/4, $0x00000003
+DATA kernXSMask<>+48(SB)/4, $0x00000003
+DATA kernXSMask<>+52(SB)/4, $0x00000003
+DATA kernXSMask<>+56(SB)/4, $0x00000003
+DATA kernXSMask<>+60(SB)/4, $0x00000003
+DATA kernXSMask<>+64(SB)/4, $0x00000020
+DATA kernXSMask<>+68(SB)/4, $0x00000020
+DATA kernXSMask<>+72(SB)/4, $0x00000020
+DATA kernXSMask<>+76(SB)/4, $0x00000020
+DATA kernXSMask<>+80(SB)/4, $0x00000020
+DATA kernXSMask<>+84(SB)/4, $0x00000020
+DATA kernXSMask<>+88(SB)/4, $0x00000020
+DATA kernXSMask<>+92(SB)/4, $0x00000020
+GLOBL kernXSMask<>(SB), RODATA|NOPTR, $96
+
+// func kernDotQ2_KAVX2(w []byte, xq []int8, xd []float32, xs []float32) float32
+// Requires: AVX, AVX2, F16C
+TEXT ·kernDotQ2_KAVX2(SB), NOSPLIT, $576-100
+	MOVQ         w_base+0(FP), SI
+	MOVQ         xq_base+24(FP), DI
+	MOVQ         xd_base+48(FP), DX
+	MOVQ         xd_len+56(FP), CX
+	SHRQ         $0x03, CX
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x00000003, AX
+	VMOVD        AX, X12
+	VPBROADCASTB X12, Y12
+	MOVL         $0x00000001, AX
+	VMOVD        AX, X13
+	VPBROADCASTB X13, Y13
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	MOVL         80(SI), AX
+	VMOVD        AX, X14
+	VCVTPH2PS    X14, X14
+	VMOVSHDUP    X14, X15
+	VBROADCASTSS X14, Y14
+	VBROADCASTSS X15, Y15
+	MOVL         $0x0000000f, AX
+	VMOVD        AX, X6
+	VPBROADCASTB X6, Y6
+	VMOVDQU      (SI), X1
+	VPAND        X6, X1, X2
+	VPMOVZXBW    X2, Y2
+	VMOVDQU      Y2, 512(SP)
+	VPSRLW       $0x04, X1, X1
+	VPAND        X6, X1, X1
+	VPMOVZXBW    X1, Y1
+	VMOVDQU      Y1, 544(SP)
+	VPBROADCASTD 512(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, (SP)
+	VPBROADCASTD 516(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPBROADCASTD 520(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 64(SP)
+	VPBROADCASTD 524(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 96(SP)
+	VPBROADCASTD 528(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 128(SP)
+	VPBROADCASTD 532(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 160(SP)
+	VPBROADCASTD 536(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 192(SP)
+	VPBROADCASTD 540(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 224(SP)
+	VPBROADCASTD 544(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 256(SP)
+	VPBROADCASTD 548(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 288(SP)
+	VPBROADCASTD 552(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 320(SP)
+	VPBROADCASTD 556(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 352(SP)
+	VPBROADCASTD 560(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 384(SP)
+	VPBROADCASTD 564(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 416(SP)
+	VPBROADCASTD 568(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 448(SP)
+	VPBROADCASTD 572(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 480(SP)
+	VMOVDQU      16(SI), Y0
+	VPAND        Y12, Y0, Y0
+	VPMADDUBSW   (DI), Y0, Y0
+	VPMADDWD     (SP), Y0, Y0
+	VMOVDQU      16(SI), Y1
+	VPSRLW       $0x02, Y1, Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   32(DI), Y1, Y1
+	VPMADDWD     32(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      16(SI), Y1
+	VPSRLW       $0x04, Y1, Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   64(DI), Y1, Y1
+	VPMADDWD     64(SP), Y1, Y1
+	VMOVDQU      16(SI), Y2
+	VPSRLW       $0x06, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   96(DI), Y2, Y2
+	VPMADDWD     96(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      48(SI), Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   128(DI), Y1, Y1
+	VPMADDWD     128(SP), Y1, Y1
+	VMOVDQU      48(SI), Y2
+	VPSRLW       $0x02, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   160(DI), Y2, Y2
+	VPMADDWD     160(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      48(SI), Y2
+	VPSRLW       $0x04, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   192(DI), Y2, Y2
+	VPMADDWD     192(SP), Y2, Y2
+	VMOVDQU      48(SI), Y3
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        Y12, Y3, Y3
+	VPMADDUBSW   224(DI), Y3, Y3
+	VPMADDWD     224(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	VPMADDUBSW   (DI), Y13, Y0
+	VPMADDWD     256(SP), Y0, Y0
+	VPMADDUBSW   32(DI), Y13, Y1
+	VPMADDWD     288(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VPMADDUBSW   64(DI), Y13, Y1
+	VPMADDWD     320(SP), Y1, Y1
+	VPMADDUBSW   96(DI), Y13, Y2
+	VPMADDWD     352(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VPMADDUBSW   128(DI), Y13, Y1
+	VPMADDWD     384(SP), Y1, Y1
+	VPMADDUBSW   160(DI), Y13, Y2
+	VPMADDWD     416(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPMADDUBSW   192(DI), Y13, Y2
+	VPMADDWD     448(SP), Y2, Y2
+	VPMADDUBSW   224(DI), Y13, Y3
+	VPMADDWD     480(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX), Y15, Y5
+	VMULPS       Y5, Y0, Y0
+	VSUBPS       Y0, Y8, Y8
+	ADDQ         $0x00000054, SI
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x20, DX
+	DECQ         CX
+	JNZ          loop
+
+done:
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VMOVSS       X8, ret+96(FP)
+	VZEROUPPER
+	RET
+
+// func kernDotQ3_KAVX2(w []byte, xq []int8, xd []float32, xs []float32) float32
+// Requires: AVX, AVX2, F16C
+TEXT ·kernDotQ3_KAVX2(SB), NOSPLIT, $560-100
+	MOVQ         w_base+0(FP), SI
+	MOVQ         xq_base+24(FP), DI
+	MOVQ         xd_base+48(FP), DX
+	MOVQ         xd_len+56(FP), CX
+	SHRQ         $0x03, CX
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x00000003, AX
+	VMOVD        AX, X12
+	VPBROADCASTB X12, Y12
+	MOVL         $0x00000004, AX
+	VMOVD        AX, X13
+	VPBROADCASTB X13, Y13
+	MOVL         $0x0000000f, AX
+	VMOVD        AX, X6
+	VPBROADCASTB X6, Y6
+	MOVL         $0x00200020, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	MOVWLZX      108(SI), AX
+	VMOVD        AX, X14
+	VCVTPH2PS    X14, X14
+	VBROADCASTSS X14, Y14
+	VMOVQ        96(SI), X1
+	VPSRLW       $0x04, X1, X2
+	VPUNPCKLQDQ  X2, X1, X1
+	VPAND        X6, X1, X1
+	VPBROADCASTD 104(SI), X2
+	VPSRLVD      kernQ3Shift<>+0(SB), X2, X2
+	VPAND        X12, X2, X2
+	VPSLLD       $0x04, X2, X2
+	VPOR         X2, X1, X1
+	VPMOVZXBW    X1, Y1
+	VPSUBW       Y15, Y1, Y1
+	VMOVDQU      Y1, 528(SP)
+	VPBROADCASTD 528(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 256(SP)
+	VPBROADCASTD 532(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 288(SP)
+	VPBROADCASTD 536(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 320(SP)
+	VPBROADCASTD 540(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 352(SP)
+	VPBROADCASTD 544(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 384(SP)
+	VPBROADCASTD 548(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 416(SP)
+	VPBROADCASTD 552(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 448(SP)
+	VPBROADCASTD 556(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 480(SP)
+	VMOVDQU      (SI), Y7
+	VMOVDQU      32(SI), Y4
+	VPAND        Y12, Y4, Y4
+	VPSLLW       $0x02, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      32(SI), Y4
+	VPSRLW       $0x02, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VPSLLW       $0x01, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 32(SP)
+	VMOVDQU      32(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 64(SP)
+	VMOVDQU      32(SI), Y4
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VPSRLW       $0x01, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 96(SP)
+	VMOVDQU      64(SI), Y4
+	VPAND        Y12, Y4, Y4
+	VPSRLW       $0x02, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VMOVDQU      64(SI), Y4
+	VPSRLW       $0x02, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VPSRLW       $0x03, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 160(SP)
+	VMOVDQU      64(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VPSRLW       $0x04, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 192(SP)
+	VMOVDQU      64(SI), Y4
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VPSRLW       $0x05, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 224(SP)
+	VMOVDQU      (SP), Y0
+	VPMADDUBSW   (DI), Y0, Y0
+	VPMADDUBSW   (DI), Y13, Y4
+	VPSUBW       Y4, Y0, Y0
+	VPMADDWD     256(SP), Y0, Y0
+	VMOVDQU      32(SP), Y1
+	VPMADDUBSW   32(DI), Y1, Y1
+	VPMADDUBSW   32(DI), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     288(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(SP), Y1
+	VPMADDUBSW   64(DI), Y1, Y1
+	VPMADDUBSW   64(DI), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     320(SP), Y1, Y1
+	VMOVDQU      96(SP), Y2
+	VPMADDUBSW   96(DI), Y2, Y2
+	VPMADDUBSW   96(DI), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     352(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(SP), Y1
+	VPMADDUBSW   128(DI), Y1, Y1
+	VPMADDUBSW   128(DI), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     384(SP), Y1, Y1
+	VMOVDQU      160(SP), Y2
+	VPMADDUBSW   160(DI), Y2, Y2
+	VPMADDUBSW   160(DI), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     416(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(SP), Y2
+	VPMADDUBSW   192(DI), Y2, Y2
+	VPMADDUBSW   192(DI), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     448(SP), Y2, Y2
+	VMOVDQU      224(SP), Y3
+	VPMADDUBSW   224(DI), Y3, Y3
+	VPMADDUBSW   224(DI), Y13, Y4
+	VPSUBW       Y4, Y3, Y3
+	VPMADDWD     480(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	ADDQ         $0x0000006e, SI
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x20, DX
+	DECQ         CX
+	JNZ          loop
+
+done:
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VMOVSS       X8, ret+96(FP)
+	VZEROUPPER
+	RET
+
+// func kernDotQ5_KAVX2(w []byte, xq []int8, xd []float32, xs []float32) float32
+// Requires: AVX, AVX2, F16C
+TEXT ·kernDotQ5_KAVX2(SB), NOSPLIT, $256-100
+	MOVQ         w_base+0(FP), SI
+	MOVQ         xq_base+24(FP), DI
+	MOVQ         xd_base+48(FP), DX
+	MOVQ         xd_len+56(FP), CX
+	MOVQ         xs_base+72(FP), R8
+	SHRQ         $0x03, CX
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x0000000f, AX
+	VMOVD        AX, X12
+	VPBROADCASTB X12, Y12
+	MOVL         $0x00000010, AX
+	VMOVD        AX, X13
+	VPBROADCASTB X13, Y13
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $0x0f, Y15, Y15
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	VCVTPH2PS    (SI), X14
+	VMOVSHDUP    X14, X7
+	VBROADCASTSS X14, Y14
+	VBROADCASTSS X7, Y7
+	MOVL         4(SI), AX
+	ANDL         $0x3f3f3f3f, AX
+	VMOVD        AX, X1
+	MOVL         4(SI), AX
+	SHRL         $0x06, AX
+	ANDL         $0x03030303, AX
+	SHLL         $0x04, AX
+	MOVL         12(SI), BX
+	ANDL         $0x0f0f0f0f, BX
+	ORL          BX, AX
+	VPINSRD      $0x01, AX, X1, X1
+	MOVL         8(SI), AX
+	ANDL         $0x3f3f3f3f, AX
+	VMOVD        AX, X2
+	MOVL         8(SI), AX
+	SHRL         $0x06, AX
+	ANDL         $0x03030303, AX
+	SHLL         $0x04, AX
+	MOVL         12(SI), BX
+	SHRL         $0x04, BX
+	ANDL         $0x0f0f0f0f, BX
+	ORL          BX, AX
+	VPINSRD      $0x01, AX, X2, X2
+	VPMOVZXBD    X1, Y6
+	VPMOVZXBD    X2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VMULPS       (R8), Y2, Y3
+	VSUBPS       Y3, Y8, Y8
+	VMOVDQU      48(SI), Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x04, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      48(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x03, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 32(SP)
+	VMOVDQU      80(SI), Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x02, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 64(SP)
+	VMOVDQU      80(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x01, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 96(SP)
+	VMOVDQU      112(SI), Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VMOVDQU      112(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSRLW       $0x01, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 160(SP)
+	VMOVDQU      144(SI), Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 192(SP)
+	VMOVDQU      144(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 224(SP)
+	VMOVDQU      (SP), Y0
+	VPMADDUBSW   (DI), Y0, Y0
+	VPMADDWD     Y15, Y0, Y0
+	VMOVDQU      32(SP), Y1
+	VPMADDUBSW   32(DI), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(SP), Y1
+	VPMADDUBSW   64(DI), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      96(SP), Y2
+	VPMADDUBSW   96(DI), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(SP), Y1
+	VPMADDUBSW   128(DI), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      160(SP), Y2
+	VPMADDUBSW   160(DI), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(SP), Y2
+	VPMADDUBSW   192(DI), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VMOVDQU      224(SP), Y3
+	VPMADDUBSW   224(DI), Y3, Y3
+	VPMADDWD     Y15, Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPMULLD      Y6, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	ADDQ         $0x000000b0, SI
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, R8
+	DECQ         CX
+	JNZ          loop
+
+done:
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VMOVSS       X8, ret+96(FP)
+	VZEROUPPER
+	RET
+
+// func kernDotIQ4_NLAVX2(w []byte, xq []int8, xd []float32, xs []float32) float32
+// Requires: AVX, AVX2, F16C
+TEXT ·kernDotIQ4_NLAVX2(SB), NOSPLIT, $528-100
+	MOVQ         w_base+0(FP), SI
+	MOVQ         xq_base+24(FP), DI
+	MOVQ         xd_base+48(FP), DX
+	MOVQ         xd_len+56(FP), CX
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x0000000f, AX
+	VMOVD        AX, X12
+	VPBROADCASTB X12, Y12
+	VMOVDQU      kernIQ4Table<>+0(SB), Y13
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $0x0f, Y15, Y15
+
+loop8:
+	CMPQ        CX, $0x08
+	JB          tail
+	MOVWLZX     (SI), AX
+	VMOVD       AX, X14
+	VPINSRW     $0x01, 18(SI), X14, X14
+	VPINSRW     $0x02, 36(SI), X14, X14
+	VPINSRW     $0x03, 54(SI), X14, X14
+	VPINSRW     $0x04, 72(SI), X14, X14
+	VPINSRW     $0x05, 90(SI), X14, X14
+	VPINSRW     $0x06, 108(SI), X14, X14
+	VPINSRW     $0x07, 126(SI), X14, X14
+	VCVTPH2PS   X14, Y14
+	VMOVDQU     2(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, (SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 256(SP)
+	VMOVDQU     20(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 32(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 288(SP)
+	VMOVDQU     38(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 64(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 320(SP)
+	VMOVDQU     56(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 96(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 352(SP)
+	VMOVDQU     74(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 128(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 384(SP)
+	VMOVDQU     92(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 160(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 416(SP)
+	VMOVDQU     110(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 192(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 448(SP)
+	VMOVDQU     128(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 224(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 480(SP)
+	VMOVDQU     (DI), Y0
+	VPSIGNB     (SP), Y0, Y0
+	VMOVDQU     256(SP), Y4
+	VPMADDUBSW  Y0, Y4, Y0
+	VPMADDWD    Y15, Y0, Y0
+	VMOVDQU     32(DI), Y1
+	VPSIGNB     32(SP), Y1, Y1
+	VMOVDQU     288(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VPHADDD     Y1, Y0, Y0
+	VMOVDQU     64(DI), Y1
+	VPSIGNB     64(SP), Y1, Y1
+	VMOVDQU     320(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VMOVDQU     96(DI), Y2
+	VPSIGNB     96(SP), Y2, Y2
+	VMOVDQU     352(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VPHADDD     Y1, Y0, Y0
+	VMOVDQU     128(DI), Y1
+	VPSIGNB     128(SP), Y1, Y1
+	VMOVDQU     384(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VMOVDQU     160(DI), Y2
+	VPSIGNB     160(SP), Y2, Y2
+	VMOVDQU     416(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VMOVDQU     192(DI), Y2
+	VPSIGNB     192(SP), Y2, Y2
+	VMOVDQU     448(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VMOVDQU     224(DI), Y3
+	VPSIGNB     224(SP), Y3, Y3
+	VMOVDQU     480(SP), Y4
+	VPMADDUBSW  Y3, Y4, Y3
+	VPMADDWD    Y15, Y3, Y3
+	VPHADDD     Y3, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VPERM2I128  $0x20, Y1, Y0, Y2
+	VPERM2I128  $0x31, Y1, Y0, Y0
+	VPADDD      Y2, Y0, Y0
+	VCVTDQ2PS   Y0, Y0
+	VMULPS      (DX), Y14, Y5
+	VMULPS      Y5, Y0, Y0
+	VADDPS      Y0, Y8, Y8
+	ADDQ        $0x90, SI
+	ADDQ        $0x00000100, DI
+	ADDQ        $0x20, DX
+	SUBQ        $0x08, CX
+	JMP         loop8
+
+tail:
+	VPCMPEQW Y1, Y1, Y1
+	VPSRLW   $0x0f, Y1, Y1
+
+loop1:
+	TESTQ        CX, CX
+	JZ           done
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X14
+	VCVTPH2PS    X14, X14
+	VBROADCASTSS X14, Y14
+	VMULSS       (DX), X14, X3
+	VMOVSS       X3, 512(SP)
+	VMOVDQU      2(SI), X0
+	VPSRLW       $0x04, X0, X2
+	VINSERTI128  $0x01, X2, Y0, Y2
+	VPAND        Y12, Y2, Y2
+	VPSHUFB      Y2, Y13, Y2
+	VPABSB       Y2, Y0
+	VMOVDQU      (DI), Y4
+	VPSIGNB      Y2, Y4, Y4
+	VPMADDUBSW   Y4, Y0, Y5
+	VPMADDWD     Y1, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VBROADCASTSS 512(SP), Y3
+	VMULPS       Y3, Y5, Y5
+	VADDPS       Y5, Y8, Y8
+	ADDQ         $0x12, SI
+	ADDQ         $0x20, DI
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JMP          loop1
+
+done:
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VMOVSS       X8, ret+96(FP)
+	VZEROUPPER
+	RET
+
+// func kernDotIQ4_XSAVX2(w []byte, xq []int8, xd []float32, xs []float32) float32
+// Requires: AVX, AVX2, F16C
+TEXT ·kernDotIQ4_XSAVX2(SB), NOSPLIT, $512-100
+	MOVQ         w_base+0(FP), SI
+	MOVQ         xq_base+24(FP), DI
+	MOVQ         xd_base+48(FP), DX
+	MOVQ         xd_len+56(FP), CX
+	SHRQ         $0x03, CX
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x0000000f, AX
+	VMOVD        AX, X12
+	VPBROADCASTB X12, Y12
+	VMOVDQU      kernIQ4Table<>+0(SB), Y13
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $0x0f, Y15, Y15
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X14
+	VCVTPH2PS    X14, X14
+	VBROADCASTSS X14, Y14
+	VPBROADCASTD 4(SI), Y7
+	VPSRLVD      kernXSShift<>+0(SB), Y7, Y7
+	VPBROADCASTD 2(SI), Y6
+	VPSRLVD      kernXSShift<>+32(SB), Y6, Y6
+	VPAND        kernXSMask<>+0(SB), Y7, Y7
+	VPAND        kernXSMask<>+32(SB), Y6, Y6
+	VPSLLD       $0x04, Y6, Y6
+	VPOR         Y6, Y7, Y7
+	VPSUBD       kernXSMask<>+64(SB), Y7, Y7
+	VMOVDQU      8(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, (SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 256(SP)
+	VMOVDQU      24(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 32(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 288(SP)
+	VMOVDQU      40(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 64(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 320(SP)
+	VMOVDQU      56(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 96(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 352(SP)
+	VMOVDQU      72(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 384(SP)
+	VMOVDQU      88(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 160(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 416(SP)
+	VMOVDQU      104(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 192(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 448(SP)
+	VMOVDQU      120(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 224(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 480(SP)
+	VMOVDQU      (DI), Y0
+	VPSIGNB      (SP), Y0, Y0
+	VMOVDQU      256(SP), Y4
+	VPMADDUBSW   Y0, Y4, Y0
+	VPMADDWD     Y15, Y0, Y0
+	VMOVDQU      32(DI), Y1
+	VPSIGNB      32(SP), Y1, Y1
+	VMOVDQU      288(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(DI), Y1
+	VPSIGNB      64(SP), Y1, Y1
+	VMOVDQU      320(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      96(DI), Y2
+	VPSIGNB      96(SP), Y2, Y2
+	VMOVDQU      352(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(DI), Y1
+	VPSIGNB      128(SP), Y1, Y1
+	VMOVDQU      384(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      160(DI), Y2
+	VPSIGNB      160(SP), Y2, Y2
+	VMOVDQU      416(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(DI), Y2
+	VPSIGNB      192(SP), Y2, Y2
+	VMOVDQU      448(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VMOVDQU      224(DI), Y3
+	VPSIGNB      224(SP), Y3, Y3
+	VMOVDQU      480(SP), Y4
+	VPMADDUBSW   Y3, Y4, Y3
+	VPMADDWD     Y15, Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPMULLD      Y7, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	ADDQ         $0x00000088, SI
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x20, DX
+	DECQ         CX
+	JNZ          loop
+
+done:
+	VHADDPS      Y8, Y8, Y8
+	VHADDPS      Y8, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X0
+	VADDPS       X0, X8, X8
+	VMOVSS       X8, ret+96(FP)
+	VZEROUPPER
+	RET
+
+// func kernDotQ2_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd []float32, xs []float32)
+// Requires: AVX, AVX2, F16C
+TEXT ·kernDotQ2_Kx4AVX2(SB), NOSPLIT, $576-104
+	MOVQ         w_base+8(FP), SI
+	MOVQ         xq_base+32(FP), DI
+	MOVQ         xq_len+40(FP), R9
+	SHRQ         $0x02, R9
+	LEAQ         (R9)(R9*2), R10
+	MOVQ         xd_base+56(FP), DX
+	MOVQ         xd_len+64(FP), CX
+	SHRQ         $0x02, CX
+	MOVQ         CX, R11
+	SHLQ         $0x02, R11
+	LEAQ         (R11)(R11*2), R12
+	SHRQ         $0x03, CX
+	VXORPS       Y8, Y8, Y8
+	VXORPS       Y9, Y9, Y9
+	VXORPS       Y10, Y10, Y10
+	VXORPS       Y11, Y11, Y11
+	MOVL         $0x00000003, AX
+	VMOVD        AX, X12
+	VPBROADCASTB X12, Y12
+	MOVL         $0x00000001, AX
+	VMOVD        AX, X13
+	VPBROADCASTB X13, Y13
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	MOVL         80(SI), AX
+	VMOVD        AX, X14
+	VCVTPH2PS    X14, X14
+	VMOVSHDUP    X14, X15
+	VBROADCASTSS X14, Y14
+	VBROADCASTSS X15, Y15
+	MOVL         $0x0000000f, AX
+	VMOVD        AX, X6
+	VPBROADCASTB X6, Y6
+	VMOVDQU      (SI), X1
+	VPAND        X6, X1, X2
+	VPMOVZXBW    X2, Y2
+	VMOVDQU      Y2, 512(SP)
+	VPSRLW       $0x04, X1, X1
+	VPAND        X6, X1, X1
+	VPMOVZXBW    X1, Y1
+	VMOVDQU      Y1, 544(SP)
+	VPBROADCASTD 512(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, (SP)
+	VPBROADCASTD 516(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPBROADCASTD 520(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 64(SP)
+	VPBROADCASTD 524(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 96(SP)
+	VPBROADCASTD 528(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 128(SP)
+	VPBROADCASTD 532(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 160(SP)
+	VPBROADCASTD 536(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 192(SP)
+	VPBROADCASTD 540(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 224(SP)
+	VPBROADCASTD 544(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 256(SP)
+	VPBROADCASTD 548(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 288(SP)
+	VPBROADCASTD 552(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 320(SP)
+	VPBROADCASTD 556(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 352(SP)
+	VPBROADCASTD 560(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 384(SP)
+	VPBROADCASTD 564(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 416(SP)
+	VPBROADCASTD 568(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 448(SP)
+	VPBROADCASTD 572(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 480(SP)
+	VMOVDQU      16(SI), Y0
+	VPAND        Y12, Y0, Y0
+	VPMADDUBSW   (DI), Y0, Y0
+	VPMADDWD     (SP), Y0, Y0
+	VMOVDQU      16(SI), Y1
+	VPSRLW       $0x02, Y1, Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   32(DI), Y1, Y1
+	VPMADDWD     32(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      16(SI), Y1
+	VPSRLW       $0x04, Y1, Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   64(DI), Y1, Y1
+	VPMADDWD     64(SP), Y1, Y1
+	VMOVDQU      16(SI), Y2
+	VPSRLW       $0x06, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   96(DI), Y2, Y2
+	VPMADDWD     96(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      48(SI), Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   128(DI), Y1, Y1
+	VPMADDWD     128(SP), Y1, Y1
+	VMOVDQU      48(SI), Y2
+	VPSRLW       $0x02, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   160(DI), Y2, Y2
+	VPMADDWD     160(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      48(SI), Y2
+	VPSRLW       $0x04, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   192(DI), Y2, Y2
+	VPMADDWD     192(SP), Y2, Y2
+	VMOVDQU      48(SI), Y3
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        Y12, Y3, Y3
+	VPMADDUBSW   224(DI), Y3, Y3
+	VPMADDWD     224(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	VPMADDUBSW   (DI), Y13, Y0
+	VPMADDWD     256(SP), Y0, Y0
+	VPMADDUBSW   32(DI), Y13, Y1
+	VPMADDWD     288(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VPMADDUBSW   64(DI), Y13, Y1
+	VPMADDWD     320(SP), Y1, Y1
+	VPMADDUBSW   96(DI), Y13, Y2
+	VPMADDWD     352(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VPMADDUBSW   128(DI), Y13, Y1
+	VPMADDWD     384(SP), Y1, Y1
+	VPMADDUBSW   160(DI), Y13, Y2
+	VPMADDWD     416(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPMADDUBSW   192(DI), Y13, Y2
+	VPMADDWD     448(SP), Y2, Y2
+	VPMADDUBSW   224(DI), Y13, Y3
+	VPMADDWD     480(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX), Y15, Y5
+	VMULPS       Y5, Y0, Y0
+	VSUBPS       Y0, Y8, Y8
+	VMOVDQU      16(SI), Y0
+	VPAND        Y12, Y0, Y0
+	VPMADDUBSW   (DI)(R9*1), Y0, Y0
+	VPMADDWD     (SP), Y0, Y0
+	VMOVDQU      16(SI), Y1
+	VPSRLW       $0x02, Y1, Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   32(DI)(R9*1), Y1, Y1
+	VPMADDWD     32(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      16(SI), Y1
+	VPSRLW       $0x04, Y1, Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   64(DI)(R9*1), Y1, Y1
+	VPMADDWD     64(SP), Y1, Y1
+	VMOVDQU      16(SI), Y2
+	VPSRLW       $0x06, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   96(DI)(R9*1), Y2, Y2
+	VPMADDWD     96(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      48(SI), Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   128(DI)(R9*1), Y1, Y1
+	VPMADDWD     128(SP), Y1, Y1
+	VMOVDQU      48(SI), Y2
+	VPSRLW       $0x02, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   160(DI)(R9*1), Y2, Y2
+	VPMADDWD     160(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      48(SI), Y2
+	VPSRLW       $0x04, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   192(DI)(R9*1), Y2, Y2
+	VPMADDWD     192(SP), Y2, Y2
+	VMOVDQU      48(SI), Y3
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        Y12, Y3, Y3
+	VPMADDUBSW   224(DI)(R9*1), Y3, Y3
+	VPMADDWD     224(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R11*1), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y9, Y9
+	VPMADDUBSW   (DI)(R9*1), Y13, Y0
+	VPMADDWD     256(SP), Y0, Y0
+	VPMADDUBSW   32(DI)(R9*1), Y13, Y1
+	VPMADDWD     288(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VPMADDUBSW   64(DI)(R9*1), Y13, Y1
+	VPMADDWD     320(SP), Y1, Y1
+	VPMADDUBSW   96(DI)(R9*1), Y13, Y2
+	VPMADDWD     352(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VPMADDUBSW   128(DI)(R9*1), Y13, Y1
+	VPMADDWD     384(SP), Y1, Y1
+	VPMADDUBSW   160(DI)(R9*1), Y13, Y2
+	VPMADDWD     416(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPMADDUBSW   192(DI)(R9*1), Y13, Y2
+	VPMADDWD     448(SP), Y2, Y2
+	VPMADDUBSW   224(DI)(R9*1), Y13, Y3
+	VPMADDWD     480(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R11*1), Y15, Y5
+	VMULPS       Y5, Y0, Y0
+	VSUBPS       Y0, Y9, Y9
+	VMOVDQU      16(SI), Y0
+	VPAND        Y12, Y0, Y0
+	VPMADDUBSW   (DI)(R9*2), Y0, Y0
+	VPMADDWD     (SP), Y0, Y0
+	VMOVDQU      16(SI), Y1
+	VPSRLW       $0x02, Y1, Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   32(DI)(R9*2), Y1, Y1
+	VPMADDWD     32(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      16(SI), Y1
+	VPSRLW       $0x04, Y1, Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   64(DI)(R9*2), Y1, Y1
+	VPMADDWD     64(SP), Y1, Y1
+	VMOVDQU      16(SI), Y2
+	VPSRLW       $0x06, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   96(DI)(R9*2), Y2, Y2
+	VPMADDWD     96(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      48(SI), Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   128(DI)(R9*2), Y1, Y1
+	VPMADDWD     128(SP), Y1, Y1
+	VMOVDQU      48(SI), Y2
+	VPSRLW       $0x02, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   160(DI)(R9*2), Y2, Y2
+	VPMADDWD     160(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      48(SI), Y2
+	VPSRLW       $0x04, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   192(DI)(R9*2), Y2, Y2
+	VPMADDWD     192(SP), Y2, Y2
+	VMOVDQU      48(SI), Y3
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        Y12, Y3, Y3
+	VPMADDUBSW   224(DI)(R9*2), Y3, Y3
+	VPMADDWD     224(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R11*2), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y10, Y10
+	VPMADDUBSW   (DI)(R9*2), Y13, Y0
+	VPMADDWD     256(SP), Y0, Y0
+	VPMADDUBSW   32(DI)(R9*2), Y13, Y1
+	VPMADDWD     288(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VPMADDUBSW   64(DI)(R9*2), Y13, Y1
+	VPMADDWD     320(SP), Y1, Y1
+	VPMADDUBSW   96(DI)(R9*2), Y13, Y2
+	VPMADDWD     352(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VPMADDUBSW   128(DI)(R9*2), Y13, Y1
+	VPMADDWD     384(SP), Y1, Y1
+	VPMADDUBSW   160(DI)(R9*2), Y13, Y2
+	VPMADDWD     416(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPMADDUBSW   192(DI)(R9*2), Y13, Y2
+	VPMADDWD     448(SP), Y2, Y2
+	VPMADDUBSW   224(DI)(R9*2), Y13, Y3
+	VPMADDWD     480(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R11*2), Y15, Y5
+	VMULPS       Y5, Y0, Y0
+	VSUBPS       Y0, Y10, Y10
+	VMOVDQU      16(SI), Y0
+	VPAND        Y12, Y0, Y0
+	VPMADDUBSW   (DI)(R10*1), Y0, Y0
+	VPMADDWD     (SP), Y0, Y0
+	VMOVDQU      16(SI), Y1
+	VPSRLW       $0x02, Y1, Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   32(DI)(R10*1), Y1, Y1
+	VPMADDWD     32(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      16(SI), Y1
+	VPSRLW       $0x04, Y1, Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   64(DI)(R10*1), Y1, Y1
+	VPMADDWD     64(SP), Y1, Y1
+	VMOVDQU      16(SI), Y2
+	VPSRLW       $0x06, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   96(DI)(R10*1), Y2, Y2
+	VPMADDWD     96(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      48(SI), Y1
+	VPAND        Y12, Y1, Y1
+	VPMADDUBSW   128(DI)(R10*1), Y1, Y1
+	VPMADDWD     128(SP), Y1, Y1
+	VMOVDQU      48(SI), Y2
+	VPSRLW       $0x02, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   160(DI)(R10*1), Y2, Y2
+	VPMADDWD     160(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      48(SI), Y2
+	VPSRLW       $0x04, Y2, Y2
+	VPAND        Y12, Y2, Y2
+	VPMADDUBSW   192(DI)(R10*1), Y2, Y2
+	VPMADDWD     192(SP), Y2, Y2
+	VMOVDQU      48(SI), Y3
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        Y12, Y3, Y3
+	VPMADDUBSW   224(DI)(R10*1), Y3, Y3
+	VPMADDWD     224(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R12*1), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y11, Y11
+	VPMADDUBSW   (DI)(R10*1), Y13, Y0
+	VPMADDWD     256(SP), Y0, Y0
+	VPMADDUBSW   32(DI)(R10*1), Y13, Y1
+	VPMADDWD     288(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VPMADDUBSW   64(DI)(R10*1), Y13, Y1
+	VPMADDWD     320(SP), Y1, Y1
+	VPMADDUBSW   96(DI)(R10*1), Y13, Y2
+	VPMADDWD     352(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VPMADDUBSW   128(DI)(R10*1), Y13, Y1
+	VPMADDWD     384(SP), Y1, Y1
+	VPMADDUBSW   160(DI)(R10*1), Y13, Y2
+	VPMADDWD     416(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPMADDUBSW   192(DI)(R10*1), Y13, Y2
+	VPMADDWD     448(SP), Y2, Y2
+	VPMADDUBSW   224(DI)(R10*1), Y13, Y3
+	VPMADDWD     480(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R12*1), Y15, Y5
+	VMULPS       Y5, Y0, Y0
+	VSUBPS       Y0, Y11, Y11
+	ADDQ         $0x00000054, SI
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x20, DX
+	DECQ         CX
+	JNZ          loop
+
+done:
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X13
+	VADDPS       X13, X8, X8
+	MOVQ         res+0(FP), AX
+	VMOVUPS      X8, (AX)
+	VZEROUPPER
+	RET
+
+// func kernDotQ3_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd []float32, xs []float32)
+// Requires: AVX, AVX2, F16C
+TEXT ·kernDotQ3_Kx4AVX2(SB), NOSPLIT, $560-104
+	MOVQ         w_base+8(FP), SI
+	MOVQ         xq_base+32(FP), DI
+	MOVQ         xq_len+40(FP), R9
+	SHRQ         $0x02, R9
+	LEAQ         (R9)(R9*2), R10
+	MOVQ         xd_base+56(FP), DX
+	MOVQ         xd_len+64(FP), CX
+	SHRQ         $0x02, CX
+	MOVQ         CX, R11
+	SHLQ         $0x02, R11
+	LEAQ         (R11)(R11*2), R12
+	SHRQ         $0x03, CX
+	VXORPS       Y8, Y8, Y8
+	VXORPS       Y9, Y9, Y9
+	VXORPS       Y10, Y10, Y10
+	VXORPS       Y11, Y11, Y11
+	MOVL         $0x00000003, AX
+	VMOVD        AX, X12
+	VPBROADCASTB X12, Y12
+	MOVL         $0x00000004, AX
+	VMOVD        AX, X13
+	VPBROADCASTB X13, Y13
+	MOVL         $0x0000000f, AX
+	VMOVD        AX, X6
+	VPBROADCASTB X6, Y6
+	MOVL         $0x00200020, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	MOVWLZX      108(SI), AX
+	VMOVD        AX, X14
+	VCVTPH2PS    X14, X14
+	VBROADCASTSS X14, Y14
+	VMOVQ        96(SI), X1
+	VPSRLW       $0x04, X1, X2
+	VPUNPCKLQDQ  X2, X1, X1
+	VPAND        X6, X1, X1
+	VPBROADCASTD 104(SI), X2
+	VPSRLVD      kernQ3Shift<>+0(SB), X2, X2
+	VPAND        X12, X2, X2
+	VPSLLD       $0x04, X2, X2
+	VPOR         X2, X1, X1
+	VPMOVZXBW    X1, Y1
+	VPSUBW       Y15, Y1, Y1
+	VMOVDQU      Y1, 528(SP)
+	VPBROADCASTD 528(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 256(SP)
+	VPBROADCASTD 532(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 288(SP)
+	VPBROADCASTD 536(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 320(SP)
+	VPBROADCASTD 540(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 352(SP)
+	VPBROADCASTD 544(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 384(SP)
+	VPBROADCASTD 548(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 416(SP)
+	VPBROADCASTD 552(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 448(SP)
+	VPBROADCASTD 556(SP), Y1
+	VPSHUFB      kernPairShuf<>+0(SB), Y1, Y1
+	VMOVDQU      Y1, 480(SP)
+	VMOVDQU      (SI), Y7
+	VMOVDQU      32(SI), Y4
+	VPAND        Y12, Y4, Y4
+	VPSLLW       $0x02, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      32(SI), Y4
+	VPSRLW       $0x02, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VPSLLW       $0x01, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 32(SP)
+	VMOVDQU      32(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 64(SP)
+	VMOVDQU      32(SI), Y4
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VPSRLW       $0x01, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 96(SP)
+	VMOVDQU      64(SI), Y4
+	VPAND        Y12, Y4, Y4
+	VPSRLW       $0x02, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VMOVDQU      64(SI), Y4
+	VPSRLW       $0x02, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VPSRLW       $0x03, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 160(SP)
+	VMOVDQU      64(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VPSRLW       $0x04, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 192(SP)
+	VMOVDQU      64(SI), Y4
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VPSRLW       $0x05, Y7, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 224(SP)
+	VMOVDQU      (SP), Y0
+	VPMADDUBSW   (DI), Y0, Y0
+	VPMADDUBSW   (DI), Y13, Y4
+	VPSUBW       Y4, Y0, Y0
+	VPMADDWD     256(SP), Y0, Y0
+	VMOVDQU      32(SP), Y1
+	VPMADDUBSW   32(DI), Y1, Y1
+	VPMADDUBSW   32(DI), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     288(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(SP), Y1
+	VPMADDUBSW   64(DI), Y1, Y1
+	VPMADDUBSW   64(DI), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     320(SP), Y1, Y1
+	VMOVDQU      96(SP), Y2
+	VPMADDUBSW   96(DI), Y2, Y2
+	VPMADDUBSW   96(DI), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     352(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(SP), Y1
+	VPMADDUBSW   128(DI), Y1, Y1
+	VPMADDUBSW   128(DI), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     384(SP), Y1, Y1
+	VMOVDQU      160(SP), Y2
+	VPMADDUBSW   160(DI), Y2, Y2
+	VPMADDUBSW   160(DI), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     416(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(SP), Y2
+	VPMADDUBSW   192(DI), Y2, Y2
+	VPMADDUBSW   192(DI), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     448(SP), Y2, Y2
+	VMOVDQU      224(SP), Y3
+	VPMADDUBSW   224(DI), Y3, Y3
+	VPMADDUBSW   224(DI), Y13, Y4
+	VPSUBW       Y4, Y3, Y3
+	VPMADDWD     480(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	VMOVDQU      (SP), Y0
+	VPMADDUBSW   (DI)(R9*1), Y0, Y0
+	VPMADDUBSW   (DI)(R9*1), Y13, Y4
+	VPSUBW       Y4, Y0, Y0
+	VPMADDWD     256(SP), Y0, Y0
+	VMOVDQU      32(SP), Y1
+	VPMADDUBSW   32(DI)(R9*1), Y1, Y1
+	VPMADDUBSW   32(DI)(R9*1), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     288(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(SP), Y1
+	VPMADDUBSW   64(DI)(R9*1), Y1, Y1
+	VPMADDUBSW   64(DI)(R9*1), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     320(SP), Y1, Y1
+	VMOVDQU      96(SP), Y2
+	VPMADDUBSW   96(DI)(R9*1), Y2, Y2
+	VPMADDUBSW   96(DI)(R9*1), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     352(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(SP), Y1
+	VPMADDUBSW   128(DI)(R9*1), Y1, Y1
+	VPMADDUBSW   128(DI)(R9*1), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     384(SP), Y1, Y1
+	VMOVDQU      160(SP), Y2
+	VPMADDUBSW   160(DI)(R9*1), Y2, Y2
+	VPMADDUBSW   160(DI)(R9*1), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     416(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(SP), Y2
+	VPMADDUBSW   192(DI)(R9*1), Y2, Y2
+	VPMADDUBSW   192(DI)(R9*1), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     448(SP), Y2, Y2
+	VMOVDQU      224(SP), Y3
+	VPMADDUBSW   224(DI)(R9*1), Y3, Y3
+	VPMADDUBSW   224(DI)(R9*1), Y13, Y4
+	VPSUBW       Y4, Y3, Y3
+	VPMADDWD     480(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R11*1), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y9, Y9
+	VMOVDQU      (SP), Y0
+	VPMADDUBSW   (DI)(R9*2), Y0, Y0
+	VPMADDUBSW   (DI)(R9*2), Y13, Y4
+	VPSUBW       Y4, Y0, Y0
+	VPMADDWD     256(SP), Y0, Y0
+	VMOVDQU      32(SP), Y1
+	VPMADDUBSW   32(DI)(R9*2), Y1, Y1
+	VPMADDUBSW   32(DI)(R9*2), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     288(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(SP), Y1
+	VPMADDUBSW   64(DI)(R9*2), Y1, Y1
+	VPMADDUBSW   64(DI)(R9*2), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     320(SP), Y1, Y1
+	VMOVDQU      96(SP), Y2
+	VPMADDUBSW   96(DI)(R9*2), Y2, Y2
+	VPMADDUBSW   96(DI)(R9*2), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     352(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(SP), Y1
+	VPMADDUBSW   128(DI)(R9*2), Y1, Y1
+	VPMADDUBSW   128(DI)(R9*2), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     384(SP), Y1, Y1
+	VMOVDQU      160(SP), Y2
+	VPMADDUBSW   160(DI)(R9*2), Y2, Y2
+	VPMADDUBSW   160(DI)(R9*2), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     416(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(SP), Y2
+	VPMADDUBSW   192(DI)(R9*2), Y2, Y2
+	VPMADDUBSW   192(DI)(R9*2), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     448(SP), Y2, Y2
+	VMOVDQU      224(SP), Y3
+	VPMADDUBSW   224(DI)(R9*2), Y3, Y3
+	VPMADDUBSW   224(DI)(R9*2), Y13, Y4
+	VPSUBW       Y4, Y3, Y3
+	VPMADDWD     480(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R11*2), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y10, Y10
+	VMOVDQU      (SP), Y0
+	VPMADDUBSW   (DI)(R10*1), Y0, Y0
+	VPMADDUBSW   (DI)(R10*1), Y13, Y4
+	VPSUBW       Y4, Y0, Y0
+	VPMADDWD     256(SP), Y0, Y0
+	VMOVDQU      32(SP), Y1
+	VPMADDUBSW   32(DI)(R10*1), Y1, Y1
+	VPMADDUBSW   32(DI)(R10*1), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     288(SP), Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(SP), Y1
+	VPMADDUBSW   64(DI)(R10*1), Y1, Y1
+	VPMADDUBSW   64(DI)(R10*1), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     320(SP), Y1, Y1
+	VMOVDQU      96(SP), Y2
+	VPMADDUBSW   96(DI)(R10*1), Y2, Y2
+	VPMADDUBSW   96(DI)(R10*1), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     352(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(SP), Y1
+	VPMADDUBSW   128(DI)(R10*1), Y1, Y1
+	VPMADDUBSW   128(DI)(R10*1), Y13, Y4
+	VPSUBW       Y4, Y1, Y1
+	VPMADDWD     384(SP), Y1, Y1
+	VMOVDQU      160(SP), Y2
+	VPMADDUBSW   160(DI)(R10*1), Y2, Y2
+	VPMADDUBSW   160(DI)(R10*1), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     416(SP), Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(SP), Y2
+	VPMADDUBSW   192(DI)(R10*1), Y2, Y2
+	VPMADDUBSW   192(DI)(R10*1), Y13, Y4
+	VPSUBW       Y4, Y2, Y2
+	VPMADDWD     448(SP), Y2, Y2
+	VMOVDQU      224(SP), Y3
+	VPMADDUBSW   224(DI)(R10*1), Y3, Y3
+	VPMADDUBSW   224(DI)(R10*1), Y13, Y4
+	VPSUBW       Y4, Y3, Y3
+	VPMADDWD     480(SP), Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R12*1), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y11, Y11
+	ADDQ         $0x0000006e, SI
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x20, DX
+	DECQ         CX
+	JNZ          loop
+
+done:
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X13
+	VADDPS       X13, X8, X8
+	MOVQ         res+0(FP), AX
+	VMOVUPS      X8, (AX)
+	VZEROUPPER
+	RET
+
+// func kernDotQ5_Kx4AVX2(res *[4]float32, w []byte, xq []int8, xd []float32, xs []float32)
+// Requires: AVX, AVX2, F16C
+TEXT ·kernDotQ5_Kx4AVX2(SB), NOSPLIT, $256-104
+	MOVQ         w_base+8(FP), SI
+	MOVQ         xq_base+32(FP), DI
+	MOVQ         xq_len+40(FP), R9
+	SHRQ         $0x02, R9
+	LEAQ         (R9)(R9*2), R10
+	MOVQ         xd_base+56(FP), DX
+	MOVQ         xd_len+64(FP), CX
+	SHRQ         $0x02, CX
+	MOVQ         CX, R11
+	SHLQ         $0x02, R11
+	LEAQ         (R11)(R11*2), R12
+	MOVQ         xs_base+80(FP), R8
+	SHRQ         $0x03, CX
+	VXORPS       Y8, Y8, Y8
+	VXORPS       Y9, Y9, Y9
+	VXORPS       Y10, Y10, Y10
+	VXORPS       Y11, Y11, Y11
+	MOVL         $0x0000000f, AX
+	VMOVD        AX, X12
+	VPBROADCASTB X12, Y12
+	MOVL         $0x00000010, AX
+	VMOVD        AX, X13
+	VPBROADCASTB X13, Y13
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $0x0f, Y15, Y15
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	VCVTPH2PS    (SI), X14
+	VMOVSHDUP    X14, X7
+	VBROADCASTSS X14, Y14
+	VBROADCASTSS X7, Y7
+	MOVL         4(SI), AX
+	ANDL         $0x3f3f3f3f, AX
+	VMOVD        AX, X1
+	MOVL         4(SI), AX
+	SHRL         $0x06, AX
+	ANDL         $0x03030303, AX
+	SHLL         $0x04, AX
+	MOVL         12(SI), BX
+	ANDL         $0x0f0f0f0f, BX
+	ORL          BX, AX
+	VPINSRD      $0x01, AX, X1, X1
+	MOVL         8(SI), AX
+	ANDL         $0x3f3f3f3f, AX
+	VMOVD        AX, X2
+	MOVL         8(SI), AX
+	SHRL         $0x06, AX
+	ANDL         $0x03030303, AX
+	SHLL         $0x04, AX
+	MOVL         12(SI), BX
+	SHRL         $0x04, BX
+	ANDL         $0x0f0f0f0f, BX
+	ORL          BX, AX
+	VPINSRD      $0x01, AX, X2, X2
+	VPMOVZXBD    X1, Y6
+	VPMOVZXBD    X2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y7, Y2, Y2
+	VMULPS       (R8), Y2, Y3
+	VSUBPS       Y3, Y8, Y8
+	VMULPS       (R8)(R11*1), Y2, Y3
+	VSUBPS       Y3, Y9, Y9
+	VMULPS       (R8)(R11*2), Y2, Y3
+	VSUBPS       Y3, Y10, Y10
+	VMULPS       (R8)(R12*1), Y2, Y3
+	VSUBPS       Y3, Y11, Y11
+	VMOVDQU      48(SI), Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x04, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      48(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x03, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 32(SP)
+	VMOVDQU      80(SI), Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x02, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 64(SP)
+	VMOVDQU      80(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSLLW       $0x01, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 96(SP)
+	VMOVDQU      112(SI), Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 128(SP)
+	VMOVDQU      112(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSRLW       $0x01, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 160(SP)
+	VMOVDQU      144(SI), Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSRLW       $0x02, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 192(SP)
+	VMOVDQU      144(SI), Y4
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        Y12, Y4, Y4
+	VMOVDQU      16(SI), Y5
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        Y13, Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VMOVDQU      Y4, 224(SP)
+	VMOVDQU      (SP), Y0
+	VPMADDUBSW   (DI), Y0, Y0
+	VPMADDWD     Y15, Y0, Y0
+	VMOVDQU      32(SP), Y1
+	VPMADDUBSW   32(DI), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(SP), Y1
+	VPMADDUBSW   64(DI), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      96(SP), Y2
+	VPMADDUBSW   96(DI), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(SP), Y1
+	VPMADDUBSW   128(DI), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      160(SP), Y2
+	VPMADDUBSW   160(DI), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(SP), Y2
+	VPMADDUBSW   192(DI), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VMOVDQU      224(SP), Y3
+	VPMADDUBSW   224(DI), Y3, Y3
+	VPMADDWD     Y15, Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPMULLD      Y6, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	VMOVDQU      (SP), Y0
+	VPMADDUBSW   (DI)(R9*1), Y0, Y0
+	VPMADDWD     Y15, Y0, Y0
+	VMOVDQU      32(SP), Y1
+	VPMADDUBSW   32(DI)(R9*1), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(SP), Y1
+	VPMADDUBSW   64(DI)(R9*1), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      96(SP), Y2
+	VPMADDUBSW   96(DI)(R9*1), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(SP), Y1
+	VPMADDUBSW   128(DI)(R9*1), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      160(SP), Y2
+	VPMADDUBSW   160(DI)(R9*1), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(SP), Y2
+	VPMADDUBSW   192(DI)(R9*1), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VMOVDQU      224(SP), Y3
+	VPMADDUBSW   224(DI)(R9*1), Y3, Y3
+	VPMADDWD     Y15, Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPMULLD      Y6, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R11*1), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y9, Y9
+	VMOVDQU      (SP), Y0
+	VPMADDUBSW   (DI)(R9*2), Y0, Y0
+	VPMADDWD     Y15, Y0, Y0
+	VMOVDQU      32(SP), Y1
+	VPMADDUBSW   32(DI)(R9*2), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(SP), Y1
+	VPMADDUBSW   64(DI)(R9*2), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      96(SP), Y2
+	VPMADDUBSW   96(DI)(R9*2), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(SP), Y1
+	VPMADDUBSW   128(DI)(R9*2), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      160(SP), Y2
+	VPMADDUBSW   160(DI)(R9*2), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(SP), Y2
+	VPMADDUBSW   192(DI)(R9*2), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VMOVDQU      224(SP), Y3
+	VPMADDUBSW   224(DI)(R9*2), Y3, Y3
+	VPMADDWD     Y15, Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPMULLD      Y6, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R11*2), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y10, Y10
+	VMOVDQU      (SP), Y0
+	VPMADDUBSW   (DI)(R10*1), Y0, Y0
+	VPMADDWD     Y15, Y0, Y0
+	VMOVDQU      32(SP), Y1
+	VPMADDUBSW   32(DI)(R10*1), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(SP), Y1
+	VPMADDUBSW   64(DI)(R10*1), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      96(SP), Y2
+	VPMADDUBSW   96(DI)(R10*1), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(SP), Y1
+	VPMADDUBSW   128(DI)(R10*1), Y1, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      160(SP), Y2
+	VPMADDUBSW   160(DI)(R10*1), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(SP), Y2
+	VPMADDUBSW   192(DI)(R10*1), Y2, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VMOVDQU      224(SP), Y3
+	VPMADDUBSW   224(DI)(R10*1), Y3, Y3
+	VPMADDWD     Y15, Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPMULLD      Y6, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R12*1), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y11, Y11
+	ADDQ         $0x000000b0, SI
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x20, DX
+	ADDQ         $0x20, R8
+	DECQ         CX
+	JNZ          loop
+
+done:
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X13
+	VADDPS       X13, X8, X8
+	MOVQ         res+0(FP), AX
+	VMOVUPS      X8, (AX)
+	VZEROUPPER
+	RET
+
+// func kernDotIQ4_NLx4AVX2(res *[4]float32, w []byte, xq []int8, xd []float32, xs []float32)
+// Requires: AVX, AVX2, F16C
+TEXT ·kernDotIQ4_NLx4AVX2(SB), NOSPLIT, $528-104
+	MOVQ         w_base+8(FP), SI
+	MOVQ         xq_base+32(FP), DI
+	MOVQ         xq_len+40(FP), R9
+	SHRQ         $0x02, R9
+	LEAQ         (R9)(R9*2), R10
+	MOVQ         xd_base+56(FP), DX
+	MOVQ         xd_len+64(FP), CX
+	SHRQ         $0x02, CX
+	MOVQ         CX, R11
+	SHLQ         $0x02, R11
+	LEAQ         (R11)(R11*2), R12
+	VXORPS       Y8, Y8, Y8
+	VXORPS       Y9, Y9, Y9
+	VXORPS       Y10, Y10, Y10
+	VXORPS       Y11, Y11, Y11
+	MOVL         $0x0000000f, AX
+	VMOVD        AX, X12
+	VPBROADCASTB X12, Y12
+	VMOVDQU      kernIQ4Table<>+0(SB), Y13
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $0x0f, Y15, Y15
+
+loop8:
+	CMPQ        CX, $0x08
+	JB          tail
+	MOVWLZX     (SI), AX
+	VMOVD       AX, X14
+	VPINSRW     $0x01, 18(SI), X14, X14
+	VPINSRW     $0x02, 36(SI), X14, X14
+	VPINSRW     $0x03, 54(SI), X14, X14
+	VPINSRW     $0x04, 72(SI), X14, X14
+	VPINSRW     $0x05, 90(SI), X14, X14
+	VPINSRW     $0x06, 108(SI), X14, X14
+	VPINSRW     $0x07, 126(SI), X14, X14
+	VCVTPH2PS   X14, Y14
+	VMOVDQU     2(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, (SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 256(SP)
+	VMOVDQU     20(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 32(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 288(SP)
+	VMOVDQU     38(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 64(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 320(SP)
+	VMOVDQU     56(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 96(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 352(SP)
+	VMOVDQU     74(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 128(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 384(SP)
+	VMOVDQU     92(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 160(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 416(SP)
+	VMOVDQU     110(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 192(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 448(SP)
+	VMOVDQU     128(SI), X5
+	VPSRLW      $0x04, X5, X4
+	VINSERTI128 $0x01, X4, Y5, Y4
+	VPAND       Y12, Y4, Y4
+	VPSHUFB     Y4, Y13, Y4
+	VMOVDQU     Y4, 224(SP)
+	VPABSB      Y4, Y4
+	VMOVDQU     Y4, 480(SP)
+	VMOVDQU     (DI), Y0
+	VPSIGNB     (SP), Y0, Y0
+	VMOVDQU     256(SP), Y4
+	VPMADDUBSW  Y0, Y4, Y0
+	VPMADDWD    Y15, Y0, Y0
+	VMOVDQU     32(DI), Y1
+	VPSIGNB     32(SP), Y1, Y1
+	VMOVDQU     288(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VPHADDD     Y1, Y0, Y0
+	VMOVDQU     64(DI), Y1
+	VPSIGNB     64(SP), Y1, Y1
+	VMOVDQU     320(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VMOVDQU     96(DI), Y2
+	VPSIGNB     96(SP), Y2, Y2
+	VMOVDQU     352(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VPHADDD     Y1, Y0, Y0
+	VMOVDQU     128(DI), Y1
+	VPSIGNB     128(SP), Y1, Y1
+	VMOVDQU     384(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VMOVDQU     160(DI), Y2
+	VPSIGNB     160(SP), Y2, Y2
+	VMOVDQU     416(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VMOVDQU     192(DI), Y2
+	VPSIGNB     192(SP), Y2, Y2
+	VMOVDQU     448(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VMOVDQU     224(DI), Y3
+	VPSIGNB     224(SP), Y3, Y3
+	VMOVDQU     480(SP), Y4
+	VPMADDUBSW  Y3, Y4, Y3
+	VPMADDWD    Y15, Y3, Y3
+	VPHADDD     Y3, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VPERM2I128  $0x20, Y1, Y0, Y2
+	VPERM2I128  $0x31, Y1, Y0, Y0
+	VPADDD      Y2, Y0, Y0
+	VCVTDQ2PS   Y0, Y0
+	VMULPS      (DX), Y14, Y5
+	VMULPS      Y5, Y0, Y0
+	VADDPS      Y0, Y8, Y8
+	VMOVDQU     (DI)(R9*1), Y0
+	VPSIGNB     (SP), Y0, Y0
+	VMOVDQU     256(SP), Y4
+	VPMADDUBSW  Y0, Y4, Y0
+	VPMADDWD    Y15, Y0, Y0
+	VMOVDQU     32(DI)(R9*1), Y1
+	VPSIGNB     32(SP), Y1, Y1
+	VMOVDQU     288(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VPHADDD     Y1, Y0, Y0
+	VMOVDQU     64(DI)(R9*1), Y1
+	VPSIGNB     64(SP), Y1, Y1
+	VMOVDQU     320(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VMOVDQU     96(DI)(R9*1), Y2
+	VPSIGNB     96(SP), Y2, Y2
+	VMOVDQU     352(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VPHADDD     Y1, Y0, Y0
+	VMOVDQU     128(DI)(R9*1), Y1
+	VPSIGNB     128(SP), Y1, Y1
+	VMOVDQU     384(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VMOVDQU     160(DI)(R9*1), Y2
+	VPSIGNB     160(SP), Y2, Y2
+	VMOVDQU     416(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VMOVDQU     192(DI)(R9*1), Y2
+	VPSIGNB     192(SP), Y2, Y2
+	VMOVDQU     448(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VMOVDQU     224(DI)(R9*1), Y3
+	VPSIGNB     224(SP), Y3, Y3
+	VMOVDQU     480(SP), Y4
+	VPMADDUBSW  Y3, Y4, Y3
+	VPMADDWD    Y15, Y3, Y3
+	VPHADDD     Y3, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VPERM2I128  $0x20, Y1, Y0, Y2
+	VPERM2I128  $0x31, Y1, Y0, Y0
+	VPADDD      Y2, Y0, Y0
+	VCVTDQ2PS   Y0, Y0
+	VMULPS      (DX)(R11*1), Y14, Y5
+	VMULPS      Y5, Y0, Y0
+	VADDPS      Y0, Y9, Y9
+	VMOVDQU     (DI)(R9*2), Y0
+	VPSIGNB     (SP), Y0, Y0
+	VMOVDQU     256(SP), Y4
+	VPMADDUBSW  Y0, Y4, Y0
+	VPMADDWD    Y15, Y0, Y0
+	VMOVDQU     32(DI)(R9*2), Y1
+	VPSIGNB     32(SP), Y1, Y1
+	VMOVDQU     288(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VPHADDD     Y1, Y0, Y0
+	VMOVDQU     64(DI)(R9*2), Y1
+	VPSIGNB     64(SP), Y1, Y1
+	VMOVDQU     320(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VMOVDQU     96(DI)(R9*2), Y2
+	VPSIGNB     96(SP), Y2, Y2
+	VMOVDQU     352(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VPHADDD     Y1, Y0, Y0
+	VMOVDQU     128(DI)(R9*2), Y1
+	VPSIGNB     128(SP), Y1, Y1
+	VMOVDQU     384(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VMOVDQU     160(DI)(R9*2), Y2
+	VPSIGNB     160(SP), Y2, Y2
+	VMOVDQU     416(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VMOVDQU     192(DI)(R9*2), Y2
+	VPSIGNB     192(SP), Y2, Y2
+	VMOVDQU     448(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VMOVDQU     224(DI)(R9*2), Y3
+	VPSIGNB     224(SP), Y3, Y3
+	VMOVDQU     480(SP), Y4
+	VPMADDUBSW  Y3, Y4, Y3
+	VPMADDWD    Y15, Y3, Y3
+	VPHADDD     Y3, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VPERM2I128  $0x20, Y1, Y0, Y2
+	VPERM2I128  $0x31, Y1, Y0, Y0
+	VPADDD      Y2, Y0, Y0
+	VCVTDQ2PS   Y0, Y0
+	VMULPS      (DX)(R11*2), Y14, Y5
+	VMULPS      Y5, Y0, Y0
+	VADDPS      Y0, Y10, Y10
+	VMOVDQU     (DI)(R10*1), Y0
+	VPSIGNB     (SP), Y0, Y0
+	VMOVDQU     256(SP), Y4
+	VPMADDUBSW  Y0, Y4, Y0
+	VPMADDWD    Y15, Y0, Y0
+	VMOVDQU     32(DI)(R10*1), Y1
+	VPSIGNB     32(SP), Y1, Y1
+	VMOVDQU     288(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VPHADDD     Y1, Y0, Y0
+	VMOVDQU     64(DI)(R10*1), Y1
+	VPSIGNB     64(SP), Y1, Y1
+	VMOVDQU     320(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VMOVDQU     96(DI)(R10*1), Y2
+	VPSIGNB     96(SP), Y2, Y2
+	VMOVDQU     352(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VPHADDD     Y1, Y0, Y0
+	VMOVDQU     128(DI)(R10*1), Y1
+	VPSIGNB     128(SP), Y1, Y1
+	VMOVDQU     384(SP), Y4
+	VPMADDUBSW  Y1, Y4, Y1
+	VPMADDWD    Y15, Y1, Y1
+	VMOVDQU     160(DI)(R10*1), Y2
+	VPSIGNB     160(SP), Y2, Y2
+	VMOVDQU     416(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VMOVDQU     192(DI)(R10*1), Y2
+	VPSIGNB     192(SP), Y2, Y2
+	VMOVDQU     448(SP), Y4
+	VPMADDUBSW  Y2, Y4, Y2
+	VPMADDWD    Y15, Y2, Y2
+	VMOVDQU     224(DI)(R10*1), Y3
+	VPSIGNB     224(SP), Y3, Y3
+	VMOVDQU     480(SP), Y4
+	VPMADDUBSW  Y3, Y4, Y3
+	VPMADDWD    Y15, Y3, Y3
+	VPHADDD     Y3, Y2, Y2
+	VPHADDD     Y2, Y1, Y1
+	VPERM2I128  $0x20, Y1, Y0, Y2
+	VPERM2I128  $0x31, Y1, Y0, Y0
+	VPADDD      Y2, Y0, Y0
+	VCVTDQ2PS   Y0, Y0
+	VMULPS      (DX)(R12*1), Y14, Y5
+	VMULPS      Y5, Y0, Y0
+	VADDPS      Y0, Y11, Y11
+	ADDQ        $0x90, SI
+	ADDQ        $0x00000100, DI
+	ADDQ        $0x20, DX
+	SUBQ        $0x08, CX
+	JMP         loop8
+
+tail:
+	VPCMPEQW Y1, Y1, Y1
+	VPSRLW   $0x0f, Y1, Y1
+
+loop1:
+	TESTQ        CX, CX
+	JZ           done
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X14
+	VCVTPH2PS    X14, X14
+	VBROADCASTSS X14, Y14
+	VMULSS       (DX), X14, X3
+	VMOVSS       X3, 512(SP)
+	VMULSS       (DX)(R11*1), X14, X3
+	VMOVSS       X3, 516(SP)
+	VMULSS       (DX)(R11*2), X14, X3
+	VMOVSS       X3, 520(SP)
+	VMULSS       (DX)(R12*1), X14, X3
+	VMOVSS       X3, 524(SP)
+	VMOVDQU      2(SI), X0
+	VPSRLW       $0x04, X0, X2
+	VINSERTI128  $0x01, X2, Y0, Y2
+	VPAND        Y12, Y2, Y2
+	VPSHUFB      Y2, Y13, Y2
+	VPABSB       Y2, Y0
+	VMOVDQU      (DI), Y4
+	VPSIGNB      Y2, Y4, Y4
+	VPMADDUBSW   Y4, Y0, Y5
+	VPMADDWD     Y1, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VBROADCASTSS 512(SP), Y3
+	VMULPS       Y3, Y5, Y5
+	VADDPS       Y5, Y8, Y8
+	VMOVDQU      (DI)(R9*1), Y4
+	VPSIGNB      Y2, Y4, Y4
+	VPMADDUBSW   Y4, Y0, Y5
+	VPMADDWD     Y1, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VBROADCASTSS 516(SP), Y3
+	VMULPS       Y3, Y5, Y5
+	VADDPS       Y5, Y9, Y9
+	VMOVDQU      (DI)(R9*2), Y4
+	VPSIGNB      Y2, Y4, Y4
+	VPMADDUBSW   Y4, Y0, Y5
+	VPMADDWD     Y1, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VBROADCASTSS 520(SP), Y3
+	VMULPS       Y3, Y5, Y5
+	VADDPS       Y5, Y10, Y10
+	VMOVDQU      (DI)(R10*1), Y4
+	VPSIGNB      Y2, Y4, Y4
+	VPMADDUBSW   Y4, Y0, Y5
+	VPMADDWD     Y1, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VBROADCASTSS 524(SP), Y3
+	VMULPS       Y3, Y5, Y5
+	VADDPS       Y5, Y11, Y11
+	ADDQ         $0x12, SI
+	ADDQ         $0x20, DI
+	ADDQ         $0x04, DX
+	DECQ         CX
+	JMP          loop1
+
+done:
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X13
+	VADDPS       X13, X8, X8
+	MOVQ         res+0(FP), AX
+	VMOVUPS      X8, (AX)
+	VZEROUPPER
+	RET
+
+// func kernDotIQ4_XSx4AVX2(res *[4]float32, w []byte, xq []int8, xd []float32, xs []float32)
+// Requires: AVX, AVX2, F16C
+TEXT ·kernDotIQ4_XSx4AVX2(SB), NOSPLIT, $512-104
+	MOVQ         w_base+8(FP), SI
+	MOVQ         xq_base+32(FP), DI
+	MOVQ         xq_len+40(FP), R9
+	SHRQ         $0x02, R9
+	LEAQ         (R9)(R9*2), R10
+	MOVQ         xd_base+56(FP), DX
+	MOVQ         xd_len+64(FP), CX
+	SHRQ         $0x02, CX
+	MOVQ         CX, R11
+	SHLQ         $0x02, R11
+	LEAQ         (R11)(R11*2), R12
+	SHRQ         $0x03, CX
+	VXORPS       Y8, Y8, Y8
+	VXORPS       Y9, Y9, Y9
+	VXORPS       Y10, Y10, Y10
+	VXORPS       Y11, Y11, Y11
+	MOVL         $0x0000000f, AX
+	VMOVD        AX, X12
+	VPBROADCASTB X12, Y12
+	VMOVDQU      kernIQ4Table<>+0(SB), Y13
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $0x0f, Y15, Y15
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X14
+	VCVTPH2PS    X14, X14
+	VBROADCASTSS X14, Y14
+	VPBROADCASTD 4(SI), Y7
+	VPSRLVD      kernXSShift<>+0(SB), Y7, Y7
+	VPBROADCASTD 2(SI), Y6
+	VPSRLVD      kernXSShift<>+32(SB), Y6, Y6
+	VPAND        kernXSMask<>+0(SB), Y7, Y7
+	VPAND        kernXSMask<>+32(SB), Y6, Y6
+	VPSLLD       $0x04, Y6, Y6
+	VPOR         Y6, Y7, Y7
+	VPSUBD       kernXSMask<>+64(SB), Y7, Y7
+	VMOVDQU      8(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, (SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 256(SP)
+	VMOVDQU      24(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 32(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 288(SP)
+	VMOVDQU      40(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 64(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 320(SP)
+	VMOVDQU      56(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 96(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 352(SP)
+	VMOVDQU      72(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 128(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 384(SP)
+	VMOVDQU      88(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 160(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 416(SP)
+	VMOVDQU      104(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 192(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 448(SP)
+	VMOVDQU      120(SI), X5
+	VPSRLW       $0x04, X5, X4
+	VINSERTI128  $0x01, X4, Y5, Y4
+	VPAND        Y12, Y4, Y4
+	VPSHUFB      Y4, Y13, Y4
+	VMOVDQU      Y4, 224(SP)
+	VPABSB       Y4, Y4
+	VMOVDQU      Y4, 480(SP)
+	VMOVDQU      (DI), Y0
+	VPSIGNB      (SP), Y0, Y0
+	VMOVDQU      256(SP), Y4
+	VPMADDUBSW   Y0, Y4, Y0
+	VPMADDWD     Y15, Y0, Y0
+	VMOVDQU      32(DI), Y1
+	VPSIGNB      32(SP), Y1, Y1
+	VMOVDQU      288(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(DI), Y1
+	VPSIGNB      64(SP), Y1, Y1
+	VMOVDQU      320(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      96(DI), Y2
+	VPSIGNB      96(SP), Y2, Y2
+	VMOVDQU      352(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(DI), Y1
+	VPSIGNB      128(SP), Y1, Y1
+	VMOVDQU      384(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      160(DI), Y2
+	VPSIGNB      160(SP), Y2, Y2
+	VMOVDQU      416(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(DI), Y2
+	VPSIGNB      192(SP), Y2, Y2
+	VMOVDQU      448(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VMOVDQU      224(DI), Y3
+	VPSIGNB      224(SP), Y3, Y3
+	VMOVDQU      480(SP), Y4
+	VPMADDUBSW   Y3, Y4, Y3
+	VPMADDWD     Y15, Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPMULLD      Y7, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y8, Y8
+	VMOVDQU      (DI)(R9*1), Y0
+	VPSIGNB      (SP), Y0, Y0
+	VMOVDQU      256(SP), Y4
+	VPMADDUBSW   Y0, Y4, Y0
+	VPMADDWD     Y15, Y0, Y0
+	VMOVDQU      32(DI)(R9*1), Y1
+	VPSIGNB      32(SP), Y1, Y1
+	VMOVDQU      288(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(DI)(R9*1), Y1
+	VPSIGNB      64(SP), Y1, Y1
+	VMOVDQU      320(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      96(DI)(R9*1), Y2
+	VPSIGNB      96(SP), Y2, Y2
+	VMOVDQU      352(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(DI)(R9*1), Y1
+	VPSIGNB      128(SP), Y1, Y1
+	VMOVDQU      384(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      160(DI)(R9*1), Y2
+	VPSIGNB      160(SP), Y2, Y2
+	VMOVDQU      416(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(DI)(R9*1), Y2
+	VPSIGNB      192(SP), Y2, Y2
+	VMOVDQU      448(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VMOVDQU      224(DI)(R9*1), Y3
+	VPSIGNB      224(SP), Y3, Y3
+	VMOVDQU      480(SP), Y4
+	VPMADDUBSW   Y3, Y4, Y3
+	VPMADDWD     Y15, Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPMULLD      Y7, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R11*1), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y9, Y9
+	VMOVDQU      (DI)(R9*2), Y0
+	VPSIGNB      (SP), Y0, Y0
+	VMOVDQU      256(SP), Y4
+	VPMADDUBSW   Y0, Y4, Y0
+	VPMADDWD     Y15, Y0, Y0
+	VMOVDQU      32(DI)(R9*2), Y1
+	VPSIGNB      32(SP), Y1, Y1
+	VMOVDQU      288(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(DI)(R9*2), Y1
+	VPSIGNB      64(SP), Y1, Y1
+	VMOVDQU      320(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      96(DI)(R9*2), Y2
+	VPSIGNB      96(SP), Y2, Y2
+	VMOVDQU      352(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(DI)(R9*2), Y1
+	VPSIGNB      128(SP), Y1, Y1
+	VMOVDQU      384(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      160(DI)(R9*2), Y2
+	VPSIGNB      160(SP), Y2, Y2
+	VMOVDQU      416(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(DI)(R9*2), Y2
+	VPSIGNB      192(SP), Y2, Y2
+	VMOVDQU      448(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VMOVDQU      224(DI)(R9*2), Y3
+	VPSIGNB      224(SP), Y3, Y3
+	VMOVDQU      480(SP), Y4
+	VPMADDUBSW   Y3, Y4, Y3
+	VPMADDWD     Y15, Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPMULLD      Y7, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R11*2), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y10, Y10
+	VMOVDQU      (DI)(R10*1), Y0
+	VPSIGNB      (SP), Y0, Y0
+	VMOVDQU      256(SP), Y4
+	VPMADDUBSW   Y0, Y4, Y0
+	VPMADDWD     Y15, Y0, Y0
+	VMOVDQU      32(DI)(R10*1), Y1
+	VPSIGNB      32(SP), Y1, Y1
+	VMOVDQU      288(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      64(DI)(R10*1), Y1
+	VPSIGNB      64(SP), Y1, Y1
+	VMOVDQU      320(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      96(DI)(R10*1), Y2
+	VPSIGNB      96(SP), Y2, Y2
+	VMOVDQU      352(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y1, Y0, Y0
+	VMOVDQU      128(DI)(R10*1), Y1
+	VPSIGNB      128(SP), Y1, Y1
+	VMOVDQU      384(SP), Y4
+	VPMADDUBSW   Y1, Y4, Y1
+	VPMADDWD     Y15, Y1, Y1
+	VMOVDQU      160(DI)(R10*1), Y2
+	VPSIGNB      160(SP), Y2, Y2
+	VMOVDQU      416(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VMOVDQU      192(DI)(R10*1), Y2
+	VPSIGNB      192(SP), Y2, Y2
+	VMOVDQU      448(SP), Y4
+	VPMADDUBSW   Y2, Y4, Y2
+	VPMADDWD     Y15, Y2, Y2
+	VMOVDQU      224(DI)(R10*1), Y3
+	VPSIGNB      224(SP), Y3, Y3
+	VMOVDQU      480(SP), Y4
+	VPMADDUBSW   Y3, Y4, Y3
+	VPMADDWD     Y15, Y3, Y3
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y1, Y1
+	VPERM2I128   $0x20, Y1, Y0, Y2
+	VPERM2I128   $0x31, Y1, Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPMULLD      Y7, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (DX)(R12*1), Y14, Y5
+	VMULPS       Y5, Y0, Y0
+	VADDPS       Y0, Y11, Y11
+	ADDQ         $0x00000088, SI
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x20, DX
+	DECQ         CX
+	JNZ          loop
+
+done:
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $0x01, Y8, X13
+	VADDPS       X13, X8, X8
+	MOVQ         res+0(FP), AX
+	VMOVUPS      X8, (AX)
+	VZEROUPPER
+	RET

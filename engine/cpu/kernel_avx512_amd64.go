@@ -97,6 +97,12 @@ func init() {
 			gguf.TypeQ8_0: kernDotQ8_0AVX512,
 			gguf.TypeQ4_K: kernDotQ4_KAVX512,
 			gguf.TypeQ6_K: kernDotQ6_KAVX512,
+
+			gguf.TypeQ2_K:   kernDotQ2_KAVX512,
+			gguf.TypeQ3_K:   kernDotQ3_KAVX512,
+			gguf.TypeQ5_K:   kernDotQ5_KAVX512,
+			gguf.TypeIQ4_XS: kernDotIQ4_XSAVX512,
+			gguf.TypeIQ4_NL: kernDotIQ4_NLAVX512,
 		},
 		dotQ4: map[gguf.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){
 			gguf.TypeQ4_0: kernDotQ4_0x4AVX512,
@@ -104,6 +110,12 @@ func init() {
 			gguf.TypeQ8_0: kernDotQ8_0x4AVX512,
 			gguf.TypeQ4_K: kernDotQ4_Kx4AVX512,
 			gguf.TypeQ6_K: kernDotQ6_Kx4AVX512,
+
+			gguf.TypeQ2_K:   kernDotQ2_Kx4AVX512,
+			gguf.TypeQ3_K:   kernDotQ3_Kx4AVX512,
+			gguf.TypeQ5_K:   kernDotQ5_Kx4AVX512,
+			gguf.TypeIQ4_XS: kernDotIQ4_XSx4AVX512,
+			gguf.TypeIQ4_NL: kernDotIQ4_NLx4AVX512,
 		},
 		dotQ8: map[gguf.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32){
 			gguf.TypeQ4_0: kernDotQ4_0x8AVX512,

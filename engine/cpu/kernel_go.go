@@ -20,6 +20,12 @@ func kernGoSet() *kernSet {
 			gguf.TypeQ8_0: kernDotQ8_0Go,
 			gguf.TypeQ4_K: kernDotQ4_KGo,
 			gguf.TypeQ6_K: kernDotQ6_KGo,
+
+			gguf.TypeQ2_K:   kernDotQ2_KGo,
+			gguf.TypeQ3_K:   kernDotQ3_KGo,
+			gguf.TypeQ5_K:   kernDotQ5_KGo,
+			gguf.TypeIQ4_NL: kernDotIQ4_NLGo,
+			gguf.TypeIQ4_XS: kernDotIQ4_XSGo,
 		},
 		dotQ4:     map[gguf.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){},
 		dotF32:    kernDotF32Go,

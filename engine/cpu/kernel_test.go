@@ -16,7 +16,13 @@ import (
 var kernTestTypes = []gguf.TensorType{
 	gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16,
 	gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K,
+	gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K, gguf.TypeIQ4_NL, gguf.TypeIQ4_XS,
 }
+
+// kernModelTypes are the types whose SIMD kernels compute the models of
+// their portable kernels (kernel_kquant_go.go) and so must agree with them
+// bit for bit.
+var kernModelTypes = []gguf.TensorType{gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K, gguf.TypeIQ4_NL, gguf.TypeIQ4_XS}
 
 // kernTolerance is the largest relative error ‖out−ref‖/‖ref‖ (over all
 // n x rows outputs) that one MatMul may have against a float64 product with
@@ -100,10 +106,11 @@ func kernErrSums(got []float32, want []float64) (num, den float64) {
 func TestMatMulAgreesWithFloat64Reference(t *testing.T) {
 	pool := NewPool(3)
 	defer pool.Close()
-	rng := rand.New(rand.NewPCG(1, 2))
 	for _, level := range kernLevels() {
 		ks := kernSetFor(level)
 		for _, typ := range kernTestTypes {
+			// The same draws for a type at every level.
+			rng := rand.New(rand.NewPCG(1, uint64(typ)))
 			var aggNum, aggDen float64
 			for _, shape := range kernShapes(typ) {
 				rows, cols := shape[0], shape[1]
@@ -270,6 +277,16 @@ func kernRandBlocks(rng *rand.Rand, typ gguf.TensorType, nb int) []byte {
 			le.PutUint16(blk[2:], half())
 		case gguf.TypeQ6_K:
 			le.PutUint16(blk[208:], half())
+		case gguf.TypeQ2_K:
+			le.PutUint16(blk[80:], half())
+			le.PutUint16(blk[82:], half())
+		case gguf.TypeQ3_K:
+			le.PutUint16(blk[108:], half())
+		case gguf.TypeQ5_K:
+			le.PutUint16(blk, half())
+			le.PutUint16(blk[2:], half())
+		case gguf.TypeIQ4_NL, gguf.TypeIQ4_XS:
+			le.PutUint16(blk, half())
 		}
 	}
 	return data
@@ -358,6 +375,45 @@ func TestQuantKernelsAgree(t *testing.T) {
 						}
 						if ks.dotQ8[typ] != nil {
 							require.Equal(t, math.Float32bits(got), math.Float32bits(res8[tok]), "token %d of 8", tok)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestModelKernelsMatchGo checks that every level's kernels of
+// kernModelTypes give exactly the portable kernel's bits, one token and
+// four at a time, on random blocks of every bit pattern.
+func TestModelKernelsMatchGo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	ref := kernSetFor(kernLevelGo)
+	for _, level := range kernLevels()[1:] {
+		ks := kernSetFor(level)
+		for _, typ := range kernModelTypes {
+			counts := []int{1, 2, 3, 8, 9}
+			if typ.BlockSize() == 32 { // groups of eight and the blocks after them
+				counts = append(counts, 16, 23)
+			}
+			for _, nb := range counts {
+				t.Run(fmt.Sprintf("kern=%s/type=%s/blocks=%d", level, typ, nb), func(t *testing.T) {
+					cols := nb * typ.BlockSize()
+					w := kernRandBlocks(rng, typ, nb)
+					x := kernRandActivations(rng, 8, cols)
+					xq, xd, xs := kernQuantized(x, 8, cols)
+					nq := cols / kernQK
+					var res [4]float32
+					dot4 := ks.dotQ4[typ]
+					if dot4 != nil {
+						dot4(&res, w, xq[:4*cols], xd[:4*nq], xs[:4*nq])
+					}
+					for tok := range 8 {
+						q, d, s := xq[tok*cols:(tok+1)*cols], xd[tok*nq:(tok+1)*nq], xs[tok*nq:(tok+1)*nq]
+						want := ref.dotQ[typ](w, q, d, s)
+						require.Equal(t, math.Float32bits(want), math.Float32bits(ks.dotQ[typ](w, q, d, s)), "token %d", tok)
+						if dot4 != nil && tok < 4 {
+							require.Equal(t, math.Float32bits(want), math.Float32bits(res[tok]), "token %d of 4", tok)
 						}
 					}
 				})

@@ -72,6 +72,7 @@ func genKernelsAVX2(a *asm) {
 	for _, f := range floatFmts {
 		a.fxAVX2(4, f)
 	}
+	genKQuantsAVX2(a)
 }
 
 // cpuid is func kernCPUID(leaf, sub uint32) (eax, ebx, ecx, edx uint32).

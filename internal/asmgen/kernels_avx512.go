@@ -61,6 +61,7 @@ func genKernelsAVX512(a *asm) {
 		a.dotRowsZ(q)
 	}
 	a.dotF16x2x4Z()
+	genKQuantsAVX512(a)
 }
 
 // setup512 sets the constant registers, Z24 kernNibShift, and the half

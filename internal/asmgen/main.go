@@ -7,8 +7,8 @@
 //
 // Each flag names a file to write:
 //
-//	-kernels  engine/cpu/kernel_amd64.s         AVX2 matrix kernels (kernels_avx2.go)
-//	-avx512   engine/cpu/kernel_avx512_amd64.s  AVX-512 matrix kernels (kernels_avx512.go)
+//	-kernels  engine/cpu/kernel_amd64.s         AVX2 matrix kernels (kernels_avx2.go, kquants_avx2.go)
+//	-avx512   engine/cpu/kernel_avx512_amd64.s  AVX-512 matrix kernels (kernels_avx512.go, kquants_avx512.go)
 //	-attn     engine/cpu/attn_amd64.s           attention and SwiGLU (attn.go)
 //	-sample   engine/sample/simd_amd64.s        sampler passes (sample.go)
 //

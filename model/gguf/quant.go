@@ -17,14 +17,19 @@ type TensorType uint32
 
 // The supported tensor types, with ggml's ids (ggml.h enum ggml_type).
 const (
-	TypeF32  TensorType = 0
-	TypeF16  TensorType = 1
-	TypeQ4_0 TensorType = 2
-	TypeQ5_0 TensorType = 6
-	TypeQ8_0 TensorType = 8
-	TypeQ4_K TensorType = 12
-	TypeQ6_K TensorType = 14
-	TypeBF16 TensorType = 30
+	TypeF32    TensorType = 0
+	TypeF16    TensorType = 1
+	TypeQ4_0   TensorType = 2
+	TypeQ5_0   TensorType = 6
+	TypeQ8_0   TensorType = 8
+	TypeQ2_K   TensorType = 10
+	TypeQ3_K   TensorType = 11
+	TypeQ4_K   TensorType = 12
+	TypeQ5_K   TensorType = 13
+	TypeQ6_K   TensorType = 14
+	TypeIQ4_NL TensorType = 20
+	TypeIQ4_XS TensorType = 23
+	TypeBF16   TensorType = 30
 )
 
 // ggmlTypeNames names every ggml type id, supported or not, so that an
@@ -43,14 +48,19 @@ var ggmlTypeNames = [...]string{
 type quantLayout struct{ elems, bytes int }
 
 var quantLayouts = map[TensorType]quantLayout{
-	TypeF32:  {1, 4},
-	TypeF16:  {1, 2},
-	TypeBF16: {1, 2},
-	TypeQ4_0: {32, 18},
-	TypeQ5_0: {32, 22},
-	TypeQ8_0: {32, 34},
-	TypeQ4_K: {256, 144},
-	TypeQ6_K: {256, 210},
+	TypeF32:    {1, 4},
+	TypeF16:    {1, 2},
+	TypeBF16:   {1, 2},
+	TypeQ4_0:   {32, 18},
+	TypeQ5_0:   {32, 22},
+	TypeQ8_0:   {32, 34},
+	TypeQ2_K:   {256, 84},
+	TypeQ3_K:   {256, 110},
+	TypeQ4_K:   {256, 144},
+	TypeQ5_K:   {256, 176},
+	TypeQ6_K:   {256, 210},
+	TypeIQ4_NL: {32, 18},
+	TypeIQ4_XS: {256, 136},
 }
 
 // String returns ggml's name for t ("F16", "Q4_K"), or "type(N)" for an id
@@ -103,7 +113,7 @@ func ParseTensorType(name string) (TensorType, error) {
 			return t, nil
 		}
 	}
-	return 0, fmt.Errorf("gguf: unknown or unsupported tensor type %q (want one of f32, f16, bf16, q4_0, q5_0, q8_0, q4_k, q6_k)", name)
+	return 0, fmt.Errorf("gguf: unknown or unsupported tensor type %q (want one of f32, f16, bf16, q4_0, q5_0, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs)", name)
 }
 
 // HalfToFloat32 converts an IEEE 754 half-precision value (its bits) to
@@ -235,6 +245,12 @@ func Dequantize(t TensorType, data []byte, out []float32) error {
 		for b := 0; b < len(out)/256; b++ {
 			dequantQ6_K(data[b*210:b*210+210], out[b*256:b*256+256])
 		}
+	default:
+		c := blockCodecs[t]
+		l := quantLayouts[t]
+		for b := 0; b < len(out)/l.elems; b++ {
+			c.dequant(data[b*l.bytes:(b+1)*l.bytes], out[b*l.elems:(b+1)*l.elems])
+		}
 	}
 	return nil
 }
@@ -326,8 +342,8 @@ func dequantQ6_K(b []byte, y []float32) {
 // Quantize encodes in as type t and returns the new bytes. len(in) must be
 // a multiple of t's block size; rows are independent, so a whole tensor can
 // be quantized at once. Q4_0, Q5_0 and Q8_0 follow ggml's reference
-// quantizers; Q4_K and Q6_K use a simpler per-sub-block scale search than
-// llama-quantize's, with the same layout.
+// quantizers; the K-quants and IQ4_NL/IQ4_XS use a simpler per-sub-block
+// scale search than llama-quantize's, with the same layout.
 func Quantize(t TensorType, in []float32) ([]byte, error) {
 	n, err := t.RowBytes(len(in))
 	if err != nil {
@@ -367,6 +383,12 @@ func Quantize(t TensorType, in []float32) ([]byte, error) {
 	case TypeQ6_K:
 		for b := 0; b < len(in)/256; b++ {
 			quantQ6_K(in[b*256:b*256+256], out[b*210:b*210+210])
+		}
+	default:
+		c := blockCodecs[t]
+		l := quantLayouts[t]
+		for b := 0; b < len(in)/l.elems; b++ {
+			c.quant(in[b*l.elems:(b+1)*l.elems], out[b*l.bytes:(b+1)*l.bytes])
 		}
 	}
 	return out, nil

@@ -14,14 +14,19 @@ func TestQuantTypeTable(t *testing.T) {
 		name         string
 		elems, bytes int
 	}{
-		TypeF32:  {"F32", 1, 4},
-		TypeF16:  {"F16", 1, 2},
-		TypeBF16: {"BF16", 1, 2},
-		TypeQ4_0: {"Q4_0", 32, 18},
-		TypeQ5_0: {"Q5_0", 32, 22},
-		TypeQ8_0: {"Q8_0", 32, 34},
-		TypeQ4_K: {"Q4_K", 256, 144},
-		TypeQ6_K: {"Q6_K", 256, 210},
+		TypeF32:    {"F32", 1, 4},
+		TypeF16:    {"F16", 1, 2},
+		TypeBF16:   {"BF16", 1, 2},
+		TypeQ4_0:   {"Q4_0", 32, 18},
+		TypeQ5_0:   {"Q5_0", 32, 22},
+		TypeQ8_0:   {"Q8_0", 32, 34},
+		TypeQ4_K:   {"Q4_K", 256, 144},
+		TypeQ6_K:   {"Q6_K", 256, 210},
+		TypeQ2_K:   {"Q2_K", 256, 84},
+		TypeQ3_K:   {"Q3_K", 256, 110},
+		TypeQ5_K:   {"Q5_K", 256, 176},
+		TypeIQ4_NL: {"IQ4_NL", 32, 18},
+		TypeIQ4_XS: {"IQ4_XS", 256, 136},
 	}
 	for typ, c := range cases {
 		require.Equal(t, c.name, typ.String())
@@ -221,11 +226,28 @@ func quantTolerance(t TensorType, x float32, amax float32) float32 {
 		// A sub-block holding ±amax clamps its scale from −128 to 127 and
 		// its +32 to 31: just over amax/32.
 		return amax*(1.0/32) + amax/64
+	case TypeQ5_K:
+		return amax * (2.0/31 + 2.0/63)
+	case TypeQ2_K:
+		// step ≤ 2·amax/3, scales rounded up in 4 bits, offset off by up
+		// to half a dmin step (amax/15).
+		return amax * (2.0/3 + 2.0/15)
+	case TypeQ3_K:
+		// A sub-block's largest magnitude maps to −4, so the other sign
+		// can clamp from +4 to 3: one step, amax/4, plus the 6-bit scale
+		// rounding.
+		return amax*(1.0/4) + amax/16
+	case TypeIQ4_NL, TypeIQ4_XS:
+		// The block maximum maps to −127; +127 on the other side clamps
+		// to the codebook's 113 (14/127); IQ4_XS's 6-bit sub-block scale
+		// adds up to a 64th.
+		return amax*(14.0/127) + amax/32
 	}
 	return 0
 }
 
-var quantAllTypes = []TensorType{TypeF32, TypeF16, TypeBF16, TypeQ4_0, TypeQ5_0, TypeQ8_0, TypeQ4_K, TypeQ6_K}
+var quantAllTypes = []TensorType{TypeF32, TypeF16, TypeBF16, TypeQ4_0, TypeQ5_0, TypeQ8_0, TypeQ4_K, TypeQ6_K,
+	TypeQ2_K, TypeQ3_K, TypeQ5_K, TypeIQ4_NL, TypeIQ4_XS}
 
 func TestQuantRoundTripPrecision(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -262,9 +284,6 @@ func quantRequireClose(t *testing.T, typ TensorType, want, got []float32) {
 	t.Helper()
 	require.Len(t, got, len(want))
 	blk := max(typ.BlockSize(), 1)
-	if typ == TypeQ4_K || typ == TypeQ6_K {
-		blk = 256
-	}
 	var se, sx float64
 	for b := 0; b < len(want); b += blk {
 		var amax float32
@@ -290,6 +309,7 @@ func TestQuantRelativeRMS(t *testing.T) {
 	limits := map[TensorType]float64{
 		TypeF32: 0, TypeF16: 5e-4, TypeBF16: 4e-3, TypeQ8_0: 0.01,
 		TypeQ6_K: 0.03, TypeQ5_0: 0.06, TypeQ4_0: 0.12, TypeQ4_K: 0.12,
+		TypeQ5_K: 0.06, TypeQ3_K: 0.25, TypeQ2_K: 0.45, TypeIQ4_NL: 0.12, TypeIQ4_XS: 0.12,
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	in := make([]float32, 1<<14)

@@ -24,6 +24,7 @@ type Model struct {
 	RopeBase                                float64         // 0: 10000 (llama, phi3), 1000000 (the others)
 	RMSEps                                  float64         // 0: 1e-5 (llama, phi3), 1e-6 (the others)
 	Type                                    gguf.TensorType // type of the 2-D weights; norms, biases and routers stay F32
+	Mix                                     Mix             // when set, llama-quantize's mixture instead of Type
 	Tied                                    bool            // no output.weight: logits use token_embd
 	Seed                                    uint64          // seed of the weight draws
 
@@ -49,9 +50,10 @@ var Architectures = []string{"gemma3", "llama", "phi3", "qwen2", "qwen3", "qwen3
 // rows, or qwen3moe's F32 router ffn_gate_inp and 3-D expert stacks),
 // gemma3's post-attention and post-FFN norms, output_norm and, unless
 // Tied, output. The caller adds
-// tokenizer metadata before writing. Rows whose length is not a multiple
-// of a K-quant's 256 fall back as llama-quantize does (Q4_K to Q5_0, Q6_K
-// to Q8_0), and to F16 when not a multiple of 32.
+// tokenizer metadata before writing. With Mix set, each matrix gets
+// llama-quantize's type for its role and layer. Rows whose length is not
+// a multiple of a K-quant's 256 fall back as llama-quantize does (rowType),
+// and to F16 when not a multiple of 32.
 //
 // Weights are N(0, (g/√fan_in)²) with g = 0.5 for attn_output and ffn_down
 // and 1 otherwise; token_embd is N(0, 1), or N(0, 1/16²) when tied; norm
@@ -114,8 +116,11 @@ func (m Model) Writer() (*gguf.Writer, error) {
 	if moe && (m.Experts < 1 || m.Experts > 1024 || m.ExpertsUsed < 1 || m.ExpertsUsed > m.Experts || m.ExpertFFN < 1 || m.ExpertFFN > maxSide) {
 		return nil, fmt.Errorf("model: random model: qwen3moe needs 1 to 1024 experts (got %d), 1 to that many used (got %d) and a positive expert width (got %d)", m.Experts, m.ExpertsUsed, m.ExpertFFN)
 	}
-	if !m.Type.Supported() {
+	if m.Mix == MixNone && !m.Type.Supported() {
 		return nil, &gguf.UnsupportedTypeError{Type: uint32(m.Type)}
+	}
+	if m.Mix != MixNone && m.Mix.fileType() == 0 {
+		return nil, fmt.Errorf("model: random model: unknown mixture %d", int(m.Mix))
 	}
 
 	w := gguf.NewWriter()
@@ -124,8 +129,12 @@ func (m Model) Writer() (*gguf.Writer, error) {
 	if m.Name != "" {
 		w.SetString("general.name", m.Name)
 	}
-	w.SetUint32("general.file_type", fileTypeOf(m.Type))
-	if m.Type.BlockSize() > 1 {
+	if m.Mix != MixNone {
+		w.SetUint32("general.file_type", m.Mix.fileType())
+	} else {
+		w.SetUint32("general.file_type", fileTypeOf(m.Type))
+	}
+	if m.Mix != MixNone || m.Type.BlockSize() > 1 {
 		w.SetUint32("general.quantization_version", 2)
 	}
 	w.SetUint32(a+"context_length", uint32(m.ContextLength))
@@ -170,7 +179,7 @@ func (m Model) Writer() (*gguf.Writer, error) {
 		return v
 	}
 	matrix := func(name string, in, out int, g float64) error {
-		return w.AddTensor(name, []uint64{uint64(in), uint64(out)}, rowType(m.Type, in), normal(in*out, g/math.Sqrt(float64(in))))
+		return w.AddTensor(name, []uint64{uint64(in), uint64(out)}, m.matrixType(name, in), normal(in*out, g/math.Sqrt(float64(in))))
 	}
 	vec := func(name string, v []float32) error {
 		return w.AddTensor(name, []uint64{uint64(len(v))}, gguf.TypeF32, v)
@@ -180,12 +189,12 @@ func (m Model) Writer() (*gguf.Writer, error) {
 		embStd = 1.0 / 16
 	}
 	emb := normal(m.Dim*m.Vocab, embStd)
-	if err := w.AddTensor("token_embd.weight", []uint64{uint64(m.Dim), uint64(m.Vocab)}, rowType(m.Type, m.Dim), emb); err != nil {
+	if err := w.AddTensor("token_embd.weight", []uint64{uint64(m.Dim), uint64(m.Vocab)}, m.matrixType("token_embd.weight", m.Dim), emb); err != nil {
 		return nil, err
 	}
 	experts := func(name string, in, out int, g float64) error {
 		dims := []uint64{uint64(in), uint64(out), uint64(m.Experts)}
-		return w.AddTensor(name, dims, rowType(m.Type, in), normal(in*out*m.Experts, g/math.Sqrt(float64(in))))
+		return w.AddTensor(name, dims, m.matrixType(name, in), normal(in*out*m.Experts, g/math.Sqrt(float64(in))))
 	}
 	q, kv := m.Heads*m.HeadDim, m.KVHeads*m.HeadDim
 	for l := range m.Layers {
@@ -252,17 +261,23 @@ func (m Model) Writer() (*gguf.Writer, error) {
 }
 
 // rowType returns the type to store rows of length n as when t was
-// asked for: llama-quantize's K-quant fallbacks, then F16 when the row is
-// not whole blocks.
+// asked for: llama-quantize's fallbacks for rows that are not whole blocks
+// (Q2_K and Q3_K to Q4_0, Q4_K to Q5_0, Q6_K to Q8_0, IQ4_XS to IQ4_NL),
+// then F16. Q5_K falls back to Q5_0, not llama-quantize's Q5_1, which
+// this project does not support.
 func rowType(t gguf.TensorType, n int) gguf.TensorType {
 	if n%t.BlockSize() == 0 {
 		return t
 	}
 	switch t {
-	case gguf.TypeQ4_K:
+	case gguf.TypeQ2_K, gguf.TypeQ3_K:
+		return rowType(gguf.TypeQ4_0, n)
+	case gguf.TypeQ4_K, gguf.TypeQ5_K:
 		return rowType(gguf.TypeQ5_0, n)
 	case gguf.TypeQ6_K:
 		return rowType(gguf.TypeQ8_0, n)
+	case gguf.TypeIQ4_XS:
+		return rowType(gguf.TypeIQ4_NL, n)
 	}
 	return gguf.TypeF16
 }
@@ -281,10 +296,20 @@ func fileTypeOf(t gguf.TensorType) uint32 {
 		return 7
 	case gguf.TypeQ5_0:
 		return 8
+	case gguf.TypeQ2_K:
+		return 10
+	case gguf.TypeQ3_K:
+		return 11 // Q3_K_S
 	case gguf.TypeQ4_K:
 		return 14 // Q4_K_S
+	case gguf.TypeQ5_K:
+		return 16 // Q5_K_S
 	case gguf.TypeQ6_K:
 		return 18
+	case gguf.TypeIQ4_NL:
+		return 25
+	case gguf.TypeIQ4_XS:
+		return 30
 	case gguf.TypeBF16:
 		return 32
 	}
