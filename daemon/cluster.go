@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/kvcache"
 	"github.com/llmd/llmd/pipeline"
+	"github.com/llmd/llmd/relay"
+	"github.com/llmd/llmd/relay/redislog"
 	"github.com/llmd/llmd/server"
 )
 
@@ -234,4 +237,15 @@ func (o requestOwners) Owners(id string) []string {
 func (o requestOwners) Send(ctx context.Context, addr, method, path string, hdr http.Header, p pipeline.Principal, id string) (
 	*http.Response, func(), error) {
 	return o.d.forwarder.Send(ctx, addr, method, path, hdr, p, id)
+}
+
+// eventLog is the server's view of the Redis event log.
+type eventLog struct{ *redislog.Log }
+
+func (e eventLog) Read(ctx context.Context, id string) (relay.Recording, error) {
+	rec, err := e.Log.Read(ctx, id)
+	if errors.Is(err, redislog.ErrNotFound) {
+		return rec, fmt.Errorf("%w: %s", server.ErrNotRecorded, id)
+	}
+	return rec, err
 }

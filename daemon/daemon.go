@@ -26,6 +26,7 @@ import (
 	"github.com/llmd/llmd/pipeline"
 	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/relay"
+	"github.com/llmd/llmd/relay/redislog"
 	"github.com/llmd/llmd/safety"
 	"github.com/llmd/llmd/server"
 	"github.com/llmd/llmd/store"
@@ -74,6 +75,8 @@ type Daemon struct {
 	streams *relay.Registry
 	srv     *server.Server
 	metrics *metrics.Metrics
+	// eventLog copies resumable streams' events to Redis (with --redis).
+	eventLog *redislog.Log
 	// forwarder sends requests to peers and auth signs and checks them;
 	// both nil without a cluster. cluster is this node's membership, set
 	// by Run once joined.
@@ -198,8 +201,14 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 		owners = requestOwners{d}
 	}
 	backend := "memory"
+	var events server.EventLog
 	if cfg.RedisURL != "" {
 		backend = "redis"
+		l, err := redislog.New(redislog.Config{URL: cfg.RedisURL, TTL: cfg.ResumeTTL, MaxEvents: cfg.ResumeMaxEvents, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("daemon: the stream event log: %w", err)
+		}
+		d.eventLog, events = l, eventLog{l}
 	}
 	d.srv = server.New(server.Config{NodeID: cfg.NodeID, Version: Version, MaxBodyBytes: cfg.MaxBodyBytes,
 		Follow: relay.FollowConfig{Heartbeat: cfg.HeartbeatInterval, WriteTimeout: cfg.StreamWriteTimeout, MaxLag: cfg.MaxClientLag,
@@ -208,7 +217,7 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 		Prices: cfg.Prices, GPUHourPrice: cfg.GPUHourPrice, Currency: cfg.Currency, QuotaBackend: backend,
 		Anonymous: cfg.Anonymous, Listen: cfg.Listen, AllowedHosts: cfg.AllowedHosts, CORSOrigins: cfg.CORSOrigins},
 		server.Deps{Pipeline: d.pipe, Streams: d.streams, Store: deps.Store, Limiter: deps.Limiter, Metrics: d.metrics,
-			PeerAuth: d.auth, GPUs: d.gpus, Members: d.members, Fleet: fleetAdmin{d.fleet, d.config}, Owners: owners, Started: d.started,
+			PeerAuth: d.auth, GPUs: d.gpus, Members: d.members, Fleet: fleetAdmin{d.fleet, d.config}, Owners: owners, EventLog: events, Started: d.started,
 			Logger: logger})
 	return d, nil
 }
@@ -396,6 +405,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
 	defer func() {
 		d.fleet.Close()
+		if d.eventLog != nil {
+			_ = d.eventLog.Close()
+		}
 		if d.deps.Close != nil {
 			d.deps.Close()
 		}
@@ -484,6 +496,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			return nil
 		})
+	}
+	if d.eventLog != nil {
+		g.Go(func() error { return d.eventLog.Run(usageCtx) })
 	}
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -70,7 +70,51 @@ type Stream struct {
 	detached time.Time
 	// cancel ends the request (DELETE, no reader for too long, shutdown).
 	cancel func()
+	// mirror copies the events elsewhere as they come (nil: nowhere).
+	mirror Mirror
 }
+
+// Mirror copies a resumable stream's events elsewhere as they are written
+// (a Redis stream), so that another node can resume the stream once this
+// one is gone. Its methods are called by the stream's producer and must
+// not block.
+type Mirror interface {
+	// Append records event number n (formatted, as a reader gets it).
+	Append(n int, ev []byte)
+	// End records that no event follows.
+	End()
+}
+
+// Recording is what a Mirror kept of a stream: its events from number
+// First, without a gap, and whether the stream had ended.
+type Recording struct {
+	Tenant string
+	// Style is the API the events are formatted for ("openai", "native").
+	Style  string
+	First  int
+	Events [][]byte
+	Done   bool
+}
+
+// Restore returns a resumable stream holding rec's events (numbered from
+// rec.First), not yet ended: the caller may add a terminal event and ends
+// it. It belongs to no registry and cancels nothing.
+func Restore(id string, rec Recording, limits Limits) *Stream {
+	s := NewStream(id, rec.Tenant, true, true, Limits{MaxEvents: max(limits.MaxEvents, len(rec.Events)+2),
+		MaxBytes: max(limits.MaxBytes, 1<<30)}, func() {})
+	s.first = rec.First
+	now := time.Now().UnixNano()
+	for _, ev := range rec.Events {
+		s.events = append(s.events, ev)
+		s.at = append(s.at, now)
+		s.bytes += len(ev)
+	}
+	return s
+}
+
+// SetMirror makes the stream copy its events to m; call it before the
+// first event.
+func (s *Stream) SetMirror(m Mirror) { s.mirror = m }
 
 // NewStream returns the log of request id of tenant. ids numbers the
 // events that carry JSON; cancel ends the request (it may be called more
@@ -153,6 +197,9 @@ func (s *Stream) Push(b []byte) {
 		s.events, s.at = s.events[1:], s.at[1:]
 		s.first++
 	}
+	if s.mirror != nil {
+		s.mirror.Append(s.first+len(s.events)-1, b)
+	}
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
@@ -163,6 +210,9 @@ func (s *Stream) End(now time.Time) {
 	defer s.mu.Unlock()
 	if s.done {
 		return
+	}
+	if s.mirror != nil {
+		s.mirror.End()
 	}
 	s.done, s.ended = true, now
 	close(s.changed)

@@ -191,6 +191,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, plan *pipeline.P
 	}
 	resumable := f.resumable(r)
 	st := s.register(plan, resumable, cancel)
+	if style := styleOf(f); resumable && style != "" && s.eventLog != nil {
+		st.SetMirror(s.eventLog.Mirror(req.ID, req.Principal.Tenant, style))
+	}
 	sink := &firstToken{Sink: f.streamSink(st, m), st: st}
 	done := make(chan pipeline.Outcome, 1)
 	s.active.child()

@@ -81,6 +81,9 @@ type Deps struct {
 	// Owners reaches the node that owns a request id, for a resume or
 	// cancel that arrives here; nil without a cluster.
 	Owners Owners
+	// EventLog keeps resumable streams' events beside this node (Redis),
+	// for a resume through any node once the owner is gone; nil for none.
+	EventLog EventLog
 	// Started is when llmd started (uptime, report windows).
 	Started time.Time
 	Logger  *slog.Logger
@@ -110,6 +113,7 @@ type Server struct {
 	members  func() ([]cluster.Member, bool)
 	fleet    Fleet
 	owners   Owners
+	eventLog EventLog
 	started  time.Time
 	log      *slog.Logger
 	mux      *http.ServeMux
@@ -126,7 +130,7 @@ func New(cfg Config, deps Deps) *Server {
 	}
 	s := &Server{cfg: cfg, pipe: deps.Pipeline, models: deps.Pipeline.Models(), streams: deps.Streams, store: deps.Store,
 		limiter: deps.Limiter, metrics: deps.Metrics, peerAuth: deps.PeerAuth, gpus: deps.GPUs, members: deps.Members,
-		fleet: deps.Fleet, owners: deps.Owners, started: deps.Started, log: log.With("component", "server")}
+		fleet: deps.Fleet, owners: deps.Owners, eventLog: deps.EventLog, started: deps.Started, log: log.With("component", "server")}
 	if s.gpus == nil {
 		s.gpus = func() []api.GPUInfo { return nil }
 	}

@@ -37,6 +37,13 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 	if st == nil && s.fromOwner(w, r, id) {
 		return
 	}
+	if st == nil {
+		var err error
+		if st, err = s.recorded(r, id); err != nil {
+			writeError(w, "", err)
+			return
+		}
+	}
 	if st == nil || !st.Resumable {
 		notFound(w, id)
 		return
