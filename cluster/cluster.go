@@ -69,6 +69,8 @@ type State struct {
 type Member struct {
 	ID, APIAddr, Version string
 	Models               []string
+	// Zone is the member's zone label ("" for none).
+	Zone string
 	// Status is alive, suspect, dead or left (see the package doc).
 	Status Status
 	// Local is set for this node.
@@ -275,7 +277,7 @@ func newCluster(cfg Config, meta []byte) *Cluster {
 	c.nodes[c.id] = &entry{
 		id:    c.id,
 		local: true,
-		meta:  &nodeMeta{ID: c.id, APIAddr: cfg.APIAddr, Version: cfg.Version, Models: slices.Clone(cfg.Models)},
+		meta:  &nodeMeta{ID: c.id, APIAddr: cfg.APIAddr, Version: cfg.Version, Models: slices.Clone(cfg.Models), Zone: cfg.Zone},
 		seen:  time.Now(),
 	}
 	c.ring = newRing([]string{c.id})
@@ -578,6 +580,7 @@ func (c *Cluster) memberLocked(e *entry, now time.Time) Member {
 		APIAddr: e.meta.APIAddr,
 		Version: e.meta.Version,
 		Models:  e.meta.Models,
+		Zone:    e.meta.Zone,
 		Status:  c.statusLocked(e, now),
 		Local:   e.local,
 	}

@@ -102,6 +102,10 @@ type Config struct {
 	Models []string
 	// Version is the build version, gossiped in the metadata.
 	Version string
+	// Zone labels this node's zone or region ("eu-west-1a"); routing
+	// prefers members of the entry node's zone (see RouteRequest.Zone).
+	// "" for none.
+	Zone string
 	// Profile picks memberlist timings: ProfileLAN (default) or
 	// ProfileLocal.
 	Profile string
@@ -274,7 +278,12 @@ func (c *Config) validate() ([]byte, error) {
 			return nil, err
 		}
 	}
-	meta := nodeMeta{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version, Models: c.Models}
+	if c.Zone != "" {
+		if err := validName("zone", c.Zone, maxNodeIDBytes); err != nil {
+			return nil, err
+		}
+	}
+	meta := nodeMeta{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version, Models: c.Models, Zone: c.Zone}
 	b := meta.encode()
 	if len(b) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("%w: %d bytes for node %q with %d models", ErrMetaTooLarge, len(b), c.NodeID, len(c.Models))

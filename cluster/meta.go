@@ -4,24 +4,37 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// metaFormat is the first byte of the node metadata.
-const metaFormat byte = 1
+// The first byte of the node metadata: metaFormat, or metaFormatZone when
+// a zone follows the models (a node without a zone writes the first, which
+// nodes of earlier versions read).
+const (
+	metaFormat     byte = 1
+	metaFormatZone byte = 2
+)
 
 // nodeMeta is what a node says about itself in memberlist's NodeMeta.
 type nodeMeta struct {
 	ID, APIAddr, Version string
 	Models               []string
+	Zone                 string
 }
 
 func (m *nodeMeta) encode() []byte {
 	e := encoder{make([]byte, 0, 64)}
-	e.byte(metaFormat)
+	if m.Zone != "" {
+		e.byte(metaFormatZone)
+	} else {
+		e.byte(metaFormat)
+	}
 	e.str(m.ID)
 	e.str(m.APIAddr)
 	e.str(m.Version)
 	e.uvarint(uint64(len(m.Models)))
 	for _, s := range m.Models {
 		e.str(s)
+	}
+	if m.Zone != "" {
+		e.str(m.Zone)
 	}
 	return e.b
 }
@@ -34,7 +47,8 @@ func decodeMeta(name string, b []byte) (*nodeMeta, error) {
 		return nil, errMalformed
 	}
 	d := decoder{b: b}
-	if d.byte() != metaFormat {
+	format := d.byte()
+	if format != metaFormat && format != metaFormatZone {
 		return nil, errMalformed
 	}
 	m := &nodeMeta{
@@ -49,6 +63,11 @@ func decodeMeta(name string, b []byte) (*nodeMeta, error) {
 			d.fail()
 		}
 		m.Models = append(m.Models, s)
+	}
+	if format == metaFormatZone {
+		if m.Zone = d.str(maxNodeIDBytes); m.Zone == "" {
+			d.fail()
+		}
 	}
 	if d.err != nil || len(d.b) != 0 || m.ID == "" || m.ID != name {
 		return nil, errMalformed

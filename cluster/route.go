@@ -47,6 +47,8 @@ type Candidate struct {
 	// Reason names the rule that placed the candidate: "prefix:N",
 	// "affinity", "least_loaded", "overloaded_skipped" or "round_robin".
 	Reason string
+	// CrossZone is set for a member outside RouteRequest.Zone.
+	CrossZone bool
 }
 
 // RouteRequest describes one request to route.
@@ -73,6 +75,10 @@ type RouteRequest struct {
 	// Policy decides which of the above the route looks at (see Policy);
 	// "" is PolicyPrefix.
 	Policy Policy
+	// Zone is the entry node's zone: members of it come first, and others
+	// only when every member of it is over the load bound or none serves
+	// the model. "" ignores zones.
+	Zone string
 }
 
 // routeMember is a pool member with what the router needs precomputed.
@@ -134,6 +140,59 @@ func route(pool []routeMember, r *ring, req RouteRequest, localPrefix func([]kvc
 		over[i] = loads[i] >= capacity && loads[i]-least >= slack
 	}
 
+	if req.Zone == "" {
+		return order(pool, r, req, loads, kv, blocks, over)
+	}
+	// Zones: the entry node's zone first; out of it only when every member
+	// there is over the bound (or none serves the model). The bound is the
+	// whole pool's, so a busy zone does spill.
+	var in, out []int
+	for i, m := range pool {
+		if m.Member.Zone == req.Zone {
+			in = append(in, i)
+		} else {
+			out = append(out, i)
+		}
+	}
+	pick := func(idx []int) []Candidate {
+		sub := make([]routeMember, len(idx))
+		l, k, b, o := make([]int, len(idx)), make([]float64, len(idx)), make([]int, len(idx)), make([]bool, len(idx))
+		for j, i := range idx {
+			sub[j], l[j], k[j], b[j], o[j] = pool[i], loads[i], kv[i], blocks[i], over[i]
+		}
+		return order(sub, r, req, l, k, b, o)
+	}
+	home, away := pick(in), pick(out)
+	for i := range away {
+		away[i].CrossZone = true
+	}
+	if len(home) > 0 && home[0].Reason != ReasonOverloaded {
+		return append(home, away...)
+	}
+	// Leave the zone: the other zones' members under the bound, then the
+	// zone's own, then the others' overloaded ones, for retries.
+	res := make([]Candidate, 0, n)
+	for _, c := range away {
+		if c.Reason != ReasonOverloaded {
+			res = append(res, c)
+		}
+	}
+	res = append(res, home...)
+	for _, c := range away {
+		if c.Reason == ReasonOverloaded {
+			res = append(res, c)
+		}
+	}
+	return res
+}
+
+// order ranks pool (with each member's load, KV use, prefix blocks and
+// whether it is over the bound, computed by route) by the policy's rules.
+func order(pool []routeMember, r *ring, req RouteRequest, loads []int, kv []float64, blocks []int, over []bool) []Candidate {
+	n := len(pool)
+	if n == 0 {
+		return nil
+	}
 	// Ring order from the affinity key, or the first block's hash.
 	rank := make([]int, n)
 	for i := range rank {

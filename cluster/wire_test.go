@@ -153,7 +153,7 @@ func TestMetaRoundTripAndSize(t *testing.T) {
 	require.ErrorIs(t, err, errMalformed, "id must be the memberlist name")
 	_, err = decodeMeta("node-1", b[:len(b)-1])
 	require.ErrorIs(t, err, errMalformed)
-	_, err = decodeMeta("node-1", append([]byte{2}, b[1:]...))
+	_, err = decodeMeta("node-1", append([]byte{3}, b[1:]...))
 	require.ErrorIs(t, err, errMalformed, "unknown format")
 
 	// Metadata over 512 bytes is an error from Validate and New, never a

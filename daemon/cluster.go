@@ -31,6 +31,9 @@ type ClusterConfig struct {
 	// RetryJoinMax bounds the join attempts: past it the node stops with
 	// an error. 0 retries for as long as the node runs.
 	RetryJoinMax int
+	// Zone labels the node's zone; requests entering it prefer nodes of
+	// the same zone. "" for none.
+	Zone string
 	// Key encrypts gossip (16, 24 or 32 bytes); required unless
 	// InsecureGossip.
 	Key            []byte
@@ -87,7 +90,7 @@ func (d *Daemon) startCluster(apiAddr string) error {
 	cl, err := cluster.New(cluster.Config{NodeID: d.cfg.NodeID, BindAddr: cc.GossipAddr, Join: cc.Join, Key: cc.Key,
 		InsecureGossip: cc.InsecureGossip, APIAddr: apiAddr, Models: d.models.IDs(), Version: Version,
 		Profile: cc.Profile, LocalState: d.clusterState, Logger: d.rootLog, LeaveTimeout: leaveTimeout,
-		RetryJoinMax: cc.RetryJoinMax})
+		RetryJoinMax: cc.RetryJoinMax, Zone: cc.Zone})
 	if err != nil {
 		return fmt.Errorf("daemon: cluster: %w", err)
 	}

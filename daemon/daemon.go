@@ -193,6 +193,7 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 				Stall: max(3*cfg.HeartbeatInterval, cc.forwardTimeout()), TLS: clientTLS, Logger: logger})
 			pdeps.Router, pdeps.Peer = router{&d.cluster}, d.forwarder.Target
 			pcfg.Fallback, pcfg.RoutePolicy, pcfg.LoadBound, pcfg.LoadSlack = cc.Fallback, cc.RoutePolicy, cc.LoadBound, cc.LoadSlack
+			pcfg.Zone = cc.Zone
 		}
 	}
 	d.pipe = pipeline.New(pcfg, pdeps)

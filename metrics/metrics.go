@@ -147,6 +147,9 @@ type Metrics struct {
 	lastRefresh atomic.Int64 // Unix nanoseconds of the last miss refresh
 
 	rejected *prometheus.CounterVec
+	// routed counts the requests a cluster route sent on, by destination
+	// (local, peer) and zone (same, cross).
+	routed *prometheus.CounterVec
 	// safety is the safety check's latency by verdict ("allow", "flag",
 	// "block") and failure.
 	safety   *prometheus.HistogramVec
@@ -167,6 +170,10 @@ func New(src Source) *Metrics {
 		Name: "llmd_requests_rejected_total",
 		Help: "Requests refused before any compute (quota, load shedding), by reason.",
 	}, []string{labelModel, "reason"})
+	m.routed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmd_routed_requests_total",
+		Help: "Requests routed in a cluster, by destination (local, peer) and whether it was in the entry node's zone (same, cross).",
+	}, []string{"destination", "zone"})
 	m.safety = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "llmd_safety_check_seconds",
 		Help:    "Latency of the safety check of requests' input, by verdict and whether the classifier failed (the policy's verdict then).",
@@ -174,6 +181,7 @@ func New(src Source) *Metrics {
 	}, []string{"verdict", "failed"})
 	m.reg.MustRegister(
 		m.safety,
+		m.routed,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&engineCollector{m: m},
@@ -220,6 +228,20 @@ func (m *Metrics) ObserveRejected(model, reason string) {
 		name = model
 	}
 	m.rejected.WithLabelValues(name, m.boundReason(reason)).Inc()
+}
+
+// ObserveRoute counts one routed request in llmd_routed_requests_total:
+// served here or by a peer, and whether that node is outside the entry
+// node's zone.
+func (m *Metrics) ObserveRoute(peer, crossZone bool) {
+	dest, zone := "local", "same"
+	if peer {
+		dest = "peer"
+	}
+	if crossZone {
+		zone = "cross"
+	}
+	m.routed.WithLabelValues(dest, zone).Inc()
 }
 
 // ObserveSafety records one safety check: its verdict, whether the

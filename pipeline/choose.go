@@ -228,7 +228,7 @@ func (p *Pipeline) chooseElsewhere(req *Request, name string, c choice, notFound
 // an upstream engine gossip what they sent; this node cannot tokenize for
 // a model it does not hold), then by affinity and load.
 func (p *Pipeline) peersServing(req *Request, model string) []cluster.Candidate {
-	cands := p.router.Route(cluster.RouteRequest{Model: model, Prefix: remoteTextChain(req), AffinityKey: req.AffinityKey,
+	cands := p.router.Route(cluster.RouteRequest{Model: model, Prefix: remoteTextChain(req), AffinityKey: req.AffinityKey, Zone: p.cfg.Zone,
 		LoadBound: p.cfg.LoadBound, LoadSlack: p.cfg.LoadSlack}, nil)
 	return slices.DeleteFunc(cands, func(c cluster.Candidate) bool { return c.Member.Local || c.Member.APIAddr == "" })
 }

@@ -55,6 +55,8 @@ type Config struct {
 	RoutePolicy cluster.Policy
 	LoadBound   float64
 	LoadSlack   int
+	// Zone is this node's zone: the router prefers nodes of it.
+	Zone string
 }
 
 // Accounts looks tenants up; *store.Store implements it.

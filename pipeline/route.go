@@ -16,7 +16,8 @@ func (p *Pipeline) route(job *Job, peers []cluster.Candidate) ([]Target, string)
 		for i, c := range peers {
 			targets[i] = p.peer(c)
 		}
-		return targets, peers[0].Member.ID + " " + peers[0].Reason
+		p.observeRoute(true, peers[0].CrossZone)
+		return targets, peers[0].Member.ID + " " + peers[0].Reason + crossZoneNote(peers[0])
 	}
 	here := p.local
 	if job.Model.Target != nil {
@@ -32,7 +33,7 @@ func (p *Pipeline) route(job *Job, peers []cluster.Candidate) ([]Target, string)
 	} else {
 		prefix = kvcache.HashChain(job.Prompt, m.Replica.BlockSize())
 	}
-	req := cluster.RouteRequest{Model: m.ID, Prefix: prefix,
+	req := cluster.RouteRequest{Model: m.ID, Prefix: prefix, Zone: p.cfg.Zone,
 		AffinityKey: job.AffinityKey, LoadBound: p.cfg.LoadBound, LoadSlack: p.cfg.LoadSlack, Policy: p.cfg.RoutePolicy}
 	cands := p.router.Route(req, func(h []kvcache.Hash) int {
 		return cluster.SummaryDepth(m.Replica.CachedPrefix(h), len(h))
@@ -43,6 +44,7 @@ func (p *Pipeline) route(job *Job, peers []cluster.Candidate) ([]Target, string)
 		if c.Member.Local {
 			if len(targets) == 0 {
 				note = "local " + c.Reason
+				p.observeRoute(false, false)
 			}
 			break
 		}
@@ -50,9 +52,26 @@ func (p *Pipeline) route(job *Job, peers []cluster.Candidate) ([]Target, string)
 			continue
 		}
 		if len(targets) == 0 {
-			note = c.Member.ID + " " + c.Reason
+			note = c.Member.ID + " " + c.Reason + crossZoneNote(c)
+			p.observeRoute(true, c.CrossZone)
 		}
 		targets = append(targets, p.peer(c))
 	}
 	return append(targets, here), note
+}
+
+// crossZoneNote marks a route to a node outside this node's zone in the
+// usage row's route ("b prefix:12 cross_zone").
+func crossZoneNote(c cluster.Candidate) string {
+	if c.CrossZone {
+		return " cross_zone"
+	}
+	return ""
+}
+
+// observeRoute counts a cluster route in the metrics.
+func (p *Pipeline) observeRoute(peer, crossZone bool) {
+	if p.metrics != nil {
+		p.metrics.ObserveRoute(peer, crossZone)
+	}
 }
