@@ -16,16 +16,20 @@ type NativeChatRequest struct {
 	ToolUse
 	Guided
 	Controls
+	ChatOptions
 }
 
 // NativeDelta is the data of one native token event:
 // "id: N\ndata: {\"delta\": \"...\", \"index\": 0}".
 // A tool call comes as deltas with ToolCall set (and Delta empty), as in
 // the OpenAI stream.
+// With reasoning_format set, a piece of a reasoning model's reasoning
+// section comes as Reasoning (and Delta empty).
 type NativeDelta struct {
-	Delta    string         `json:"delta"`
-	Index    int            `json:"index"`
-	ToolCall *ToolCallDelta `json:"tool_call,omitempty"`
+	Delta     string         `json:"delta"`
+	Index     int            `json:"index"`
+	Reasoning string         `json:"reasoning,omitempty"`
+	ToolCall  *ToolCallDelta `json:"tool_call,omitempty"`
 }
 
 // NativeUsage counts tokens in the native API.
@@ -33,6 +37,9 @@ type NativeUsage struct {
 	InputTokens  int `json:"input_tokens"`
 	CachedTokens int `json:"cached_tokens"`
 	OutputTokens int `json:"output_tokens"`
+	// ReasoningTokens are the output tokens of reasoning sections, counted
+	// when the answer was split (reasoning_format).
+	ReasoningTokens int `json:"reasoning_tokens,omitempty"`
 }
 
 // NativeDone is the data of the final "event: done" of a native stream, and
@@ -47,6 +54,9 @@ type NativeDone struct {
 	// on non-streamed responses.
 	Text      string     `json:"text,omitempty"`
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// Reasoning is the whole reasoning section, when the request asked
+	// for it apart; set only on non-streamed responses.
+	Reasoning string `json:"reasoning,omitempty"`
 }
 
 // NativeError is the data of an "event: error" frame of a native stream.

@@ -340,6 +340,35 @@ type ChatCompletionRequest struct {
 	ToolUse
 	Guided
 	Controls
+	ChatOptions
+}
+
+// Reasoning formats (ChatOptions.ReasoningFormat), llama.cpp's names.
+const (
+	// ReasoningNone leaves a reasoning model's <think> section in the
+	// content, tags included (the default).
+	ReasoningNone = "none"
+	// ReasoningDeepSeek and ReasoningAuto return the section apart from the
+	// content: reasoning_content (OpenAI API) or reasoning (native API).
+	ReasoningDeepSeek = "deepseek"
+	ReasoningAuto     = "auto"
+)
+
+// ChatOptions are the chat requests' options for the model's chat
+// template and the reading of its answers.
+type ChatOptions struct {
+	// ChatTemplateKwargs is a JSON object of extra variables for the chat
+	// template (vLLM's chat_template_kwargs), e.g. {"enable_thinking":
+	// false} for Qwen3.
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs,omitempty"`
+	// ReasoningFormat is ReasoningNone (or empty), ReasoningDeepSeek or
+	// ReasoningAuto (llama.cpp's reasoning_format). With deepseek or auto,
+	// the answer of a model whose chat template writes <think> sections
+	// comes back split: the section as reasoning, the rest as content,
+	// with the section's tokens counted in
+	// completion_tokens_details.reasoning_tokens. Other models' answers
+	// are not changed.
+	ReasoningFormat string `json:"reasoning_format,omitempty"`
 }
 
 // ToolUse holds the tool-calling fields of the chat requests: the tools
@@ -399,10 +428,13 @@ type Usage struct {
 // ResponseMessage is the assistant message in a non-streamed response.
 // Its content is null when it made tool calls and wrote no text.
 type ResponseMessage struct {
-	Role      string     `json:"role"`
-	Content   string     `json:"content"`
-	Refusal   *string    `json:"refusal"`
-	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	Role    string `json:"role"`
+	Content string `json:"content"`
+	// ReasoningContent is the answer's reasoning section, when the request
+	// asked for it apart (ChatOptions.ReasoningFormat).
+	ReasoningContent string     `json:"reasoning_content,omitempty"`
+	Refusal          *string    `json:"refusal"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // MarshalJSON writes content as null for a message of tool calls only.
@@ -412,11 +444,12 @@ func (m ResponseMessage) MarshalJSON() ([]byte, error) {
 		content = nil
 	}
 	return json.Marshal(struct {
-		Role      string     `json:"role"`
-		Content   *string    `json:"content"`
-		Refusal   *string    `json:"refusal"`
-		ToolCalls []ToolCall `json:"tool_calls,omitempty"`
-	}{m.Role, content, m.Refusal, m.ToolCalls})
+		Role             string     `json:"role"`
+		Content          *string    `json:"content"`
+		ReasoningContent string     `json:"reasoning_content,omitempty"`
+		Refusal          *string    `json:"refusal"`
+		ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+	}{m.Role, content, m.ReasoningContent, m.Refusal, m.ToolCalls})
 }
 
 // ChatChoice is one choice of a non-streamed chat completion.
@@ -463,9 +496,12 @@ type ChatCompletion struct {
 
 // ChunkDelta is the delta of a streamed chat chunk.
 type ChunkDelta struct {
-	Role      string          `json:"role,omitempty"`
-	Content   *string         `json:"content,omitempty"`
-	ToolCalls []ToolCallDelta `json:"tool_calls,omitempty"`
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+	// ReasoningContent is a piece of the answer's reasoning section (see
+	// ResponseMessage.ReasoningContent).
+	ReasoningContent *string         `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCallDelta `json:"tool_calls,omitempty"`
 }
 
 // ChunkChoice is one choice of a streamed chat chunk.

@@ -45,12 +45,13 @@ func (g ggufText) ChatPrompt(in pipeline.ChatInput) ([]int32, error) {
 			cm[i].ToolCalls = append(cm[i].ToolCalls, chat.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}
 	}
-	res, err := g.tmpl.RenderRequest(chat.Request{Messages: cm, Tools: in.Tools, AddGenerationPrompt: in.AddGenerationPrompt})
+	res, err := g.tmpl.RenderRequest(chat.Request{Messages: cm, Tools: in.Tools, AddGenerationPrompt: in.AddGenerationPrompt,
+		Kwargs: in.Kwargs})
 	if err == nil && res.Source != chat.SourceGGUF && len(in.Tools) > 0 {
 		// The built-in formats leave tools out: describe them in a system
 		// message instead, so they are not lost.
 		cm = withToolSystemPrompt(cm, toolcall.SystemPrompt(g.tools, in.Tools))
-		res, err = g.tmpl.RenderRequest(chat.Request{Messages: cm, AddGenerationPrompt: in.AddGenerationPrompt})
+		res, err = g.tmpl.RenderRequest(chat.Request{Messages: cm, AddGenerationPrompt: in.AddGenerationPrompt, Kwargs: in.Kwargs})
 	}
 	if err != nil {
 		return nil, pipeline.InvalidParam("messages", "%v", err)
@@ -91,6 +92,10 @@ func (g ggufText) VocabSize() int           { return g.tok.VocabSize() }
 func (g ggufText) Vocabulary() *grammar.Vocabulary { return g.vocab.get() }
 
 func (g ggufText) ToolFormat() (toolcall.Format, bool) { return g.tools, g.renders }
+
+// Reasoning implements pipeline.Reasoner: the chat template writes
+// <think> sections.
+func (g ggufText) Reasoning() bool { return g.tmpl != nil && g.tmpl.Reasoning() }
 
 // loadGGUFModels resolves every --model and --models-dir value, opens each
 // GGUF file (memory-mapped), prepares its tokenizer and chat template, and

@@ -13,6 +13,7 @@ import (
 	"github.com/llmd/llmd/api"
 	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/model/chat"
 	"github.com/llmd/llmd/store"
 )
 
@@ -79,6 +80,9 @@ func (p *Pipeline) validate(req *Request) error {
 	}
 	if req.Endpoint == EndpointCompletions && len(req.Tools) > 0 {
 		return InvalidParam("tools", "tools need a chat endpoint")
+	}
+	if err := chat.CheckKwargs(req.TemplateKwargs); err != nil {
+		return InvalidParam("chat_template_kwargs", "%v", err)
 	}
 	return validateTools(req)
 }
@@ -294,6 +298,7 @@ func (p *Pipeline) prepare(req *Request, t Tenant, c choice) (*Job, error) {
 			return nil, err
 		}
 		j.Tools = tp
+		j.Reasoning = reasoningPlan(req, m, j.Prompt)
 	}
 	src, err := grammarSource(req, j.Tools)
 	if err != nil {

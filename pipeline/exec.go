@@ -104,6 +104,10 @@ type Usage struct {
 	InputTokens  int
 	CachedTokens int
 	OutputTokens int
+	// ReasoningTokens are the output tokens of the choices' reasoning
+	// sections, counted when the answer is split (Job.Reasoning); 0
+	// otherwise.
+	ReasoningTokens int
 }
 
 // usageOf is the engine's count as a Usage.
@@ -206,6 +210,14 @@ func (s *lazySink) Text(i int, text string, lps []api.TokenLogprob) error {
 		return err
 	}
 	return s.Sink.Text(i, text, lps)
+}
+
+// Reasoning implements ReasoningSink.
+func (s *lazySink) Reasoning(i int, text string, lps []api.TokenLogprob) error {
+	if err := s.start(); err != nil {
+		return err
+	}
+	return sendReasoning(s.Sink, i, text, lps)
 }
 
 func (s *lazySink) ToolCall(i int, d api.ToolCallDelta) error {

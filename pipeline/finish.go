@@ -390,9 +390,10 @@ func (p *Pipeline) record(out Outcome) {
 // the same way, so the execution stops at once.
 type failingSink struct{ err error }
 
-func (s failingSink) Begin() error                                 { return s.err }
-func (s failingSink) Text(int, string, []api.TokenLogprob) error   { return s.err }
-func (s failingSink) ToolCall(int, api.ToolCallDelta) error        { return s.err }
-func (s failingSink) Finish(int, string, []api.TokenLogprob) error { return s.err }
-func (s failingSink) End(Usage) error                              { return s.err }
-func (s failingSink) Fail(error) int                               { return StatusClientClosed }
+func (s failingSink) Begin() error                                    { return s.err }
+func (s failingSink) Text(int, string, []api.TokenLogprob) error      { return s.err }
+func (s failingSink) ToolCall(int, api.ToolCallDelta) error           { return s.err }
+func (s failingSink) Reasoning(int, string, []api.TokenLogprob) error { return s.err }
+func (s failingSink) Finish(int, string, []api.TokenLogprob) error    { return s.err }
+func (s failingSink) End(Usage) error                                 { return s.err }
+func (s failingSink) Fail(error) int                                  { return StatusClientClosed }

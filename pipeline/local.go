@@ -62,22 +62,65 @@ type choiceState struct {
 	tools  *toolcall.Parser
 	format toolcall.Format
 	ids    []string
+	// think splits the text into reasoning and content (nil: no split);
+	// inThink reports whether the last send was part of the reasoning
+	// section, reasoningTokens counts the tokens that were.
+	think           *reasoningSplit
+	inThink         bool
+	reasoningTokens int
 }
 
-// send passes text of choice i to sink, through the tool-call parser when
-// the job has tools: content goes out as text (with the log-probabilities
-// held), calls as tool-call deltas.
+// send passes text of choice i to sink: its reasoning section as
+// reasoning when the job splits it, the rest through the tool-call parser
+// when the job has tools: content goes out as text (with the
+// log-probabilities held), calls as tool-call deltas.
 func (c *choiceState) send(sink Sink, i int, text string) error {
 	lps := c.lps
 	c.lps = nil
+	if c.think != nil {
+		reasoning, content, in := c.think.push(text)
+		c.inThink = in
+		return c.split(sink, i, reasoning, content, lps)
+	}
+	return c.content(sink, i, text, lps)
+}
+
+// split sends reasoning, then content; with neither, the
+// log-probabilities stay held.
+func (c *choiceState) split(sink Sink, i int, reasoning, content string, lps []api.TokenLogprob) error {
+	if reasoning != "" {
+		if err := sendReasoning(sink, i, reasoning, lps); err != nil {
+			return err
+		}
+		lps = nil
+	}
+	if content != "" {
+		return c.content(sink, i, content, lps)
+	}
+	c.lps = append(lps, c.lps...)
+	return nil
+}
+
+// content passes content to sink, through the tool-call parser when the
+// job has tools.
+func (c *choiceState) content(sink Sink, i int, text string, lps []api.TokenLogprob) error {
 	if c.tools == nil {
 		return sink.Text(i, text, lps)
 	}
 	return c.toolEvents(sink, i, c.tools.Push(text), lps)
 }
 
-// flushTools ends choice i's tool-call parsing and sends what it held.
-func (c *choiceState) flushTools(sink Sink, i int) error {
+// flushText ends choice i's reasoning split and tool-call parsing and
+// sends what they held.
+func (c *choiceState) flushText(sink Sink, i int) error {
+	if c.think != nil {
+		lps := c.lps
+		c.lps = nil
+		reasoning, content := c.think.flush()
+		if err := c.split(sink, i, reasoning, content, lps); err != nil {
+			return err
+		}
+	}
 	if c.tools == nil {
 		return nil
 	}
@@ -135,6 +178,9 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 		if j.Tools != nil {
 			choices[i].tools, choices[i].format = toolcall.NewParser(j.Tools.Format), j.Tools.Format
 		}
+		if j.Reasoning != nil {
+			choices[i].think = newReasoningSplit(j.Reasoning)
+		}
 	}
 	decode := m.Text.DecodeToken
 	if j.ShowSpecial {
@@ -152,7 +198,7 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 	var failure error
 	end := func(i int, reason string) error {
 		c := &choices[i]
-		if err := c.flushTools(sink, i); err != nil {
+		if err := c.flushText(sink, i); err != nil {
 			return err
 		}
 		reason = c.finishReason(reason)
@@ -218,8 +264,12 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 				c.lps = append(c.lps, tokenLogprob(m.Text, ev.Token, ev.Logprobs))
 			}
 			txt, stopped := c.ts.push(decode(ev.Token))
+			c.inThink = false
 			if txt != "" {
 				werr = c.send(sink, ev.Index, txt)
+			}
+			if c.think != nil && (c.inThink || (txt == "" && c.think.state == splitReasoning)) {
+				c.reasoningTokens++
 			}
 			if stopped && werr == nil {
 				if j.OnStopString != nil {
@@ -248,6 +298,9 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 		if werr != nil {
 			return r.abandon(res, werr)
 		}
+	}
+	for i := range choices {
+		res.Usage.ReasoningTokens += choices[i].reasoningTokens
 	}
 	if failure != nil {
 		res.Finish, res.Err = string(engine.FinishError), failure

@@ -166,6 +166,12 @@ type Request struct {
 	StopTokenIDs []int32
 	ShowSpecial  bool
 	Echo         bool
+	// Reasoning splits a reasoning model's answers into their reasoning
+	// section and content (the "reasoning_format" field; see
+	// reasoning.go). TemplateKwargs is a JSON object of extra variables
+	// for the chat template (chat_template_kwargs); nil for none.
+	Reasoning      bool
+	TemplateKwargs json.RawMessage
 	// Forward is the request as it came, for a peer.
 	Forward Forward
 	// OnStopString, when set, is called with the stop string that ended
@@ -271,6 +277,9 @@ type Job struct {
 	Grammar *grammar.Bound
 	// Tools, when set, parses each choice's text into tool calls.
 	Tools *ToolPlan
+	// Reasoning, when set, splits each choice's text into reasoning and
+	// content (before the tool-call parser sees it).
+	Reasoning *ReasoningPlan
 	// The engine's controls (engine.Request), and the text's: special
 	// tokens shown, and the text each choice starts with (echo).
 	MinTokens   int

@@ -138,6 +138,24 @@ func (s *safetySink) input(final bool) safety.Input {
 }
 
 func (s *safetySink) Text(i int, text string, lps []api.TokenLogprob) error {
+	if err := s.check(i, text); err != nil {
+		return err
+	}
+	return s.Sink.Text(i, text, lps)
+}
+
+// Reasoning implements ReasoningSink: reasoning is output the client sees,
+// checked as text is.
+func (s *safetySink) Reasoning(i int, text string, lps []api.TokenLogprob) error {
+	if err := s.check(i, text); err != nil {
+		return err
+	}
+	return sendReasoning(s.Sink, i, text, lps)
+}
+
+// check adds choice i's output text to what the checks read, applies a
+// verdict that came in, and starts a check when one is due.
+func (s *safetySink) check(i int, text string) error {
 	if s.blocked {
 		return errOutputBlocked
 	}
@@ -158,7 +176,7 @@ func (s *safetySink) Text(i int, text string, lps []api.TokenLogprob) error {
 			s.pending = s.plan.checker.Start(s.ctx, s.input(false))
 		}
 	}
-	return s.Sink.Text(i, text, lps)
+	return nil
 }
 
 func (s *safetySink) Finish(i int, reason string, lps []api.TokenLogprob) error {

@@ -223,6 +223,11 @@ type teeSink struct {
 	buf *strings.Builder
 }
 
+// Reasoning implements ReasoningSink: the shadow compares content only.
+func (s teeSink) Reasoning(i int, text string, lps []api.TokenLogprob) error {
+	return sendReasoning(s.Sink, i, text, lps)
+}
+
 func (s teeSink) Text(i int, text string, lps []api.TokenLogprob) error {
 	if i == 0 {
 		s.buf.WriteString(text)

@@ -26,6 +26,9 @@ type ChatInput struct {
 	Messages            []api.Message
 	Tools               json.RawMessage
 	AddGenerationPrompt bool
+	// Kwargs is a JSON object of extra template variables (the request's
+	// chat_template_kwargs, checked by chat.CheckKwargs); nil for none.
+	Kwargs json.RawMessage
 }
 
 // toolNameRE is OpenAI's rule for function names.
@@ -86,7 +89,7 @@ func toolsActive(req *Request) bool {
 // template when it renders them; otherwise they are described in a system
 // message (toolcall.SystemPrompt) in the format the template implies.
 func chatInput(req *Request, tm TextModel) (ChatInput, *ToolPlan, error) {
-	in := ChatInput{Messages: req.Messages, AddGenerationPrompt: true}
+	in := ChatInput{Messages: req.Messages, AddGenerationPrompt: true, Kwargs: req.TemplateKwargs}
 	if !toolsActive(req) {
 		return in, nil, nil
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"slices"
@@ -43,7 +44,6 @@ var unsupportedFields = map[string]string{
 	"prompt_logprobs":               "prompt_logprobs is not supported",
 	"logits_processors":             "logits processors are not supported",
 	"chat_template":                 "a request's own chat_template is not supported; the model's is used",
-	"chat_template_kwargs":          "chat_template_kwargs is not supported",
 	"continue_final_message":        "continue_final_message is not supported",
 	"add_generation_prompt":         "add_generation_prompt is not supported on this endpoint",
 	"documents":                     "documents are not supported",
@@ -123,6 +123,27 @@ func decodeStrict(body []byte, v any) error {
 		return err
 	}
 	return decodeJSON(body, v)
+}
+
+// decodeChatOptions fills req's template variables and reasoning split
+// from a chat request's fields. The variables' names are checked later,
+// with the other checks of the request (pipeline).
+func decodeChatOptions(req *pipeline.Request, o api.ChatOptions) error {
+	if k := bytes.TrimSpace(o.ChatTemplateKwargs); len(k) > 0 && string(k) != "null" {
+		if k[0] != '{' {
+			return pipeline.InvalidParam("chat_template_kwargs", "chat_template_kwargs must be a JSON object")
+		}
+		req.TemplateKwargs = o.ChatTemplateKwargs
+	}
+	switch o.ReasoningFormat {
+	case "", api.ReasoningNone:
+	case api.ReasoningDeepSeek, api.ReasoningAuto:
+		req.Reasoning = true
+	default:
+		return pipeline.InvalidParam("reasoning_format", "reasoning_format must be %q, %q or %q; got %q",
+			api.ReasoningNone, api.ReasoningAuto, api.ReasoningDeepSeek, capText(o.ReasoningFormat, 32))
+	}
+	return nil
 }
 
 // decodeTools fills req's tools from a chat request's fields.

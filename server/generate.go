@@ -168,7 +168,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, plan *pipeline.P
 		st.End(time.Now())
 		s.streams.Remove(req.ID)
 	}()
-	sink := &jsonSink{w: w, ctx: r.Context(), f: f, m: m, st: st, c: collected{texts: make([]strings.Builder, m.n),
+	sink := &jsonSink{w: w, ctx: r.Context(), f: f, m: m, st: st, c: collected{texts: make([]strings.Builder, m.n), reasoning: make([]strings.Builder, m.n),
 		calls: make([][]api.ToolCall, m.n), reasons: make([]string, m.n), lps: make([][]api.TokenLogprob, m.n)}}
 	out := s.pipe.Finish(ctx, run, sink)
 	if req.Forwarded() {
@@ -240,6 +240,15 @@ func (f *firstToken) Text(i int, text string, lps []api.TokenLogprob) error {
 	return f.Sink.Text(i, text, lps)
 }
 
+// Reasoning implements pipeline.ReasoningSink.
+func (f *firstToken) Reasoning(i int, text string, lps []api.TokenLogprob) error {
+	f.st.MarkFirstToken()
+	if rs, ok := f.Sink.(pipeline.ReasoningSink); ok {
+		return rs.Reasoning(i, text, lps)
+	}
+	return f.Sink.Text(i, text, lps)
+}
+
 func (f *firstToken) ToolCall(i int, d api.ToolCallDelta) error {
 	f.st.MarkFirstToken()
 	return f.Sink.ToolCall(i, d)
@@ -248,11 +257,13 @@ func (f *firstToken) ToolCall(i int, d api.ToolCallDelta) error {
 // collected is a whole answer: each choice's text, tool calls, finish
 // reason and log-probabilities.
 type collected struct {
-	texts   []strings.Builder
-	calls   [][]api.ToolCall
-	reasons []string
-	lps     [][]api.TokenLogprob
-	usage   pipeline.Usage
+	texts []strings.Builder
+	// reasoning is each choice's reasoning section, when split.
+	reasoning []strings.Builder
+	calls     [][]api.ToolCall
+	reasons   []string
+	lps       [][]api.TokenLogprob
+	usage     pipeline.Usage
 	// first is when the first text or tool call came (zero before).
 	first time.Time
 }
@@ -297,6 +308,14 @@ func (j *jsonSink) Text(i int, text string, lps []api.TokenLogprob) error {
 	j.st.MarkFirstToken()
 	j.c.first = cmp.Or(j.c.first, time.Now())
 	j.c.texts[i].WriteString(text)
+	j.c.lps[i] = append(j.c.lps[i], lps...)
+	return nil
+}
+
+// Reasoning implements pipeline.ReasoningSink.
+func (j *jsonSink) Reasoning(i int, text string, lps []api.TokenLogprob) error {
+	j.st.MarkFirstToken()
+	j.c.reasoning[i].WriteString(text)
 	j.c.lps[i] = append(j.c.lps[i], lps...)
 	return nil
 }

@@ -23,6 +23,9 @@ func decodeNative(body []byte, req *pipeline.Request) (format, error) {
 	if err := decodeControls(req, nr.ResponseFormat, nr.Guided, nr.Controls); err != nil {
 		return nil, err
 	}
+	if err := decodeChatOptions(req, nr.ChatOptions); err != nil {
+		return nil, err
+	}
 	req.Model, req.Messages, req.Sampling = nr.Model, nr.Messages, nr.Sampling
 	req.MaxTokensParam, req.MaxTokens = "max_tokens", nr.MaxTokens
 	req.Stream = nr.Stream == nil || *nr.Stream
@@ -37,7 +40,8 @@ func decodeNative(body []byte, req *pipeline.Request) (format, error) {
 }
 
 func nativeUsage(u pipeline.Usage) api.NativeUsage {
-	return api.NativeUsage{InputTokens: u.InputTokens, CachedTokens: u.CachedTokens, OutputTokens: u.OutputTokens}
+	return api.NativeUsage{InputTokens: u.InputTokens, CachedTokens: u.CachedTokens, OutputTokens: u.OutputTokens,
+		ReasoningTokens: u.ReasoningTokens}
 }
 
 // nativeFormat writes llmd's native answers. Its streams are always
@@ -52,7 +56,7 @@ func (nativeFormat) streamSink(st *relay.Stream, m meta) pipeline.Sink {
 
 func (nativeFormat) jsonBody(m meta, c *collected) any {
 	return api.NativeDone{ID: m.id, Model: m.model, FinishReason: c.reasons[0], Usage: nativeUsage(c.usage),
-		Text: c.texts[0].String(), ToolCalls: c.calls[0]}
+		Text: c.texts[0].String(), ToolCalls: c.calls[0], Reasoning: c.reasoning[0].String()}
 }
 
 // nativeStream writes llmd's native stream: "id: N" and a delta per piece of
@@ -67,6 +71,11 @@ func (c *nativeStream) Begin() error { return nil }
 
 func (c *nativeStream) Text(i int, s string, _ []api.TokenLogprob) error {
 	return c.st.Data("", api.NativeDelta{Delta: s, Index: i})
+}
+
+// Reasoning implements pipeline.ReasoningSink: deltas with reasoning set.
+func (c *nativeStream) Reasoning(i int, s string, _ []api.TokenLogprob) error {
+	return c.st.Data("", api.NativeDelta{Index: i, Reasoning: s})
 }
 
 func (c *nativeStream) ToolCall(i int, d api.ToolCallDelta) error {

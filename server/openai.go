@@ -36,7 +36,7 @@ func openaiUsage(u pipeline.Usage) *api.Usage {
 		CompletionTokens:        u.OutputTokens,
 		TotalTokens:             u.InputTokens + u.OutputTokens,
 		PromptTokensDetails:     &api.PromptTokensDetails{CachedTokens: u.CachedTokens},
-		CompletionTokensDetails: &api.CompletionTokensDetails{},
+		CompletionTokensDetails: &api.CompletionTokensDetails{ReasoningTokens: u.ReasoningTokens},
 	}
 }
 
@@ -59,6 +59,9 @@ func decodeChat(body []byte, req *pipeline.Request) (format, error) {
 		return nil, err
 	}
 	if err := decodeControls(req, cr.ResponseFormat, cr.Guided, cr.Controls); err != nil {
+		return nil, err
+	}
+	if err := decodeChatOptions(req, cr.ChatOptions); err != nil {
 		return nil, err
 	}
 	req.Logprobs = cr.Logprobs != nil && *cr.Logprobs
@@ -88,7 +91,8 @@ func (chatFormat) jsonBody(m meta, c *collected) any {
 		Choices: make([]api.ChatChoice, len(c.texts)), Usage: openaiUsage(c.usage)}
 	for i := range c.texts {
 		resp.Choices[i] = api.ChatChoice{Index: i, FinishReason: c.reasons[i],
-			Message: api.ResponseMessage{Role: "assistant", Content: c.texts[i].String(), ToolCalls: c.calls[i]}}
+			Message: api.ResponseMessage{Role: "assistant", Content: c.texts[i].String(), ReasoningContent: c.reasoning[i].String(),
+				ToolCalls: c.calls[i]}}
 		if m.logprobs {
 			resp.Choices[i].Logprobs = &api.ChoiceLogprobs{Content: c.logprobs(i)}
 		}
@@ -123,6 +127,11 @@ func (c *chatStream) Begin() error {
 
 func (c *chatStream) Text(i int, s string, lps []api.TokenLogprob) error {
 	return c.chunk([]api.ChunkChoice{{Index: i, Delta: api.ChunkDelta{Content: &s}, Logprobs: chunkLogprobs(lps)}}, nil)
+}
+
+// Reasoning implements pipeline.ReasoningSink: reasoning_content deltas.
+func (c *chatStream) Reasoning(i int, s string, lps []api.TokenLogprob) error {
+	return c.chunk([]api.ChunkChoice{{Index: i, Delta: api.ChunkDelta{ReasoningContent: &s}, Logprobs: chunkLogprobs(lps)}}, nil)
 }
 
 func (c *chatStream) ToolCall(i int, d api.ToolCallDelta) error {

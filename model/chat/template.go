@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,6 +112,12 @@ type Request struct {
 	// AddGenerationPrompt ends the prompt with the header of an assistant
 	// turn.
 	AddGenerationPrompt bool
+	// Kwargs is a JSON object of extra variables for the template (the
+	// request's chat_template_kwargs, e.g. {"enable_thinking": false} for
+	// Qwen3), passed as Hugging Face's apply_chat_template passes its
+	// keyword arguments; nil passes none. See [CheckKwargs] for the names
+	// it may not use. The built-in formats ignore it.
+	Kwargs json.RawMessage
 }
 
 // RenderResult is a rendered prompt and how it was made.
@@ -161,6 +168,7 @@ type Template struct {
 	opts       Options
 	compiled   *jinja.Template // nil when the model's template is not used
 	compileErr error           // why compiled is nil
+	reasoning  bool            // the template writes <think>...</think>
 	maxSteps   int64           // tmplMaxSteps; tests lower it
 
 	// renders tracks render goroutines, including those Render stopped
@@ -193,7 +201,7 @@ func NewTemplate(src string, opts Options) (*Template, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	t := &Template{opts: opts, maxSteps: tmplMaxSteps}
+	t := &Template{opts: opts, maxSteps: tmplMaxSteps, reasoning: tmplReasoning(src)}
 	if src == "" {
 		t.compileErr = ErrNoTemplate
 		return t, nil
@@ -227,6 +235,25 @@ func (t *Template) Err() error {
 	return t.compileErr
 }
 
+// Reasoning reports whether the model's template writes a reasoning
+// section, ThinkOpen ... ThinkClose, as the templates of reasoning models
+// (Qwen3, DeepSeek-R1 and its distillations, QwQ) do: the model's answers
+// then start with, or continue, such a section. It is read from the
+// template's text, whether or not the template compiled.
+func (t *Template) Reasoning() bool {
+	return t.reasoning
+}
+
+// The tags of a reasoning section.
+const (
+	ThinkOpen  = "<think>"
+	ThinkClose = "</think>"
+)
+
+func tmplReasoning(src string) bool {
+	return strings.Contains(src, ThinkOpen) && strings.Contains(src, ThinkClose)
+}
+
 // Render renders msgs and returns the prompt; see [Template.RenderRequest].
 func (t *Template) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
 	res, err := t.RenderRequest(Request{Messages: msgs, AddGenerationPrompt: addGenerationPrompt})
@@ -236,11 +263,14 @@ func (t *Template) Render(msgs []Message, addGenerationPrompt bool) (string, err
 // RenderRequest renders req with the model's template, or with the
 // fallback format if the template is missing, unsupported, fails, runs
 // into a resource limit or times out. It returns an *ExceptionError
-// when the template rejects the conversation with raise_exception and
-// ErrOutputTooLarge when the prompt is over the size limit; neither
-// falls back.
+// when the template rejects the conversation with raise_exception, a
+// *KwargsError for kwargs it may not pass and ErrOutputTooLarge when the
+// prompt is over the size limit; none of them falls back.
 func (t *Template) RenderRequest(req Request) (RenderResult, error) {
-	size := len(req.Tools)
+	if err := CheckKwargs(req.Kwargs); err != nil {
+		return RenderResult{}, err
+	}
+	size := len(req.Tools) + len(req.Kwargs)
 	for i := range req.Messages {
 		size += req.Messages[i].size()
 	}
@@ -285,7 +315,17 @@ func (t *Template) renderTemplate(req Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	kwargs, err := tmplKwargsValue(req.Kwargs)
+	if err != nil {
+		return "", err
+	}
 	data := r.globals()
+	if kwargs.IsDict() {
+		d := kwargs.AsDict()
+		for _, k := range d.Keys {
+			data[k] = d.Data[k]
+		}
+	}
 	data["messages"] = tmplMessagesValue(req.Messages)
 	data["tools"] = tools
 	data["add_generation_prompt"] = jinja.NewBool(req.AddGenerationPrompt)
