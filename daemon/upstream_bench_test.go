@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -71,10 +72,23 @@ func TestUpstreamRelayFigures(t *testing.T) {
 		slices.Sort(itls)
 		return ttfts[len(ttfts)/2], itls[len(itls)/2]
 	}
-	for _, streams := range []int{1, 64} {
+	// LLMD_UPSTREAM_STREAMS lists the concurrency levels (default 1,64).
+	levels := []int{1, 64}
+	if v := os.Getenv("LLMD_UPSTREAM_STREAMS"); v != "" {
+		levels = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			require.NoError(t, err, "LLMD_UPSTREAM_STREAMS")
+			levels = append(levels, n)
+		}
+	}
+	for _, streams := range levels {
 		each := 8
 		if streams > 1 {
 			each = 2
+		}
+		if streams > 256 {
+			each = 1
 		}
 		var dTTFT, dITL []float64
 		for p := range 5 {
