@@ -82,6 +82,9 @@ type Config struct {
 	// only the local tenant, no keys, no quotas. Default "" (cmd/llmd
 	// resolves the user's data directory).
 	DataDir string
+	// Autoscale are the targets of the autoscaling signal
+	// (llmd_desired_replicas); the zero value takes the defaults.
+	Autoscale AutoscaleTargets
 	// RedisURL, if set, keeps the quota buckets in Redis (shared by every
 	// llmd that uses the same Redis) instead of in memory.
 	RedisURL string

@@ -159,6 +159,7 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 		}
 	}
 	d.metrics = d.newMetrics()
+	d.metrics.Registry().MustRegister(newAutoscaleCollector(d, cfg.Autoscale))
 	if deps.live != nil {
 		deps.live.cl = &d.cluster
 	}
