@@ -60,6 +60,10 @@ import (
 // itself only by root with CAP_SYS_RESOURCE); the table says so when it
 // does.
 //
+// LLMD_STREAMS_UPSTREAM=1 puts a second llmd in front of that server, in
+// the child too, serving the model through it as an upstream engine
+// (issue 21): the streams then pass the relay.
+//
 // LLMD_STREAMS_OUT names a file for the results table (markdown), and
 // LLMD_STREAMS_PROFILE a file for the server's CPU profile during the last
 // level's window. Skipped without LLMD_STREAMS; run it without -race.
@@ -255,7 +259,15 @@ func serveStreamsHeld(t *testing.T, spec string) {
 	require.NoError(t, err, streamsServeEnv)
 	step, err := time.ParseDuration(stepStr)
 	require.NoError(t, err, streamsServeEnv)
-	require.GreaterOrEqual(t, raiseFileLimit(t, uint64(maxStreams)+streamsSpareFiles), uint64(maxStreams)+streamsSpareFiles)
+	// With LLMD_STREAMS_UPSTREAM set, this process also runs an llmd in
+	// front of the engine that serves the model as an upstream: every
+	// stream then holds two more sockets here.
+	viaUpstream := os.Getenv("LLMD_STREAMS_UPSTREAM") != ""
+	files := uint64(maxStreams) + streamsSpareFiles
+	if viaUpstream {
+		files = 3*uint64(maxStreams) + streamsSpareFiles
+	}
+	require.GreaterOrEqual(t, raiseFileLimit(t, files), files)
 
 	s, timed := newStreamsServer(t, maxStreams, step, streamsMaxTokens)
 	addr, err := s.Listen()
@@ -264,6 +276,16 @@ func serveStreamsHeld(t *testing.T, spec string) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	require.Eventually(t, func() bool { return s.srv.State() == server.StateReady }, 10*time.Second, time.Millisecond)
+	if viaUpstream {
+		front := newStreamsFront(t, maxStreams, "http://"+addr.String())
+		if addr, err = front.Listen(); err != nil {
+			require.NoError(t, err)
+		}
+		frontDone := make(chan error, 1)
+		go func() { frontDone <- front.Run(ctx) }()
+		require.Eventually(t, func() bool { return front.srv.State() == server.StateReady }, 10*time.Second, time.Millisecond)
+		defer func() { <-frontDone }()
+	}
 
 	out := bufio.NewWriter(os.Stdout)
 	reply := func(v any) {
@@ -346,6 +368,22 @@ func newStreamsServer(t *testing.T, maxStreams int, step time.Duration, maxToken
 	m := newModel(pipeline.EngineReplica{E: eng}, exec.Tokenizer(), time.Now(), eng.Run)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return newServer(t, cfg, logger, []*pipeline.Model{m}), timed
+}
+
+// newStreamsFront is an llmd serving sim/small through the engine at
+// base as an upstream, with room for maxStreams in flight.
+func newStreamsFront(t *testing.T, maxStreams int, base string) *Daemon {
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Models = nil
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.MaxConnections, cfg.MaxClientConnections = 0, 0
+	cfg.Upstreams = []UpstreamSpec{{Model: "sim/small", URLs: []string{base}, MaxInflight: maxStreams + 64,
+		MaxWaiting: maxStreams}}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := Open(cfg, logger)
+	require.NoError(t, err)
+	return d
 }
 
 // timedExecutor times the engine's steps: the time in Forward (the

@@ -24,6 +24,8 @@ type UpstreamSpec struct {
 	// and 0.95; see upstream.Config).
 	MaxWaiting int
 	MaxKVUsage float64
+	// MaxInflight bounds the requests in flight on one engine (0: 256).
+	MaxInflight int
 	// Tokenizer is where to read the model's tokenizer and chat template
 	// on this node (--upstream-tokenizer MODEL=PATH: a GGUF file, a Hugging
 	// Face directory or hub name, ollama:NAME) to count prompts for the
@@ -61,7 +63,8 @@ func ParseUpstream(v string) (UpstreamSpec, error) {
 // buildUpstream detects spec's engines and returns the model they serve.
 func buildUpstream(ctx context.Context, cfg Config, spec UpstreamSpec, logger *slog.Logger) (*pipeline.Model, error) {
 	ucfg := upstream.Config{Model: spec.Model, URLs: spec.URLs, Name: spec.Name, Stall: cfg.StallTimeout,
-		MaxWaiting: spec.MaxWaiting, MaxKVUsage: spec.MaxKVUsage, Ladder: cfg.Engine.Ladder, Logger: logger,
+		MaxWaiting: spec.MaxWaiting, MaxKVUsage: spec.MaxKVUsage, MaxInflight: spec.MaxInflight, Ladder: cfg.Engine.Ladder,
+		Logger: logger,
 		LoadTokenizer: func(root string) (upstream.Tokenizer, error) {
 			text, _, err := loadTokenizer(root, cfg.Resolve)
 			if err != nil {
