@@ -115,9 +115,9 @@ func TestTopOnceErrors(t *testing.T) {
 		wantErr string
 	}{
 		"no key": {[]string{"--addr", srv.URL},
-			"llmctl: llmd needs an API key: pass --api-key or set LLMD_API_KEY\n"},
+			noKeyMsg(srv.URL)},
 		"not an admin key": {[]string{"--addr", srv.URL, "--api-key", userKey},
-			"llmctl: this command needs an admin API key: pass one with --api-key or set LLMD_API_KEY\n"},
+			notAdminMsg},
 		"no llmd": {[]string{"--addr", addr, "--api-key", adminKey},
 			"llmctl: cannot reach llmd at http://" + addr + ": start it with \"make run\" or \"llmd\", or pass --addr\n"},
 	} {

@@ -612,8 +612,22 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	if isTerminal(stderr) {
 		cfg.LoadProgress = progressBar(stderr)
 	}
-	srv, err := daemon.Open(cfg, logger)
+	// daemon.Open, in two steps: the banner reads the store.
+	deps, err := daemon.OpenDeps(cfg, logger)
 	if err != nil {
+		return err
+	}
+	keysMade := false
+	if deps.Store != nil {
+		if keysMade, err = deps.Store.KeysEverMade(ctx); err != nil {
+			logger.Warn("cannot tell whether API keys exist", "err", err)
+		}
+	}
+	srv, err := daemon.New(cfg, deps, logger)
+	if err != nil {
+		if deps.Close != nil {
+			deps.Close()
+		}
 		return err
 	}
 	addr, err := srv.Listen()
@@ -640,6 +654,7 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	if cfg.ModelsConfig != "" {
 		fmt.Fprintf(stdout, "  models config: %s (reloaded on SIGHUP; `llmctl models` lists what it serves)\n", cfg.ModelsConfig)
 	}
+	fmt.Fprint(stdout, accessBanner(cfg, keysMade))
 	// SIGHUP reloads the TLS certificate (open connections keep theirs)
 	// and the models config.
 	hup := make(chan os.Signal, 1)
@@ -668,6 +683,23 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	close(done)
 	_ = reloads.Wait()
 	return err
+}
+
+// accessBanner is the startup banner's lines about access: whether
+// requests need an API key, and how to get one.
+func accessBanner(cfg daemon.Config, keysMade bool) string {
+	switch {
+	case cfg.Anonymous:
+		return "  access: requests without a key act as the local tenant (--anonymous); API keys work too\n"
+	case !keysMade:
+		return "  access: open: no API key exists yet, requests without one act as the local tenant (loopback only).\n" +
+			"    \"llmctl keys create --admin\" makes the first key (llmctl saves it for itself); from then on every\n" +
+			"    request needs a key\n"
+	default:
+		return "  access: API keys required (they exist in " + cfg.DataDir + "): llmctl uses the key \"llmctl login\" saved\n" +
+			"    or $LLMD_API_KEY; an admin key makes more (llmctl keys create), and with no admin key at hand\n" +
+			"    \"llmctl keys create --admin --data-dir " + cfg.DataDir + "\" makes one offline\n"
+	}
 }
 
 // redisLogger adapts slog to go-redis's logger.
