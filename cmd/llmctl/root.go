@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/llmd/llmd/api"
 )
@@ -124,6 +125,28 @@ func (a *app) connect(cmd *cobra.Command) error {
 	c.SetAPIKey(a.apiKey)
 	a.base, a.client = base, c
 	return nil
+}
+
+// deprecatedFlag warns on stderr when cmd was given the old flag name,
+// which still works.
+func deprecatedFlag(cmd *cobra.Command, old, name string) {
+	if cmd.Flags().Changed(old) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "llmctl: warning: --%s is deprecated, use --%s (the name llmd uses)\n", old, name)
+	}
+}
+
+// standalone marks cmd as one that never talks to llmd (simulate, plan):
+// it skips connecting, and its help leaves out the flags about llmd
+// (--addr, --api-key, --ca-cert), which it does not use.
+func standalone(cmd *cobra.Command) *cobra.Command {
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return nil }
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		// Hiding the root's flags here is safe: help ends the process's
+		// only command run.
+		c.InheritedFlags().VisitAll(func(f *pflag.Flag) { f.Hidden = true })
+		c.Root().HelpFunc()(c, args)
+	})
+	return cmd
 }
 
 // httpClient is the client of llmd: nil (the default) without a CA, else
