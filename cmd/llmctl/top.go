@@ -8,7 +8,6 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/lipgloss"
 	"github.com/spf13/cobra"
 
 	"github.com/llmd/llmd/tui"
@@ -87,7 +86,7 @@ func (a *app) top(cmd *cobra.Command, o *topOptions) error {
 		return &exitError{code: exitFailure, err: errors.New(
 			"llmctl top needs a terminal on stdout; use --once to print one snapshot as plain text")}
 	}
-	st := tui.DefaultStyles(lipgloss.NewRenderer(out))
+	st := tui.DefaultStyles(newRenderer(out))
 	m := tui.NewTop(a.client, tui.TopOptions{
 		Interval:  o.interval,
 		ReadOnly:  o.readOnly,
