@@ -93,9 +93,10 @@ func (o options) checkEnums() error {
 
 // resolveModelFiles returns the --model values to load, each once: a value
 // given twice (or as two spellings of one file) is loaded once. A bare
-// name that is no file here names a model in dataDir/models, where
-// "llmctl model init" writes: --model tiny loads models/tiny.gguf.
-func resolveModelFiles(specs []string, dataDir string) ([]string, error) {
+// name that is no file here names a model in the models/ directory of one
+// of dataDirs (llmd's, then the default one, where "llmctl model init"
+// writes): --model tiny loads models/tiny.gguf.
+func resolveModelFiles(specs []string, dataDirs ...string) ([]string, error) {
 	var (
 		out  []string
 		seen = map[string]bool{}
@@ -106,7 +107,7 @@ func resolveModelFiles(specs []string, dataDir string) ([]string, error) {
 			return nil, errors.New("--model is empty: give a GGUF file, a directory or ollama:NAME")
 		}
 		if !strings.HasPrefix(spec, "ollama:") {
-			spec = inModelsDir(spec, dataDir)
+			spec = inModelsDir(spec, dataDirs)
 		}
 		key := spec
 		if !strings.HasPrefix(spec, "ollama:") {
@@ -123,15 +124,21 @@ func resolveModelFiles(specs []string, dataDir string) ([]string, error) {
 	return out, nil
 }
 
-// inModelsDir returns dataDir/models/NAME[.gguf] for a bare NAME that is
-// no file in the working directory but is one there; else spec.
-func inModelsDir(spec, dataDir string) string {
-	if dataDir == "" || strings.ContainsRune(spec, filepath.Separator) || exists(spec) {
+// inModelsDir returns DIR/models/NAME[.gguf] for a bare NAME that is no
+// file in the working directory but is one in the first of dataDirs that
+// has it; else spec.
+func inModelsDir(spec string, dataDirs []string) string {
+	if strings.ContainsRune(spec, filepath.Separator) || exists(spec) {
 		return spec
 	}
-	for _, name := range []string{spec, spec + ".gguf"} {
-		if p := filepath.Join(dataDir, "models", name); exists(p) {
-			return p
+	for _, dir := range dataDirs {
+		if dir == "" {
+			continue
+		}
+		for _, name := range []string{spec, spec + ".gguf"} {
+			if p := filepath.Join(dir, "models", name); exists(p) {
+				return p
+			}
 		}
 	}
 	return spec

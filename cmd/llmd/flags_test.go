@@ -122,6 +122,12 @@ func TestModelFiles(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{tiny, other, "ollama:qwen3:0.6b", "missing"}, got)
 
+	// With another --data-dir, the default data directory's models still
+	// count.
+	got, err = resolveModelFiles([]string{"tiny"}, t.TempDir(), data)
+	require.NoError(t, err)
+	require.Equal(t, []string{tiny}, got)
+
 	_, err = resolveModelFiles([]string{" "}, data)
 	require.Error(t, err)
 

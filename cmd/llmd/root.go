@@ -443,7 +443,8 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 		}
 		cfg.DataDir = dir
 	}
-	files, err := resolveModelFiles(o.modelFiles, cfg.DataDir)
+	defDir, _ := defaultDataDir(getenv) // "" when there is none
+	files, err := resolveModelFiles(o.modelFiles, cfg.DataDir, defDir)
 	if err != nil {
 		return cfg, err
 	}
