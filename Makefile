@@ -1,6 +1,9 @@
 # llmd: `make run` starts the daemon on its embedded default (a simulated
-# H100); `make test` runs every test. Both install what is missing first.
+# H100); `make test` runs every test. Both check what they need first:
+# make run only Go and a C compiler (no root, no Redis), make test also
+# redis-server, tmux and curl (installed with apt-get where it can).
 
+SHELL   := /bin/bash
 GO      ?= go
 BIN     := bin
 LISTEN  ?= 127.0.0.1:8700
@@ -12,23 +15,33 @@ GOTEST_FLAGS ?= -race -p 1 -timeout 15m
 # build of its cgo package.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all deps build run test bench bench-cluster bench-grammar bench-shadow bench-upstream check-llamacpp-grammars soak lint fmt clean
+.PHONY: all deps deps-test build run test bench bench-cluster bench-grammar bench-shadow bench-upstream check-llamacpp-grammars soak lint fmt clean
 
 all: build
 
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh build
+
+deps-test:
+	@scripts/deps.sh test
+
+# progress turns go build -v's package lines into one line that rewrites
+# itself; any other line (a compile error) is printed as is.
+progress = awk -v what=$(1) '/^[^ :\#]+$$/ { n++; printf "\r\033[K  %s: compiling (%d) %s", what, n, $$0; fflush(); next } \
+	{ bad = 1; printf "\r\033[K%s\n", $$0; fflush() } \
+	END { printf "\r\033[K  %s: %s\n", what, (bad ? "not built" : n ? "built, " n " packages compiled" : "up to date") }'
 
 build: deps
-	$(GO) build -o $(BIN)/llmd ./cmd/llmd
-	$(GO) build -o $(BIN)/llmctl ./cmd/llmctl
+	@echo "building $(BIN)/llmd and $(BIN)/llmctl (the first build compiles a few hundred packages and takes minutes; later ones seconds)"
+	@set -o pipefail; $(GO) build -v -o $(BIN)/llmd ./cmd/llmd 2>&1 | $(call progress,llmd)
+	@set -o pipefail; $(GO) build -v -o $(BIN)/llmctl ./cmd/llmctl 2>&1 | $(call progress,llmctl)
 
 run: build
 	$(BIN)/llmd --listen $(LISTEN)
 
 # LLMD_REQUIRE_REDIS turns the Redis tests' skip (no redis-server) into a
 # failure: make test installs redis-server, so a skip would hide a problem.
-test: deps lint
+test: deps-test lint
 	LLMD_REQUIRE_REDIS=1 $(GO) test $(GOTEST_FLAGS) ./...
 	@scripts/tui-smoke.sh
 

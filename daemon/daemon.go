@@ -300,8 +300,12 @@ func (d *Daemon) gpus() []api.GPUInfo {
 		if st.BlocksTotal > 0 {
 			used += m.Sim.KVCapacity * int64(st.BlocksUsed) / int64(st.BlocksTotal)
 		}
+		var util float64
+		if m.Sim.Utilization != nil {
+			util = m.Sim.Utilization()
+		}
 		out = append(out, api.GPUInfo{Index: len(out), Name: fmt.Sprintf("%s x%d (%s)", m.Sim.Name, m.Sim.TP, m.ID),
-			MemoryUsed: used, MemoryTotal: m.Sim.Memory, Simulated: true})
+			MemoryUsed: used, MemoryTotal: m.Sim.Memory, Utilization: util, Simulated: true})
 	}
 	return out
 }

@@ -78,7 +78,8 @@ func buildSimModel(cfg Config, logger *slog.Logger, spec simSpec) (*pipeline.Mod
 	m := pipeline.NewModel(pipeline.EngineReplica{E: eng}, newPlainText(exec.Tokenizer()), time.Now(), eng.Run)
 	m.Executor, m.Arch, m.Params, m.Quantization = pipeline.ExecutorSimulated, "sim", prof.Params, "BF16"
 	m.Source = "sim:" + spec.profile
-	m.Sim = &pipeline.SimGPU{Name: gpu.Name, TP: spec.tp, Memory: gpu.MemoryBytes * int64(spec.tp), KVCapacity: exec.KVCapacityBytes()}
+	m.Sim = &pipeline.SimGPU{Name: gpu.Name, TP: spec.tp, Memory: gpu.MemoryBytes * int64(spec.tp), KVCapacity: exec.KVCapacityBytes(),
+		Utilization: exec.Utilization}
 	if prof.WeightDTypeBytes == 1 {
 		m.Quantization = "FP8"
 	}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -79,12 +80,8 @@ func (p *Pipeline) admit(ctx context.Context, req *Request, t Tenant, c choice, 
 		tokens = int64(len(job.Forward.Body)/4) + int64(job.MaxTokens)*int64(job.N)
 		most = tokens
 	} else {
-		expect := job.MaxTokens
-		if p.cfg.QuotaEstimate {
-			expect = p.outputs.Expected(t.ID, job.MaxTokens)
-		}
-		tokens = int64(len(job.Prompt)) + int64(expect)*int64(job.N)
-		most = int64(len(job.Prompt)) + int64(job.MaxTokens)*int64(job.N)
+		tokens, most = reservation(len(job.Prompt), job.MaxTokens, job.N, p.cfg.QuotaEstimate, req.MaxTokens != nil,
+			p.outputs.Expected(t.ID, math.MaxInt))
 	}
 	d, err := p.limiter.Reserve(ctx, quota.Request{ID: req.ID, Tenant: t.ID, Limits: t.Limits, Tokens: tokens, MaxTokens: most})
 	if err != nil {
@@ -116,6 +113,35 @@ func (p *Pipeline) admit(ctx context.Context, req *Request, t Tenant, c choice, 
 		})
 	}
 	return adm, nil
+}
+
+// DefaultOutputEstimate is the answer length, per choice, reserved for a
+// request that does not set max_tokens while its tenant has no history of
+// answers (the engine's default projection, engine.Config's
+// ExpectedOutputTokens, is the same 256).
+const DefaultOutputEstimate = 256
+
+// reservation returns the tokens to reserve for a request of prompt tokens
+// and n choices of at most maxTokens each, and the most it may use.
+// learned is the tenant's usual answer length (math.MaxInt without enough
+// history). A request that gave max_tokens reserves all of it, unless
+// estimate (--quota-estimate) reserves the learned length; one that did not
+// reserves the learned length, else DefaultOutputEstimate, rather than the
+// whole room left in the context, and is charged what it used when it ends
+// (an estimated reservation: see package quota).
+func reservation(prompt, maxTokens, n int, estimate, given bool, learned int) (tokens, most int64) {
+	expect := maxTokens
+	switch {
+	case estimate && learned != math.MaxInt:
+		expect = min(maxTokens, learned)
+	case given:
+	case learned != math.MaxInt:
+		expect = min(maxTokens, learned)
+	default:
+		expect = min(maxTokens, DefaultOutputEstimate)
+	}
+	expect = max(expect, 1)
+	return int64(prompt) + int64(expect)*int64(n), int64(prompt) + int64(maxTokens)*int64(n)
 }
 
 // rejections counts quota refusals per tenant since start, and keeps the

@@ -95,13 +95,13 @@ func (e *QuotaError) Error() string {
 			e.Tenant, d.LimitRequests, RoundUp(d.RetryAfter))
 	case quota.ReasonTokens:
 		return fmt.Sprintf("Rate limit reached for tenant %s on tokens per minute: limit %d, remaining %d, requested %d "+
-			"(prompt plus max_tokens); retry in %s", e.Tenant, d.LimitTokens, d.RemainingTokens, e.Tokens, RoundUp(d.RetryAfter))
+			"(prompt plus the answer reserved: max_tokens, else an estimate); retry in %s", e.Tenant, d.LimitTokens, d.RemainingTokens, e.Tokens, RoundUp(d.RetryAfter))
 	case quota.ReasonConcurrency:
 		return fmt.Sprintf("Rate limit reached for tenant %s on concurrent requests; retry when one of them finishes", e.Tenant)
 	case quota.ReasonDailyTokens:
 		return fmt.Sprintf("Tenant %s has used its daily token budget; it renews at 00:00 UTC", e.Tenant)
 	case quota.ReasonTooLarge:
-		return fmt.Sprintf("Request of %d tokens (prompt plus max_tokens) is larger than tenant %s's tokens-per-minute "+
+		return fmt.Sprintf("Request of %d tokens (prompt plus the answer reserved) is larger than tenant %s's tokens-per-minute "+
 			"limit of %d; lower max_tokens", e.Tokens, e.Tenant, d.LimitTokens)
 	}
 	return fmt.Sprintf("Rate limit reached for tenant %s (%s)", e.Tenant, d.Reason)

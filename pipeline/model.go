@@ -171,6 +171,9 @@ type SimGPU struct {
 	TP         int
 	Memory     int64 // bytes, the whole group
 	KVCapacity int64 // bytes of the KV pool
+	// Utilization is the group's busy share of the last second, 0 to 1
+	// (sim.Executor.Utilization); nil reads 0.
+	Utilization func() float64
 }
 
 // NewModel describes the model served by replica, whose text side is text;

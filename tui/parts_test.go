@@ -156,6 +156,9 @@ func TestWriteSnapshot(t *testing.T) {
 	var b bytes.Buffer
 	require.NoError(t, WriteSnapshot(&b, fixture(t0, 123456)))
 	require.NotContains(t, b.String(), "\x1b", "no escape sequences")
+	for i, l := range strings.Split(b.String(), "\n") {
+		require.LessOrEqual(t, len(l), PlainWidth, "line %d is too wide: %q", i, l)
+	}
 	golden.RequireEqual(t, b.Bytes())
 
 	b.Reset()

@@ -10,11 +10,17 @@ import (
 	"github.com/llmd/llmd/api"
 )
 
+// PlainWidth is the width "llmctl top --once" fits: every line is at most
+// this many columns when model, tenant and node names are short (up to
+// about 12 characters); longer names widen their tables.
+const PlainWidth = 80
+
 // WriteSnapshot writes s as plain text, with no escape sequences, for
-// "llmctl top --once": the node, then tables of models, running/waiting
-// sequences per tier, GPUs, requests and tenants, and the cluster's members
-// when llmd is clustered. Request ids are written whole. Tokens per second
-// are not in it: they need two snapshots.
+// "llmctl top --once": the node, then tables of models (state, then
+// latency), running/waiting sequences per tier, GPUs, requests (who and
+// where, then progress), tenants, and the cluster's members when llmd is
+// clustered, each within [PlainWidth] columns. Request ids are written
+// whole. Tokens per second are not in it: they need two snapshots.
 func WriteSnapshot(w io.Writer, s *api.Snapshot) error {
 	pw := &plainWriter{w: w}
 	node := s.Node
@@ -31,18 +37,22 @@ func WriteSnapshot(w io.Writer, s *api.Snapshot) error {
 	}
 	pw.printf("node %s  up %s%s  (%s)\n", node, fmtAge(s.Uptime), at, cluster)
 
-	pw.section("MODELS", "MODEL\tEXECUTOR\tKV\tUSED\tCACHED\tFREE\tTOTAL\tRUNNING\tWAITING\tSWAPPED\tDONE\t"+
-		"TTFT P50/P95\tITL P50/P95\tPREEMPT (SWAP/RECOMP)\tPREFIX HIT\tDEGRADE")
+	pw.section("MODELS", "MODEL\tEXECUTOR\tKV\tUSED\tCACHED\tFREE\tRUN\tWAIT\tSWAP")
 	for _, m := range s.Models {
 		free := max(m.BlocksTotal-m.BlocksUsed-m.BlocksCached, 0)
+		pw.row(m.Model, m.Executor, plainKV(m)+" "+fmtPct(kvFill(m)), m.BlocksUsed, m.BlocksCached, free,
+			m.Running, m.Waiting, m.Swapped)
+	}
+
+	pw.section("LATENCY", "MODEL\tTTFT P50/P95\tITL P50/P95\tPREEMPT S/R\tPREFIX\tDONE\tDEGRADE")
+	for _, m := range s.Models {
 		hit := "-"
 		if f, ok := prefixHit(m); ok {
 			hit = fmt.Sprintf("%.1f%%", f*100)
 		}
-		pw.row(m.Model, m.Executor, plainKV(m)+" "+fmtPct(kvFill(m)), m.BlocksUsed, m.BlocksCached, free, m.BlocksTotal,
-			m.Running, m.Waiting, m.Swapped, m.Completed,
-			fmtLatency(m.TTFTP50)+"/"+fmtLatency(m.TTFTP95), fmtLatency(m.ITLP50)+"/"+fmtLatency(m.ITLP95),
-			fmt.Sprintf("%d (%d/%d)", m.Preemptions, m.PreemptionsSwap, m.PreemptionsRecompute), hit, degradeText(m))
+		pw.row(m.Model, fmtLatency(m.TTFTP50)+"/"+fmtLatency(m.TTFTP95), fmtLatency(m.ITLP50)+"/"+fmtLatency(m.ITLP95),
+			fmt.Sprintf("%d (%d/%d)", m.Preemptions, m.PreemptionsSwap, m.PreemptionsRecompute), hit, m.Completed,
+			degradeText(m))
 	}
 
 	pw.section("RUNNING/WAITING BY TIER", "MODEL\t"+strings.ToUpper(strings.Join(tiers, "\t")))
@@ -68,20 +78,24 @@ func WriteSnapshot(w io.Writer, s *api.Snapshot) error {
 		}
 	}
 
-	pw.section("REQUESTS", "ID\tTENANT\tMODEL\tTIER\tSTATE\tPROMPT\tCACHED\tGEN\tTTFT\tTOK/S\tAGE\tFOLLOW")
+	pw.section("REQUESTS", "ID\tTENANT\tMODEL\tTIER\tSTATE")
 	for _, r := range s.Requests {
-		follow := "no"
-		if r.Resumable {
-			follow = "yes"
-		}
-		pw.row(r.ID, r.Tenant, r.Model, r.Tier, r.State, r.PromptTokens, r.CachedTokens, r.GeneratedTokens,
-			fmtLatency(r.TTFT), fmtRate(r.TokensPerSecond), fmtAge(r.Age), follow)
+		pw.row(r.ID, r.Tenant, r.Model, r.Tier, r.State)
 	}
 	if len(s.Requests) == 0 {
 		pw.printf("(none)\n")
+	} else {
+		// Whether a request is resumable (llmctl top can follow it) is in
+		// --json; it does not fit here.
+		pw.section("REQUEST PROGRESS", "ID\tIN\tCACHED\tOUT\tTTFT\tTOK/S\tAGE")
+		for _, r := range s.Requests {
+			pw.row(r.ID, fmtCount(float64(r.PromptTokens)), fmtCount(float64(r.CachedTokens)),
+				fmtCount(float64(r.GeneratedTokens)), fmtLatency(r.TTFT), fmtRate(r.TokensPerSecond), fmtAge(r.Age))
+		}
 	}
 
-	pw.section("TENANTS", "TENANT\tTIER\tRUNNING\tRPM\tTPM\tCONCURRENCY\tDAILY TOKENS\tREJECTED 1M")
+	// Burn: used/limit and the share; counts in k and M to fit.
+	pw.section("TENANTS", "TENANT\tTIER\tRUN\tRPM\tTPM\tCONC\tDAILY TOKENS\tREJ/1M")
 	for _, t := range s.Tenants {
 		l, u := t.Limits, t.Usage
 		pw.row(t.Tenant, t.Tier, t.Running,
@@ -109,15 +123,12 @@ func WriteSnapshot(w io.Writer, s *api.Snapshot) error {
 }
 
 // writeMembers writes the CLUSTER section: one row per member, the
-// answering node marked "(this)", KV MAX its fullest model's cache use and
-// UPDATED the age of its last gossiped state.
+// answering node marked "(this)", KV MAX its fullest model's cache use,
+// KEYS its cached-prefix keys and UPDATED the age of its last gossiped
+// state; then each member's models.
 func writeMembers(pw *plainWriter, s *api.Snapshot) {
-	pw.section("CLUSTER", "NODE\tSTATUS\tAPI\tRUNNING\tWAITING\tKV MAX\tMODELS\tPREFIX KEYS\tUPDATED")
+	pw.section("CLUSTER", "NODE\tSTATUS\tAPI\tRUN\tWAIT\tKV MAX\tKEYS\tUPDATED")
 	for _, n := range s.Cluster {
-		name := n.ID
-		if n.Local {
-			name += localMark
-		}
 		status, _, _ := memberStatus(n)
 		running, waiting, kv := memberLoad(n)
 		kvText, updated := fmtPct(kv), "-"
@@ -127,9 +138,20 @@ func writeMembers(pw *plainWriter, s *api.Snapshot) {
 		if age := memberAge(s, n); age >= 0 {
 			updated = fmtAge(age) + " ago"
 		}
-		pw.row(name, status, orDash(n.APIAddr), running, waiting, kvText, orDash(strings.Join(n.Models, ",")),
-			n.PrefixKeys, updated)
+		pw.row(memberName(n), status, orDash(n.APIAddr), running, waiting, kvText, fmtCount(float64(n.PrefixKeys)), updated)
 	}
+	pw.section("CLUSTER MODELS", "NODE\tMODELS")
+	for _, n := range s.Cluster {
+		pw.row(memberName(n), orDash(strings.Join(n.Models, ",")))
+	}
+}
+
+// memberName is a member's id, with "(this)" on the answering node.
+func memberName(n api.NodeInfo) string {
+	if n.Local {
+		return n.ID + localMark
+	}
+	return n.ID
 }
 
 func orDash(s string) string {
@@ -150,13 +172,14 @@ func plainKV(m api.ModelSnapshot) string {
 	return "[" + strings.Repeat("#", c[0]) + strings.Repeat("+", c[1]) + strings.Repeat(".", c[2]) + "]"
 }
 
-// plainBurn writes the use of a limit: "54/60 90%", or "unlimited".
+// plainBurn writes the use of a limit: "54/60 90%", "70.0k/100k 70%", or
+// "unlimited".
 func plainBurn(used, limit int64) string {
 	if limit <= 0 {
 		return "unlimited"
 	}
 	used = max(used, 0)
-	return fmt.Sprintf("%d/%d %s", used, limit, fmtPct(frac(float64(used), float64(limit))))
+	return fmt.Sprintf("%s/%s %s", fmtCount(float64(used)), fmtCount(float64(limit)), fmtPct(frac(float64(used), float64(limit))))
 }
 
 func optional(v float64, format string) string {

@@ -48,11 +48,17 @@ func (t *Top) View() string {
 		return ""
 	}
 	lines := []string{t.titleLine()}
-	if h := t.header.View(); h != "" {
-		lines = append(lines, strings.Split(h, "\n")...)
+	if t.pane == paneHelp {
+		// The help takes the whole screen below the title, so that it
+		// fits 80x24 however tall the header is.
+		lines = append(lines, fitLines(strings.Split(t.helpView(), "\n"), max(t.height-3, 0))...)
+	} else {
+		if h := t.header.View(); h != "" {
+			lines = append(lines, strings.Split(h, "\n")...)
+		}
+		lines = append(lines, t.tabsLine())
+		lines = append(lines, t.bodyLines()...)
 	}
-	lines = append(lines, t.tabsLine())
-	lines = append(lines, t.bodyLines()...)
 	lines = append(lines, t.statusLine(), t.helpLine())
 	for i, l := range lines {
 		lines[i] = clip(l, t.width)
@@ -135,8 +141,6 @@ func (t *Top) bodyLines() []string {
 	}
 	var body string
 	switch {
-	case t.pane == paneHelp:
-		body = t.helpView()
 	case t.pane == paneFollow:
 		body = t.follow.View()
 	case t.snap == nil:
@@ -146,7 +150,11 @@ func (t *Top) bodyLines() []string {
 	default:
 		body = t.tables[t.view].View()
 	}
-	lines := strings.Split(body, "\n")
+	return fitLines(strings.Split(body, "\n"), h)
+}
+
+// fitLines cuts lines to h, or pads them with empty lines to h.
+func fitLines(lines []string, h int) []string {
 	if len(lines) > h {
 		lines = lines[:h]
 	}
@@ -182,9 +190,10 @@ func (t *Top) helpView() string {
 		st.Label.Render("gauges turn ") + st.Warn.Render("yellow at 75%") + st.Label.Render(" and ") +
 			st.Crit.Render("red at 90%") + st.Label.Render("; run/wait counts sequences per tier"),
 		st.Label.Render("enter follows the selected request's tokens live; K cancels it after a y"),
-		st.Label.Render("tok/s is computed here from successive snapshots; the sparkline spans the last minute"),
+		st.Label.Render("tok/s comes from successive snapshots; the sparkline spans the last minute"),
 	}
-	return t.help.FullHelpView(t.helpKeys.FullHelp()) + "\n" + strings.Join(legend, "\n")
+	head := st.Title.Render("keys") + st.Dim.Render("  (? or esc closes it)")
+	return head + "\n" + t.help.FullHelpView(t.helpKeys.FullHelp()) + "\n" + strings.Join(legend, "\n")
 }
 
 func (t *Top) statusLine() string {

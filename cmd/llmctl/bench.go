@@ -109,7 +109,7 @@ stops the run and prints what finished.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.model, "model", "", "model to benchmark (default: the server's preferred or first model)")
+	f.StringVarP(&o.model, "model", "m", "", "model to benchmark (default: the server's preferred or first model)")
 	f.IntVar(&o.spec.Requests, "requests", 100, "number of requests to send (0: no limit; needs --duration)")
 	f.IntVar(&o.spec.Concurrency, "concurrency", 8, "users in closed loop; with --rate, the most requests in flight (0: no bound)")
 	f.Float64Var(&o.spec.Rate, "rate", 0, "open loop: mean requests per second, Poisson arrivals")

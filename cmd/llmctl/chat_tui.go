@@ -7,7 +7,6 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/lipgloss"
 	"github.com/spf13/cobra"
 
 	"github.com/llmd/llmd/tui"
@@ -25,7 +24,7 @@ func (a *app) chatTUI(cmd *cobra.Command, c *chatter) error {
 		System:    c.system,
 		Tenant:    a.keyTenant(ctx),
 		ErrorText: errorText(a.apiError),
-	}, tui.DefaultStyles(lipgloss.NewRenderer(out)), tui.DefaultKeyMap())
+	}, tui.DefaultStyles(newRenderer(out)), tui.DefaultKeyMap())
 	p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithContext(ctx),
 		tea.WithInput(cmd.InOrStdin()), tea.WithOutput(out))
 	_, err := p.Run()

@@ -39,6 +39,8 @@ func newKeysCreateCmd(a *app) *cobra.Command {
 		req      api.KeyCreateRequest
 		dataDir  string
 		keyStdin bool
+		save     bool
+		noSave   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -48,8 +50,13 @@ KEY=$(llmctl keys create ...) captures it. The key is shown only this once.
 
 The tenant is created, with --tier, if it does not exist. Creating a key
 needs an admin key, except while llmd has no key at all: then llmctl on
-the same host as llmd may create the first (admin) key without one.`,
-		Example: `  export LLMD_API_KEY=$(llmctl keys create --admin --name ops)
+the same host as llmd may create the first (admin) key without one.
+
+An admin key created while llmctl has no key for this llmd (the first one)
+is also saved as llmctl's own key for the address, as "llmctl login" would,
+so later llmctl commands keep working in any shell; --no-save does not save
+it, and --save saves any key (replacing the saved one).`,
+		Example: `  llmctl keys create --admin --name ops             # the first key: printed, and saved for llmctl
   llmctl keys create --tenant acme --tier enterprise --name "acme backend"
   # the same key on a second node of a cluster:
   echo "$KEY" | llmctl --addr node-b:8700 keys create --tenant acme --key-stdin`,
@@ -57,6 +64,9 @@ the same host as llmd may create the first (admin) key without one.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkTier(req.Tier); err != nil {
 				return usageError(cmd, err)
+			}
+			if save && noSave {
+				return usageError(cmd, errors.New("--save and --no-save contradict each other"))
 			}
 			if keyStdin {
 				b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 4096))
@@ -88,6 +98,12 @@ the same host as llmd may create the first (admin) key without one.`,
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "created %s %s for tenant %q; store it now, it will not be shown again\n",
 				kind, kc.ID, kc.Tenant)
+			// The first admin key made through llmd becomes llmctl's own:
+			// without it every later command would get a 401.
+			offline := cmd.Flags().Changed("data-dir")
+			if save || (kc.Admin && !noSave && !offline && a.keySource == "") {
+				return a.saveKey(cmd.ErrOrStderr(), kc.Key, kc.Admin)
+			}
 			return nil
 		},
 	}
@@ -97,6 +113,8 @@ the same host as llmd may create the first (admin) key without one.`,
 	f.BoolVar(&req.Admin, "admin", false, "the key may call the admin routes (keys, tenants, quotas)")
 	f.StringVar(&req.Name, "name", "", "a label for the key")
 	f.StringVar(&dataDir, "data-dir", "", "create the key directly in `DIR`, llmd's data directory, without a running llmd")
+	f.BoolVar(&save, "save", false, "save the key as llmctl's key for --addr (as \"llmctl login\"), replacing the saved one")
+	f.BoolVar(&noSave, "no-save", false, "do not save the first admin key for llmctl")
 	f.BoolVar(&keyStdin, "key-stdin", false,
 		"add the existing key read from stdin (made by another node) instead of a new one: one key for every node of a cluster")
 	return cmd

@@ -197,7 +197,7 @@ func TestKeysCreate(t *testing.T) {
 		},
 		"first key without a key": {
 			noEnv:     true,
-			args:      []string{"keys", "create", "--admin"},
+			args:      []string{"keys", "create", "--admin", "--no-save"}, // saving: TestKeysCreateSaves
 			bootstrap: true,
 			wantBody:  map[string]any{"admin": true},
 			wantNote:  "created admin key llmd-NEW00001 for tenant \"default\"; store it now, it will not be shown again\n",
@@ -231,11 +231,11 @@ func TestAPIKeyFromEnv(t *testing.T) {
 	var errOut bytes.Buffer
 	code := execute(t.Context(), []string{"--addr", srv.URL, "--api-key", userKey, "keys", "list"}, strings.NewReader(""), io.Discard, &errOut)
 	require.Equal(t, exitFailure, code)
-	require.Equal(t, "llmctl: this command needs an admin API key: pass one with --api-key or set LLMD_API_KEY\n", errOut.String())
+	require.Equal(t, notAdminMsg, errOut.String())
 	errOut.Reset()
 	code = execute(t.Context(), []string{"--addr", srv.URL, "--api-key", "", "keys", "list"}, strings.NewReader(""), io.Discard, &errOut)
 	require.Equal(t, exitFailure, code)
-	require.Equal(t, "llmctl: llmd needs an API key: pass --api-key or set LLMD_API_KEY\n", errOut.String())
+	require.Equal(t, "llmctl: llmd at "+srv.URL+" needs an API key: save one with \"llmctl login\" (or pass --api-key, set LLMD_API_KEY)\n", errOut.String())
 }
 
 func TestAPIKeyNotInHelp(t *testing.T) {
@@ -350,11 +350,12 @@ func TestAdminCommandErrors(t *testing.T) {
 		wantErr string
 	}{
 		"no key": {global: []string{"--addr", srv.URL},
-			wantErr: "llmctl: llmd needs an API key: pass --api-key or set LLMD_API_KEY\n"},
+			wantErr: noKeyMsg(srv.URL)},
 		"wrong key": {global: []string{"--addr", srv.URL, "--api-key", wrongKey},
-			wantErr: "llmctl: llmd refused the API key: invalid API key \"[redacted]\"; pass a valid one with --api-key or set LLMD_API_KEY\n"},
+			wantErr: "llmctl: llmd refused the API key (from --api-key): invalid API key \"[redacted]\"; " +
+				"pass a valid one with --api-key or LLMD_API_KEY, or save one with \"llmctl login\"\n"},
 		"not an admin key": {global: []string{"--addr", srv.URL, "--api-key", userKey},
-			wantErr: "llmctl: this command needs an admin API key: pass one with --api-key or set LLMD_API_KEY\n"},
+			wantErr: notAdminMsg},
 		"no llmd": {global: []string{"--addr", addr, "--api-key", adminKey},
 			wantErr: "llmctl: cannot reach llmd at http://" + addr + ": start it with \"make run\" or \"llmd\", or pass --addr\n"},
 	}
@@ -381,7 +382,7 @@ func TestUnauthorizedNonAdmin(t *testing.T) {
 	var stderr bytes.Buffer
 	code := execute(t.Context(), []string{"--addr", srv.URL, "models"}, strings.NewReader(""), io.Discard, &stderr)
 	require.Equal(t, exitFailure, code)
-	require.Equal(t, "llmctl: llmd needs an API key: pass --api-key or set LLMD_API_KEY\n", stderr.String())
+	require.Equal(t, "llmctl: llmd at "+srv.URL+" needs an API key: save one with \"llmctl login\" (or pass --api-key, set LLMD_API_KEY)\n", stderr.String())
 
 	// A non-admin key is enough for the models.
 	out, _, err := runCmd(t, "", "--addr", srv.URL, "--api-key", userKey, "models")

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -55,7 +57,9 @@ func newModelInitCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "init NAME",
 		Short: "Write a GGUF model of a given shape with random weights and a built-in tokenizer",
-		Long: "llmctl model init writes NAME.gguf (or --out): a model of the given shape and architecture (llama,\n" +
+		Long: "llmctl model init writes NAME.gguf into llmd's models directory (models/ in the user's data\n" +
+			"directory, where \"llmd --model NAME\" finds it; --out names another file), and prints the path.\n" +
+			"It is a model of the given shape and architecture (llama,\n" +
 			"qwen2, qwen3, qwen3moe, phi3 or gemma3), with random\n" +
 			"weights drawn from --seed, a small real tokenizer learned from built-in text (byte-level BPE or\n" +
 			"SentencePiece) and a chat template. The weights are random, so the model's text is gibberish:\n" +
@@ -68,6 +72,11 @@ func newModelInitCmd() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s, %d layers, dim %d, %d heads (%d KV), vocab %d, %s, %d parameters\n",
 				path, spec.Arch, spec.Layers, spec.Dim, spec.Heads, spec.KVHeads, spec.Vocab, spec.FileType, spec.ParamCount)
+			serve := path
+			if o.out == "" {
+				serve = modelName(args[0])
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "serve it with: llmd --model %s\n", serve)
 			return nil
 		},
 	}
@@ -92,7 +101,8 @@ func newModelInitCmd() *cobra.Command {
 	f.IntVar(&o.windowPattern, "sliding-pattern", 0, "gemma3: every Nth layer is global (default 6)")
 	f.BoolVar(&o.tied, "tied", false, "no output matrix: the logits reuse the token embedding")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random weights")
-	f.StringVarP(&o.out, "out", "o", "", "output file (default: NAME.gguf)")
+	f.StringVarP(&o.out, "out", "o", "", "output file (default: NAME.gguf in llmd's models directory, "+
+		"$XDG_DATA_HOME/llmd/models or ~/.local/share/llmd/models)")
 	return cmd
 }
 
@@ -145,7 +155,14 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 	}
 	path := o.out
 	if path == "" {
-		path = filepath.Base(strings.TrimSuffix(name, ".gguf")) + ".gguf"
+		dir, err := modelsDir()
+		if err != nil {
+			return "", model.Spec{}, err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", model.Spec{}, fmt.Errorf("create the models directory: %w", err)
+		}
+		path = filepath.Join(dir, modelName(name)+".gguf")
 	}
 	if err := w.WriteFile(path); err != nil {
 		return "", model.Spec{}, err
@@ -164,4 +181,33 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 		return "", model.Spec{}, fmt.Errorf("read back %s: %w", path, err)
 	}
 	return path, spec, nil
+}
+
+// modelName is the file name, less .gguf, that "model init NAME" writes.
+func modelName(name string) string {
+	return filepath.Base(strings.TrimSuffix(name, ".gguf"))
+}
+
+// modelsDir is llmd's models directory: models/ in llmd's default data
+// directory ($XDG_DATA_HOME/llmd, else ~/.local/share/llmd on Unix, else
+// the platform's user configuration directory), where "llmd --model NAME"
+// looks for NAME.gguf.
+func modelsDir() (string, error) {
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "llmd", "models"), nil
+	}
+	var (
+		base string
+		err  error
+	)
+	if runtime.GOOS != "darwin" && runtime.GOOS != "windows" {
+		base, err = os.UserHomeDir()
+		base = filepath.Join(base, ".local", "share")
+	} else {
+		base, err = os.UserConfigDir()
+	}
+	if err != nil {
+		return "", fmt.Errorf("find the models directory: %w; pass --out", err)
+	}
+	return filepath.Join(base, "llmd", "models"), nil
 }

@@ -80,3 +80,17 @@ func TestModelInitErrors(t *testing.T) {
 	_, _, err := runCmd(t, "", "model", "init")
 	require.Error(t, err)
 }
+
+// TestModelInitDefaultPlace: without --out the model goes into llmd's
+// models directory under the user's data directory, and the path is
+// printed.
+func TestModelInitDefaultPlace(t *testing.T) {
+	data := t.TempDir()
+	t.Setenv("XDG_DATA_HOME", data)
+	out, errOut, err := runCmd(t, "", "model", "init", "tiny", "--vocab", "1000")
+	require.NoError(t, err, errOut)
+	want := filepath.Join(data, "llmd", "models", "tiny.gguf")
+	require.FileExists(t, want)
+	require.Contains(t, out, "wrote "+want+":")
+	require.Equal(t, "serve it with: llmd --model tiny\n", errOut)
+}

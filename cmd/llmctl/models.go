@@ -16,6 +16,7 @@ import (
 // newModelsCmd builds "llmctl models": alone it lists the models llmd
 // serves (GET /v1/models); its subcommands manage them while llmd runs.
 func newModelsCmd(a *app) *cobra.Command {
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "models",
 		Short: "List the models llmd serves; load, unload and roll out model versions",
@@ -29,6 +30,12 @@ func newModelsCmd(a *app) *cobra.Command {
 			models, err := a.client.Models(cmd.Context())
 			if err != nil {
 				return a.apiError(err)
+			}
+			if asJSON {
+				if models == nil {
+					models = []api.Model{}
+				}
+				return writeJSON(cmd.OutOrStdout(), api.ModelList{Object: "list", Data: models})
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 3, ' ', 0)
 			if _, err := tw.Write([]byte("ID\tARCH\tPARAMS\tQUANT\tCONTEXT\tOWNED BY\n")); err != nil {
@@ -47,22 +54,27 @@ func newModelsCmd(a *app) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON (the shape of GET /v1/models)")
 	cmd.AddCommand(newModelsListCmd(a), newModelsLoadCmd(a), newModelsUnloadCmd(a), newModelsApplyCmd(a), newModelsCanaryCmd(a), newModelsShadowCmd(a), newModelsPromoteCmd(a))
 	return cmd
 }
 
 // newModelsListCmd builds "llmctl models list".
 func newModelsListCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List the loaded models with their state, memory and active requests (admin)",
+		Short: "List the loaded models with their state, memory and active requests (needs an admin key)",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := a.client.LoadedModels(cmd.Context())
 			if err != nil {
-				return a.apiError(err)
+				return a.adminError(err)
 			}
 			w := cmd.OutOrStdout()
+			if asJSON {
+				return writeJSON(w, l)
+			}
 			tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tEXECUTOR\tMEMORY\tACTIVE\tKEEP ALIVE\tSOURCE")
 			for _, m := range l.Models {
@@ -80,6 +92,8 @@ func newModelsListCmd(a *app) *cobra.Command {
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	return cmd
 }
 
 // newModelsLoadCmd builds "llmctl models load".
@@ -91,7 +105,7 @@ func newModelsLoadCmd(a *app) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "load SOURCE",
-		Short: "Load a model while llmd runs (admin): a GGUF path on the llmd host, ollama:NAME[:TAG] or sim:PROFILE",
+		Short: "Load a model while llmd runs (needs an admin key): a GGUF path on the llmd host, ollama:NAME[:TAG] or sim:PROFILE",
 		Example: `  llmctl models load /models/qwen2.5-0.5b-instruct-q8_0.gguf --id qwen-2026-10-01
   llmctl models load ollama:qwen2.5:0.5b --keep-alive 10m
   llmctl models load sim:flagship --id sim/flagship-2026-11-15`,
@@ -127,7 +141,7 @@ func newModelsUnloadCmd(a *app) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "unload ID",
-		Short: "Drain and unload a model (admin): no new requests, running ones finish, then its memory is freed",
+		Short: "Drain and unload a model (needs an admin key): no new requests, running ones finish, then its memory is freed",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := a.client.UnloadModel(cmd.Context(), args[0], timeout)

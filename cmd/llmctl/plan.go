@@ -93,7 +93,7 @@ func newPlanCmd() *cobra.Command {
 	f.Float64Var(&o.keepUp, "keep-up", 0.97, "share of the offered output a node must generate to count as keeping up")
 	f.DurationVar(&o.simDuration, "sim-duration", 90*time.Second, "virtual time of each simulation of the search (a third is warm-up)")
 	f.BoolVar(&o.asJSON, "json", false, "print the figures as JSON")
-	return cmd
+	return standalone(cmd)
 }
 
 func (o *planOpts) check() error {

@@ -41,7 +41,7 @@ var canaryTierOrder = []string{api.TierFree, api.TierPaid, api.TierEnterprise, a
 func newModelsApplyCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "apply FILE",
-		Short: "Replace llmd's models config (versions, aliases, rollouts, routers) with a YAML file (admin)",
+		Short: "Replace llmd's models config (versions, aliases, rollouts, routers) with a YAML file (needs an admin key)",
 		Long: "Send a models config (YAML) to llmd, which loads the models it adds, unloads those it\n" +
 			"drops and saves it to its --models-config file. FILE \"-\" reads the config from stdin.",
 		Example: "  llmctl models apply models.yaml\n  generate-models | llmctl models apply -",
@@ -117,7 +117,7 @@ func newModelsCanaryCmd(a *app) *cobra.Command {
 	o := &canaryStatusOptions{}
 	cmd := &cobra.Command{
 		Use:   "canary",
-		Short: "Show each alias's canary and how it compares with the stable version; set and clear canaries (admin)",
+		Short: "Show each alias's canary and how it compares with the stable version; set and clear canaries (needs an admin key)",
 		Long: "Without a subcommand, the same as \"canary status\". A canary serves a share of each\n" +
 			"tier's requests to an alias from a new version; llmd rolls it back by itself when it does worse.",
 		Example: rolloutOrder,
@@ -134,7 +134,7 @@ func newCanaryStatusCmd(a *app) *cobra.Command {
 	o := &canaryStatusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show each alias's stable version, canary, shares per tier, shadow, and both versions' figures (admin)",
+		Short: "Show each alias's stable version, canary, shares per tier, shadow, and both versions' figures (needs an admin key)",
 		Long: "For each alias: its stable version, its canary (or none) and the canary's state (running, or\n" +
 			"rolled_back with the reason and time), the canary's share of each tier, the shadow version if any,\n" +
 			"and a table comparing the two versions' recent requests: ERRORS, LENGTH (stopped by max tokens)\n" +
@@ -278,7 +278,7 @@ func newCanarySetCmd(a *app) *cobra.Command {
 	var percent string
 	cmd := &cobra.Command{
 		Use:   "set ALIAS VERSION --percent TIER=P,...",
-		Short: "Serve a share of each tier's requests to ALIAS from VERSION (admin)",
+		Short: "Serve a share of each tier's requests to ALIAS from VERSION (needs an admin key)",
 		Long: "Start or change ALIAS's canary: --percent gives VERSION's share of each tier's requests,\n" +
 			"as TIER=PERCENT pairs (tiers enterprise, paid, free, batch; a tier not named gets 0) or one\n" +
 			"number for every tier. Shares are 0 to 100.",
@@ -309,7 +309,7 @@ func newCanarySetCmd(a *app) *cobra.Command {
 func newCanaryClearCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:     "clear ALIAS",
-		Short:   "End ALIAS's canary: every request goes to the stable version again (admin)",
+		Short:   "End ALIAS's canary: every request goes to the stable version again (needs an admin key)",
 		Example: "  llmctl models canary clear flagship\n\n" + rolloutOrder,
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -327,7 +327,7 @@ func newCanaryClearCmd(a *app) *cobra.Command {
 func newModelsShadowCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "shadow",
-		Short: "Copy a share of an alias's requests to another version and compare the answers (admin)",
+		Short: "Copy a share of an alias's requests to another version and compare the answers (needs an admin key)",
 		Long: "A shadow version gets a copy of a share of an alias's requests; callers are answered by the\n" +
 			"alias's version as usual, and llmd records how the shadow's answers and latencies compare.",
 		Example: rolloutOrder,
@@ -343,7 +343,7 @@ func newShadowSetCmd(a *app) *cobra.Command {
 	var percent float64
 	cmd := &cobra.Command{
 		Use:     "set ALIAS VERSION --percent P",
-		Short:   "Copy P% of ALIAS's requests to VERSION (admin)",
+		Short:   "Copy P% of ALIAS's requests to VERSION (needs an admin key)",
 		Example: "  llmctl models shadow set flagship sim/flagship-2026-11-15 --percent 10\n\n" + rolloutOrder,
 		Args:    usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -369,7 +369,7 @@ func newShadowSetCmd(a *app) *cobra.Command {
 func newShadowClearCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:     "clear ALIAS",
-		Short:   "Stop copying ALIAS's requests to its shadow version (admin)",
+		Short:   "Stop copying ALIAS's requests to its shadow version (needs an admin key)",
 		Example: "  llmctl models shadow clear flagship\n\n" + rolloutOrder,
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -395,7 +395,7 @@ func newShadowReportCmd(a *app) *cobra.Command {
 	o := &shadowReportOptions{}
 	cmd := &cobra.Command{
 		Use:   "report",
-		Short: "Compare shadow versions with the versions they shadowed: errors, exact matches, latency, length, score (admin)",
+		Short: "Compare shadow versions with the versions they shadowed: errors, exact matches, latency, length, score (needs an admin key)",
 		Long: `Report the shadow traffic of a window of time, one row per alias, primary
 (the version that answered) and shadow version, in two tables.
 
@@ -532,7 +532,7 @@ func newModelsPromoteCmd(a *app) *cobra.Command {
 	var req api.PromoteRequest
 	cmd := &cobra.Command{
 		Use:   "promote ALIAS",
-		Short: "Make ALIAS's canary its stable version; the old one stays served under its pinned name (admin)",
+		Short: "Make ALIAS's canary its stable version; the old one stays served under its pinned name (needs an admin key)",
 		Long: "Promote ALIAS's canary: every request to ALIAS goes to it from now on. The previous stable\n" +
 			"version stays served under its pinned name; --deprecate-old marks it deprecated from a date\n" +
 			"and --sunset-old retires it at a date (YYYY-MM-DD or an RFC 3339 time).",

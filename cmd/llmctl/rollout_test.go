@@ -632,7 +632,7 @@ func TestRolloutAdminErrors(t *testing.T) {
 				strings.NewReader(""), &stdout, &stderr)
 			require.Equal(t, exitFailure, code)
 			require.Empty(t, stdout.String())
-			require.Equal(t, "llmctl: this command needs an admin API key: pass one with --api-key or set LLMD_API_KEY\n", stderr.String())
+			require.Equal(t, notAdminMsg, stderr.String())
 		})
 	}
 	for _, args := range [][]string{

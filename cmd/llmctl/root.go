@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/llmd/llmd/api"
 )
@@ -32,6 +33,9 @@ type app struct {
 	// apiKey is --api-key, else $LLMD_API_KEY; "" means none. It must never
 	// be printed, in help or in errors.
 	apiKey string
+	// keySource says where apiKey came from: keyFromFlag, keyFromEnv,
+	// keyFromSaved, or "" for no key.
+	keySource string
 	// caCert is --ca-cert, else $LLMD_CA_CERT: the CA llmd's TLS
 	// certificate is checked against (else the system's roots).
 	caCert string
@@ -47,7 +51,10 @@ func newRootCmd() *cobra.Command {
 		Long: "llmctl talks to a running llmd: it lists the models llmd serves and chats with them,\n" +
 			"and manages its API keys, tenants and quotas.\n\n" +
 			"The address of llmd is --addr, else $LLMD_ADDR, else " + defaultAddr + ".\n" +
-			"The API key is --api-key, else $LLMD_API_KEY.",
+			"The API key is --api-key, else $LLMD_API_KEY, else the key saved for that address by\n" +
+			"\"llmctl login\" (or by \"llmctl keys create --admin\"; see \"llmctl config\").\n\n" +
+			"Commands that say \"needs an admin key\" need one once llmd has API keys; until the\n" +
+			"first key is made, llmctl on llmd's host runs them without a key.",
 		Args: usageArgs(unknownCommand),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cmd.Help()
@@ -77,7 +84,7 @@ func newRootCmd() *cobra.Command {
 
 	root.AddCommand(newModelsCmd(a), newNodesCmd(a), newChatCmd(a), newStatsCmd(a), newModelCmd(a),
 		newKeysCmd(a), newQuotaCmd(a), newTenantsCmd(a), newUsageCmd(a), newTopCmd(a), newBenchCmd(a),
-		newSimulateCmd(), newPlanCmd())
+		newSimulateCmd(), newPlanCmd(), newLoginCmd(a), newLogoutCmd(a), newConfigCmd(a))
 	return root
 }
 
@@ -97,15 +104,49 @@ func (a *app) connect(cmd *cobra.Command) error {
 	if err != nil {
 		return usageError(cmd, err)
 	}
+	// The key: --api-key, else $LLMD_API_KEY, else the one saved for
+	// this address (llmctl login). A key read from a file with $(cat ...)
+	// or pasted may carry spaces or a newline, which no key has and no HTTP
+	// header may hold.
+	a.keySource = keyFromFlag
 	if !cmd.Flags().Changed("api-key") {
-		a.apiKey = os.Getenv("LLMD_API_KEY")
+		a.apiKey, a.keySource = strings.TrimSpace(os.Getenv("LLMD_API_KEY")), keyFromEnv
+		if a.apiKey == "" {
+			a.keySource = ""
+			if e, ok := savedKey(base, cmd.ErrOrStderr()); ok {
+				a.apiKey, a.keySource = e.APIKey, keyFromSaved
+			}
+		}
 	}
-	// A key read from a file with $(cat ...) or pasted may carry spaces or
-	// a newline, which no key has and no HTTP header may hold.
 	a.apiKey = strings.TrimSpace(a.apiKey)
+	if a.apiKey == "" {
+		a.keySource = ""
+	}
 	c.SetAPIKey(a.apiKey)
 	a.base, a.client = base, c
 	return nil
+}
+
+// deprecatedFlag warns on stderr when cmd was given the old flag name,
+// which still works.
+func deprecatedFlag(cmd *cobra.Command, old, name string) {
+	if cmd.Flags().Changed(old) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "llmctl: warning: --%s is deprecated, use --%s (the name llmd uses)\n", old, name)
+	}
+}
+
+// standalone marks cmd as one that never talks to llmd (simulate, plan):
+// it skips connecting, and its help leaves out the flags about llmd
+// (--addr, --api-key, --ca-cert), which it does not use.
+func standalone(cmd *cobra.Command) *cobra.Command {
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error { return nil }
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		// Hiding the root's flags here is safe: help ends the process's
+		// only command run.
+		c.InheritedFlags().VisitAll(func(f *pflag.Flag) { f.Hidden = true })
+		c.Root().HelpFunc()(c, args)
+	})
+	return cmd
 }
 
 // httpClient is the client of llmd: nil (the default) without a CA, else
@@ -172,12 +213,18 @@ func (a *app) apiError(err error) error {
 	case errors.As(err, &oe) && oe.Op == "dial":
 		return &exitError{code: exitFailure, err: fmt.Errorf("cannot reach llmd at %s: %v", a.base, oe.Err)}
 	case errors.As(err, &se) && se.StatusCode == http.StatusUnauthorized:
-		if a.apiKey == "" {
-			return &exitError{code: exitFailure, err: errors.New(
-				"llmd needs an API key: pass --api-key or set LLMD_API_KEY")}
+		switch a.keySource {
+		case "":
+			return &exitError{code: exitFailure, err: fmt.Errorf(
+				"llmd at %s needs an API key: save one with \"llmctl login\" (or pass --api-key, set LLMD_API_KEY)", a.base)}
+		case keyFromSaved:
+			return &exitError{code: exitFailure, err: fmt.Errorf(
+				"llmd refused the key llmctl saved for %s (%s): %s; save a valid one with \"llmctl login\"",
+				a.base, describeKey(a.apiKey, a.keySource), se.Message)}
 		}
 		return &exitError{code: exitFailure, err: fmt.Errorf(
-			"llmd refused the API key: %s; pass a valid one with --api-key or set LLMD_API_KEY", se.Message)}
+			"llmd refused the API key (from %s): %s; pass a valid one with --api-key or LLMD_API_KEY, or save one with \"llmctl login\"",
+			a.keySource, se.Message)}
 	case errors.As(err, &se):
 		return &exitError{code: exitFailure, err: errors.New(se.Message)}
 	case errors.As(err, &ste):
@@ -192,8 +239,9 @@ func (a *app) apiError(err error) error {
 func (a *app) adminError(err error) error {
 	var se *api.StatusError
 	if errors.As(err, &se) && se.StatusCode == http.StatusForbidden {
-		return &exitError{code: exitFailure, err: errors.New(
-			"this command needs an admin API key: pass one with --api-key or set LLMD_API_KEY")}
+		return &exitError{code: exitFailure, err: fmt.Errorf(
+			"this command needs an admin API key; the key in use (%s) is not one: "+
+				"run \"llmctl login\" with an admin key, or pass one with --api-key or LLMD_API_KEY", describeKey(a.apiKey, a.keySource))}
 	}
 	return a.apiError(err)
 }

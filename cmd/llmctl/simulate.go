@@ -36,7 +36,7 @@ const (
 
 func (h *hardware) flags(cmd *cobra.Command, tp int, model string) {
 	cmd.Flags().StringVar(&h.gpu, "gpu", "h100", "GPU profile: "+strings.Join(sim.GPUNames(), ", "))
-	cmd.Flags().StringVar(&h.model, "model", model, "simulated model profile: "+strings.Join(sim.ModelNames(), ", "))
+	cmd.Flags().StringVarP(&h.model, "model", "m", model, "simulated model profile: "+strings.Join(sim.ModelNames(), ", "))
 	cmd.Flags().IntVar(&h.tp, "tp", tp, "GPUs per node (the tensor-parallel degree)")
 	cmd.Flags().IntVar(&h.maxRunning, "max-running", 256, "most sequences a node runs at once (the engine's batch size)")
 	cmd.Flags().IntVar(&h.batchTokens, "max-batch-tokens", 2048, "most tokens a node's step processes (decode plus chunked prefill)")
@@ -106,14 +106,15 @@ func newSimulateCmd() *cobra.Command {
 		Long: "simulate runs N llmd engines (the real scheduler, KV cache, prefix cache and preemption) over\n" +
 			"SIMULATED GPUs: each step takes the roofline time of a GPU profile and a model profile, on a\n" +
 			"virtual clock, so an hour of traffic takes seconds to a minute. A router in front places each\n" +
-			"request as a llmd cluster does (--route). It prints, per node and for the fleet, output tokens/s,\n" +
+			"request as a llmd cluster does (--route-policy). It prints, per node and for the fleet, output tokens/s,\n" +
 			"KV cache usage, preemptions, prefix-cache hits and TTFT and inter-token latency percentiles.\n\n" +
 			"Distributions (--input, --output, --system-tokens, --turns): 128, uniform:64-512 or normal:512,128.\n" +
 			"No model runs: the figures are those of the cost model in engine/sim, calibrated against vLLM.",
 		Example: "  llmctl simulate --nodes 4 --gpu h100 --model small --rate 40 --duration 1h\n" +
-			"  llmctl simulate --model flagship --tp 8 --rate 30 --turns uniform:1-6 --route round_robin --json",
+			"  llmctl simulate --model flagship --tp 8 --rate 30 --turns uniform:1-6 --route-policy round_robin --json",
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			deprecatedFlag(cmd, "route", "route-policy")
 			cfg, err := o.config()
 			if err != nil {
 				return usageError(cmd, err)
@@ -148,11 +149,15 @@ func newSimulateCmd() *cobra.Command {
 	f.Int64Var(&o.rpm, "quota-rpm", 0, "requests per minute allowed per tenant (0: no quota)")
 	f.Int64Var(&o.tpm, "quota-tpm", 0, "tokens per minute allowed per tenant (0: no quota)")
 	f.Int64Var(&o.concurrency, "quota-concurrency", 0, "concurrent requests allowed per tenant (0: no quota)")
-	f.StringVar(&o.route, "route", string(cluster.PolicyPrefix), "routing policy: "+cluster.PolicyNames(fleet.RoutePolicies))
+	f.StringVar(&o.route, "route-policy", string(cluster.PolicyPrefix),
+		"routing policy, as llmd --route-policy: "+cluster.PolicyNames(fleet.RoutePolicies))
+	// The old name, accepted with a warning.
+	f.StringVar(&o.route, "route", string(cluster.PolicyPrefix), "routing policy")
+	_ = f.MarkHidden("route")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the workload")
 	f.IntVar(&o.workers, "workers", 1, "goroutines stepping the nodes (more help only on idle cores); the figures do not depend on it")
 	f.BoolVar(&o.asJSON, "json", false, "print the configuration and the report as JSON")
-	return cmd
+	return standalone(cmd)
 }
 
 // config turns the flags into a fleet configuration.

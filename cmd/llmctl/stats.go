@@ -10,14 +10,18 @@ import (
 
 // newStatsCmd builds "llmctl stats".
 func newStatsCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Show each model's KV cache, queues, prefix-cache hits, preemptions and degradation, and the quota counters",
+		Short: "Show each model's KV cache, queues, prefix-cache hits, preemptions, degradation and quota counters (needs an admin key)",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := a.client.Stats(cmd.Context())
 			if err != nil {
-				return a.apiError(err)
+				return a.adminError(err)
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), st)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODEL\tEXECUTOR\tKV USED\tCACHED\tRUNNING\tWAITING\tSWAPPED\tDONE\tPREFIX HIT\tPREEMPT (SWAP/RECOMP)\tDEGRADE")
@@ -54,4 +58,6 @@ func newStatsCmd(a *app) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the counters as JSON (the shape of GET /v1/stats)")
+	return cmd
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/lipgloss"
 	"github.com/spf13/cobra"
 
 	"github.com/llmd/llmd/tui"
@@ -19,6 +18,7 @@ type topOptions struct {
 	interval time.Duration
 	readOnly bool
 	once     bool
+	asJSON   bool
 }
 
 // newTopCmd builds "llmctl top".
@@ -26,7 +26,7 @@ func newTopCmd(a *app) *cobra.Command {
 	o := &topOptions{}
 	cmd := &cobra.Command{
 		Use:   "top",
-		Short: "Watch llmd live: KV cache, queues per tier, tokens/s, latencies, requests, tenants' quotas",
+		Short: "Watch llmd live: KV cache, queues per tier, tokens/s, latencies, requests, tenants' quotas (needs an admin key)",
 		Long: `Watch a running llmd: per model its KV cache (used, cached, free blocks), the
 sequences running and waiting per tier, tokens/s over the last minute, TTFT and
 ITL percentiles, preemptions, prefix-cache hits and degradation level; its GPUs;
@@ -47,10 +47,12 @@ goes back), K cancels it (after y), p pauses, + and - change the interval by
 --once prints one snapshot as plain text, without colours, and exits: use it
 in scripts, or where stdout is not a terminal. Its first line ends in "(not
 clustered)" or "(cluster: N members, M alive)"; a clustered node's ends with a
-CLUSTER table of the members.`,
+CLUSTER table of the members. It fits 80 columns. --json prints the snapshot
+as JSON instead (the shape of GET /v1/admin/snapshot), and implies --once.`,
 		Example: `  llmctl top
   llmctl top --interval 500ms --readonly
-  llmctl top --once | grep decode`,
+  llmctl top --once | grep decode
+  llmctl top --json | jq '.gpus'`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.top(cmd, o)
@@ -60,6 +62,7 @@ CLUSTER table of the members.`,
 	f.DurationVar(&o.interval, "interval", tui.DefaultInterval, "time between snapshots (at least 250ms)")
 	f.BoolVar(&o.readOnly, "readonly", false, "never cancel requests (K is disabled)")
 	f.BoolVar(&o.once, "once", false, "print one snapshot as plain text and exit")
+	f.BoolVar(&o.asJSON, "json", false, "print one snapshot as JSON and exit")
 	return cmd
 }
 
@@ -69,10 +72,13 @@ func (a *app) top(cmd *cobra.Command, o *topOptions) error {
 		return usageError(cmd, fmt.Errorf("--interval %s is below the minimum of %s", o.interval, tui.MinInterval))
 	}
 	out := cmd.OutOrStdout()
-	if o.once {
+	if o.once || o.asJSON {
 		s, err := a.client.Snapshot(cmd.Context())
 		if err != nil {
 			return a.adminError(err)
+		}
+		if o.asJSON {
+			return writeJSON(out, s)
 		}
 		return tui.WriteSnapshot(out, s)
 	}
@@ -80,7 +86,7 @@ func (a *app) top(cmd *cobra.Command, o *topOptions) error {
 		return &exitError{code: exitFailure, err: errors.New(
 			"llmctl top needs a terminal on stdout; use --once to print one snapshot as plain text")}
 	}
-	st := tui.DefaultStyles(lipgloss.NewRenderer(out))
+	st := tui.DefaultStyles(newRenderer(out))
 	m := tui.NewTop(a.client, tui.TopOptions{
 		Interval:  o.interval,
 		ReadOnly:  o.readOnly,

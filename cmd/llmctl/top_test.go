@@ -75,10 +75,23 @@ func TestTopOnce(t *testing.T) {
 		"0    H100 x1 (sim/small)  40.0/80.0   50%",
 		"req_00112233445566778899aabbccddeeff  acme    sim/small  paid  decode",
 		"req_ffeeddccbbaa99887766554433221100  acme    sim/small  free  queued",
-		"acme    paid  1        45/60 75%  unlimited",
+		"acme    paid  1    45/60 75%  unlimited",
 	} {
 		require.Contains(t, out, want)
 	}
+	for i, l := range strings.Split(out, "\n") {
+		require.LessOrEqual(t, len(l), 80, "line %d: %q", i, l)
+	}
+
+	// --json: the snapshot as llmd sent it.
+	stdout.Reset()
+	code = execute(t.Context(), []string{"--addr", srv.URL, "--api-key", adminKey, "top", "--json"},
+		strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, exitOK, code, stderr.String())
+	var got api.Snapshot
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &got))
+	require.Equal(t, "node-a", got.Node)
+	require.Len(t, got.Requests, 2)
 }
 
 // TestTopOnceCluster: a clustered node's snapshot says so on the first line
@@ -101,9 +114,13 @@ func TestTopOnceCluster(t *testing.T) {
 	require.True(t, strings.HasPrefix(out,
 		"node node-a  up 1m30s  at 2026-03-01T12:00:00Z  (cluster: 2 members, 1 alive)\n"), out)
 	require.True(t, strings.HasSuffix(out, "\nCLUSTER\n"+
-		"NODE           STATUS   API            RUNNING  WAITING  KV MAX  MODELS     PREFIX KEYS  UPDATED\n"+
-		"node-a (this)  alive    10.0.0.1:8700  1        1        80%     sim/small  12           0s ago\n"+
-		"node-b         suspect  10.0.0.2:8700  4        0        25%     sim/mid    0            9s ago\n"), out)
+		"NODE           STATUS   API            RUN  WAIT  KV MAX  KEYS  UPDATED\n"+
+		"node-a (this)  alive    10.0.0.1:8700  1    1     80%     12    0s ago\n"+
+		"node-b         suspect  10.0.0.2:8700  4    0     25%     0     9s ago\n"+
+		"\nCLUSTER MODELS\n"+
+		"NODE           MODELS\n"+
+		"node-a (this)  sim/small\n"+
+		"node-b         sim/mid\n"), out)
 }
 
 func TestTopOnceErrors(t *testing.T) {
@@ -115,9 +132,9 @@ func TestTopOnceErrors(t *testing.T) {
 		wantErr string
 	}{
 		"no key": {[]string{"--addr", srv.URL},
-			"llmctl: llmd needs an API key: pass --api-key or set LLMD_API_KEY\n"},
+			noKeyMsg(srv.URL)},
 		"not an admin key": {[]string{"--addr", srv.URL, "--api-key", userKey},
-			"llmctl: this command needs an admin API key: pass one with --api-key or set LLMD_API_KEY\n"},
+			notAdminMsg},
 		"no llmd": {[]string{"--addr", addr, "--api-key", adminKey},
 			"llmctl: cannot reach llmd at http://" + addr + ": start it with \"make run\" or \"llmd\", or pass --addr\n"},
 	} {

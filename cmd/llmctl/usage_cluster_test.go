@@ -451,7 +451,7 @@ func TestUsageClusterFailures(t *testing.T) {
 		code := execute(t.Context(), []string{"--addr", fc.srvA.URL, "--api-key", userKey, "usage", "--cluster"},
 			strings.NewReader(""), &stdout, &stderr)
 		require.Equal(t, exitFailure, code)
-		require.Equal(t, "llmctl: this command needs an admin API key: pass one with --api-key or set LLMD_API_KEY\n", stderr.String())
+		require.Equal(t, notAdminMsg, stderr.String())
 		require.Empty(t, fc.a.requests(), "the node list is refused first")
 	})
 	t.Run("--node-timeout", func(t *testing.T) {

@@ -305,9 +305,9 @@ func TestUsageCmdServerErrors(t *testing.T) {
 			wantErr: "llmctl: since must be a positive duration back from now (24h, 7d) or an RFC 3339 time, got \"bad\"\n" +
 				"Run 'llmctl usage --help' for usage.\n"},
 		"not an admin key": {args: []string{"--api-key", userKey, "usage"}, wantCode: exitFailure,
-			wantErr: "llmctl: this command needs an admin API key: pass one with --api-key or set LLMD_API_KEY\n"},
+			wantErr: notAdminMsg},
 		"no key": {args: []string{"usage", "--by", "tenant"}, wantCode: exitFailure,
-			wantErr: "llmctl: llmd needs an API key: pass --api-key or set LLMD_API_KEY\n"},
+			wantErr: noKeyMsg("BASE")},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -316,7 +316,7 @@ func TestUsageCmdServerErrors(t *testing.T) {
 			code := execute(t.Context(), append([]string{"--addr", srv.URL}, tc.args...), strings.NewReader(""), &stdout, &stderr)
 			require.Equal(t, tc.wantCode, code)
 			require.Empty(t, stdout.String())
-			require.Equal(t, tc.wantErr, stderr.String())
+			require.Equal(t, strings.ReplaceAll(tc.wantErr, "BASE", srv.URL), stderr.String())
 			requireNoKey(t, stderr.String())
 		})
 	}

@@ -342,3 +342,20 @@ func TestProgressBar(t *testing.T) {
 		"\r\x1b[Kloading models [##########----------] 1/2 qw"+
 		"\r\x1b[Kloading models [####################] 2/2 \n", b.String())
 }
+
+// TestAccessBanner: the banner says whether requests need a key and how to
+// get one.
+func TestAccessBanner(t *testing.T) {
+	t.Parallel()
+	cfg := daemon.DefaultConfig()
+	cfg.DataDir = "/data/llmd"
+	open := accessBanner(cfg, false)
+	require.Contains(t, open, "no API key exists yet")
+	require.Contains(t, open, "llmctl keys create --admin")
+	closed := accessBanner(cfg, true)
+	require.Contains(t, closed, "API keys required")
+	require.Contains(t, closed, "llmctl login")
+	require.Contains(t, closed, "--data-dir /data/llmd")
+	cfg.Anonymous = true
+	require.Contains(t, accessBanner(cfg, true), "--anonymous")
+}

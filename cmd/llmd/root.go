@@ -140,67 +140,6 @@ type options struct {
 	forwardTimeout time.Duration
 }
 
-// envVars maps each flag to the environment variable that sets it when the
-// flag is not given.
-var envVars = map[string]string{
-	"listen":            "LLMD_LISTEN",
-	"gpu":               "LLMD_GPU",
-	"tp":                "LLMD_TP",
-	"models":            "LLMD_MODELS",
-	"model":             "LLMD_MODEL",
-	"models-dir":        "LLMD_MODELS_DIR",
-	"cpu-threads":       "LLMD_CPU_THREADS",
-	"kv-cache-mib":      "LLMD_KV_CACHE_MIB",
-	"memory-budget-mib": "LLMD_MEMORY_BUDGET_MIB",
-	"unload-timeout":    "LLMD_UNLOAD_TIMEOUT",
-	"models-config":     "LLMD_MODELS_CONFIG",
-	"data-dir":          "LLMD_DATA_DIR",
-	"log-level":         "LLMD_LOG_LEVEL",
-	"log-format":        "LLMD_LOG_FORMAT",
-	"heartbeat":         "LLMD_HEARTBEAT",
-
-	"max-batch-tokens":       "LLMD_MAX_BATCH_TOKENS",
-	"max-running":            "LLMD_MAX_RUNNING",
-	"expected-output-tokens": "LLMD_EXPECTED_OUTPUT_TOKENS",
-	"prefix-cache":           "LLMD_PREFIX_CACHE",
-	"tier-weights":           "LLMD_TIER_WEIGHTS",
-	"insecure":               "LLMD_INSECURE",
-	"anonymous":              "LLMD_ANONYMOUS",
-	"allowed-host":           "LLMD_ALLOWED_HOST",
-	"cors-origin":            "LLMD_CORS_ORIGIN",
-	"tls-cert":               "LLMD_TLS_CERT",
-	"tls-key":                "LLMD_TLS_KEY",
-	"ca-cert":                "LLMD_CA_CERT",
-	"body-timeout":           "LLMD_BODY_TIMEOUT",
-	"idle-timeout":           "LLMD_IDLE_TIMEOUT",
-	"max-connections":        "LLMD_MAX_CONNECTIONS",
-	"max-client-connections": "LLMD_MAX_CLIENT_CONNECTIONS",
-	"max-client-lag":         "LLMD_MAX_CLIENT_LAG",
-	"redis":                  "LLMD_REDIS",
-	"quota-timeout":          "LLMD_QUOTA_TIMEOUT",
-	"quota-shadow":           "LLMD_QUOTA_SHADOW",
-	"quota-estimate":         "LLMD_QUOTA_ESTIMATE",
-	"degrade-route":          "LLMD_DEGRADE_ROUTE",
-	"degrade-max-tokens":     "LLMD_DEGRADE_MAX_TOKENS",
-	"degrade-queue-wait":     "LLMD_DEGRADE_QUEUE_WAIT",
-	"no-degrade":             "LLMD_NO_DEGRADE",
-	"config":                 "LLMD_CONFIG",
-	"node-id":                "LLMD_NODE_ID",
-	"stall-timeout":          "LLMD_STALL_TIMEOUT",
-	"resume-grace":           "LLMD_RESUME_GRACE",
-	"drain-timeout":          "LLMD_DRAIN_TIMEOUT",
-	"join":                   "LLMD_JOIN",
-	"gossip-addr":            "LLMD_GOSSIP_ADDR",
-	"gossip-key":             "LLMD_GOSSIP_KEY",
-	"insecure-gossip":        "LLMD_INSECURE_GOSSIP",
-	"advertise-api":          "LLMD_ADVERTISE_API",
-	"route-policy":           "LLMD_ROUTE_POLICY",
-	"load-bound":             "LLMD_LOAD_BOUND",
-	"load-slack":             "LLMD_LOAD_SLACK",
-	"fallback-model":         "LLMD_FALLBACK_MODEL",
-	"forward-timeout":        "LLMD_FORWARD_TIMEOUT",
-}
-
 // newRootCmd builds the llmd command. getenv is os.Getenv, or a map lookup
 // in tests.
 func newRootCmd(getenv func(string) string) *cobra.Command {
@@ -217,16 +156,13 @@ simulated H100 per model, for the small, mid and flagship profiles. --model load
 GGUF files (or ollama:NAME from the Ollama store) instead and runs them on the
 CPU executor.
 
-Every flag can also be set with its environment variable (LLMD_LISTEN, LLMD_GPU,
-LLMD_TP, LLMD_MODELS, LLMD_MODEL, LLMD_MODELS_DIR, LLMD_DATA_DIR, LLMD_LOG_LEVEL, LLMD_LOG_FORMAT,
-LLMD_HEARTBEAT, LLMD_MAX_BATCH_TOKENS, LLMD_MAX_RUNNING,
-LLMD_EXPECTED_OUTPUT_TOKENS, LLMD_PREFIX_CACHE, LLMD_TIER_WEIGHTS, LLMD_INSECURE, LLMD_ANONYMOUS,
-LLMD_ALLOWED_HOST, LLMD_CORS_ORIGIN, LLMD_TLS_CERT, LLMD_TLS_KEY, LLMD_CA_CERT, LLMD_BODY_TIMEOUT,
-LLMD_IDLE_TIMEOUT, LLMD_MAX_CONNECTIONS, LLMD_MAX_CLIENT_CONNECTIONS, LLMD_MAX_CLIENT_LAG, LLMD_REDIS,
-LLMD_QUOTA_TIMEOUT, LLMD_QUOTA_SHADOW, LLMD_QUOTA_ESTIMATE, LLMD_DEGRADE_ROUTE, LLMD_DEGRADE_MAX_TOKENS,
-LLMD_DEGRADE_QUEUE_WAIT, LLMD_NO_DEGRADE, LLMD_CONFIG, LLMD_NODE_ID, LLMD_STALL_TIMEOUT,
-LLMD_RESUME_GRACE, LLMD_DRAIN_TIMEOUT, LLMD_JOIN, LLMD_GOSSIP_ADDR, LLMD_GOSSIP_KEY,
-LLMD_INSECURE_GOSSIP, LLMD_ADVERTISE_API); a flag wins over the environment.
+Every flag can also be set with its environment variable, shown after it as
+[$LLMD_...]: LLMD_ and the flag's name in capitals, "-" as "_". A flag wins over
+the environment. Lists (--models, --join, --fallback-model, --degrade-route,
+--allowed-host, ...) are repeatable flags or comma-separated values, and
+comma-separated in the environment; --model, --upstream and
+--upstream-tokenizer, whose values may hold commas, are repeated flags and one
+value per line in the environment.
 
 Access: until the first API key is made, requests without a key act as the
 built-in "local" tenant, and llmd refuses a non-loopback --listen (unless
@@ -250,6 +186,7 @@ a key, even if every key is revoked later, unless --anonymous (loopback only).`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	o.bind(cmd.Flags())
+	annotateEnv(cmd.Flags())
 	return cmd
 }
 
@@ -324,8 +261,8 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.quotaShadow, "quota-shadow", false, "evaluate quotas and log refusals, but admit every request")
 	fs.BoolVar(&o.quotaEstimate, "quota-estimate", false,
 		"reserve each tenant's learned answer length (p90 of its last 64) instead of max_tokens; longer answers are charged at the end")
-	fs.StringArrayVar(&o.degradeRoutes, "degrade-route", nil,
-		"MODEL=SMALLER: under overload serve MODEL's free-tier requests with SMALLER (repeatable)")
+	fs.StringSliceVar(&o.degradeRoutes, "degrade-route", nil,
+		"MODEL=SMALLER: under overload serve MODEL's free-tier requests with SMALLER (repeatable, or a comma-separated list)")
 	fs.IntVar(&o.degradeMax, "degrade-max-tokens", def.DegradeFreeMaxTokens, "under overload cap free-tier max_tokens at this (0: no cap)")
 	fs.DurationVar(&o.degradeWait, "degrade-queue-wait", def.Engine.Ladder.QueueWaitHigh,
 		"queue wait that counts as overload and starts the degradation ladder")
@@ -351,36 +288,9 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&o.loadSlack, "load-slack", cluster.DefaultLoadSlack,
 		"...but only when it is also this many sequences above the least loaded node (0 for none)")
 	fs.StringSliceVar(&o.fallbacks, "fallback-model", nil,
-		"FROM=TO: serve requests for model FROM with model TO when no alive cluster node serves FROM (repeatable)")
+		"FROM=TO: serve requests for model FROM with model TO when no alive cluster node serves FROM (repeatable, or a comma-separated list)")
 	fs.DurationVar(&o.forwardTimeout, "forward-timeout", daemon.DefaultForwardTimeout,
 		"how long a peer has to accept a forwarded request before it is tried on the next node")
-}
-
-// applyEnv sets every flag not given on the command line from its
-// environment variable, if that is set.
-func applyEnv(fs *pflag.FlagSet, getenv func(string) string) error {
-	var errs []error
-	fs.VisitAll(func(fl *pflag.Flag) {
-		name, ok := envVars[fl.Name]
-		if !ok || fl.Changed {
-			return
-		}
-		v := getenv(name)
-		if v == "" {
-			return
-		}
-		if sv, ok := fl.Value.(pflag.SliceValue); ok {
-			// Replace the default list rather than append to it.
-			if err := sv.Replace(splitList(v)); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
-			}
-			return
-		}
-		if err := fl.Value.Set(v); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
-		}
-	})
-	return errors.Join(errs...)
 }
 
 func splitList(v string) []string {
@@ -396,6 +306,9 @@ func splitList(v string) []string {
 // config turns the options into a daemon.Config.
 func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg := daemon.DefaultConfig()
+	if err := o.checkEnums(); err != nil {
+		return cfg, err
+	}
 	cfg.Listen = o.listen
 	cfg.GPU = o.gpu
 	cfg.TP = o.tp
@@ -473,10 +386,7 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.Engine.Ladder.Disabled = o.noDegrade
 	cfg.NodeID = o.nodeID
 	if len(o.join) > 0 || o.gossipAddr != "" {
-		policy, err := cluster.ParsePolicy(o.routePolicy)
-		if err != nil {
-			return cfg, fmt.Errorf("--route-policy %q: use %s", o.routePolicy, cluster.PolicyNames(cluster.Policies))
-		}
+		policy, _ := cluster.ParsePolicy(o.routePolicy) // checked by checkEnums
 		cc := &daemon.ClusterConfig{GossipAddr: o.gossipAddr, Join: splitList(strings.Join(o.join, ",")),
 			InsecureGossip: o.insecureGossip, APIAddr: o.advertiseAPI, RoutePolicy: policy, LoadBound: o.loadBound,
 			LoadSlack: o.loadSlack, ForwardTimeout: o.forwardTimeout}
@@ -533,6 +443,12 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 		}
 		cfg.DataDir = dir
 	}
+	defDir, _ := defaultDataDir(getenv) // "" when there is none
+	files, err := resolveModelFiles(o.modelFiles, cfg.DataDir, defDir)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.ModelFiles = files
 	return cfg, cfg.Validate()
 }
 
@@ -612,8 +528,22 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	if isTerminal(stderr) {
 		cfg.LoadProgress = progressBar(stderr)
 	}
-	srv, err := daemon.Open(cfg, logger)
+	// daemon.Open, in two steps: the banner reads the store.
+	deps, err := daemon.OpenDeps(cfg, logger)
 	if err != nil {
+		return err
+	}
+	keysMade := false
+	if deps.Store != nil {
+		if keysMade, err = deps.Store.KeysEverMade(ctx); err != nil {
+			logger.Warn("cannot tell whether API keys exist", "err", err)
+		}
+	}
+	srv, err := daemon.New(cfg, deps, logger)
+	if err != nil {
+		if deps.Close != nil {
+			deps.Close()
+		}
 		return err
 	}
 	addr, err := srv.Listen()
@@ -640,6 +570,7 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	if cfg.ModelsConfig != "" {
 		fmt.Fprintf(stdout, "  models config: %s (reloaded on SIGHUP; `llmctl models` lists what it serves)\n", cfg.ModelsConfig)
 	}
+	fmt.Fprint(stdout, accessBanner(cfg, keysMade))
 	// SIGHUP reloads the TLS certificate (open connections keep theirs)
 	// and the models config.
 	hup := make(chan os.Signal, 1)
@@ -668,6 +599,23 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	close(done)
 	_ = reloads.Wait()
 	return err
+}
+
+// accessBanner is the startup banner's lines about access: whether
+// requests need an API key, and how to get one.
+func accessBanner(cfg daemon.Config, keysMade bool) string {
+	switch {
+	case cfg.Anonymous:
+		return "  access: requests without a key act as the local tenant (--anonymous); API keys work too\n"
+	case !keysMade:
+		return "  access: open: no API key exists yet, requests without one act as the local tenant (loopback only).\n" +
+			"    \"llmctl keys create --admin\" makes the first key (llmctl saves it for itself); from then on every\n" +
+			"    request needs a key\n"
+	default:
+		return "  access: API keys required (they exist in " + cfg.DataDir + "): llmctl uses the key \"llmctl login\" saved\n" +
+			"    or $LLMD_API_KEY; an admin key makes more (llmctl keys create), and with no admin key at hand\n" +
+			"    \"llmctl keys create --admin --data-dir " + cfg.DataDir + "\" makes one offline\n"
+	}
 }
 
 // redisLogger adapts slog to go-redis's logger.

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmd/llmd/api"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/api"
 )
 
 // TestClusterRoutingFigures measures the routing policies on real llmd

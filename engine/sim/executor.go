@@ -38,6 +38,8 @@ type Executor struct {
 	mu sync.Mutex
 	// check validates each batch before anything is applied.
 	check *engine.BatchChecker
+	// util records the time spent in steps, for Utilization.
+	util utilMeter
 }
 
 var (
@@ -280,9 +282,12 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (*engine.Output
 	}
 	d := e.scale(e.Cost(b).Total())
 	if d > 0 {
+		start := e.clock.Now()
 		if err := e.clock.Sleep(ctx, d); err != nil {
+			e.util.add(start, e.clock.Now().Sub(start))
 			return nil, fmt.Errorf("sim: step interrupted: %w", err)
 		}
+		e.util.add(start, d)
 	}
 	out := &engine.Output{Tokens: make([]int32, len(b.Seqs)), Duration: d}
 	for i := range b.Seqs {
