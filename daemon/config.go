@@ -221,6 +221,7 @@ func DefaultConfig() Config {
 		StepTimeScale:        1,
 		QuotaTimeout:         25 * time.Millisecond,
 		StallTimeout:         60 * time.Second,
+		Autoscale:            AutoscaleTargets{KVUsage: 0.8, Waiting: 4, TTFT: 2 * time.Second},
 		ResumeGrace:          60 * time.Second,
 		ResumeTTL:            5 * time.Minute,
 		ResumeMaxBytes:       4 << 20,

@@ -132,12 +132,17 @@ type options struct {
 	advertiseAPI   string
 	// gossipProfile is the hidden --gossip-profile: memberlist timings,
 	// "lan" (default) or "local" (tests and scripts/netns-partition.sh).
-	gossipProfile  string
-	routePolicy    string
-	loadBound      float64
-	loadSlack      int
-	fallbacks      []string
-	forwardTimeout time.Duration
+	gossipProfile    string
+	routePolicy      string
+	loadBound        float64
+	loadSlack        int
+	retryJoinMax     int
+	zone             string
+	autoscaleKV      float64
+	autoscaleWaiting float64
+	autoscaleTTFT    time.Duration
+	fallbacks        []string
+	forwardTimeout   time.Duration
 }
 
 // newRootCmd builds the llmd command. getenv is os.Getenv, or a map lookup
@@ -291,6 +296,15 @@ func (o *options) bind(fs *pflag.FlagSet) {
 		"FROM=TO: serve requests for model FROM with model TO when no alive cluster node serves FROM (repeatable, or a comma-separated list)")
 	fs.DurationVar(&o.forwardTimeout, "forward-timeout", daemon.DefaultForwardTimeout,
 		"how long a peer has to accept a forwarded request before it is tried on the next node")
+	fs.IntVar(&o.retryJoinMax, "retry-join-max", 0,
+		"give up (and exit) after this many failed attempts to join the --join members; 0 retries while llmd runs")
+	fs.StringVar(&o.zone, "zone", "", "this node's zone or region label: requests prefer nodes of the zone they enter")
+	fs.Float64Var(&o.autoscaleKV, "autoscale-kv-target", 0.8,
+		"autoscaling signal (llmd_desired_replicas): the mean KV-cache use (0 to 1) a replica should run at")
+	fs.Float64Var(&o.autoscaleWaiting, "autoscale-waiting-target", 4,
+		"autoscaling signal: the mean queued requests per replica")
+	fs.DurationVar(&o.autoscaleTTFT, "autoscale-ttft-target", 2*time.Second,
+		"autoscaling signal: the TTFT p50 (last minute) a replica should keep")
 }
 
 func splitList(v string) []string {
@@ -384,12 +398,19 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 		cfg.DegradeRoutes[strings.TrimSpace(from)] = strings.TrimSpace(to)
 	}
 	cfg.Engine.Ladder.Disabled = o.noDegrade
+	if o.autoscaleKV <= 0 || o.autoscaleKV > 1 || o.autoscaleWaiting <= 0 || o.autoscaleTTFT <= 0 {
+		return cfg, fmt.Errorf("--autoscale-kv-target (0 to 1], --autoscale-waiting-target and --autoscale-ttft-target must be positive")
+	}
+	cfg.Autoscale = daemon.AutoscaleTargets{KVUsage: o.autoscaleKV, Waiting: o.autoscaleWaiting, TTFT: o.autoscaleTTFT}
 	cfg.NodeID = o.nodeID
 	if len(o.join) > 0 || o.gossipAddr != "" {
 		policy, _ := cluster.ParsePolicy(o.routePolicy) // checked by checkEnums
 		cc := &daemon.ClusterConfig{GossipAddr: o.gossipAddr, Join: splitList(strings.Join(o.join, ",")),
 			InsecureGossip: o.insecureGossip, APIAddr: o.advertiseAPI, RoutePolicy: policy, LoadBound: o.loadBound,
-			LoadSlack: o.loadSlack, ForwardTimeout: o.forwardTimeout}
+			LoadSlack: o.loadSlack, ForwardTimeout: o.forwardTimeout, RetryJoinMax: o.retryJoinMax, Zone: o.zone}
+		if o.retryJoinMax < 0 {
+			return cfg, fmt.Errorf("--retry-join-max %d: must be 0 (retry while llmd runs) or more", o.retryJoinMax)
+		}
 		cc.Profile = o.gossipProfile
 		for _, fb := range o.fallbacks {
 			from, to, ok := strings.Cut(fb, "=")
