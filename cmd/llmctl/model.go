@@ -36,6 +36,8 @@ type initOptions struct {
 	window, windowPattern       int
 	tied                        bool
 	seed                        uint64
+	pooling                     string
+	matryoshka                  bool
 }
 
 // newModelCmd builds "llmctl model".
@@ -56,7 +58,7 @@ func newModelInitCmd() *cobra.Command {
 		Use:   "init NAME",
 		Short: "Write a GGUF model of a given shape with random weights and a built-in tokenizer",
 		Long: "llmctl model init writes NAME.gguf (or --out): a model of the given shape and architecture (llama,\n" +
-			"qwen2, qwen3, qwen3moe, phi3 or gemma3), with random\n" +
+			"qwen2, qwen3, qwen3moe, phi3 or gemma3, or the embedding models bert and nomic-bert), with random\n" +
 			"weights drawn from --seed, a small real tokenizer learned from built-in text (byte-level BPE or\n" +
 			"SentencePiece) and a chat template. The weights are random, so the model's text is gibberish:\n" +
 			"it is for tests and benchmarks, made here with no download.",
@@ -81,7 +83,7 @@ func newModelInitCmd() *cobra.Command {
 	f.IntVar(&o.vocab, "vocab", 2048, "vocabulary size")
 	f.IntVar(&o.context, "context", 2048, "context length in tokens")
 	f.StringVar(&o.typ, "type", "f16", "weight type: f32, f16, bf16, q8_0, q5_0, q4_0, q4_k, q6_k")
-	f.StringVar(&o.vocabKind, "tokenizer", "bpe", "tokenizer: bpe (byte-level BPE) or spm (SentencePiece)")
+	f.StringVar(&o.vocabKind, "tokenizer", "bpe", "tokenizer: bpe (byte-level BPE) or spm (SentencePiece); bert and nomic-bert always use wordpiece")
 	f.IntVar(&o.headDim, "head-dim", 0, "per-head key/value width (default: dim/heads)")
 	f.IntVar(&o.ropeDims, "rope-dims", 0, "rotated dimensions per head (default: the head width; fewer for partial rotary)")
 	f.IntVar(&o.experts, "experts", 8, "qwen3moe: feed-forward experts per layer")
@@ -90,6 +92,8 @@ func newModelInitCmd() *cobra.Command {
 	f.IntVar(&o.window, "sliding-window", 0, "gemma3: positions a sliding-window layer sees (default 512; -1: no sliding-window layers)")
 	f.IntVar(&o.windowPattern, "sliding-pattern", 0, "gemma3: every Nth layer is global (default 6)")
 	f.BoolVar(&o.tied, "tied", false, "no output matrix: the logits reuse the token embedding")
+	f.StringVar(&o.pooling, "pooling", "mean", "bert, nomic-bert: how token states become the embedding: mean, cls or last")
+	f.BoolVar(&o.matryoshka, "matryoshka", false, "bert, nomic-bert: mark the model as Matryoshka-trained (requests may ask for fewer dimensions)")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random weights")
 	f.StringVarP(&o.out, "out", "o", "", "output file (default: NAME.gguf)")
 	return cmd
@@ -101,6 +105,11 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 	typ, err := gguf.ParseTensorType(o.typ)
 	if err != nil {
 		return "", model.Spec{}, err
+	}
+	encoder := o.arch == "bert" || o.arch == "nomic-bert"
+	if encoder {
+		// Embedding models: a WordPiece vocabulary, no chat template.
+		o.vocabKind = "wordpiece"
 	}
 	vocab, err := tokenizer.BuildVocab(o.vocabKind, o.vocab)
 	if err != nil {
@@ -129,6 +138,9 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 	}
 	if o.arch == "gemma3" {
 		m.SlidingWindow, m.SlidingPattern = o.window, o.windowPattern
+	}
+	if encoder {
+		m.Pooling, m.Matryoshka = o.pooling, o.matryoshka
 	}
 	w, err := m.Writer()
 	if err != nil {
