@@ -107,9 +107,12 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 		return "", model.Spec{}, err
 	}
 	encoder := o.arch == "bert" || o.arch == "nomic-bert"
-	if encoder {
+	switch {
+	case encoder:
 		// Embedding models: a WordPiece vocabulary, no chat template.
 		o.vocabKind = "wordpiece"
+	case o.vocabKind != "bpe" && o.vocabKind != "spm":
+		return "", model.Spec{}, fmt.Errorf("unknown tokenizer %q for %s (want bpe or spm)", o.vocabKind, o.arch)
 	}
 	vocab, err := tokenizer.BuildVocab(o.vocabKind, o.vocab)
 	if err != nil {
