@@ -570,7 +570,8 @@ type Model struct {
 	// the version it points to, Target), "router" (resolved per request by
 	// rules; Target is its default) or "version" (a model of the config,
 	// loaded or loaded on demand); "peer" is a model only another node of
-	// the cluster serves (Target, requests are forwarded). Deprecated and Sunset are Unix times of
+	// the cluster serves (Target, requests are forwarded); "embedding" is a
+	// loaded embedding model (it answers /v1/embeddings only). Deprecated and Sunset are Unix times of
 	// a version's retirement. llmd extensions, absent for plain models.
 	Kind           string `json:"kind,omitempty"`
 	Target         string `json:"target,omitempty"`

@@ -165,6 +165,9 @@ func loadGGUF(ref modelfile.ModelRef, opts ggufOptions, cfg Config, logger *slog
 		_ = f.Close()
 		return nil, nil, err
 	}
+	if spec, _ := modelfile.SpecFromFile(f); spec.Encoder {
+		return loadGGUFEmbedder(ref, f, m, spec, opts)
+	}
 	cc := cpu.DefaultConfig()
 	cc.Name = ref.Name
 	cc.EOS = m.Text.(ggufText).tok.EndOfGeneration()
@@ -197,6 +200,28 @@ func loadGGUF(ref modelfile.ModelRef, opts ggufOptions, cfg Config, logger *slog
 		m.Memory = ggufMemory(st.Size(), cc.KVCacheBytes)
 	}
 	return func() { exec.Close(); _ = f.Close() }, m, nil
+}
+
+// loadGGUFEmbedder builds an embedding model's embedder and batcher (no
+// engine and no KV cache: see pipeline.EmbedBatcher) over the text side
+// and details m holds; the closer releases them after the batcher stops.
+func loadGGUFEmbedder(ref modelfile.ModelRef, f *gguf.File, m *pipeline.Model, spec modelfile.Spec, opts ggufOptions) (func(), *pipeline.Model, error) {
+	emb, err := cpu.NewEmbedder(f, cpu.EmbedConfig{Threads: opts.threads})
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	em := pipeline.NewEmbedModel(ref.Name, m.Text, pipeline.NewEmbedBatcher(emb, emb.MaxBatchTokens(), 0), spec.ContextLength,
+		pipeline.EmbedModel{Dim: spec.Dim, Pooling: spec.Pooling.String(), Matryoshka: spec.Matryoshka}, time.Unix(m.Created, 0))
+	em.Arch, em.Params, em.Quantization, em.Template, em.Metadata = m.Arch, m.Params, m.Quantization, m.Template, m.Metadata
+	em.Source = ref.Path
+	if ref.Source == modelfile.RefSourceOllama {
+		em.Source = "ollama:" + ref.Name
+	}
+	if st, err := os.Stat(ref.Path); err == nil {
+		em.Memory = ggufMemory(st.Size(), 0)
+	}
+	return func() { emb.Close(); _ = f.Close() }, em, nil
 }
 
 func ggufModel(ref modelfile.ModelRef, f *gguf.File) (*pipeline.Model, error) {

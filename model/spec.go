@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -24,7 +25,7 @@ const (
 
 // Architectures lists the general.architecture values SpecFromFile
 // accepts, sorted.
-var Architectures = []string{"gemma3", "llama", "phi3", "qwen2", "qwen3", "qwen3moe"}
+var Architectures = []string{"bert", "gemma3", "llama", "nomic-bert", "phi3", "qwen2", "qwen3", "qwen3moe"}
 
 // RopeScaling is a model's RoPE context scaling (rope.scaling.* keys).
 type RopeScaling struct {
@@ -42,7 +43,8 @@ type RopeScaling struct {
 // file's metadata and checked against its tensors.
 type Spec struct {
 	// Arch is one of Architectures: "llama" (also Mistral, SmolLM,
-	// TinyLlama), "qwen2", "qwen3", "qwen3moe", "phi3" or "gemma3".
+	// TinyLlama), "qwen2", "qwen3", "qwen3moe", "phi3" or "gemma3", or an
+	// embedding encoder, "bert" (BGE, MiniLM) or "nomic-bert".
 	Arch string
 	Name string // general.name, may be empty
 
@@ -124,6 +126,39 @@ type Spec struct {
 	ExpertWeightsNorm  bool
 	ExpertWeightsScale float64
 
+	// Encoder reports an embedding model (bert, nomic-bert): a
+	// bidirectional encoder whose every token attends to every token of
+	// its input, with LayerNorm (weight and bias, NormEps) after each
+	// sublayer's residual add, and whose last hidden states are pooled
+	// into one embedding by Pooling. It has no KV cache, no output head
+	// and generates nothing; the fields below describe it (see also
+	// FusedQKV, QKVBias, GELU). The decoder-only fields (RMSEps,
+	// TiedOutput, ...) are unset.
+	Encoder bool
+	// NormEps is an encoder's LayerNorm epsilon
+	// (attention.layer_norm_epsilon).
+	NormEps float64
+	// PosEmbed reports learned absolute position embeddings (a
+	// position_embd row per position, ContextLength rows, added to the
+	// token's embedding: bert); without it an encoder rotates queries and
+	// keys by RoPE (nomic-bert, NEOX pairing).
+	PosEmbed bool
+	// TokenTypes is the number of token_types rows (0: none); row 0
+	// ("sentence A") is added to every token's embedding.
+	TokenTypes int
+	// AttnOutBias reports blk.N.attn_output.bias; FFNBias ffn_up.bias and
+	// ffn_down.bias (bert; llama.cpp reads no FFN biases for nomic-bert).
+	AttnOutBias, FFNBias bool
+	// Pooling is how an encoder's token states become the embedding
+	// (<arch>.pooling_type).
+	Pooling Pooling
+	// Matryoshka reports a model trained with Matryoshka representation
+	// learning, whose embedding may be cut to its leading dimensions and
+	// renormalised (the request's "dimensions"): the llmd key
+	// <arch>.matryoshka, or a model known to be one by its general.name
+	// (nomic-embed-text v1.5 and v2, mxbai-embed-large).
+	Matryoshka bool
+
 	// FileType names the quantization level ("F16", "Q8_0", "Q4_K_M"),
 	// from general.file_type or else the commonest matrix type.
 	FileType string
@@ -131,6 +166,36 @@ type Spec struct {
 	ParamCount int64
 	// WeightBytes is the size of all tensor data in bytes.
 	WeightBytes int64
+}
+
+// Pooling is llama.cpp's llama_pooling_type: how an embedding model's
+// token states become one vector.
+type Pooling int
+
+// Pooling types, with llama.cpp's values.
+const (
+	PoolingNone Pooling = 0 // one embedding per token
+	PoolingMean Pooling = 1 // the mean of the input's token states
+	PoolingCLS  Pooling = 2 // the first token's state ([CLS])
+	PoolingLast Pooling = 3 // the last token's state
+	PoolingRank Pooling = 4 // a reranker's classification head
+)
+
+// String names p as llama.cpp does ("mean", "cls", ...).
+func (p Pooling) String() string {
+	switch p {
+	case PoolingNone:
+		return "none"
+	case PoolingMean:
+		return "mean"
+	case PoolingCLS:
+		return "cls"
+	case PoolingLast:
+		return "last"
+	case PoolingRank:
+		return "rank"
+	}
+	return fmt.Sprintf("pooling(%d)", int(p))
 }
 
 // KVBytesPerToken returns the KV cache bytes one token takes over all
@@ -231,7 +296,11 @@ func SpecFromFile(f *gguf.File) (Spec, error) {
 	}
 	s.RopeDims = intKey("rope.dimension_count", s.HeadDim, 2, specMaxHeadDim)
 	s.RopeBase = floatKey("rope.freq_base", 10000)
-	s.RMSEps = floatKey("attention.layer_norm_rms_epsilon", -1)
+	eps, epsKey := &s.RMSEps, "attention.layer_norm_rms_epsilon"
+	if s.Encoder = encoderArch(arch); s.Encoder {
+		eps, epsKey = &s.NormEps, "attention.layer_norm_epsilon"
+	}
+	*eps = floatKey(epsKey, -1)
 	if err != nil {
 		return Spec{}, err
 	}
@@ -241,8 +310,8 @@ func SpecFromFile(f *gguf.File) (Spec, error) {
 	if !(s.RopeBase > 0) || math.IsInf(s.RopeBase, 0) {
 		return Spec{}, fmt.Errorf("model: %srope.freq_base %v must be positive", p, s.RopeBase)
 	}
-	if !(s.RMSEps > 0 && s.RMSEps < 1) {
-		return Spec{}, fmt.Errorf("model: %sattention.layer_norm_rms_epsilon %v must be in (0, 1)", p, s.RMSEps)
+	if !(*eps > 0 && *eps < 1) {
+		return Spec{}, fmt.Errorf("model: %s%s %v must be in (0, 1)", p, epsKey, *eps)
 	}
 	if s.RopeScaling, err = specRopeScaling(f, p); err != nil {
 		return Spec{}, err
@@ -256,7 +325,11 @@ func SpecFromFile(f *gguf.File) (Spec, error) {
 		return Spec{}, aerr
 	}
 
-	if err := s.checkTensors(f); err != nil {
+	check := s.checkTensors
+	if s.Encoder {
+		check = s.checkEncoderTensors
+	}
+	if err := check(f); err != nil {
 		return Spec{}, err
 	}
 	if n, ok := f.Uint(p + "vocab_size"); ok && n != uint64(s.Vocab) {
@@ -303,6 +376,10 @@ func (s *Spec) archParams(f *gguf.File, intKey func(key string, def, lo, hi int)
 		}
 		// llama.cpp disables Phi-3's sliding window: phi3 files that carry
 		// attention.sliding_window run with full attention, as here.
+	case "bert", "nomic-bert":
+		if err := s.encoderParams(f, intKey); err != nil {
+			return err
+		}
 	case "gemma3":
 		s.QKNorm, s.GELU, s.PostNorms = true, true, true
 		s.EmbedScale = float64(float32(math.Sqrt(float64(s.Dim))))
@@ -533,4 +610,145 @@ func specFileType(f *gguf.File) string {
 		return ""
 	}
 	return best.String()
+}
+
+// encoderArch reports the embedding encoders among Architectures.
+func encoderArch(arch string) bool { return arch == "bert" || arch == "nomic-bert" }
+
+// matryoshkaNames are general.name values (lowercased, as substrings) of
+// embedding models trained with Matryoshka representation learning, whose
+// files carry no key that says so.
+var matryoshkaNames = []string{"nomic-embed-text-v1.5", "nomic-embed-text-v2", "mxbai-embed-large"}
+
+// encoderParams reads an encoder's keys as llama.cpp's bert and nomic-bert
+// loaders do: pooling_type (mean when absent, the sentence-transformers
+// default; none and rank are refused, as only pooled embeddings are
+// served), token_type_count, no causal attention, no mixture of experts;
+// and llmd's <arch>.matryoshka.
+func (s *Spec) encoderParams(f *gguf.File, intKey func(key string, def, lo, hi int) int) error {
+	p := s.Arch + "."
+	s.PosEmbed = s.Arch == "bert"
+	s.GELU = s.Arch == "bert"
+	s.Pooling = Pooling(intKey("pooling_type", int(PoolingMean), 0, 4))
+	switch s.Pooling {
+	case PoolingNone, PoolingRank:
+		return fmt.Errorf("model: %spooling_type is %s: only pooled embeddings (mean, cls, last) are supported", p, s.Pooling)
+	}
+	if c, ok := f.Bool(p + "attention.causal"); ok && c {
+		return fmt.Errorf("model: %sattention.causal is true: a causal encoder is not supported", p)
+	}
+	if n, ok := f.Uint(p + "moe_every_n_layers"); ok && n > 0 {
+		return fmt.Errorf("model: %smoe_every_n_layers is %d: nomic-bert-moe is not supported", p, n)
+	}
+	if s.HeadDim != s.ValueDim {
+		return fmt.Errorf("model: %s needs equal key and value lengths, got %d and %d", s.Arch, s.HeadDim, s.ValueDim)
+	}
+	if m, ok := f.Bool(p + "matryoshka"); ok {
+		s.Matryoshka = m
+	} else {
+		name := strings.ToLower(s.Name)
+		if b, ok := f.String("general.basename"); ok {
+			name += " " + strings.ToLower(b)
+		}
+		for _, n := range matryoshkaNames {
+			if strings.Contains(name, n) {
+				s.Matryoshka = true
+			}
+		}
+	}
+	return nil
+}
+
+// checkEncoderTensors checks the tensors of an encoder's forward pass (as
+// llama.cpp's bert graph reads them) and sets Vocab, TokenTypes,
+// FusedQKV, QKVBias, AttnOutBias and FFNBias.
+func (s *Spec) checkEncoderTensors(f *gguf.File) error {
+	shape := func(name string, dims ...int) (bool, error) {
+		t, ok := f.Tensor(name)
+		if !ok {
+			return false, nil
+		}
+		want := make([]uint64, len(dims))
+		for i, d := range dims {
+			want[i] = uint64(d)
+		}
+		if !slices.Equal(t.Dims, want) {
+			return true, fmt.Errorf("model: tensor %q has shape %v, want %v", name, t.Dims, want)
+		}
+		return true, nil
+	}
+	need := func(name string, dims ...int) error {
+		ok, err := shape(name, dims...)
+		if err == nil && !ok {
+			err = fmt.Errorf("model: tensor %q is missing", name)
+		}
+		return err
+	}
+	emb, ok := f.Tensor("token_embd.weight")
+	if !ok {
+		return fmt.Errorf("model: tensor %q is missing", "token_embd.weight")
+	}
+	if len(emb.Dims) != 2 || emb.Dims[0] != uint64(s.Dim) || emb.Dims[1] > specMaxVocab {
+		return fmt.Errorf("model: tensor %q has shape %v, want [%d vocab] with vocab at most %d", emb.Name, emb.Dims, s.Dim, specMaxVocab)
+	}
+	s.Vocab = int(emb.Dims[1])
+	if tt, ok := f.Tensor("token_types.weight"); ok {
+		if len(tt.Dims) != 2 || tt.Dims[0] != uint64(s.Dim) || tt.Dims[1] < 1 || tt.Dims[1] > 1<<16 {
+			return fmt.Errorf("model: tensor %q has shape %v, want [%d types]", tt.Name, tt.Dims, s.Dim)
+		}
+		s.TokenTypes = int(tt.Dims[1])
+	}
+	errs := []error{need("token_embd_norm.weight", s.Dim), need("token_embd_norm.bias", s.Dim)}
+	if s.PosEmbed {
+		errs = append(errs, need("position_embd.weight", s.Dim, s.ContextLength))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+	_, s.FusedQKV = f.Tensor("blk.0.attn_qkv.weight")
+	if s.FusedQKV {
+		_, s.QKVBias = f.Tensor("blk.0.attn_qkv.bias")
+	} else {
+		_, s.QKVBias = f.Tensor("blk.0.attn_q.bias")
+	}
+	_, s.AttnOutBias = f.Tensor("blk.0.attn_output.bias")
+	_, s.FFNBias = f.Tensor("blk.0.ffn_up.bias")
+	s.FFNBias = s.FFNBias && s.Arch == "bert"
+	for l := range s.Layers {
+		p := fmt.Sprintf("blk.%d.", l)
+		var ts []specTensor
+		if s.FusedQKV {
+			ts = append(ts, specTensor{"attn_qkv.weight", []int{s.Dim, q + 2*kv}})
+			if s.QKVBias {
+				ts = append(ts, specTensor{"attn_qkv.bias", []int{q + 2*kv}})
+			}
+		} else {
+			ts = append(ts, specTensor{"attn_q.weight", []int{s.Dim, q}}, specTensor{"attn_k.weight", []int{s.Dim, kv}},
+				specTensor{"attn_v.weight", []int{s.Dim, kv}})
+			if s.QKVBias {
+				ts = append(ts, specTensor{"attn_q.bias", []int{q}}, specTensor{"attn_k.bias", []int{kv}},
+					specTensor{"attn_v.bias", []int{kv}})
+			}
+		}
+		ts = append(ts, specTensor{"attn_output.weight", []int{q, s.Dim}})
+		if s.AttnOutBias {
+			ts = append(ts, specTensor{"attn_output.bias", []int{s.Dim}})
+		}
+		ts = append(ts, specTensor{"attn_output_norm.weight", []int{s.Dim}}, specTensor{"attn_output_norm.bias", []int{s.Dim}},
+			specTensor{"ffn_up.weight", []int{s.Dim, s.FFN}}, specTensor{"ffn_down.weight", []int{s.FFN, s.Dim}},
+			specTensor{"layer_output_norm.weight", []int{s.Dim}}, specTensor{"layer_output_norm.bias", []int{s.Dim}})
+		if s.Arch == "nomic-bert" {
+			ts = append(ts, specTensor{"ffn_gate.weight", []int{s.Dim, s.FFN}})
+		}
+		if s.FFNBias {
+			ts = append(ts, specTensor{"ffn_up.bias", []int{s.FFN}}, specTensor{"ffn_down.bias", []int{s.Dim}})
+		}
+		for _, c := range ts {
+			if err := need(p+c.name, c.dims...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

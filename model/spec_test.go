@@ -137,7 +137,7 @@ func TestSpecRefusesBadModels(t *testing.T) {
 		"no architecture": {specLlama, func(w *gguf.Writer) {
 			specWithout(t, w, []string{"general.architecture"}, nil)
 		}, "general.architecture is missing"},
-		"other architecture":   {specLlama, set("general.architecture", "mamba"), `"mamba" is not supported (supported: gemma3, llama, phi3, qwen2, qwen3, qwen3moe)`},
+		"other architecture":   {specLlama, set("general.architecture", "mamba"), `"mamba" is not supported (supported: bert, gemma3, llama, nomic-bert, phi3, qwen2, qwen3, qwen3moe)`},
 		"mixture of experts":   {specLlama, set("llama.expert_count", uint32(8)), "mixture-of-experts llama models are not supported"},
 		"missing layers":       {specLlama, set("llama.block_count", "two"), "llama.block_count"},
 		"too many layers":      {specLlama, set("llama.block_count", uint32(1025)), "1025"},

@@ -277,6 +277,9 @@ func (p *Pipeline) prepare(req *Request, t Tenant, c choice) (*Job, error) {
 		}
 		return j, nil
 	}
+	if m.Embed != nil {
+		return nil, errNotGenerative(m.ID)
+	}
 	if m.Target != nil {
 		return p.prepareUpstream(req, j, m, t)
 	}

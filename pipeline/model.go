@@ -152,6 +152,10 @@ type Model struct {
 	// /api/show; both empty for a model that is not a GGUF file. Read-only.
 	Template string
 	Metadata map[string]any
+	// Embed is an embedding model's side (see NewEmbedModel); nil for a
+	// generative model. An embedding model answers embeddings requests
+	// only, a generative one everything else.
+	Embed *EmbedModel
 
 	// draining refuses new requests (the model is being unloaded);
 	// active counts the requests that chose it and have not ended;

@@ -174,6 +174,9 @@ type Request struct {
 	TemplateKwargs json.RawMessage
 	// Forward is the request as it came, for a peer.
 	Forward Forward
+	// Embed is an embeddings request's input (EndpointEmbeddings); nil
+	// for the others.
+	Embed *EmbedRequest
 	// OnStopString, when set, is called with the stop string that ended
 	// choice i, on the relaying goroutine just before that choice's
 	// Sink.Finish ("stop"): an API that names the matched stop sequence

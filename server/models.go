@@ -89,7 +89,7 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 
 func apiModel(m *pipeline.Model) api.Model {
 	return api.Model{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: "llmd", MaxModelLen: m.Limit,
-		Architecture: m.Arch, ParameterCount: m.Params, Quantization: m.Quantization}
+		Architecture: m.Arch, ParameterCount: m.Params, Quantization: m.Quantization, Kind: m.Kind()}
 }
 
 type statusBody struct {

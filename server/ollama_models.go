@@ -193,7 +193,7 @@ func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
 		Template:     m.Template,
 		Details:      ollamaDetails(m),
 		ModelInfo:    info,
-		Capabilities: []string{"completion", "tools"},
+		Capabilities: ollamaCapabilities(m),
 		ModifiedAt:   time.Unix(m.Created, 0).UTC(),
 	})
 }
@@ -206,28 +206,11 @@ func (s *Server) handleOllamaVersion(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, api.OllamaVersion{Version: ollamaAPIVersion})
 }
 
-// handleOllamaEmbed answers /api/embed and /api/embeddings as Ollama
-// answers for a model without the embedding capability: no model llmd
-// serves makes embeddings yet.
-func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
-	var req api.OllamaShowRequest // model (or name) is all that is read
-	if err := s.decodeBody(w, r, &req); err != nil {
-		writeError(w, "", err)
-		return
+// ollamaCapabilities are what a model does, as /api/show lists them: an
+// embedding model only "embedding".
+func ollamaCapabilities(m *pipeline.Model) []string {
+	if m.Embed != nil {
+		return []string{"embedding"}
 	}
-	name := req.Model
-	if name == "" {
-		name = req.Name
-	}
-	id := s.ollamaModelID(name)
-	switch {
-	case name == "":
-		writeError(w, "", pipeline.InvalidParam("model", "model is required"))
-	case !s.known(id):
-		writeError(w, "", s.models.NotFound(id, nil))
-	default:
-		writeError(w, "", &pipeline.Error{Status: http.StatusBadRequest, Type: pipeline.TypeInvalidRequest,
-			Code: "embeddings_unsupported", Param: "model",
-			Message: fmt.Sprintf("%q does not support embeddings (llmd serves no embedding model yet)", name)})
-	}
+	return []string{"completion", "tools"}
 }

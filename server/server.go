@@ -242,6 +242,7 @@ func (s *Server) routeTable() []route {
 		{"/v1/chat", post, policyUser, s.generate(nativeCodec), true},
 		{"/v1/models", get, policyUser, s.handleModels, false},
 		{"/v1/models/{id...}", get, policyUser, s.handleModel, false},
+		{"/v1/embeddings", post, policyUser, s.handleEmbeddings, false},
 		{"/tokenize", post, policyUser, s.handleTokenize, false},
 		{"/detokenize", post, policyUser, s.handleDetokenize, false},
 		{"/v1/stats", get, policyAdmin, s.handleStats, false},
@@ -280,7 +281,7 @@ func (s *Server) routeTable() []route {
 		{"/api/show", post, policyUser, s.handleOllamaShow, false},
 		{"/api/version", get, policyUser, s.handleOllamaVersion, false},
 		{"/api/embed", post, policyUser, s.handleOllamaEmbed, false},
-		{"/api/embeddings", post, policyUser, s.handleOllamaEmbed, false},
+		{"/api/embeddings", post, policyUser, s.handleOllamaEmbeddings, false},
 		{"/healthz", get, policyPublic, s.handleHealthz, false},
 		{"/readyz", get, policyPublic, s.handleReadyz, false},
 		// Anything else: 401 without a key (nothing is revealed), else 404.

@@ -38,6 +38,8 @@ type initOptions struct {
 	window, windowPattern       int
 	tied                        bool
 	seed                        uint64
+	pooling                     string
+	matryoshka                  bool
 }
 
 // newModelCmd builds "llmctl model".
@@ -60,7 +62,7 @@ func newModelInitCmd() *cobra.Command {
 		Long: "llmctl model init writes NAME.gguf into llmd's models directory (models/ in the user's data\n" +
 			"directory, where \"llmd --model NAME\" finds it; --out names another file), and prints the path.\n" +
 			"It is a model of the given shape and architecture (llama,\n" +
-			"qwen2, qwen3, qwen3moe, phi3 or gemma3), with random\n" +
+			"qwen2, qwen3, qwen3moe, phi3 or gemma3, or the embedding models bert and nomic-bert), with random\n" +
 			"weights drawn from --seed, a small real tokenizer learned from built-in text (byte-level BPE or\n" +
 			"SentencePiece) and a chat template. The weights are random, so the model's text is gibberish:\n" +
 			"it is for tests and benchmarks, made here with no download.",
@@ -91,7 +93,7 @@ func newModelInitCmd() *cobra.Command {
 	f.IntVar(&o.context, "context", 2048, "context length in tokens")
 	f.StringVar(&o.typ, "type", "f16", "weight type: f32, f16, bf16, q8_0, q5_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs,\n"+
 		"or a llama-quantize mixture: q3_k_m, q4_k_m, q5_k_m")
-	f.StringVar(&o.vocabKind, "tokenizer", "bpe", "tokenizer: bpe (byte-level BPE) or spm (SentencePiece)")
+	f.StringVar(&o.vocabKind, "tokenizer", "bpe", "tokenizer: bpe (byte-level BPE) or spm (SentencePiece); bert and nomic-bert always use wordpiece")
 	f.IntVar(&o.headDim, "head-dim", 0, "per-head key/value width (default: dim/heads)")
 	f.IntVar(&o.ropeDims, "rope-dims", 0, "rotated dimensions per head (default: the head width; fewer for partial rotary)")
 	f.IntVar(&o.experts, "experts", 8, "qwen3moe: feed-forward experts per layer")
@@ -100,6 +102,8 @@ func newModelInitCmd() *cobra.Command {
 	f.IntVar(&o.window, "sliding-window", 0, "gemma3: positions a sliding-window layer sees (default 512; -1: no sliding-window layers)")
 	f.IntVar(&o.windowPattern, "sliding-pattern", 0, "gemma3: every Nth layer is global (default 6)")
 	f.BoolVar(&o.tied, "tied", false, "no output matrix: the logits reuse the token embedding")
+	f.StringVar(&o.pooling, "pooling", "mean", "bert, nomic-bert: how token states become the embedding: mean, cls or last")
+	f.BoolVar(&o.matryoshka, "matryoshka", false, "bert, nomic-bert: mark the model as Matryoshka-trained (requests may ask for fewer dimensions)")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the random weights")
 	f.StringVarP(&o.out, "out", "o", "", "output file (default: NAME.gguf in llmd's models directory, "+
 		"$XDG_DATA_HOME/llmd/models or ~/.local/share/llmd/models)")
@@ -112,6 +116,14 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 	typ, mix, err := synth.ParseType(o.typ)
 	if err != nil {
 		return "", model.Spec{}, err
+	}
+	encoder := o.arch == "bert" || o.arch == "nomic-bert"
+	switch {
+	case encoder:
+		// Embedding models: a WordPiece vocabulary, no chat template.
+		o.vocabKind = "wordpiece"
+	case o.vocabKind != "bpe" && o.vocabKind != "spm":
+		return "", model.Spec{}, fmt.Errorf("unknown tokenizer %q for %s (want bpe or spm)", o.vocabKind, o.arch)
 	}
 	vocab, err := tokenizer.BuildVocab(o.vocabKind, o.vocab)
 	if err != nil {
@@ -140,6 +152,9 @@ func (o *initOptions) write(name string) (string, model.Spec, error) {
 	}
 	if o.arch == "gemma3" {
 		m.SlidingWindow, m.SlidingPattern = o.window, o.windowPattern
+	}
+	if encoder {
+		m.Pooling, m.Matryoshka = o.pooling, o.matryoshka
 	}
 	w, err := m.Writer()
 	if err != nil {

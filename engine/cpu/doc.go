@@ -11,8 +11,12 @@
 // the forward pass runs on. Tokens are chosen from the logits by
 // engine/sample.
 //
+// The embedding encoders (bert, nomic-bert) run on an [Embedder]
+// instead: one bidirectional forward pass over several inputs, pooled and
+// normalised, with no KV cache ([NewEmbedder], [Embedder.Embed]).
+//
 // Goroutines: the executor's [Pool] is the only source of goroutines; it is
-// owned by the [Executor] and stopped by [Executor.Close].
+// owned by the [Executor] (or [Embedder]) and stopped by its Close.
 //
 // cpu imports engine, model (the spec) and model/gguf (the weights); it
 // must not import daemon, cluster, store, tui, cmd or net/http (checked by

@@ -124,7 +124,8 @@ const (
 	flopsPerThread = 4e9
 )
 
-// Executor runs the architectures of model.Architectures on the CPU. It implements
+// Executor runs the generative architectures of model.Architectures on
+// the CPU (the embedding encoders run on an [Embedder]). It implements
 // [engine.Executor] and [engine.CostModel].
 //
 // Locking: Forward holds a mutex for the whole step, so concurrent calls are
@@ -189,6 +190,9 @@ func New(f *gguf.File, cfg Config) (*Executor, error) {
 	spec, err := model.SpecFromFile(f)
 	if err != nil {
 		return nil, fmt.Errorf("cpu: %w", err)
+	}
+	if spec.Encoder {
+		return nil, fmt.Errorf("cpu: %s is an embedding model, which generates nothing: load it with NewEmbedder", spec.Arch)
 	}
 	for _, id := range cfg.EOS {
 		if id < 0 || int(id) >= spec.Vocab {

@@ -37,10 +37,16 @@ type Model struct {
 	// sliding-window keys), RopeBaseSWA their RoPE base (0: 10000).
 	SlidingWindow, SlidingPattern int
 	RopeBaseSWA                   float64
+
+	// Pooling is an embedding model's pooling: "mean" (the default),
+	// "cls" or "last". Matryoshka writes <arch>.matryoshka (the embedding
+	// may be cut to its leading dimensions).
+	Pooling    string
+	Matryoshka bool
 }
 
 // Architectures lists the architectures Model writes.
-var Architectures = []string{"gemma3", "llama", "phi3", "qwen2", "qwen3", "qwen3moe"}
+var Architectures = []string{"bert", "gemma3", "llama", "nomic-bert", "phi3", "qwen2", "qwen3", "qwen3moe"}
 
 // Writer returns a writer holding the model's architecture metadata and
 // weights, laid out as llama.cpp's converters write each architecture:
@@ -55,6 +61,9 @@ var Architectures = []string{"gemma3", "llama", "phi3", "qwen2", "qwen3", "qwen3
 // a multiple of a K-quant's 256 fall back as llama-quantize does (rowType),
 // and to F16 when not a multiple of 32.
 //
+// bert and nomic-bert, the embedding encoders, are laid out as
+// encoderWriter says.
+//
 // Weights are N(0, (g/√fan_in)²) with g = 0.5 for attn_output and ffn_down
 // and 1 otherwise; token_embd is N(0, 1), or N(0, 1/16²) when tied; norm
 // weights are U(0.75, 1.25); qwen2 biases are N(0, 0.1²); routers are
@@ -62,6 +71,9 @@ var Architectures = []string{"gemma3", "llama", "phi3", "qwen2", "qwen3", "qwen3
 func (m Model) Writer() (*gguf.Writer, error) {
 	if !slices.Contains(Architectures, m.Arch) {
 		return nil, fmt.Errorf("model: random model: architecture %q is not supported (want one of %s)", m.Arch, strings.Join(Architectures, ", "))
+	}
+	if m.Arch == "bert" || m.Arch == "nomic-bert" {
+		return m.encoderWriter()
 	}
 	if m.HeadDim == 0 && m.Heads > 0 {
 		m.HeadDim = m.Dim / m.Heads

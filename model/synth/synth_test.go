@@ -55,6 +55,13 @@ func TestModelArchitectures(t *testing.T) {
 		want map[string][]uint64
 		none []string
 	}{
+		"bert": {Model{Arch: "bert", Dim: 64, Layers: 1, Heads: 4, FFN: 96, Vocab: 8, Type: gguf.TypeQ8_0},
+			map[string][]uint64{"position_embd.weight": {64, 512}, "token_types.weight": {64, 2}, "blk.0.attn_q.bias": {64},
+				"blk.0.ffn_up.bias": {96}, "blk.0.layer_output_norm.bias": {64}},
+			[]string{"blk.0.attn_qkv.weight", "output.weight", "output_norm.weight", "blk.0.ffn_gate.weight"}},
+		"nomic-bert": {Model{Arch: "nomic-bert", Dim: 64, Layers: 1, Heads: 4, FFN: 96, Vocab: 8, Type: gguf.TypeQ8_0},
+			map[string][]uint64{"blk.0.attn_qkv.weight": {64, 192}, "blk.0.ffn_gate.weight": {64, 96}, "token_embd_norm.weight": {64}},
+			[]string{"position_embd.weight", "blk.0.attn_q.bias", "blk.0.ffn_up.bias", "output.weight"}},
 		"qwen3": {Model{Arch: "qwen3", Dim: 64, Layers: 1, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 96, Vocab: 8, Type: gguf.TypeQ8_0},
 			map[string][]uint64{"blk.0.attn_q.weight": {64, 128}, "blk.0.attn_q_norm.weight": {32}, "blk.0.attn_output.weight": {128, 64}},
 			[]string{"blk.0.attn_q.bias"}},

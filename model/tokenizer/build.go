@@ -10,7 +10,8 @@ import (
 	"github.com/llmd/llmd/model/gguf"
 )
 
-// New builds a tokenizer from a model file's tokenizer.ggml.* keys.
+// New builds a tokenizer from a model file's tokenizer.ggml.* keys
+// ("llama", "gpt2" or "bert").
 // Everything is checked, since model files are untrusted: arrays of equal
 // length, ids in range, well-formed merges, at most 1<<22 tokens. Defaults
 // follow llama.cpp: for "llama" BOS 1, EOS 2, UNK 0, add_bos and
@@ -60,6 +61,8 @@ func New(md gguf.Metadata) (*Tokenizer, error) {
 			return nil, err
 		}
 		v.AddBOS = kind == pretokLlama3
+	case "bert":
+		wpmDefaults(&v, n)
 	default:
 		return nil, fmt.Errorf("%w: %s %s", ErrUnsupported, tokKeyModel, tokQuote(v.Model))
 	}
@@ -96,6 +99,11 @@ func New(md gguf.Metadata) (*Tokenizer, error) {
 			*b.val = x
 		} else if tokHasKey(md, b.key) {
 			return nil, tokVocabErr(b.key, -1, "not a bool")
+		}
+	}
+	if v.WordPiece != nil {
+		if err := wpmReadKeys(md, &v, n); err != nil {
+			return nil, err
 		}
 	}
 	return NewFromVocab(v)
@@ -161,6 +169,8 @@ func NewFromVocab(v Vocab) (*Tokenizer, error) {
 		}
 		t.pre = kind
 		t.ignoreMerges = kind == pretokLlama3
+	case "bert":
+		t.model = tokModelWPM
 	default:
 		return nil, fmt.Errorf("%w: %s %s", ErrUnsupported, tokKeyModel, tokQuote(v.Model))
 	}
@@ -243,6 +253,11 @@ func NewFromVocab(v Vocab) (*Tokenizer, error) {
 	}
 
 	t.spmWords = t.model == tokModelSPM && spmWordsIndependent(t.tokens)
+	if t.model == tokModelWPM {
+		if err := t.wpmInit(v); err != nil {
+			return nil, err
+		}
+	}
 	t.tokSetEOG()
 	if err := t.tokSetPieces(); err != nil {
 		return nil, err
@@ -303,7 +318,7 @@ func (t *Tokenizer) tokSetPieces() error {
 	for i, s := range t.tokens {
 		switch t.types[i] {
 		case TokenTypeNormal:
-			if t.model == tokModelSPM {
+			if t.model != tokModelBPE {
 				t.pieces[i] = strings.ReplaceAll(s, spmSpace, " ")
 			} else {
 				t.pieces[i] = bpeUnmap(s)

@@ -88,8 +88,9 @@ func tokQuote(s string) string {
 // none. NewFromVocab builds a Tokenizer from it; Metadata turns it
 // into GGUF key/values.
 type Vocab struct {
-	// Model is "llama" (SentencePiece-style, merged by score) or "gpt2"
-	// (byte-level BPE, merged by rank).
+	// Model is "llama" (SentencePiece-style, merged by score), "gpt2"
+	// (byte-level BPE, merged by rank) or "bert" (WordPiece, longest
+	// match first).
 	Model string
 	// Pre names the pre-tokenizer of a gpt2 vocabulary: "llama-bpe" (or
 	// "llama3", "llama-v3"), "qwen2", "gpt-2" or "default" (also when empty).
@@ -110,6 +111,9 @@ type Vocab struct {
 	// AddSpacePrefix (SentencePiece only) prefixes each text run with a
 	// space, as SentencePiece's add_dummy_prefix does.
 	AddSpacePrefix bool
+	// WordPiece holds the settings of a "bert" vocabulary; nil for the
+	// others.
+	WordPiece *WordPiece
 }
 
 // Metadata returns the vocabulary as GGUF metadata under the
@@ -138,6 +142,9 @@ func (v Vocab) Metadata() map[string]any {
 	if v.Model == "llama" {
 		m[tokKeyAddSpacePrefix] = v.AddSpacePrefix
 	}
+	if v.WordPiece != nil {
+		v.WordPiece.metadata(m)
+	}
 	for _, kv := range []struct {
 		key string
 		id  int32
@@ -164,8 +171,9 @@ const (
 )
 
 // Tokenizer turns text into token ids and back for one vocabulary, the way
-// llama.cpp does: SentencePiece-style (tokenizer.ggml.model "llama") or
-// byte-level BPE ("gpt2"). It is immutable and safe for concurrent use.
+// llama.cpp does: SentencePiece-style (tokenizer.ggml.model "llama"),
+// byte-level BPE ("gpt2") or WordPiece ("bert"). It is immutable and safe
+// for concurrent use.
 type Tokenizer struct {
 	model    tokModel
 	modelStr string
@@ -197,6 +205,7 @@ type Tokenizer struct {
 	ignoreMerges                 bool
 	spmWords                     bool    // see spmEncode
 	eog                          []int32 // sorted
+	wpm                          *wpmState
 }
 
 // tokEOTTexts are the texts llama.cpp takes for the end-of-turn token when
@@ -329,6 +338,8 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 			}
 			out = t.bpeEncode(text[f.start:f.end], out, &sc)
 		}
+	case tokModelWPM:
+		out = t.wpmEncode(text, frags, addSpecial, out)
 	}
 	if addSpecial && t.addEOS {
 		out = append(out, t.eos)

@@ -478,7 +478,7 @@ func TestNewTokenizerErrors(t *testing.T) {
 	}{
 		"no model":               {md: with(spm, "tokenizer.ggml.model", nil), key: "tokenizer.ggml.model"},
 		"model not a string":     {md: with(spm, "tokenizer.ggml.model", uint32(1)), key: "tokenizer.ggml.model"},
-		"unknown model":          {md: with(spm, "tokenizer.ggml.model", "bert"), unsupported: true},
+		"unknown model":          {md: with(spm, "tokenizer.ggml.model", "t5"), unsupported: true},
 		"unknown pre":            {md: with(bpe, "tokenizer.ggml.pre", "deepseek-llm"), unsupported: true},
 		"no tokens":              {md: with(spm, "tokenizer.ggml.tokens", nil), key: "tokenizer.ggml.tokens"},
 		"empty tokens":           {md: with(spm, "tokenizer.ggml.tokens", []string{}), key: "tokenizer.ggml.tokens"},

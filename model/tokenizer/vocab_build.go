@@ -60,7 +60,8 @@ var vocabBPESpecials = []string{
 // merges, reserved control tokens. kind "spm" gives a SentencePiece-style
 // vocabulary: <unk>, <s>, </s>, the byte tokens <0x00>..<0xFF>, pieces
 // learned from the same text with scores, the text's characters, and,
-// when the text runs out, unused tokens.
+// when the text runs out, unused tokens. kind "wordpiece" gives a BERT
+// vocabulary in llama.cpp's GGUF form (see vocabBuildWordPiece).
 func BuildVocab(kind string, size int) (Vocab, error) {
 	if size > tokMaxVocab {
 		return Vocab{}, fmt.Errorf("model: vocabulary size %d above the limit of %d", size, tokMaxVocab)
@@ -70,8 +71,10 @@ func BuildVocab(kind string, size int) (Vocab, error) {
 		return vocabBuildBPE(size)
 	case "spm":
 		return vocabBuildSPM(size)
+	case "wordpiece":
+		return vocabBuildWordPiece(size)
 	}
-	return Vocab{}, fmt.Errorf("model: unknown vocabulary kind %q (want \"bpe\" or \"spm\")", kind)
+	return Vocab{}, fmt.Errorf("model: unknown vocabulary kind %q (want \"bpe\", \"spm\" or \"wordpiece\")", kind)
 }
 
 // vocabWord is a distinct word of the corpus as symbols, with its count.

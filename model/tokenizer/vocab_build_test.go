@@ -78,7 +78,7 @@ func TestBuildVocabErrors(t *testing.T) {
 		kind string
 		size int
 	}{
-		"unknown kind":  {"wordpiece", 1000},
+		"unknown kind":  {"unigram", 1000},
 		"bpe too small": {"bpe", 263},
 		"spm too small": {"spm", 259},
 		"too large":     {"bpe", tokMaxVocab + 1},
