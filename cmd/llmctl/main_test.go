@@ -141,10 +141,10 @@ func TestModelsCmd(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, errOut)
 	require.Equal(t, ""+
-		"ID          ARCH    PARAMS   QUANT   CONTEXT   OWNED BY\n"+
-		"sim/mid     sim     32.8B    BF16    8192      llmd\n"+
-		"sim/small   -       -        -       4096      llmd\n"+
-		"gguf/tiny   llama   4.2M     Q8_0    -         local\n", out)
+		"ID          KIND   ARCH    PARAMS   QUANT   CONTEXT   OWNED BY\n"+
+		"sim/mid     chat   sim     32.8B    BF16    8192      llmd\n"+
+		"sim/small   chat   -       -        -       4096      llmd\n"+
+		"gguf/tiny   chat   llama   4.2M     Q8_0    -         local\n", out)
 }
 
 func TestStatsCmd(t *testing.T) {

@@ -38,7 +38,7 @@ func newModelsCmd(a *app) *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), api.ModelList{Object: "list", Data: models})
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 3, ' ', 0)
-			if _, err := tw.Write([]byte("ID\tARCH\tPARAMS\tQUANT\tCONTEXT\tOWNED BY\n")); err != nil {
+			if _, err := tw.Write([]byte("ID\tKIND\tARCH\tPARAMS\tQUANT\tCONTEXT\tOWNED BY\n")); err != nil {
 				return err
 			}
 			for _, m := range models {
@@ -46,7 +46,11 @@ func newModelsCmd(a *app) *cobra.Command {
 				if m.MaxModelLen > 0 {
 					ctxLen = strconv.Itoa(m.MaxModelLen)
 				}
-				row := []string{m.ID, orDash(m.Architecture), formatParams(m.ParameterCount), orDash(m.Quantization), ctxLen, orDash(m.OwnedBy)}
+				kind := m.Kind
+				if kind == "" {
+					kind = "chat"
+				}
+				row := []string{m.ID, kind, orDash(m.Architecture), formatParams(m.ParameterCount), orDash(m.Quantization), ctxLen, orDash(m.OwnedBy)}
 				if _, err := tw.Write([]byte(strings.Join(row, "\t") + "\n")); err != nil {
 					return err
 				}
