@@ -140,7 +140,10 @@ func reservation(prompt, maxTokens, n int, estimate, given bool, learned int) (t
 	default:
 		expect = min(maxTokens, DefaultOutputEstimate)
 	}
-	expect = max(expect, 1)
+	if maxTokens > 0 {
+		expect = max(expect, 1)
+	}
+	// An embedding request has no answer: it reserves its input alone.
 	return int64(prompt) + int64(expect)*int64(n), int64(prompt) + int64(maxTokens)*int64(n)
 }
 

@@ -40,3 +40,12 @@ func TestReservation(t *testing.T) {
 		})
 	}
 }
+
+// TestReservationWithoutAnswer: a request with no answer (embeddings)
+// reserves its input alone, and never more than it may use.
+func TestReservationWithoutAnswer(t *testing.T) {
+	tokens, most := reservation(9, 0, 1, false, false, math.MaxInt)
+	if tokens != 9 || most != 9 {
+		t.Fatalf("reservation(9 prompt tokens, no answer) = %d, %d; want 9, 9", tokens, most)
+	}
+}

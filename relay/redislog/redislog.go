@@ -146,8 +146,9 @@ func (l *Log) Run(ctx context.Context) error {
 			}
 		case o := <-l.ops:
 			batch = l.drain(append(batch[:0], o))
-			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			if err := l.write(wctx, batch); err != nil && ctx.Err() == nil {
+			// Not ctx: a batch taken as ctx ends is still written.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			if err := l.write(wctx, batch); err != nil {
 				l.log.Warn("redis event log write failed", "events", len(batch), "err", err)
 			}
 			cancel()
