@@ -86,21 +86,24 @@ func (d *Daemon) startCluster(apiAddr string) error {
 		InsecureGossip: cc.InsecureGossip, APIAddr: apiAddr, Models: d.models.IDs(), Version: Version,
 		Profile: cc.Profile, LocalState: d.clusterState, Logger: d.rootLog, LeaveTimeout: leaveTimeout,
 		RetryJoinMax: cc.RetryJoinMax}
-	if st := d.deps.Store; st != nil {
-		// Keys, tenants and quotas are replicated: versions made here name
-		// this node, and each local change is gossiped once committed.
-		st.SetNode(d.cfg.NodeID)
-		ccfg.Control = controlStore{st}
+	// Keys, tenants and quotas are replicated, only over encrypted gossip
+	// (d.auth is set with a key): without one, anyone reaching the gossip
+	// port could add an admin key. Versions made here name this node, and
+	// each local change is gossiped once committed.
+	replicate := d.deps.Store != nil && d.auth != nil
+	if replicate {
+		d.deps.Store.SetNode(d.cfg.NodeID)
+		ccfg.Control = controlStore{d.deps.Store}
 	}
 	cl, err := cluster.New(ccfg)
 	if err != nil {
 		return fmt.Errorf("daemon: cluster: %w", err)
 	}
 	d.cluster.Store(cl)
-	if st := d.deps.Store; st != nil {
+	if replicate {
 		// Changes committed before this point are read from the store by
 		// New, or by the cluster's next refresh.
-		st.OnChange(func(recs []store.Record) { cl.PublishControl(toControl(recs)) })
+		d.deps.Store.OnChange(func(recs []store.Record) { cl.PublishControl(toControl(recs)) })
 	}
 	if d.auth == nil {
 		d.log.Warn("the cluster has no key (--insecure-gossip): this node serves every request itself, " +

@@ -197,3 +197,18 @@ func TestNodeRestartedAfterChangesConverges(t *testing.T) {
 		assert.Zero(t, nd.s.cluster.Load().ControlStats().Dropped)
 	}
 }
+
+// TestInsecureGossipReplicatesNothing: without a gossip key anyone who
+// reaches the gossip port could add a key, so control state stays per
+// node.
+func TestInsecureGossipReplicatesNothing(t *testing.T) {
+	t.Parallel()
+	nodes := startTestCluster(t, 2, func(i int, c *Config) { c.Cluster.Key, c.Cluster.InsecureGossip = nil, true })
+	makeKey(t, nodes[0].s, "ops", store.TierEnterprise, true)
+	recs, err := nodes[0].s.deps.Store.Records(t.Context())
+	require.NoError(t, err)
+	require.NotEmpty(t, recs, "the store records the key")
+	for _, nd := range nodes {
+		assert.Zero(t, nd.s.cluster.Load().ControlStats().Held, "%s replicates nothing", nd.s.cfg.NodeID)
+	}
+}
