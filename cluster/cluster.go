@@ -111,6 +111,9 @@ type Cluster struct {
 	// turn counts PolicyRoundRobin routes.
 	turn atomic.Uint64
 
+	// ctl is the replicated control state (control.go), with its own lock.
+	ctl controlState
+
 	// Locking: mu guards everything below. Delegates hold it only to merge
 	// decoded data; nothing does I/O or blocks under it.
 	mu    sync.RWMutex
@@ -223,6 +226,12 @@ func New(cfg Config) (*Cluster, error) {
 
 	// The first state is published before anyone can ask for it.
 	c.tick(time.Now())
+	if cfg.Control != nil {
+		if err := c.loadControl(context.Background()); err != nil {
+			_ = tr.Shutdown()
+			return nil, fmt.Errorf("cluster: read control records: %w", err)
+		}
+	}
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -271,6 +280,7 @@ func newCluster(cfg Config, meta []byte) *Cluster {
 		lost:  make(map[string]lost),
 		peak:  1,
 
+		ctl:     newControlState(cfg.Control),
 		kill:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -336,6 +346,9 @@ func (c *Cluster) Run(ctx context.Context) error {
 	loops.Go(func() { c.run(loopCtx) })
 	if c.cfg.ReconnectInterval > 0 {
 		loops.Go(func() { c.reconnectLoop(loopCtx) })
+	}
+	if c.ctl.store != nil {
+		loops.Go(func() { c.controlLoop(loopCtx) })
 	}
 	joinErr := make(chan error, 1)
 	if c.awaitingJoin.Load() {

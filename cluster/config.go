@@ -138,6 +138,12 @@ type Config struct {
 	// block. The cluster copies what it keeps; nil publishes
 	// an empty state.
 	LocalState func() State
+	// Control, when set, is this node's replicated control state (keys,
+	// tenants, quotas): its records are gossiped when they change
+	// (Cluster.PublishControl), exchanged in every push/pull, applied
+	// when received, and read again every 10 StateIntervals. Nil
+	// replicates nothing.
+	Control ControlStore
 	// Logger receives the cluster's logs and memberlist's (at Debug, with
 	// memberlist's own [WARN]/[ERR] tags). Nil discards them.
 	Logger *slog.Logger

@@ -31,6 +31,15 @@ func (d *delegate) NodeMeta(limit int) []byte {
 // it is news. buf is reused by memberlist, so the relay gets a copy.
 func (d *delegate) NotifyMsg(buf []byte) {
 	c := d.c
+	if len(buf) > 0 && buf[0] == kindControl {
+		r, err := decodeControlMsg(buf)
+		if err != nil {
+			c.badMsgs.Add(1)
+			return
+		}
+		c.receiveControl([]ControlRecord{r})
+		return
+	}
 	kind, node, v, ok := peekHeader(buf)
 	if !ok || kind != kindState {
 		c.badMsgs.Add(1)
@@ -64,22 +73,30 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 }
 
 // LocalState returns the push/pull state: every known node's state and
-// summary records.
+// summary records, then a page of control records.
 func (d *delegate) LocalState(join bool) []byte {
 	d.c.mu.RLock()
 	recs := d.c.stateRecordsLocked()
 	d.c.mu.RUnlock()
-	return encodePushPull(recs)
+	n, page := d.c.controlPage()
+	return encodePushPullV2(encodePushPull(recs), n, page)
 }
 
-// MergeRemoteState merges a peer's push/pull state.
+// MergeRemoteState merges a peer's push/pull state and queues its control
+// records for the store.
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	c := d.c
-	recs, err := decodePushPull(buf)
+	state, ctl, err := decodePushPullV2(buf)
 	if err != nil {
 		c.badMsgs.Add(1)
 		return
 	}
+	recs, err := decodePushPull(state)
+	if err != nil {
+		c.badMsgs.Add(1)
+		return
+	}
+	c.receiveControl(ctl)
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()

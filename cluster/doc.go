@@ -63,6 +63,27 @@
 // ctx ends (a leaving node dials no one), and the shutdown that follows
 // ends a dial in flight (the transport's dials end at shutdown).
 //
+// # Control state
+//
+// With [Config.Control], the node also replicates the control state (API
+// keys, tenants, tiers, quota limits) that the ControlStore holds as
+// versioned records (a hybrid logical clock timestamp and the origin node;
+// the store decides the merge, the cluster only compares versions). A
+// local change is gossiped at once ([Cluster.PublishControl]) through the
+// same TransmitLimitedQueue as the state, where a newer record about the
+// same thing replaces a queued one; every push/pull carries the records
+// (paged, see below), so a node that joins late, restarts or comes back
+// from a partition converges at its next push/pull. The delegates keep no
+// I/O: they compare received records with an in-memory copy of the
+// store's, and queue those that differ (older ones too: the store keeps a
+// key revocation that an older record carries) for Run's control
+// goroutine, which applies them in one store transaction and gossips those
+// that changed the store (so each change is relayed once per node, never
+// endlessly). That goroutine also reads the store again every 10
+// StateIntervals, to send what another process (an offline llmctl) wrote.
+// A full queue drops received records (counted in [ControlStats]); the
+// next push/pull brings them again.
+//
 // # Wire formats
 //
 // All integers are unsigned varints (encoding/binary) unless said otherwise;
@@ -100,6 +121,17 @@
 // (3), a count of records, then each record as a length and its bytes: for
 // every known node its latest state record and its latest summary record,
 // which carries up to [MaxPrefixKeys] keys per model.
+//
+// A control gossip message: a kind byte (5), then one control record: kind,
+// id, wall (Unix milliseconds), logical, origin node, a flags byte (1
+// deleted), the payload (a length and bytes, at most 16 KiB); at most
+// [MaxBroadcastBytes] in all, else the record travels in push/pull only.
+// The push/pull state of a node with control records is a kind byte (4),
+// the state above (kind 3) as a length and its bytes, then a count of
+// control records and each as a length and its bytes: all of them when
+// they fit 1 MiB, else the next page of them in (kind, id) order from
+// where the last push/pull stopped, so that successive push/pulls carry
+// every record. A kind 3 state is still accepted.
 //
 // Receivers keep two registers per node, the state (load, flags, the capped
 // keys) and the summary (all keys), each replaced only by a strictly newer

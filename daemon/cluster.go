@@ -16,6 +16,7 @@ import (
 	"github.com/llmd/llmd/relay"
 	"github.com/llmd/llmd/relay/redislog"
 	"github.com/llmd/llmd/server"
+	"github.com/llmd/llmd/store"
 )
 
 // ClusterConfig joins llmd to a cluster: membership, the gossip of each
@@ -87,14 +88,29 @@ func (d *Daemon) startCluster(apiAddr string) error {
 	if cc.APIAddr != "" {
 		apiAddr = cc.APIAddr
 	}
-	cl, err := cluster.New(cluster.Config{NodeID: d.cfg.NodeID, BindAddr: cc.GossipAddr, Join: cc.Join, Key: cc.Key,
+	ccfg := cluster.Config{NodeID: d.cfg.NodeID, BindAddr: cc.GossipAddr, Join: cc.Join, Key: cc.Key,
 		InsecureGossip: cc.InsecureGossip, APIAddr: apiAddr, Models: d.models.IDs(), Version: Version,
 		Profile: cc.Profile, LocalState: d.clusterState, Logger: d.rootLog, LeaveTimeout: leaveTimeout,
-		RetryJoinMax: cc.RetryJoinMax, Zone: cc.Zone})
+		RetryJoinMax: cc.RetryJoinMax, Zone: cc.Zone}
+	// Keys, tenants and quotas are replicated, only over encrypted gossip
+	// (d.auth is set with a key): without one, anyone reaching the gossip
+	// port could add an admin key. Versions made here name this node, and
+	// each local change is gossiped once committed.
+	replicate := d.deps.Store != nil && d.auth != nil
+	if replicate {
+		d.deps.Store.SetNode(d.cfg.NodeID)
+		ccfg.Control = controlStore{d.deps.Store}
+	}
+	cl, err := cluster.New(ccfg)
 	if err != nil {
 		return fmt.Errorf("daemon: cluster: %w", err)
 	}
 	d.cluster.Store(cl)
+	if replicate {
+		// Changes committed before this point are read from the store by
+		// New, or by the cluster's next refresh.
+		d.deps.Store.OnChange(func(recs []store.Record) { cl.PublishControl(toControl(recs)) })
+	}
 	if d.auth == nil {
 		d.log.Warn("the cluster has no key (--insecure-gossip): this node serves every request itself, " +
 			"forwards none and refuses forwarded ones")
@@ -251,4 +267,31 @@ func (e eventLog) Read(ctx context.Context, id string) (relay.Recording, error) 
 		return rec, fmt.Errorf("%w: %s", server.ErrNotRecorded, id)
 	}
 	return rec, err
+}
+
+// controlStore is the cluster's view of the store's control records.
+type controlStore struct{ s *store.Store }
+
+func (c controlStore) ControlRecords(ctx context.Context) ([]cluster.ControlRecord, error) {
+	recs, err := c.s.Records(ctx)
+	return toControl(recs), err
+}
+
+func (c controlStore) ApplyControl(ctx context.Context, in []cluster.ControlRecord) ([]cluster.ControlRecord, error) {
+	recs := make([]store.Record, len(in))
+	for i, r := range in {
+		recs[i] = store.Record{Kind: store.RecordKind(r.Kind), ID: r.ID, Deleted: r.Deleted, Payload: r.Payload,
+			Version: store.Version{Wall: r.Version.Wall, Logical: r.Version.Logical, Node: r.Version.Node}}
+	}
+	changed, err := c.s.Apply(ctx, recs)
+	return toControl(changed), err
+}
+
+func toControl(recs []store.Record) []cluster.ControlRecord {
+	out := make([]cluster.ControlRecord, len(recs))
+	for i, r := range recs {
+		out[i] = cluster.ControlRecord{Kind: string(r.Kind), ID: r.ID, Deleted: r.Deleted, Payload: r.Payload,
+			Version: cluster.ControlVersion{Wall: r.Version.Wall, Logical: r.Version.Logical, Node: r.Version.Node}}
+	}
+	return out
 }

@@ -78,6 +78,18 @@
 // [Store.RecordShadow] writes a row; [Store.ShadowReport] summarises them
 // per alias and model pair, [Store.ShadowResults] lists them.
 //
+// # Replicated control state
+//
+// Every change to a tenant, an API key (the SHA-256 of its secret, never
+// the secret), a tenant's quota overrides or a tier's limits also writes,
+// in the same transaction, a [Record] of that thing's whole state in the
+// table control_records, versioned by a hybrid logical clock timestamp and
+// the node that made it ([Store.SetNode]; without one, the database's own
+// random name). [Store.OnChange] is told of them after the commit, for a
+// cluster to gossip; [Store.Records] lists them for a peer; [Store.Apply]
+// merges a peer's: the newer version wins, an older one is ignored, and a
+// key revocation is never lost (see [Record]). Usage rows are per node.
+//
 // # Errors
 //
 // Callers branch on [ErrNotFound], [ErrInvalid] (wrapped with the reason) and

@@ -85,7 +85,7 @@ func (s *Store) CreateKey(ctx context.Context, tenant string, admin bool, name s
 	if err := checkKeyName(name); err != nil {
 		return "", Key{}, err
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.writeControl(ctx, func(tx *sql.Tx, recs *[]Record) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE id = ?`, tenant).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -103,6 +103,9 @@ func (s *Store) CreateKey(ctx context.Context, tenant string, admin bool, name s
 			k = Key{ID: secret[:keyIDLen], Tenant: tenant, Admin: admin, Name: name, Created: now}
 			_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant, hash, admin, name, created)
 				VALUES (?, ?, ?, ?, ?, ?)`, k.ID, tenant, sum[:], admin, name, millis(now))
+			if err == nil {
+				return s.recordKey(ctx, tx, recs, k.ID)
+			}
 			if !isConstraint(err, sqlite3.ErrConstraintPrimaryKey) {
 				return err
 			}
@@ -136,7 +139,7 @@ func (s *Store) ImportKey(ctx context.Context, tenant string, admin bool, name, 
 	}
 	sum := sha256.Sum256([]byte(secret))
 	var k Key
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.writeControl(ctx, func(tx *sql.Tx, recs *[]Record) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE id = ?`, tenant).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -162,7 +165,10 @@ func (s *Store) ImportKey(ctx context.Context, tenant string, admin bool, name, 
 		k = Key{ID: secret[:keyIDLen], Tenant: tenant, Admin: admin, Name: name, Created: now}
 		_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant, hash, admin, name, created)
 			VALUES (?, ?, ?, ?, ?, ?)`, k.ID, tenant, sum[:], admin, name, millis(now))
-		return err
+		if err != nil {
+			return err
+		}
+		return s.recordKey(ctx, tx, recs, k.ID)
 	})
 	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid) {
 		return Key{}, err
@@ -242,11 +248,18 @@ func (s *Store) RevokeKey(ctx context.Context, id string) (Key, error) {
 		return Key{}, fmt.Errorf("%w: key id: want %d characters starting %q", ErrInvalid, keyIDLen, secretPrefix)
 	}
 	var k Key
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked = coalesce(revoked, ?) WHERE id = ?`,
+	err := s.writeControl(ctx, func(tx *sql.Tx, recs *[]Record) error {
+		res, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked = ? WHERE id = ? AND revoked IS NULL`,
 			millis(s.now()), id)
 		if err != nil {
 			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n > 0 {
+			if err := s.recordKey(ctx, tx, recs, id); err != nil {
+				return err
+			}
 		}
 		k, err = scanKey(tx.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {

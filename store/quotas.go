@@ -41,6 +41,13 @@ func (o Override) apply(l Limits) Limits {
 	}
 }
 
+// equal reports whether o and p override the same limits alike.
+func (o Override) equal(p Override) bool {
+	same := func(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+	return same(o.RPM, p.RPM) && same(o.TPM, p.TPM) && same(o.Concurrency, p.Concurrency) &&
+		same(o.DailyTokens, p.DailyTokens)
+}
+
 // empty reports whether o overrides nothing.
 func (o Override) empty() bool {
 	return o.RPM == nil && o.TPM == nil && o.Concurrency == nil && o.DailyTokens == nil
@@ -93,10 +100,13 @@ func (s *Store) SetTierLimits(ctx context.Context, tier Tier, l Limits) error {
 			return fmt.Errorf("%w: %s %d: want 0 (unlimited) or more", ErrInvalid, f.name, f.v)
 		}
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.writeControl(ctx, func(tx *sql.Tx, recs *[]Record) error {
 		_, err := tx.ExecContext(ctx, `UPDATE tier_quotas SET rpm = ?, tpm = ?, concurrency = ?, daily_tokens = ?
 			WHERE tier = ?`, l.RPM, l.TPM, l.Concurrency, l.DailyTokens, tier)
-		return err
+		if err != nil {
+			return err
+		}
+		return s.recordTier(ctx, tx, recs, tier, l)
 	})
 	if err != nil {
 		return fmt.Errorf("store: set %s limits: %w", tier, err)
@@ -239,17 +249,26 @@ func (s *Store) UpdateQuota(ctx context.Context, tenant string, u QuotaUpdate) (
 		return Quota{}, err
 	}
 	var q Quota
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.writeControl(ctx, func(tx *sql.Tx, recs *[]Record) error {
 		tier := TierPaid
 		if u.Tier != nil {
 			tier = *u.Tier
 		}
-		if err := s.insertTenant(ctx, tx, tenant, tier); err != nil {
+		made := len(*recs)
+		if err := s.insertTenant(ctx, tx, recs, tenant, tier); err != nil {
 			return err
 		}
-		if u.Tier != nil {
-			if _, err := tx.ExecContext(ctx, `UPDATE tenants SET tier = ? WHERE id = ?`, tier, tenant); err != nil {
+		if u.Tier != nil && len(*recs) == made {
+			res, err := tx.ExecContext(ctx, `UPDATE tenants SET tier = ? WHERE id = ? AND tier <> ?`, tier, tenant, tier)
+			if err != nil {
 				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n > 0 {
+				if err := s.recordTenant(ctx, tx, recs, tenant); err != nil {
+					return err
+				}
 			}
 		}
 		old, err := readQuota(ctx, tx, tenant)
@@ -257,6 +276,11 @@ func (s *Store) UpdateQuota(ctx context.Context, tenant string, u QuotaUpdate) (
 			return err
 		}
 		o := u.apply(old.Override)
+		if !o.equal(old.Override) {
+			if err := s.recordQuota(ctx, tx, recs, tenant, o); err != nil {
+				return err
+			}
+		}
 		if o.empty() {
 			_, err = tx.ExecContext(ctx, `DELETE FROM tenant_quotas WHERE tenant = ?`, tenant)
 		} else {

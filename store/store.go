@@ -70,6 +70,9 @@ type Store struct {
 	auth *sql.Stmt
 
 	touches toucher
+
+	// control is the replication state: clock, node name, change hook.
+	control control
 }
 
 // Open opens the store in dir, creating dir (mode 0700) and the database

@@ -111,8 +111,8 @@ func (s *Store) EnsureTenant(ctx context.Context, id string, tier Tier) (Tenant,
 		return Tenant{}, err
 	}
 	var t Tenant
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		if err := s.insertTenant(ctx, tx, id, tier); err != nil {
+	err := s.writeControl(ctx, func(tx *sql.Tx, recs *[]Record) error {
+		if err := s.insertTenant(ctx, tx, recs, id, tier); err != nil {
 			return err
 		}
 		var err error
@@ -125,12 +125,19 @@ func (s *Store) EnsureTenant(ctx context.Context, id string, tier Tier) (Tenant,
 	return t, nil
 }
 
-// insertTenant creates tenant id with tier unless it exists.
-func (s *Store) insertTenant(ctx context.Context, tx *sql.Tx, id string, tier Tier) error {
-	_, err := tx.ExecContext(ctx,
+// insertTenant creates tenant id with tier unless it exists, and records
+// it when it does.
+func (s *Store) insertTenant(ctx context.Context, tx *sql.Tx, recs *[]Record, id string, tier Tier) error {
+	res, err := tx.ExecContext(ctx,
 		`INSERT INTO tenants (id, tier, created) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING`,
 		id, tier, millis(s.now()))
-	return err
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return err
+	}
+	return s.recordTenant(ctx, tx, recs, id)
 }
 
 // Tenant returns tenant id, ErrNotFound when it does not exist, ErrInvalid
