@@ -227,6 +227,20 @@ func (s *Scheduler) NumRunning() int { return len(s.running) }
 // NumWaiting is the number of waiting sequences.
 func (s *Scheduler) NumWaiting() int { return s.waiting.Len() }
 
+// QueuedPromptTokens is the prompt tokens still to prefill: every waiting
+// sequence's tokens (a recomputed sequence's output included; prefix-cache
+// hits are found only at admission) plus what the running sequences still
+// have to prefill. O(running).
+func (s *Scheduler) QueuedPromptTokens() int {
+	n := s.waiting.Tokens()
+	for _, seq := range s.running {
+		if need := s.need(seq); need > 1 {
+			n += need
+		}
+	}
+	return n
+}
+
 // NumSwapped is the number of sequences swapped out to host memory.
 func (s *Scheduler) NumSwapped() int { return len(s.swapped) }
 
