@@ -100,8 +100,8 @@ type Stats struct {
 	// Degrade is the degradation ladder's level.
 	Degrade DegradeLevel
 	// QueuedPromptTokens is the prompt tokens still to prefill: the
-	// waiting sequences' tokens (before any prefix-cache hit, found only
-	// at admission) plus the rest of the running sequences' prompts.
+	// waiting sequences' tokens less what the prefix cache held when they
+	// were queued, plus the rest of the running sequences' prompts.
 	QueuedPromptTokens int
 	// PrefillTokensPerSecond is the measured cost of batch tokens on the
 	// executor, as tokens per second: the slope of recent step times

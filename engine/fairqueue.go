@@ -30,7 +30,7 @@ import (
 type fairQueue struct {
 	classes [NumPriorities]classQueue
 	n       int
-	// tokens sums the waiting sequences' tokens (which do not change
+	// tokens sums the waiting sequences' backlogs (set before push, kept
 	// while they wait).
 	tokens int
 	// vtime is the pass of the class admitted last: a class that becomes
@@ -79,7 +79,8 @@ func newFairQueue(weights [NumPriorities]float64, cost func(*sequence) int) *fai
 // Len is the number of waiting sequences.
 func (q *fairQueue) Len() int { return q.n }
 
-// Tokens is the sum of the waiting sequences' token counts.
+// Tokens is the sum of the waiting sequences' backlogs (their prompt
+// tokens not cached when queued).
 func (q *fairQueue) Tokens() int { return q.tokens }
 
 // ClassLen is the number of waiting sequences of priority p.
@@ -109,7 +110,7 @@ func (q *fairQueue) push(seq *sequence) {
 	}
 	c.n++
 	q.n++
-	q.tokens += len(seq.tokens)
+	q.tokens += seq.backlog
 }
 
 // seqBefore orders sequences of one tenant by arrival, then choice index.
@@ -213,7 +214,7 @@ func (q *fairQueue) remove(seq *sequence) bool {
 	}
 	c.n--
 	q.n--
-	q.tokens -= len(seq.tokens)
+	q.tokens -= seq.backlog
 	if len(t.seqs) == 0 {
 		heap.Remove(&c.heap, t.index)
 		delete(c.tenants, t.name) // an idle tenant keeps no credit

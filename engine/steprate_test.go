@@ -103,3 +103,43 @@ func TestEngineMeasuresPrefill(t *testing.T) {
 	assert.Zero(t, st.QueuedPromptTokens)
 	assert.InEpsilon(t, 5_000, st.PrefillTokensPerSecond, 0.01, "1 / 200us, the fixed 20ms left out")
 }
+
+// TestQueuedPromptTokensCountsCachedPrefix: a queued request counts the
+// prompt tokens the prefix cache does not hold when it is queued; a
+// running one what it still has to prefill.
+func TestQueuedPromptTokensCountsCachedPrefix(t *testing.T) {
+	t.Parallel()
+	exec := newFakeExec(64, 4, 1024)
+	cfg := DefaultConfig()
+	cfg.MaxBatchTokens, cfg.MaxRunning = 8, 1
+	e, err := New(exec, exec.clock, cfg, nil)
+	require.NoError(t, err)
+	run := func() {
+		for {
+			ran, err := e.Step(t.Context())
+			require.NoError(t, err)
+			if !ran {
+				return
+			}
+		}
+	}
+	shared := prompt(20, 0)
+	_, err = e.Submit(t.Context(), Request{ID: "r0", Prompt: shared, MaxTokens: 2, N: 1})
+	require.NoError(t, err)
+	run()
+	require.Zero(t, e.Stats().QueuedPromptTokens)
+
+	// Both share r0's first 16 tokens (4 blocks) and add 12 of their own.
+	for i, id := range []string{"r1", "r2"} {
+		p := append(append([]int32{}, shared[:16]...), prompt(12, 500+100*i)...)
+		_, err = e.Submit(t.Context(), Request{ID: id, Prompt: p, MaxTokens: 2, N: 1})
+		require.NoError(t, err)
+	}
+	ran, err := e.Step(t.Context())
+	require.NoError(t, err)
+	require.True(t, ran)
+	// r1 runs: 16 cached, 8 computed, 4 to go; r2 waits: 28 less 16.
+	assert.Equal(t, 4+12, e.Stats().QueuedPromptTokens)
+	run()
+	assert.Zero(t, e.Stats().QueuedPromptTokens)
+}
