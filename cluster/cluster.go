@@ -42,6 +42,15 @@ type ModelLoad struct {
 	// WaitingByTier splits Waiting by priority class, in the engine's
 	// order: batch, free, paid, enterprise.
 	WaitingByTier [NumTiers]int
+	// QueuedPromptTokens is the prompt tokens the node still has to
+	// prefill (queued requests' prompts, before prefix-cache hits, and
+	// the rest of the running ones'); 0 from a node that does not say.
+	QueuedPromptTokens int
+	// PrefillTokensPerSecond is the node's measured prefill rate (travels
+	// rounded to a whole token); 0 unknown.
+	PrefillTokensPerSecond float64
+	// BlockTokens is the model's KV block size in tokens; 0 unknown.
+	BlockTokens int
 }
 
 // NumTiers is the number of priority classes a load reports.

@@ -96,9 +96,12 @@
 // A state record: a kind byte (1), node id, epoch, seq, a flags byte
 // (1 draining, 2 leaving), a count of models and for each: name, running,
 // waiting, KV usage and tokens per second (IEEE float32, little endian), a
-// count of tiers (4) and the waiting sequences of each (batch, free, paid,
-// enterprise; a decoder keeps the first 4 and skips any more), a
-// count of prefix keys and the keys (8 bytes little endian each: the Hi half
+// count of load counters and each: the waiting sequences of each tier
+// (batch, free, paid, enterprise), then the prompt tokens queued for
+// prefill, the measured prefill rate in tokens per second and the KV block
+// size in tokens (at least the 4 tiers; trailing zeros past them left out,
+// so a load has one encoding; a decoder keeps the counters it knows, so a
+// node of the 4-tier format reads newer records), a count of prefix keys and the keys (8 bytes little endian each: the Hi half
 // of the kvcache.Hash). The pair (epoch, seq) is the version: epoch is the
 // node's start time in nanoseconds (raised past any later version of itself
 // that it hears of, so a restarted node always wins), seq counts

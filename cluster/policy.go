@@ -18,6 +18,12 @@ const (
 	// conversation (or the prompt's first block) on the ring, within the
 	// load bound, else the least loaded. The default.
 	PolicyPrefix Policy = "prefix"
+	// PolicyCost: the member with the least predicted time to first token
+	// (see predictTTFT): its queued prompt tokens, the prompt tokens it
+	// does not hold and a decode step of its running batch, over its
+	// measured prefill rate; within the load bound, ties to the longest
+	// cached prefix, then the ring.
+	PolicyCost Policy = "cost"
 	// PolicyAffinity: the owner of the conversation (or the prompt's first
 	// block) on the ring, whatever the load.
 	PolicyAffinity Policy = "affinity"
@@ -31,7 +37,7 @@ const (
 )
 
 // Policies lists every routing policy, the default first.
-var Policies = []Policy{PolicyPrefix, PolicyAffinity, PolicyRoundRobin, PolicyLeastLoaded, PolicyLocal}
+var Policies = []Policy{PolicyPrefix, PolicyCost, PolicyAffinity, PolicyRoundRobin, PolicyLeastLoaded, PolicyLocal}
 
 // ParsePolicy returns the policy named s ("" is PolicyPrefix).
 func ParsePolicy(s string) (Policy, error) {

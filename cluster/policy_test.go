@@ -18,7 +18,7 @@ func TestParsePolicy(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, PolicyPrefix, got)
 	_, err = ParsePolicy("random")
-	require.ErrorContains(t, err, "prefix, affinity, round_robin, least_loaded, local")
+	require.ErrorContains(t, err, "prefix, cost, affinity, round_robin, least_loaded, local")
 }
 
 // TestPolicies: each policy looks at what it says: the prefix (prefix),

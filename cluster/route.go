@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/zeebo/xxh3"
 
@@ -33,7 +34,19 @@ const (
 	ReasonOverloaded = "overloaded_skipped"
 	// ReasonRoundRobin: every candidate of PolicyRoundRobin.
 	ReasonRoundRobin = "round_robin"
+	// ReasonCost: a candidate of PolicyCost within the load bound, by its
+	// predicted time to first token.
+	ReasonCost = "cost"
 )
+
+// DefaultPrefillRate stands for a member's prefill rate, in tokens per
+// second, when neither it nor any other member of the pool reports one.
+// Only ratios between members matter then, so its value barely does.
+const DefaultPrefillRate = 10_000
+
+// DefaultBlockTokens stands for the KV block size when neither the request
+// nor a member gives one.
+const DefaultBlockTokens = 16
 
 // Candidate is one member Route proposes, in order of preference.
 type Candidate struct {
@@ -49,6 +62,9 @@ type Candidate struct {
 	Reason string
 	// CrossZone is set for a member outside RouteRequest.Zone.
 	CrossZone bool
+	// PredictedTTFT is PolicyCost's estimate of the request's time to
+	// first token on the member (see predictTTFT); 0 for other policies.
+	PredictedTTFT time.Duration
 }
 
 // RouteRequest describes one request to route.
@@ -59,6 +75,12 @@ type RouteRequest struct {
 	// Prefix holds the prompt's chained block hashes (kvcache.HashChain of
 	// its tokens).
 	Prefix []kvcache.Hash
+	// PromptTokens is the prompt's length, for PolicyCost; 0 means
+	// len(Prefix) x the block size (its full blocks).
+	PromptTokens int
+	// BlockTokens is the block size of Prefix, for PolicyCost; 0 means the
+	// members' gossiped one, else DefaultBlockTokens.
+	BlockTokens int
 	// AffinityKey (a conversation id or user) keeps related requests on
 	// one member; "" uses the prompt's first block hash instead.
 	AffinityKey string
@@ -139,9 +161,13 @@ func route(pool []routeMember, r *ring, req RouteRequest, localPrefix func([]kvc
 	for i := range pool {
 		over[i] = loads[i] >= capacity && loads[i]-least >= slack
 	}
+	var ttft []float64
+	if req.Policy == PolicyCost {
+		ttft = predictTTFT(pool, req, blocks)
+	}
 
 	if req.Zone == "" {
-		return order(pool, r, req, loads, kv, blocks, over)
+		return order(pool, r, req, loads, kv, blocks, over, ttft)
 	}
 	// Zones: the entry node's zone first; out of it only when every member
 	// there is over the bound (or none serves the model). The bound is the
@@ -157,10 +183,17 @@ func route(pool []routeMember, r *ring, req RouteRequest, localPrefix func([]kvc
 	pick := func(idx []int) []Candidate {
 		sub := make([]routeMember, len(idx))
 		l, k, b, o := make([]int, len(idx)), make([]float64, len(idx)), make([]int, len(idx)), make([]bool, len(idx))
+		var c []float64
+		if ttft != nil {
+			c = make([]float64, len(idx))
+		}
 		for j, i := range idx {
 			sub[j], l[j], k[j], b[j], o[j] = pool[i], loads[i], kv[i], blocks[i], over[i]
+			if c != nil {
+				c[j] = ttft[i]
+			}
 		}
-		return order(sub, r, req, l, k, b, o)
+		return order(sub, r, req, l, k, b, o, c)
 	}
 	home, away := pick(in), pick(out)
 	for i := range away {
@@ -186,9 +219,10 @@ func route(pool []routeMember, r *ring, req RouteRequest, localPrefix func([]kvc
 	return res
 }
 
-// order ranks pool (with each member's load, KV use, prefix blocks and
-// whether it is over the bound, computed by route) by the policy's rules.
-func order(pool []routeMember, r *ring, req RouteRequest, loads []int, kv []float64, blocks []int, over []bool) []Candidate {
+// order ranks pool (with each member's load, KV use, prefix blocks,
+// whether it is over the bound and, for PolicyCost, its predicted TTFT in
+// seconds, computed by route) by the policy's rules.
+func order(pool []routeMember, r *ring, req RouteRequest, loads []int, kv []float64, blocks []int, over []bool, ttft []float64) []Candidate {
 	n := len(pool)
 	if n == 0 {
 		return nil
@@ -235,6 +269,10 @@ func order(pool []routeMember, r *ring, req RouteRequest, loads []int, kv []floa
 			return rank[i] < rank[j]
 		}
 		return lessLoaded(i, j)
+	}
+
+	if ttft != nil {
+		return orderByCost(pool, blocks, over, ttft, lessRank)
 	}
 
 	out := make([]Candidate, 0, n)
@@ -295,6 +333,129 @@ func order(pool []routeMember, r *ring, req RouteRequest, loads []int, kv []floa
 	}
 	return out
 }
+
+// predictTTFT returns, for each member of pool, PolicyCost's prediction of
+// the request's time to first token there, in seconds:
+//
+//	ttft = (queued + max(prompt - cached, 1) + running) / rate
+//
+// where, from the member's gossiped ModelLoad for req.Model:
+//   - queued is QueuedPromptTokens, the prompt tokens it must prefill
+//     before (or along with) this one; a node that does not report them
+//     (0 while Waiting > 0) counts each waiting request as long as this
+//     prompt;
+//   - prompt is req.PromptTokens (or its full blocks) and cached the
+//     member's prefix blocks (blocks) x the block size: the tokens it
+//     would prefill (at least the last, which always runs);
+//   - running is Running, one decode token for each running sequence: the
+//     decode step that the prefill shares with the running batch;
+//   - rate is PrefillTokensPerSecond, the member's measured cost of a
+//     batch token; unknown, the median of the rates the pool reports,
+//     else DefaultPrefillRate.
+//
+// This is the load-aware routing of NVIDIA Dynamo's KV router in other
+// units: a cached prefix is worth the prefill it saves, a queue the
+// prefill it adds, both in time on that member. It leaves out the fixed
+// cost of a step (the same on like members) and the decode tokens of
+// later steps when the prefill spans several (a few percent under load).
+func predictTTFT(pool []routeMember, req RouteRequest, blocks []int) []float64 {
+	bt := req.BlockTokens
+	var rates []float64
+	for _, m := range pool {
+		l := m.Member.State.Load[req.Model]
+		if l.PrefillTokensPerSecond > 0 {
+			rates = append(rates, l.PrefillTokensPerSecond)
+		}
+		if bt <= 0 {
+			bt = l.BlockTokens
+		}
+	}
+	if bt <= 0 {
+		bt = DefaultBlockTokens
+	}
+	fallback := float64(DefaultPrefillRate)
+	if len(rates) > 0 {
+		slices.Sort(rates)
+		fallback = rates[len(rates)/2]
+	}
+	prompt := req.PromptTokens
+	if prompt <= 0 {
+		prompt = len(req.Prefix) * bt
+	}
+	prompt = max(prompt, 1)
+	out := make([]float64, len(pool))
+	for i, m := range pool {
+		l := m.Member.State.Load[req.Model]
+		queued := max(l.QueuedPromptTokens, 0)
+		if queued == 0 && l.Waiting > 0 {
+			queued = l.Waiting * prompt
+		}
+		fresh := max(prompt-blocks[i]*bt, 1)
+		rate := l.PrefillTokensPerSecond
+		if !(rate > 0) || math.IsInf(rate, 0) {
+			rate = fallback
+		}
+		out[i] = float64(queued+fresh+max(l.Running, 0)) / rate
+	}
+	return out
+}
+
+// orderByCost ranks pool for PolicyCost: the members within the bound by
+// predicted TTFT, except that the first is, of those within costTie of the
+// least, the one with the longest cached prefix, then first in the ring
+// order (lessRank, which ends with the least loaded); the members over the
+// bound last, by predicted TTFT, for retries.
+func orderByCost(pool []routeMember, blocks []int, over []bool, ttft []float64, lessRank func(i, j int) bool) []Candidate {
+	idx := make([]int, len(pool))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		i, j := idx[a], idx[b]
+		if over[i] != over[j] {
+			return !over[i]
+		}
+		if ttft[i] != ttft[j] {
+			return ttft[i] < ttft[j]
+		}
+		if blocks[i] != blocks[j] {
+			return blocks[i] > blocks[j]
+		}
+		return lessRank(i, j)
+	})
+	if len(idx) > 0 && !over[idx[0]] {
+		limit := ttft[idx[0]] * (1 + costTie)
+		best := 0
+		for k := 1; k < len(idx) && !over[idx[k]] && ttft[idx[k]] <= limit; k++ {
+			i, b := idx[k], idx[best]
+			if blocks[i] > blocks[b] || (blocks[i] == blocks[b] && lessRank(i, b)) {
+				best = k
+			}
+		}
+		first := idx[best]
+		copy(idx[1:best+1], idx[:best])
+		idx[0] = first
+	}
+	out := make([]Candidate, len(idx))
+	for k, i := range idx {
+		reason := ReasonCost
+		if over[i] {
+			reason = ReasonOverloaded
+		}
+		out[k] = Candidate{Member: pool[i].Member, PrefixBlocks: blocks[i], Reason: reason,
+			PredictedTTFT: time.Duration(min(ttft[i], maxPredicted.Seconds()) * float64(time.Second))}
+	}
+	return out
+}
+
+// maxPredicted caps Candidate.PredictedTTFT.
+const maxPredicted = 24 * time.Hour
+
+// costTie is the relative difference under which a predicted TTFT counts
+// as the least: the inputs are estimates, and a near tie is better broken
+// toward the cached prefix and the conversation's ring owner, which keep
+// later turns together.
+const costTie = 0.02
 
 // prefixMatcher finds how many leading blocks of a prefix a summary holds:
 // the deepest block whose key the summary has (chained hashes: holding

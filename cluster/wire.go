@@ -69,6 +69,41 @@ type modelRecord struct {
 	Name string
 	Load ModelLoad
 	Keys []uint64
+	// more holds the load counters past those this version knows (a newer
+	// node's), kept so that a record re-encodes to its bytes.
+	more []uint64
+}
+
+// Load counters of a state record: the waiting sequences of each tier,
+// then these, by position. A newer version appends counters; an older one
+// reads them all and keeps those it knows. The list never ends with a zero
+// past the tiers (zeros at the end are left out), so each load has one
+// encoding.
+const (
+	counterQueuedPromptTokens = NumTiers + iota
+	counterPrefillRate
+	counterBlockTokens
+	knownCounters
+)
+
+// maxCounters caps the load counters of one model.
+const maxCounters = 64
+
+// loadCounters returns l's counters, then more, without trailing zeros
+// past the tiers.
+func loadCounters(l ModelLoad, more []uint64) []uint64 {
+	c := make([]uint64, knownCounters, knownCounters+len(more))
+	for i, w := range l.WaitingByTier {
+		c[i] = uint64(clampCount(w))
+	}
+	c[counterQueuedPromptTokens] = uint64(clampCount(l.QueuedPromptTokens))
+	c[counterPrefillRate] = uint64(clampCount(int(math.Round(min(finiteNonNeg(l.PrefillTokensPerSecond), maxCount-1)))))
+	c[counterBlockTokens] = uint64(clampCount(l.BlockTokens))
+	c = append(c, more...)
+	for len(c) > NumTiers && c[len(c)-1] == 0 {
+		c = c[:len(c)-1]
+	}
+	return c
 }
 
 // record is a decoded state or summary record.
@@ -117,9 +152,10 @@ func appendRecord(b []byte, r *record) []byte {
 			e.uvarint(uint64(clampCount(m.Load.Waiting)))
 			e.f32(m.Load.KVUsage)
 			e.f32(m.Load.TokensPerSecond)
-			e.uvarint(NumTiers)
-			for _, w := range m.Load.WaitingByTier {
-				e.uvarint(uint64(clampCount(w)))
+			counters := loadCounters(m.Load, m.more)
+			e.uvarint(uint64(len(counters)))
+			for _, c := range counters {
+				e.uvarint(c)
 			}
 		}
 		e.keys(m.Keys)
@@ -284,16 +320,33 @@ func (d *decoder) record() *record {
 				d.fail()
 			}
 			m.Load = ModelLoad{Running: int(running), Waiting: int(waiting), KVUsage: d.f32(), TokensPerSecond: d.f32()}
-			// Tiers beyond NumTiers (a newer node) are read and dropped.
-			tiers := d.count(64, 1)
-			for i := range tiers {
-				w := d.uvarint()
-				if w >= maxCount {
+			// Counters past those known (a newer node's) are kept aside.
+			n := d.count(maxCounters, 1)
+			if d.err == nil && n < NumTiers {
+				d.fail()
+			}
+			last := uint64(0)
+			for i := range n {
+				last = d.uvarint()
+				if last >= maxCount {
 					d.fail()
 				}
-				if i < NumTiers {
-					m.Load.WaitingByTier[i] = int(w)
+				w := int(last)
+				switch {
+				case i < NumTiers:
+					m.Load.WaitingByTier[i] = w
+				case i == counterQueuedPromptTokens:
+					m.Load.QueuedPromptTokens = w
+				case i == counterPrefillRate:
+					m.Load.PrefillTokensPerSecond = float64(w)
+				case i == counterBlockTokens:
+					m.Load.BlockTokens = w
+				default:
+					m.more = append(m.more, last)
 				}
+			}
+			if n > NumTiers && last == 0 {
+				d.fail() // a trailing zero: not the one encoding
 			}
 		}
 		m.Keys = d.keys()
@@ -439,6 +492,9 @@ func sanitizeLoad(l ModelLoad) ModelLoad {
 	l.Waiting = clampCount(l.Waiting)
 	l.KVUsage = finiteNonNeg(l.KVUsage)
 	l.TokensPerSecond = finiteNonNeg(l.TokensPerSecond)
+	l.QueuedPromptTokens = clampCount(l.QueuedPromptTokens)
+	l.PrefillTokensPerSecond = math.Round(min(finiteNonNeg(l.PrefillTokensPerSecond), maxCount-1))
+	l.BlockTokens = clampCount(l.BlockTokens)
 	for i := range l.WaitingByTier {
 		l.WaitingByTier[i] = clampCount(l.WaitingByTier[i])
 	}

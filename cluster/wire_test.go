@@ -242,3 +242,104 @@ func TestWaitingByTierRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, [NumTiers]int{1, 2, 3, 4}, r.Models[0].Load.WaitingByTier)
 }
+
+// TestLoadCountersCompat: the queued prompt tokens, the prefill rate and
+// the block size travel as load counters after the tiers, so that a node
+// of the previous format (which reads every counter and keeps the first
+// four) still decodes a newer record, and a newer node reads an older
+// record's load with these unset. Counters past those known are kept, and
+// a record re-encodes to its bytes.
+func TestLoadCountersCompat(t *testing.T) {
+	t.Parallel()
+	l := ModelLoad{Running: 2, Waiting: 5, KVUsage: 0.5, WaitingByTier: [NumTiers]int{1, 0, 4, 0},
+		QueuedPromptTokens: 12345, PrefillTokensPerSecond: 6543.4, BlockTokens: 16}
+	state, _ := stateRecords("n", version{Epoch: 1, Seq: 1}, State{Load: map[string]ModelLoad{"m": l},
+		Prefixes: map[string][]kvcache.Hash{"m": chain(1, 3)}}, BroadcastPrefixKeys)
+	b := encodeGossip(state)
+	r, err := decodeGossip(b)
+	require.NoError(t, err)
+	got := r.Models[0].Load
+	want := l
+	want.PrefillTokensPerSecond = 6543
+	assert.Equal(t, want, got)
+
+	// The previous format's decoder, for one model's part.
+	prev := func(b []byte) (tiers [NumTiers]int, keys int) {
+		d := decoder{b: b}
+		d.byte()
+		d.str(maxNodeIDBytes)
+		d.uvarint()
+		d.uvarint()
+		d.byte()
+		require.Equal(t, 1, d.count(maxModels, 2))
+		d.str(maxModelNameBytes)
+		d.uvarint()
+		d.uvarint()
+		d.f32()
+		d.f32()
+		n := d.count(64, 1)
+		for i := range n {
+			w := d.uvarint()
+			if i < NumTiers {
+				tiers[i] = int(w)
+			}
+		}
+		keys = len(d.keys())
+		require.NoError(t, d.err)
+		require.Empty(t, d.b)
+		return tiers, keys
+	}
+	tiers, keys := prev(b)
+	assert.Equal(t, l.WaitingByTier, tiers)
+	assert.Equal(t, 3, keys)
+
+	// An older record (four counters) decodes with the new fields unset,
+	// and re-encodes to its bytes.
+	old := encoder{}
+	old.byte(kindState)
+	old.str("n")
+	old.uvarint(1)
+	old.uvarint(1)
+	old.byte(0)
+	old.uvarint(1)
+	old.str("m")
+	old.uvarint(2)
+	old.uvarint(5)
+	old.f32(0.5)
+	old.f32(0)
+	old.uvarint(NumTiers)
+	for _, w := range []uint64{1, 0, 4, 0} {
+		old.uvarint(w)
+	}
+	old.keys(nil)
+	r, err = decodeGossip(old.b)
+	require.NoError(t, err)
+	assert.Equal(t, ModelLoad{Running: 2, Waiting: 5, KVUsage: 0.5, WaitingByTier: [NumTiers]int{1, 0, 4, 0}}, r.Models[0].Load)
+	assert.Equal(t, old.b, appendRecord(nil, r))
+
+	// A newer record with two more counters: kept aside, re-encoded.
+	newer := encoder{b: bytes.Clone(old.b[:len(old.b)-1-1-NumTiers])}
+	newer.uvarint(knownCounters + 2)
+	for _, w := range []uint64{1, 0, 4, 0, 7, 8, 16, 0, 9} {
+		newer.uvarint(w)
+	}
+	newer.keys(nil)
+	r, err = decodeGossip(newer.b)
+	require.NoError(t, err)
+	assert.Equal(t, 7, r.Models[0].Load.QueuedPromptTokens)
+	assert.Equal(t, 16, r.Models[0].Load.BlockTokens)
+	assert.Equal(t, newer.b, appendRecord(nil, r))
+
+	// A trailing zero counter is not the one encoding; too few counters
+	// are malformed.
+	for name, counters := range map[string][]uint64{"trailing zero": {1, 0, 4, 0, 7, 0}, "three": {1, 0, 4}} {
+		bad := encoder{b: bytes.Clone(old.b[:len(old.b)-1-1-NumTiers])}
+		bad.uvarint(uint64(len(counters)))
+		for _, w := range counters {
+			bad.uvarint(w)
+		}
+		bad.keys(nil)
+		_, err := decodeGossip(bad.b)
+		require.ErrorIs(t, err, errMalformed, name)
+	}
+}

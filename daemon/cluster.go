@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -136,12 +137,25 @@ func (d *Daemon) clusterState() cluster.State {
 		var byTier [cluster.NumTiers]int
 		copy(byTier[:], es.WaitingByPriority[engine.PriorityBatch:])
 		st.Load[m.ID] = cluster.ModelLoad{Running: es.Running, Waiting: es.Waiting, KVUsage: kv,
-			TokensPerSecond: d.rates.rate(m.ID, es.GeneratedTokens, time.Now()), WaitingByTier: byTier}
+			TokensPerSecond: d.rates.rate(m.ID, es.GeneratedTokens, time.Now()), WaitingByTier: byTier,
+			QueuedPromptTokens: es.QueuedPromptTokens, PrefillTokensPerSecond: roundRate(es.PrefillTokensPerSecond),
+			BlockTokens: es.BlockSize}
 		if d.cluster.Load() != nil {
 			st.Prefixes[m.ID] = m.Replica.RecentPrefixes(cluster.MaxPrefixKeys)
 		}
 	}
 	return st
+}
+
+// roundRate keeps two significant digits of a prefill rate: the router
+// needs no more, and a rate that moves with every step would make each
+// state differ from the last and go out as news.
+func roundRate(r float64) float64 {
+	if !(r > 0) || math.IsInf(r, 0) {
+		return 0
+	}
+	scale := math.Pow(10, math.Floor(math.Log10(r))-1)
+	return math.Round(r/scale) * scale
 }
 
 // members is the cluster as this node sees it, or this node alone.

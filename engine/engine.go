@@ -99,6 +99,15 @@ type Stats struct {
 	WaitingByPriority [NumPriorities]int
 	// Degrade is the degradation ladder's level.
 	Degrade DegradeLevel
+	// QueuedPromptTokens is the prompt tokens still to prefill: the
+	// waiting sequences' tokens less what the prefix cache held when they
+	// were queued, plus the rest of the running sequences' prompts.
+	QueuedPromptTokens int
+	// PrefillTokensPerSecond is the measured cost of batch tokens on the
+	// executor, as tokens per second: the slope of recent step times
+	// against their batch sizes, without the fixed cost of a step (see
+	// stepFit). 0 until the steps have varied enough in size to tell.
+	PrefillTokensPerSecond float64
 }
 
 // Engine runs one model replica: the step loop of a Scheduler over an
@@ -137,6 +146,7 @@ type Engine struct {
 	// Owned by the step goroutine.
 	ladder      ladder
 	lastObserve time.Time
+	fit         stepFit
 }
 
 type submission struct {
@@ -336,6 +346,7 @@ func (e *Engine) turn(ctx context.Context, failInterrupted bool) (bool, error) {
 		e.publishStats()
 		return false, nil
 	}
+	start := e.clock.Now()
 	out, err := e.exec.Forward(ctx, &plan.Batch)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -349,10 +360,21 @@ func (e *Engine) turn(ctx context.Context, failInterrupted bool) (bool, error) {
 		e.logger.Error("executor step failed", "err", err, "seqs", len(plan.Batch.Seqs))
 		e.sched.Fail(plan, err)
 	default:
-		e.sched.Apply(plan, out, e.clock.Now())
+		end := e.clock.Now()
+		e.fit.observe(batchTokens(&plan.Batch), end.Sub(start))
+		e.sched.Apply(plan, out, end)
 	}
 	e.publishStats()
 	return true, nil
+}
+
+// batchTokens counts the tokens b runs through the model.
+func batchTokens(b *Batch) int {
+	n := 0
+	for i := range b.Seqs {
+		n += len(b.Seqs[i].Tokens)
+	}
+	return n
 }
 
 // maxInspect bounds the requests Requests returns.
@@ -497,6 +519,9 @@ func (e *Engine) publishStats() {
 		SwapBlocksTotal:   e.sched.Swap().NumSlots(),
 		WaitingByPriority: e.sched.WaitingByPriority(),
 		Degrade:           e.ladder.level,
+
+		QueuedPromptTokens:     e.sched.QueuedPromptTokens(),
+		PrefillTokensPerSecond: e.fit.rate(),
 	}
 	e.statsMu.Lock()
 	e.stats = st

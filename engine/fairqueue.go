@@ -30,6 +30,9 @@ import (
 type fairQueue struct {
 	classes [NumPriorities]classQueue
 	n       int
+	// tokens sums the waiting sequences' backlogs (set before push, kept
+	// while they wait).
+	tokens int
 	// vtime is the pass of the class admitted last: a class that becomes
 	// active starts from it, so idle time earns no credit.
 	vtime float64
@@ -76,6 +79,10 @@ func newFairQueue(weights [NumPriorities]float64, cost func(*sequence) int) *fai
 // Len is the number of waiting sequences.
 func (q *fairQueue) Len() int { return q.n }
 
+// Tokens is the sum of the waiting sequences' backlogs (their prompt
+// tokens not cached when queued).
+func (q *fairQueue) Tokens() int { return q.tokens }
+
 // ClassLen is the number of waiting sequences of priority p.
 func (q *fairQueue) ClassLen(p Priority) int { return q.classes[p].n }
 
@@ -103,6 +110,7 @@ func (q *fairQueue) push(seq *sequence) {
 	}
 	c.n++
 	q.n++
+	q.tokens += seq.backlog
 }
 
 // seqBefore orders sequences of one tenant by arrival, then choice index.
@@ -206,6 +214,7 @@ func (q *fairQueue) remove(seq *sequence) bool {
 	}
 	c.n--
 	q.n--
+	q.tokens -= seq.backlog
 	if len(t.seqs) == 0 {
 		heap.Remove(&c.heap, t.index)
 		delete(c.tenants, t.name) // an idle tenant keeps no credit

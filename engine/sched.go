@@ -100,7 +100,10 @@ type sequence struct {
 	swappedIn uint64 // the step number that last swapped it in
 	// projected is the tokens admission expects it to hold at the end.
 	projected int
-	host      []int32 // swap slots holding its blocks while swapped out
+	// backlog is what the sequence adds to QueuedPromptTokens while it
+	// waits: its tokens less those cached when it was queued.
+	backlog int
+	host    []int32 // swap slots holding its blocks while swapped out
 	// constraint is the choice's grammar state (nil: none). It moves only
 	// when a token is appended, so preemption, by swap or by recompute,
 	// leaves it where the kept tokens put it.
@@ -226,6 +229,20 @@ func (s *Scheduler) NumRunning() int { return len(s.running) }
 
 // NumWaiting is the number of waiting sequences.
 func (s *Scheduler) NumWaiting() int { return s.waiting.Len() }
+
+// QueuedPromptTokens is the prompt tokens still to prefill: every waiting
+// sequence's tokens (a recomputed sequence's output included) less those
+// the prefix cache held when it was queued, plus what the running
+// sequences still have to prefill. O(running).
+func (s *Scheduler) QueuedPromptTokens() int {
+	n := s.waiting.Tokens()
+	for _, seq := range s.running {
+		if need := s.need(seq); need > 1 {
+			n += need
+		}
+	}
+	return n
+}
 
 // NumSwapped is the number of sequences swapped out to host memory.
 func (s *Scheduler) NumSwapped() int { return len(s.swapped) }
@@ -401,7 +418,30 @@ func (s *Scheduler) newSeq(r *request, tokens []int32) *sequence {
 // priority or higher that arrived before it.
 func (s *Scheduler) enqueue(seq *sequence) {
 	seq.state = stateWaiting
+	seq.backlog = len(seq.tokens) - s.cachedNow(seq)
 	s.waiting.push(seq)
+}
+
+// cachedNow is how many of seq's leading tokens the prefix cache holds now
+// (admission looks again: blocks may be evicted or filled meanwhile). It
+// computes seq's block hashes, which admission would.
+func (s *Scheduler) cachedNow(seq *sequence) int {
+	if s.cfg.DisablePrefixCache {
+		return 0
+	}
+	bs := s.pool.BlockSize()
+	if len(seq.hashes) < len(seq.tokens)/bs {
+		seq.hashes = kvcache.HashChain(seq.tokens, bs)
+	}
+	maxHit := (s.target(seq) - 1) / bs
+	hits := 0
+	for hits < maxHit && hits < len(seq.hashes) {
+		if found, _ := s.pool.Probe(seq.hashes[hits]); !found {
+			break
+		}
+		hits++
+	}
+	return hits * bs
 }
 
 // Cancel ends a live request with FinishCancelled and frees its blocks. It

@@ -79,6 +79,7 @@ type simulateOpts struct {
 	duration      time.Duration
 	warmup        time.Duration
 	input, output workload.Dist
+	firstInput    workload.Dist
 	sharedPrefix  float64
 	systemPrompts int
 	systemTokens  workload.Dist
@@ -139,6 +140,7 @@ func newSimulateCmd() *cobra.Command {
 	f.DurationVar(&o.warmup, "warmup", 0, "virtual time at the start left out of the figures")
 	f.Var(&o.input, "input", "user message length in tokens (a distribution)")
 	f.Var(&o.output, "output", "answer length in tokens (max_tokens; every answer runs to it)")
+	f.Var(&o.firstInput, "first-input", "length of a conversation's first user message, when it differs from --input (a document it opens with)")
 	f.Float64Var(&o.sharedPrefix, "shared-prefix", 0.5, "share of conversations that start with a shared system prompt (0..1)")
 	f.IntVar(&o.systemPrompts, "system-prompts", 8, "number of distinct shared system prompts")
 	f.Var(&o.systemTokens, "system-tokens", "length of each shared system prompt in tokens (a distribution)")
@@ -173,7 +175,7 @@ func (o *simulateOpts) config() (fleet.Config, error) {
 		return cfg, fmt.Errorf("--duration must be positive, got %s", o.duration)
 	}
 	spec := workload.Spec{
-		Duration: o.duration, Rate: o.rate, Input: o.input, Output: o.output,
+		Duration: o.duration, Rate: o.rate, Input: o.input, Output: o.output, FirstInput: o.firstInput,
 		SharedPrefix: o.sharedPrefix, SystemPrompts: o.systemPrompts, SystemTokens: o.systemTokens,
 		Turns: o.turns, ThinkTime: o.thinkTime, CancelRatio: o.cancelRatio, Seed: o.seed,
 	}

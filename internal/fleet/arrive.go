@@ -80,7 +80,7 @@ func (d *driver) issue(ctx context.Context, it workload.Item) error {
 			return nil
 		}
 	}
-	n, err := d.route(prompt, it)
+	n, cached, err := d.route(prompt, it)
 	if err != nil {
 		return err
 	}
@@ -120,6 +120,9 @@ func (d *driver) issue(ctx context.Context, it workload.Item) error {
 	}
 	n.sinceView++
 	n.inStep++
+	// The router's belief: the prompt less the prefix it counted there.
+	n.sinceTokens += len(prompt) - cached
+	n.inStepTokens += len(prompt) - cached
 	if inWindow {
 		n.requests++
 	}
@@ -136,13 +139,14 @@ func (d *driver) refuse(reason string, inWindow bool) {
 	}
 }
 
-// route picks the node for a prompt by the configured policy.
-func (d *driver) route(prompt []int32, it workload.Item) (*node, error) {
+// route picks the node for a prompt by the configured policy, and returns
+// the prompt tokens the router believes it holds.
+func (d *driver) route(prompt []int32, it workload.Item) (*node, int, error) {
 	if d.cfg.Route == cluster.PolicyRoundRobin {
 		n := d.nodes[d.rr%len(d.nodes)]
 		d.rr++
 		d.count(cluster.ReasonRoundRobin)
-		return n, nil
+		return n, 0, nil
 	}
 	for _, n := range d.nodes {
 		if !n.busy && d.now.Sub(n.summaryAt) >= d.interval {
@@ -153,35 +157,48 @@ func (d *driver) route(prompt []int32, it workload.Item) (*node, error) {
 			n.fresh = false
 		}
 		d.pool.SetLoad(n.id, d.model, cluster.ModelLoad{
-			Running: n.view.Running,
-			Waiting: n.view.Waiting + n.view.Swapped + n.sinceView,
-			KVUsage: usage(n.view),
+			Running:                n.view.Running,
+			Waiting:                n.view.Waiting + n.view.Swapped + n.sinceView,
+			KVUsage:                usage(n.view),
+			QueuedPromptTokens:     n.view.QueuedPromptTokens + n.sinceTokens,
+			PrefillTokensPerSecond: n.view.PrefillTokensPerSecond,
+			BlockTokens:            n.view.BlockSize,
 		})
 	}
-	req := cluster.RouteRequest{Model: d.model, LoadBound: d.cfg.LoadBound, LoadSlack: d.cfg.LoadSlack, Policy: d.cfg.Route}
+	bs := d.nodes[0].eng.BlockSize()
+	req := cluster.RouteRequest{Model: d.model, LoadBound: d.cfg.LoadBound, LoadSlack: d.cfg.LoadSlack, Policy: d.cfg.Route,
+		PromptTokens: len(prompt), BlockTokens: bs}
 	if it.Turns > 1 {
 		req.AffinityKey = "conversation-" + strconv.Itoa(it.Conversation)
 	}
-	if d.cfg.Route == cluster.PolicyPrefix || d.cfg.Route == cluster.PolicyAffinity {
-		req.Prefix = kvcache.HashChain(prompt, d.nodes[0].eng.BlockSize())
+	switch d.cfg.Route {
+	case cluster.PolicyPrefix, cluster.PolicyAffinity, cluster.PolicyCost:
+		req.Prefix = kvcache.HashChain(prompt, bs)
 	}
 	cands := d.pool.Route(req, nil)
 	if len(cands) == 0 {
-		return nil, errors.New("fleet: the router found no node")
+		return nil, 0, errors.New("fleet: the router found no node")
 	}
 	c := cands[0]
 	reason := c.Reason
-	if strings.HasPrefix(reason, cluster.ReasonPrefix) {
+	switch {
+	case strings.HasPrefix(reason, cluster.ReasonPrefix):
 		reason = "prefix"
+	case reason == cluster.ReasonCost && c.PrefixBlocks > 0:
+		reason = costPrefix
 	}
 	d.count(reason)
 	for _, n := range d.nodes {
 		if n.id == c.Member.ID {
-			return n, nil
+			return n, min(c.PrefixBlocks*bs, len(prompt)), nil
 		}
 	}
-	return nil, fmt.Errorf("fleet: the router chose an unknown node %q", c.Member.ID)
+	return nil, 0, fmt.Errorf("fleet: the router chose an unknown node %q", c.Member.ID)
 }
+
+// costPrefix counts the cost policy's choices of a member holding part
+// of the prompt.
+const costPrefix = "cost_prefix"
 
 func (d *driver) count(reason string) {
 	if d.inWindow(d.now) {

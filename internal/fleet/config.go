@@ -15,8 +15,8 @@ import (
 
 // RoutePolicies lists the routing policies a fleet simulates: the cluster's,
 // less PolicyLocal (a fleet has no entry node of its own).
-var RoutePolicies = []cluster.Policy{cluster.PolicyPrefix, cluster.PolicyAffinity, cluster.PolicyRoundRobin,
-	cluster.PolicyLeastLoaded}
+var RoutePolicies = []cluster.Policy{cluster.PolicyPrefix, cluster.PolicyCost, cluster.PolicyAffinity,
+	cluster.PolicyRoundRobin, cluster.PolicyLeastLoaded}
 
 // Config describes a simulated fleet and its traffic. Start from
 // DefaultConfig.

@@ -101,10 +101,12 @@ type node struct {
 	busy bool
 	end  time.Time
 	// view is the node as the router sees it: its stats as of the end of
-	// its last finished step, plus sinceView requests routed to it since.
-	// inStep counts those routed since the current step started.
-	view              engine.Stats
-	sinceView, inStep int
+	// its last finished step, plus sinceView requests (of sinceTokens
+	// prompt tokens) routed to it since. inStep and inStepTokens count
+	// those routed since the current step started.
+	view                      engine.Stats
+	sinceView, inStep         int
+	sinceTokens, inStepTokens int
 	// after is the node's stats after the step in flight.
 	after engine.Stats
 	// summary is the prefix summary taken at summaryAt; fresh until the
@@ -429,7 +431,7 @@ func (d *driver) stepNode(ctx context.Context, n *node, until time.Time) {
 	for n.err == nil && n.busy && !n.end.After(until) {
 		t := n.end
 		n.busy = false
-		n.view, n.sinceView = n.after, n.inStep
+		n.view, n.sinceView, n.sinceTokens = n.after, n.inStep, n.inStepTokens
 		if t.Sub(n.summaryAt) >= d.interval {
 			n.takeSummary(t)
 		}
@@ -453,7 +455,7 @@ func (d *driver) startStep(ctx context.Context, n *node, t time.Time) {
 		n.preempt0, n.steps0 = st.Preemptions, st.Steps
 	}
 	n.clock.now = t
-	n.inStep = 0
+	n.inStep, n.inStepTokens = 0, 0
 	ran, err := n.eng.Step(ctx)
 	if err != nil {
 		n.err = err
@@ -463,7 +465,7 @@ func (d *driver) startStep(ctx context.Context, n *node, t time.Time) {
 	if ran {
 		n.busy, n.end, n.after = true, n.clock.now, st
 	} else {
-		n.view, n.sinceView = st, 0
+		n.view, n.sinceView, n.sinceTokens = st, 0, 0
 	}
 	d.collect(n, st.Completed, false)
 	d.noteKV(n, n.clock.now, usage(st))

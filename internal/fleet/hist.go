@@ -99,17 +99,17 @@ func (h *hist) percentiles() Percentiles {
 	p := Percentiles{Count: h.n, Max: h.max}
 	if h.n > 0 {
 		p.Mean = time.Duration(h.sum / float64(h.n) * float64(time.Second))
-		p.P50, p.P90, p.P99 = h.quantile(0.50), h.quantile(0.90), h.quantile(0.99)
+		p.P50, p.P90, p.P95, p.P99 = h.quantile(0.50), h.quantile(0.90), h.quantile(0.95), h.quantile(0.99)
 	}
 	return p
 }
 
-// Percentiles summarises a latency: the 50th, 90th and 99th percentiles
-// (within 0.4%), the mean and the maximum of Count samples.
+// Percentiles summarises a latency: the 50th, 90th, 95th and 99th
+// percentiles (within 0.4%), the mean and the maximum of Count samples.
 type Percentiles struct {
-	P50, P90, P99 time.Duration
-	Mean, Max     time.Duration
-	Count         uint64
+	P50, P90, P95, P99 time.Duration
+	Mean, Max          time.Duration
+	Count              uint64
 }
 
 // MarshalJSON writes milliseconds: {"p50_ms": 12.3, ...}.
@@ -118,9 +118,10 @@ func (p Percentiles) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		P50   float64 `json:"p50_ms"`
 		P90   float64 `json:"p90_ms"`
+		P95   float64 `json:"p95_ms"`
 		P99   float64 `json:"p99_ms"`
 		Mean  float64 `json:"mean_ms"`
 		Max   float64 `json:"max_ms"`
 		Count uint64  `json:"count"`
-	}{ms(p.P50), ms(p.P90), ms(p.P99), ms(p.Mean), ms(p.Max), p.Count})
+	}{ms(p.P50), ms(p.P90), ms(p.P95), ms(p.P99), ms(p.Mean), ms(p.Max), p.Count})
 }

@@ -29,8 +29,10 @@ type Report struct {
 	// Unfinished counts requests still queued or running at the end.
 	Unfinished int `json:"unfinished"`
 	// Routed counts routing decisions by rule ("prefix", "affinity",
-	// "least_loaded", "overloaded_skipped" or "round_robin"); PrefixRouted
-	// is the share placed for a cached prefix.
+	// "least_loaded", "overloaded_skipped", "round_robin", or "cost" and
+	// "cost_prefix", the cost policy's choice of a member holding part of
+	// the prompt); PrefixRouted is the share placed for a cached prefix
+	// ("prefix" and "cost_prefix").
 	Routed       map[string]int `json:"routed"`
 	PrefixRouted float64        `json:"prefix_routed"`
 	// Steps is the number of engine steps run on all nodes.
@@ -125,7 +127,7 @@ func (d *driver) report() *Report {
 		total += c
 	}
 	if total > 0 {
-		r.PrefixRouted = float64(r.Routed["prefix"]) / float64(total)
+		r.PrefixRouted = float64(r.Routed["prefix"]+r.Routed[costPrefix]) / float64(total)
 	}
 	return r
 }

@@ -29,11 +29,12 @@ package workload
 import (
 	"errors"
 	"fmt"
-	"github.com/llmd/llmd/engine/hashmix"
 	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/llmd/llmd/engine/hashmix"
 )
 
 // Spec describes a workload. The zero value is not valid; see Validate.
@@ -55,6 +56,10 @@ type Spec struct {
 	// Input is the length of each turn's user message, in tokens;
 	// Output the number of tokens to generate (max_tokens).
 	Input, Output Dist
+	// FirstInput, when set (not the zero Dist), is the length of a
+	// conversation's first user message instead of Input: a document the
+	// conversation opens with, which its later turns ask about.
+	FirstInput Dist
 	// SharedPrefix is the share (0..1) of conversations, hence of
 	// requests on average, whose messages start with one of SystemPrompts
 	// shared system prompts, chosen uniformly.
@@ -106,6 +111,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("input %w", errZeroDist)
 	case s.Output.Min() < 1:
 		return fmt.Errorf("output %w", errZeroDist)
+	case s.FirstInput != Dist{} && s.FirstInput.Min() < 1 && len(s.Dataset) == 0:
+		return fmt.Errorf("first input %w", errZeroDist)
 	case !(s.SharedPrefix >= 0 && s.SharedPrefix <= 1):
 		return fmt.Errorf("shared prefix must be within 0..1, got %g", s.SharedPrefix)
 	case s.SharedPrefix > 0 && s.SystemPrompts < 1:
@@ -230,7 +237,11 @@ func (s Spec) conversation(c int) []Item {
 				it.OutputTokens = s.Output.Sample(r)
 			}
 		} else {
-			it.InputTokens = s.Input.Sample(r)
+			if k == 0 && s.FirstInput != (Dist{}) {
+				it.InputTokens = s.FirstInput.Sample(r)
+			} else {
+				it.InputTokens = s.Input.Sample(r)
+			}
 			it.OutputTokens = s.Output.Sample(r)
 		}
 		it.Cancel = s.CancelRatio > 0 && r.Float64() < s.CancelRatio

@@ -76,6 +76,8 @@ func groups(streams int) []group {
 			env: []string{"LLMD_STREAMS=" + strconv.Itoa(streams)}},
 		{name: "cluster", pkgs: []string{"./cmd/llmd/"}, test: "TestClusterRoutingFigures", out: "LLMD_CLUSTER_BENCH_OUT",
 			timeout: "20m", env: []string{"LLMD_CLUSTER_BENCH=1"}},
+		{name: "cluster-sim", pkgs: []string{"./internal/fleet/"}, test: "TestRoutingFigures", out: "LLMD_ROUTE_SIM_OUT",
+			timeout: "20m", env: []string{"LLMD_ROUTE_SIM=1"}},
 	}
 }
 
