@@ -2,12 +2,15 @@ package cpu
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/internal/cpushapes"
+	"github.com/llmd/llmd/model"
 	"github.com/llmd/llmd/model/gguf"
 )
 
@@ -31,47 +34,69 @@ func BenchmarkShapes(b *testing.B) {
 				}
 				return f
 			}
-			b.Run(fmt.Sprintf("model=%s/type=%s/prompt=512", sh.Name, typ), func(b *testing.B) {
-				const n = 512
-				e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: n / 16, KVType: "f16", NoSwap: true})
-				blocks := seqBlocks(e, 0, 1)
-				toks := randomTokens(1, n, m.Vocab)
-				for b.Loop() {
-					batch := engine.Batch{Seqs: []engine.SeqInput{{SeqID: 1, Tokens: toks, Pos: 0, Context: n, Blocks: blocks, Sample: true, History: toks}}}
-					_, err := e.Forward(b.Context(), &batch)
-					require.NoError(b, err)
-				}
-				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tokens/s")
-			})
-			for _, seqs := range []int{1, 8, 32} {
-				b.Run(fmt.Sprintf("model=%s/type=%s/gen/seqs=%d", sh.Name, typ, seqs), func(b *testing.B) {
-					const promptLen, window = 64, 128
-					e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: seqs * (promptLen + window) / 16, KVType: "f16", NoSwap: true})
-					var batch engine.Batch
-					ts := make([]*testSeq, seqs)
-					for i := range ts {
-						ts[i] = newTestSeq(uint64(i), randomTokens(uint64(i), promptLen, m.Vocab), seqBlocks(e, i, seqs))
-						batch.Seqs = append(batch.Seqs, ts[i].next(promptLen, false))
-					}
-					_, err := e.Forward(b.Context(), &batch)
-					require.NoError(b, err)
-					tok := []int32{1}
-					steps := 0
-					for b.Loop() {
-						pos := promptLen + steps%window
-						for i := range batch.Seqs {
-							batch.Seqs[i] = engine.SeqInput{SeqID: uint64(i), Tokens: tok, Pos: pos, Context: pos + 1, Blocks: ts[i].blocks, Sample: true}
-						}
-						out, err := e.Forward(b.Context(), &batch)
-						if err != nil {
-							b.Fatal(err)
-						}
-						tok[0] = out.Tokens[0]
-						steps++
-					}
-					b.ReportMetric(float64(seqs*steps)/b.Elapsed().Seconds(), "tokens/s")
-				})
-			}
+			benchExecutor(b, fmt.Sprintf("model=%s/type=%s", sh.Name, typ), open, m.Vocab)
 		}
 	}
+}
+
+// benchExecutor measures one model file on the executor alone: one
+// 512-token prefill, and decode steps of 1, 8 and 32 sequences.
+func benchExecutor(b *testing.B, name string, open func(*testing.B) *gguf.File, vocab int) {
+	b.Run(name+"/prompt=512", func(b *testing.B) {
+		const n = 512
+		e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: n / 16, KVType: "f16", NoSwap: true})
+		blocks := seqBlocks(e, 0, 1)
+		toks := randomTokens(1, n, vocab)
+		for b.Loop() {
+			batch := engine.Batch{Seqs: []engine.SeqInput{{SeqID: 1, Tokens: toks, Pos: 0, Context: n, Blocks: blocks, Sample: true, History: toks}}}
+			_, err := e.Forward(b.Context(), &batch)
+			require.NoError(b, err)
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	})
+	for _, seqs := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("%s/gen/seqs=%d", name, seqs), func(b *testing.B) {
+			const promptLen, window = 64, 128
+			e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: seqs * (promptLen + window) / 16, KVType: "f16", NoSwap: true})
+			var batch engine.Batch
+			ts := make([]*testSeq, seqs)
+			for i := range ts {
+				ts[i] = newTestSeq(uint64(i), randomTokens(uint64(i), promptLen, vocab), seqBlocks(e, i, seqs))
+				batch.Seqs = append(batch.Seqs, ts[i].next(promptLen, false))
+			}
+			_, err := e.Forward(b.Context(), &batch)
+			require.NoError(b, err)
+			tok := []int32{1}
+			steps := 0
+			for b.Loop() {
+				pos := promptLen + steps%window
+				for i := range batch.Seqs {
+					batch.Seqs[i] = engine.SeqInput{SeqID: uint64(i), Tokens: tok, Pos: pos, Context: pos + 1, Blocks: ts[i].blocks, Sample: true}
+				}
+				out, err := e.Forward(b.Context(), &batch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				tok[0] = out.Tokens[0]
+				steps++
+			}
+			b.ReportMetric(float64(seqs*steps)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
+
+// BenchmarkFile is BenchmarkShapes for a model file of one's own:
+// LLMD_BENCH_GGUF=path (for example one `llmctl model init` wrote, which
+// llama.cpp's llama-bench reads too, for a comparison in the same run).
+func BenchmarkFile(b *testing.B) {
+	path := os.Getenv("LLMD_BENCH_GGUF")
+	if path == "" {
+		b.Skip("set LLMD_BENCH_GGUF to a GGUF file to measure it")
+	}
+	f, err := gguf.Open(path)
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = f.Close() })
+	spec, err := model.SpecFromFile(f)
+	require.NoError(b, err)
+	benchExecutor(b, "file="+filepath.Base(path), func(*testing.B) *gguf.File { return f }, spec.Vocab)
 }
