@@ -72,7 +72,7 @@ func TestEnumsRefusedAtStartup(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"route policy":     {args: []string{"--route-policy", "bogus"}, want: `--route-policy "bogus": use one of prefix, affinity, round_robin, least_loaded, local`},
+		"route policy":     {args: []string{"--route-policy", "bogus"}, want: `--route-policy "bogus": use one of prefix, cost, affinity, round_robin, least_loaded, local`},
 		"route policy env": {env: map[string]string{"LLMD_ROUTE_POLICY": "fastest"}, want: `--route-policy "fastest"`},
 		"safety policy":    {args: []string{"--safety-policy", "maybe"}, want: `--safety-policy "maybe": use open or closed`},
 	} {
