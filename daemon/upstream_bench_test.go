@@ -26,10 +26,24 @@ func TestUpstreamRelayFigures(t *testing.T) {
 	if os.Getenv("LLMD_UPSTREAM_BENCH") == "" {
 		t.Skip("set LLMD_UPSTREAM_BENCH=1 to measure the upstream relay's added latency")
 	}
-	_, engineBase := startEngine(t, 1)
+	// One client machine opens every stream: no per-client connection cap
+	// on either server.
+	ecfg := testConfig()
+	ecfg.Models = []string{"small"}
+	ecfg.MaxConnections, ecfg.MaxClientConnections = 0, 0
+	engine, err := Open(ecfg, nil)
+	require.NoError(t, err)
+	engineBase := startServer(t, engine)
 	// LLMD_UPSTREAM_MAX_WAITING sets the engine-queue bound (default 8).
 	maxWaiting, _ := strconv.Atoi(os.Getenv("LLMD_UPSTREAM_MAX_WAITING"))
-	_, front := startFrontLogged(t, nil, maxWaiting, engineBase)
+	fcfg := testConfig()
+	fcfg.Models = nil
+	fcfg.DataDir = t.TempDir()
+	fcfg.MaxConnections, fcfg.MaxClientConnections = 0, 0
+	fcfg.Upstreams = []UpstreamSpec{{Model: "qwen", URLs: []string{engineBase}, MaxWaiting: maxWaiting, MaxInflight: 2048}}
+	fd, err := Open(fcfg, nil)
+	require.NoError(t, err)
+	front := startServer(t, fd)
 	direct := fleetClient(t, engineBase)
 	via := fleetClient(t, front)
 	ctx := t.Context()
