@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"strings"
 	"testing"
@@ -209,7 +208,7 @@ func TestUpstreamAcceptanceStalledEngine(t *testing.T) {
 	target, err := url.Parse(engineBase)
 	require.NoError(t, err)
 	// The engine "stalls" after a few chunks: the proxy stops copying.
-	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy := newTestProxy(t, target)
 	proxy.FlushInterval = -1
 	proxy.ModifyResponse = func(r *http.Response) error {
 		if r.Header.Get("Content-Type") == "text/event-stream" {

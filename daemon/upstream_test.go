@@ -50,7 +50,7 @@ func asVLLMNamed(t *testing.T, base, id string) string {
 	t.Helper()
 	target, err := url.Parse(base)
 	require.NoError(t, err)
-	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy := newTestProxy(t, target)
 	proxy.FlushInterval = -1
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -160,7 +160,7 @@ func TestUpstreamEngineDies(t *testing.T) {
 	// A proxy the test can cut: the engine "dies" when it closes.
 	target, err := url.Parse(engineBase)
 	require.NoError(t, err)
-	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy := newTestProxy(t, target)
 	proxy.FlushInterval = -1
 	srv := httptest.NewServer(proxy)
 	t.Cleanup(srv.Close)
@@ -335,7 +335,7 @@ func asLlamaCpp(t *testing.T, base, id, modelPath string, tokenizes *atomic.Int6
 	t.Helper()
 	target, err := url.Parse(base)
 	require.NoError(t, err)
-	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy := newTestProxy(t, target)
 	proxy.FlushInterval = -1
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -420,4 +420,16 @@ func TestUpstreamLocalTokenizer(t *testing.T) {
 		require.Equal(t, len(want.Tokens), cc.Usage.PromptTokens)
 	}
 	require.Zero(t, tokenizes.Load(), "llmd asked the engine to tokenize")
+}
+
+// newTestProxy is a reverse proxy to target with a transport of its own:
+// http.DefaultTransport's pool is shared by every test of the package,
+// where an engine's port can be reused by a later test's engine.
+func newTestProxy(t *testing.T, target *url.URL) *httputil.ReverseProxy {
+	t.Helper()
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	tr := &http.Transport{Proxy: nil, DisableCompression: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	proxy.Transport = tr
+	return proxy
 }
