@@ -462,36 +462,13 @@ func specRopeScaling(f *gguf.File, p string) (RopeScaling, error) {
 // checkTensors checks the tensors the forward pass reads and sets Vocab,
 // TiedOutput, QKVBias, FusedQKV, OutputBias and RopeFreqs.
 func (s *Spec) checkTensors(f *gguf.File) error {
-	shape := func(name string, dims ...int) (bool, error) {
-		t, ok := f.Tensor(name)
-		if !ok {
-			return false, nil
-		}
-		want := make([]uint64, len(dims))
-		for i, d := range dims {
-			want[i] = uint64(d)
-		}
-		if !slices.Equal(t.Dims, want) {
-			return true, fmt.Errorf("model: tensor %q has shape %v, want %v", name, t.Dims, want)
-		}
-		return true, nil
-	}
-	need := func(name string, dims ...int) error {
-		ok, err := shape(name, dims...)
-		if err == nil && !ok {
-			err = fmt.Errorf("model: tensor %q is missing", name)
-		}
+	shape := func(name string, dims ...int) (bool, error) { return tensorShape(f, name, dims...) }
+	need := func(name string, dims ...int) error { return needTensor(f, name, dims...) }
+
+	var err error
+	if s.Vocab, err = embeddingVocab(f, s.Dim); err != nil {
 		return err
 	}
-
-	emb, ok := f.Tensor("token_embd.weight")
-	if !ok {
-		return fmt.Errorf("model: tensor %q is missing", "token_embd.weight")
-	}
-	if len(emb.Dims) != 2 || emb.Dims[0] != uint64(s.Dim) || emb.Dims[1] > specMaxVocab {
-		return fmt.Errorf("model: tensor %q has shape %v, want [%d vocab] with vocab at most %d", emb.Name, emb.Dims, s.Dim, specMaxVocab)
-	}
-	s.Vocab = int(emb.Dims[1])
 	if err := need("output_norm.weight", s.Dim); err != nil {
 		return err
 	}
@@ -663,35 +640,11 @@ func (s *Spec) encoderParams(f *gguf.File, intKey func(key string, def, lo, hi i
 // llama.cpp's bert graph reads them) and sets Vocab, TokenTypes,
 // FusedQKV, QKVBias, AttnOutBias and FFNBias.
 func (s *Spec) checkEncoderTensors(f *gguf.File) error {
-	shape := func(name string, dims ...int) (bool, error) {
-		t, ok := f.Tensor(name)
-		if !ok {
-			return false, nil
-		}
-		want := make([]uint64, len(dims))
-		for i, d := range dims {
-			want[i] = uint64(d)
-		}
-		if !slices.Equal(t.Dims, want) {
-			return true, fmt.Errorf("model: tensor %q has shape %v, want %v", name, t.Dims, want)
-		}
-		return true, nil
-	}
-	need := func(name string, dims ...int) error {
-		ok, err := shape(name, dims...)
-		if err == nil && !ok {
-			err = fmt.Errorf("model: tensor %q is missing", name)
-		}
+	need := func(name string, dims ...int) error { return needTensor(f, name, dims...) }
+	var err error
+	if s.Vocab, err = embeddingVocab(f, s.Dim); err != nil {
 		return err
 	}
-	emb, ok := f.Tensor("token_embd.weight")
-	if !ok {
-		return fmt.Errorf("model: tensor %q is missing", "token_embd.weight")
-	}
-	if len(emb.Dims) != 2 || emb.Dims[0] != uint64(s.Dim) || emb.Dims[1] > specMaxVocab {
-		return fmt.Errorf("model: tensor %q has shape %v, want [%d vocab] with vocab at most %d", emb.Name, emb.Dims, s.Dim, specMaxVocab)
-	}
-	s.Vocab = int(emb.Dims[1])
 	if tt, ok := f.Tensor("token_types.weight"); ok {
 		if len(tt.Dims) != 2 || tt.Dims[0] != uint64(s.Dim) || tt.Dims[1] < 1 || tt.Dims[1] > 1<<16 {
 			return fmt.Errorf("model: tensor %q has shape %v, want [%d types]", tt.Name, tt.Dims, s.Dim)
@@ -751,4 +704,43 @@ func (s *Spec) checkEncoderTensors(f *gguf.File) error {
 		}
 	}
 	return nil
+}
+
+// tensorShape reports whether f has tensor name, and an error when its
+// shape is not dims.
+func tensorShape(f *gguf.File, name string, dims ...int) (bool, error) {
+	t, ok := f.Tensor(name)
+	if !ok {
+		return false, nil
+	}
+	want := make([]uint64, len(dims))
+	for i, d := range dims {
+		want[i] = uint64(d)
+	}
+	if !slices.Equal(t.Dims, want) {
+		return true, fmt.Errorf("model: tensor %q has shape %v, want %v", name, t.Dims, want)
+	}
+	return true, nil
+}
+
+// needTensor is tensorShape for a tensor that must be there.
+func needTensor(f *gguf.File, name string, dims ...int) error {
+	ok, err := tensorShape(f, name, dims...)
+	if err == nil && !ok {
+		err = fmt.Errorf("model: tensor %q is missing", name)
+	}
+	return err
+}
+
+// embeddingVocab checks token_embd ([dim, vocab]) and returns the
+// vocabulary size.
+func embeddingVocab(f *gguf.File, dim int) (int, error) {
+	emb, ok := f.Tensor("token_embd.weight")
+	if !ok {
+		return 0, fmt.Errorf("model: tensor %q is missing", "token_embd.weight")
+	}
+	if len(emb.Dims) != 2 || emb.Dims[0] != uint64(dim) || emb.Dims[1] > specMaxVocab {
+		return 0, fmt.Errorf("model: tensor %q has shape %v, want [%d vocab] with vocab at most %d", emb.Name, emb.Dims, dim, specMaxVocab)
+	}
+	return int(emb.Dims[1]), nil
 }
