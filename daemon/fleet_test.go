@@ -156,16 +156,18 @@ func TestModelsKeepAlive(t *testing.T) {
 	require.NoError(t, err)
 	c := fleetClient(t, startServer(t, d))
 	ctx := t.Context()
-	_, err = c.LoadModel(ctx, api.ModelLoadRequest{Source: "sim:small", ID: "sim/small-idle", KeepAlive: "400ms"}, nil)
+	// keep_alive 1.5 s, used every 150 ms: it stays, with room for a
+	// loaded machine's pauses; then it unloads.
+	_, err = c.LoadModel(ctx, api.ModelLoadRequest{Source: "sim:small", ID: "sim/small-idle", KeepAlive: "1.5s"}, nil)
 	require.NoError(t, err)
-	require.Equal(t, "400ms", keepAliveOf(c, "sim/small-idle"))
-	for range 4 { // used more often than its keep_alive: it stays
+	require.Equal(t, "1.5s", keepAliveOf(c, "sim/small-idle"))
+	for range 4 {
 		_, err := chatOnce(ctx, c, "sim/small-idle", 4)
 		require.NoError(t, err)
 		time.Sleep(150 * time.Millisecond)
 	}
 	require.Equal(t, "ready", stateOf(c, "sim/small-idle"))
-	require.Eventually(t, func() bool { return stateOf(c, "sim/small-idle") == "" }, 5*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return stateOf(c, "sim/small-idle") == "" }, 10*time.Second, 20*time.Millisecond)
 }
 
 // TestModelsLoadGGUFWithProgress: a GGUF file loads with its bytes read
