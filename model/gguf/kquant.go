@@ -238,17 +238,9 @@ func quantQ2_K(x []float32, b []byte) {
 // signed scale that maps its largest-magnitude value to −4, coded in 6 bits
 // against the block's d.
 func quantQ3_K(x []float32, b []byte) {
-	var scales [16]float32
-	var maxScale, maxAbs float32
-	for ib := range 16 {
-		maxv, _ := signedAbsMax(x[16*ib : 16*ib+16])
-		scales[ib] = maxv / -4
-		if a := float32(math.Abs(float64(scales[ib]))); a > maxAbs {
-			maxAbs, maxScale = a, scales[ib]
-		}
-	}
+	scales, maxScale, ok := signedSubScales(x, -4)
 	clear(b)
-	if maxAbs < 1e-15 || maxAbs != maxAbs {
+	if !ok {
 		return // an all-zero block: d = 0
 	}
 	iscale := -32 / maxScale

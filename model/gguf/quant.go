@@ -538,21 +538,29 @@ func quantQ4_K(x []float32, b []byte) {
 	}
 }
 
-// quantQ6_K quantizes one 256-value block: each sub-block of 16 gets the
-// signed scale that maps its largest-magnitude value to −32, coded in 8 bits
-// against the block's d, as ggml's reference does.
-func quantQ6_K(x []float32, b []byte) {
-	var scales [16]float32
-	var maxScale, maxAbs float32
+// signedSubScales gives each 16-value sub-block of a 256-value block the
+// signed scale that maps its largest-magnitude value to top, and returns
+// the scale of largest magnitude; ok is false for an all-zero (or NaN)
+// block. Q3_K and Q6_K code these scales against the block's d.
+func signedSubScales(x []float32, top float32) (scales [16]float32, maxScale float32, ok bool) {
+	var maxAbs float32
 	for ib := range 16 {
 		maxv, _ := signedAbsMax(x[16*ib : 16*ib+16])
-		scales[ib] = maxv / -32
+		scales[ib] = maxv / top
 		if a := float32(math.Abs(float64(scales[ib]))); a > maxAbs {
 			maxAbs, maxScale = a, scales[ib]
 		}
 	}
+	return scales, maxScale, maxAbs >= 1e-15 && maxAbs == maxAbs
+}
+
+// quantQ6_K quantizes one 256-value block: each sub-block of 16 gets the
+// signed scale that maps its largest-magnitude value to −32, coded in 8 bits
+// against the block's d, as ggml's reference does.
+func quantQ6_K(x []float32, b []byte) {
+	scales, maxScale, ok := signedSubScales(x, -32)
 	clear(b)
-	if maxAbs < 1e-15 || maxAbs != maxAbs {
+	if !ok {
 		return // an all-zero block: d = 0
 	}
 	iscale := -128 / maxScale
