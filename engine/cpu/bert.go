@@ -376,16 +376,7 @@ func (e *Embedder) layerNorm(out, x, w, b []float32, rows int) {
 
 // parallel runs fn over [0, n) on the pool when the work is worth
 // splitting (as Executor.parallel).
-func (e *Embedder) parallel(n, cost int, fn func(start, end int)) {
-	if n <= 0 {
-		return
-	}
-	if n == 1 || n*cost < 1<<14 || e.pool.Threads() < 2 {
-		fn(0, n)
-		return
-	}
-	e.pool.Run(n, fn)
-}
+func (e *Embedder) parallel(n, cost int, fn func(start, end int)) { runParallel(e.pool, n, cost, fn) }
 
 // addRows adds bias to each row of x (len(bias) values per row).
 func addRows(x, bias []float32) {

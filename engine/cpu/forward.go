@@ -264,15 +264,18 @@ func (e *Executor) activation() func(gate, up []float32) {
 
 // parallel runs fn over [0, n) on the pool when the work (n items of about
 // cost values each) is worth splitting, else inline.
-func (e *Executor) parallel(n, cost int, fn func(start, end int)) {
+func (e *Executor) parallel(n, cost int, fn func(start, end int)) { runParallel(e.pool, n, cost, fn) }
+
+// runParallel runs fn over [0, n) on pool when the work is worth splitting.
+func runParallel(pool *Pool, n, cost int, fn func(start, end int)) {
 	if n <= 0 {
 		return
 	}
-	if n == 1 || n*cost < 1<<14 || e.pool.Threads() < 2 {
+	if n == 1 || n*cost < 1<<14 || pool.Threads() < 2 {
 		fn(0, n)
 		return
 	}
-	e.pool.Run(n, fn)
+	pool.Run(n, fn)
 }
 
 // rmsNorm writes x/sqrt(mean(x²)+eps)·w to out, per row of len(w) values.
