@@ -28,6 +28,10 @@ type benchOptions struct {
 	timeout time.Duration
 	asJSON  bool
 	ignEOS  bool
+
+	endpoint  string
+	promptIDs string
+	basis     string
 }
 
 // benchProgressEvery is how often the progress display is refreshed on a
@@ -76,10 +80,24 @@ tenants. --seed makes the workload reproducible: the same seed sends the
 same prompts, so a second run against the same server finds them in its
 prefix cache; change --seed for a cold cache.
 
+--endpoint completions sends text completions (/v1/completions) instead
+of chat; with --prompt-ids LO-HI their prompts are token ids drawn from
+[LO, HI), exactly --input (and --system-tokens) tokens whatever the
+server's tokenizer or chat template, so that two servers (llmd and
+llama.cpp's server) process the same tokens.
+
+Tokens are counted as the server reports them (--token-basis): "timings"
+sends llama.cpp's timings_per_token and reads each chunk's predicted_n;
+"logprobs" asks for log probabilities and counts one token per entry
+(llmd with a real model, vLLM, SGLang); "chunks" counts one token per
+chunk carrying text, which misplaces tokens that decode to no text (often,
+with random weights); "auto" (the default) probes the server for the
+first it offers. The report says which basis it used.
+
 Metrics, as vLLM defines them, measured on this client:
-  TTFT  time from sending the request to the first chunk carrying content.
-  ITL   each gap between two consecutive content chunks of a request
-        (percentiles over all gaps of all requests).
+  TTFT  time from sending the request to the first chunk carrying a token.
+  ITL   each gap between two consecutive tokens of a request (percentiles
+        over all gaps of all requests; tokens of one chunk are gaps of 0).
   TPOT  per request, (E2E - TTFT) / (output tokens - 1), requests of two
         tokens or more: the mean inter-token gap, excluding the first token.
   E2E   time from sending the request to the end of its stream.
@@ -99,7 +117,8 @@ stops the run and prints what finished.`,
 		Example: `  llmctl bench --model sim/small --requests 200 --concurrency 16
   llmctl bench --rate 20 --duration 1m --input normal:512,128 --output 256 --slo-ttft 500ms --slo-itl 50ms
   llmctl bench --requests 200 --shared-prefix 0.5 --system-prompts 4 --system-tokens 800 --turns 2
-  llmctl bench --addr http://gpu-box:8000 --model meta-llama/Llama-3.1-8B-Instruct --dataset sharegpt.jsonl --json`,
+  llmctl bench --addr http://gpu-box:8000 --model meta-llama/Llama-3.1-8B-Instruct --dataset sharegpt.jsonl --json
+  llmctl bench --endpoint completions --prompt-ids 1000-30000 --input 512 --output 1 --ignore-eos`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.check(cmd); err != nil {
@@ -133,6 +152,9 @@ stops the run and prints what finished.`,
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a request after this long (0: never)")
 	f.BoolVar(&o.ignEOS, "ignore-eos", false, `send "ignore_eos": true (llmd, vLLM, SGLang) so answers run to --output`)
 	f.BoolVar(&o.asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&o.endpoint, "endpoint", loadgen.EndpointChat, "API to load: chat (/v1/chat/completions) or completions (/v1/completions)")
+	f.StringVar(&o.promptIDs, "prompt-ids", "", "completions only: prompts of token ids drawn from LO-HI (e.g. 1000-30000), exact token counts")
+	f.StringVar(&o.basis, "token-basis", "auto", "how output tokens are counted: auto, timings (llama.cpp), logprobs or chunks")
 	return cmd
 }
 
@@ -164,6 +186,24 @@ func (o *benchOptions) check(cmd *cobra.Command) error {
 		return errors.New("--slo-ttft, --slo-itl and --slo-e2e must be >= 0")
 	case o.dataset != "" && f.Changed("input"):
 		return errors.New("give --input or --dataset, not both")
+	}
+	switch o.endpoint {
+	case loadgen.EndpointChat, loadgen.EndpointCompletions:
+	default:
+		return fmt.Errorf("--endpoint must be chat or completions, got %q", o.endpoint)
+	}
+	switch o.basis {
+	case "auto", loadgen.BasisTimings, loadgen.BasisLogprobs, loadgen.BasisChunks:
+	default:
+		return fmt.Errorf("--token-basis must be auto, timings, logprobs or chunks, got %q", o.basis)
+	}
+	if o.promptIDs != "" {
+		if o.endpoint != loadgen.EndpointCompletions {
+			return errors.New("--prompt-ids needs --endpoint completions")
+		}
+		if _, err := parseIDRange(o.promptIDs); err != nil {
+			return err
+		}
 	}
 	if s.Rate == 0 && s.Concurrency == 0 {
 		return errors.New("--concurrency must be >= 1 without --rate")
@@ -223,6 +263,13 @@ func (a *app) bench(cmd *cobra.Command, o *benchOptions) error {
 	cfg := loadgen.Config{
 		BaseURL: a.base, Model: model, APIKeys: keys,
 		Timeout: o.timeout, SLO: o.slo, IgnoreEOS: o.ignEOS,
+		Endpoint: o.endpoint, Basis: o.basis,
+	}
+	if o.promptIDs != "" {
+		cfg.PromptIDs, _ = parseIDRange(o.promptIDs) // checked by check
+	}
+	if cfg.Basis == "auto" {
+		cfg.Basis = loadgen.DetectBasis(ctx, cfg)
 	}
 	r, err := loadgen.New(cfg, o.spec)
 	if err != nil {
@@ -256,6 +303,20 @@ func (a *app) bench(cmd *cobra.Command, o *benchOptions) error {
 			"no request succeeded (%s: %s); check --addr, --model and --api-key", kind, rep.FirstErrors[kind])}
 	}
 	return nil
+}
+
+// parseIDRange parses --prompt-ids: "LO-HI", 0 <= LO < HI.
+func parseIDRange(s string) (loadgen.IDRange, error) {
+	var r loadgen.IDRange
+	lo, hi, ok := strings.Cut(s, "-")
+	var err error
+	if ok {
+		_, err = fmt.Sscanf(lo+" "+hi, "%d %d", &r.Lo, &r.Hi)
+	}
+	if !ok || err != nil || r.Lo < 0 || r.Hi <= r.Lo {
+		return r, fmt.Errorf("--prompt-ids must be LO-HI with 0 <= LO < HI, got %q", s)
+	}
+	return r, nil
 }
 
 // describeLoad says in words what a run will send.

@@ -54,6 +54,7 @@ func TestBenchDaemon(t *testing.T) {
 	require.Empty(t, rep.Errors)
 	require.Equal(t, "sim/small", rep.Model)
 	require.Equal(t, 20, rep.UsageReported, "llmd sends the usage chunk")
+	require.Equal(t, loadgen.BasisChunks, rep.TokenBasis, "simulated models report no log probabilities")
 	require.Positive(t, rep.TTFT.Mean)
 	require.Equal(t, 20, rep.TTFT.N)
 	require.Positive(t, rep.E2E.P50)
@@ -156,7 +157,7 @@ func TestBenchAPIKeys(t *testing.T) {
 	srv := httptest.NewServer(ks)
 	t.Cleanup(srv.Close)
 	out, errOut, err := runCmd(t, "", "--addr", srv.URL, "bench", "--model", "m", "--requests", "40",
-		"--concurrency", "2", "--api-key", "sk-alpha", "--api-key", "sk-beta")
+		"--concurrency", "2", "--api-key", "sk-alpha", "--api-key", "sk-beta", "--token-basis", "chunks")
 	require.NoError(t, err, errOut)
 	require.Positive(t, ks.keys["Bearer sk-alpha"])
 	require.Positive(t, ks.keys["Bearer sk-beta"])
@@ -165,7 +166,7 @@ func TestBenchAPIKeys(t *testing.T) {
 	require.Contains(t, out, "prefix hit rate     - (the server reported no cached tokens)")
 
 	t.Setenv("LLMD_API_KEY", "sk-env")
-	_, errOut, err = runCmd(t, "", "--addr", srv.URL, "bench", "--model", "m", "--requests", "3", "--concurrency", "1")
+	_, errOut, err = runCmd(t, "", "--addr", srv.URL, "bench", "--model", "m", "--requests", "3", "--concurrency", "1", "--token-basis", "chunks")
 	require.NoError(t, err, errOut)
 	require.Equal(t, 3, ks.keys["Bearer sk-env"])
 
@@ -199,6 +200,11 @@ func TestBenchUsageErrors(t *testing.T) {
 		"empty key":        {args: []string{"--api-key", ""}, wantErr: "--api-key must not be empty"},
 		"args":             {args: []string{"extra"}, wantErr: `unknown command "extra"`},
 		"negative timeout": {args: []string{"--timeout", "-1s"}, wantErr: "--timeout must be >= 0"},
+		"endpoint":         {args: []string{"--endpoint", "embeddings"}, wantErr: "--endpoint must be chat or completions"},
+		"basis":            {args: []string{"--token-basis", "bytes"}, wantErr: "--token-basis must be auto, timings, logprobs or chunks"},
+		"ids on chat":      {args: []string{"--prompt-ids", "1-9"}, wantErr: "--prompt-ids needs --endpoint completions"},
+		"bad ids":          {args: []string{"--endpoint", "completions", "--prompt-ids", "9-1"}, wantErr: "--prompt-ids must be LO-HI"},
+		"ids not numbers":  {args: []string{"--endpoint", "completions", "--prompt-ids", "a-b"}, wantErr: "--prompt-ids must be LO-HI"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -224,4 +230,39 @@ func TestBenchProgress(t *testing.T) {
 	p = loadgen.Progress{Duration: 10 * time.Second, Elapsed: 5 * time.Second, Sent: 9, Done: 7}
 	assert.InDelta(t, 0.5, progressFraction(p), 1e-9)
 	require.Equal(t, "7 requests, 2 in flight, 0 tok/s, 5s", progressLine(p))
+}
+
+// TestBenchTokenIDsCPU loads a real (random-weight) GGUF model on llmd's
+// CPU executor and benches it with token-id prompts on /v1/completions:
+// the prompts are exactly --input tokens, and tokens are counted from the
+// log probabilities llmd reports, not from text chunks (random weights
+// often produce tokens with no text of their own).
+func TestBenchTokenIDsCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts an in-process llmd; make test runs it")
+	}
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	_, errOut, err := runCmd(t, "", "model", "init", "m", "-o", path, "--vocab", "2000", "--dim", "64", "--layers", "2",
+		"--heads", "4", "--kv-heads", "2", "--ffn", "128", "--type", "q8_0")
+	require.NoError(t, err, errOut)
+	cfg := daemon.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Models = nil
+	cfg.ModelFiles = []string{path}
+	cfg.CPUThreads = 1
+	cfg.DataDir = t.TempDir()
+	cfg.ShutdownTimeout = 5 * time.Second
+	base, _ := startDaemon(t, cfg)
+
+	out, errOut, err := runCmd(t, "", "--addr", base, "bench", "-m", "m", "--requests", "4", "--concurrency", "2",
+		"--endpoint", "completions", "--prompt-ids", "100-1900", "--input", "40", "--output", "12", "--ignore-eos", "--json")
+	require.NoError(t, err, errOut)
+	var rep loadgen.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Equal(t, 4, rep.Completed, rep.FirstErrors)
+	require.Equal(t, loadgen.BasisLogprobs, rep.TokenBasis)
+	require.Equal(t, 4*40, rep.InputTokens, "token-id prompts are exact")
+	require.Equal(t, 4*12, rep.OutputTokens)
+	require.Equal(t, 4*11, rep.ITL.N, "one gap per token after the first, text or not")
+	require.Positive(t, rep.ITL.P50, "each token in a chunk of its own, text or not")
 }

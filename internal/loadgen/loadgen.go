@@ -5,8 +5,18 @@
 // goodput under an SLO.
 //
 // Every request is a streamed chat completion (POST /v1/chat/completions,
-// "stream": true, "stream_options": {"include_usage": true}); one goroutine
-// runs each request in flight, and their number is bounded. [Runner.Run]
+// "stream": true, "stream_options": {"include_usage": true}), or a streamed
+// text completion (POST /v1/completions) whose prompt may be token ids, so
+// that two servers with different chat templates and tokenizers get the
+// same tokens; one goroutine runs each request in flight, and their number
+// is bounded.
+//
+// Output tokens are counted as the server reports them (Config.Basis): by
+// llama.cpp's per-chunk timings (predicted_n), by per-token log
+// probabilities, or, failing both, one per chunk that carries text. With
+// random weights many tokens decode to no visible text (part of a UTF-8
+// character, a control token), so counting text chunks misplaces the first
+// token and the gaps between tokens. [Runner.Run]
 // returns when every request finished or was stopped by its context; it
 // leaves no goroutine behind.
 //
@@ -64,7 +74,41 @@ type Config struct {
 	// MaxInFlight bounds requests in flight in open loop when the Spec
 	// sets no Concurrency; 0 means DefaultMaxInFlight.
 	MaxInFlight int
+	// Endpoint is the API: EndpointChat (the default) or
+	// EndpointCompletions.
+	Endpoint string
+	// PromptIDs, when Hi > Lo, makes every prompt token ids drawn from
+	// [Lo, Hi) (EndpointCompletions only; single-turn workloads): exactly
+	// the workload's token counts, whatever the server's tokenizer.
+	PromptIDs IDRange
+	// Basis is how output tokens are counted as they arrive: BasisTimings,
+	// BasisLogprobs or BasisChunks (the default). DetectBasis picks one
+	// for a server.
+	Basis string
 }
+
+// Endpoints of Config.Endpoint.
+const (
+	EndpointChat        = "chat"
+	EndpointCompletions = "completions"
+)
+
+// Token bases of Config.Basis.
+const (
+	// BasisTimings sends llama.cpp's "timings_per_token": true and counts
+	// each chunk's tokens from its timings.predicted_n (llama.cpp's
+	// server).
+	BasisTimings = "timings"
+	// BasisLogprobs asks for log probabilities ("logprobs": true on chat,
+	// "logprobs": 0 on completions) and counts one token per entry (llmd,
+	// vLLM, SGLang).
+	BasisLogprobs = "logprobs"
+	// BasisChunks counts one token per chunk carrying text.
+	BasisChunks = "chunks"
+)
+
+// IDRange is a half-open range of token ids.
+type IDRange struct{ Lo, Hi int }
 
 // SLO is a service-level objective per request. A request is good when it
 // completed and meets every objective set (non-zero).
@@ -134,9 +178,31 @@ func New(cfg Config, spec workload.Spec) (*Runner, error) {
 	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
 		return nil, fmt.Errorf("loadgen: base URL %q: want http:// or https://", cfg.BaseURL)
 	}
-	url := base + "/v1/chat/completions"
+	path := "/chat/completions"
+	switch cfg.Endpoint {
+	case "", EndpointChat:
+		if cfg.PromptIDs.Hi > cfg.PromptIDs.Lo {
+			return nil, errors.New("loadgen: token-id prompts need the completions endpoint")
+		}
+	case EndpointCompletions:
+		path = "/completions"
+	default:
+		return nil, fmt.Errorf("loadgen: endpoint %q: want %q or %q", cfg.Endpoint, EndpointChat, EndpointCompletions)
+	}
+	switch cfg.Basis {
+	case "", BasisChunks, BasisTimings, BasisLogprobs:
+	default:
+		return nil, fmt.Errorf("loadgen: token basis %q: want %q, %q or %q", cfg.Basis, BasisTimings, BasisLogprobs, BasisChunks)
+	}
+	if cfg.PromptIDs.Lo < 0 || cfg.PromptIDs.Hi < cfg.PromptIDs.Lo {
+		return nil, fmt.Errorf("loadgen: token id range %d-%d is empty", cfg.PromptIDs.Lo, cfg.PromptIDs.Hi)
+	}
+	if cfg.PromptIDs.Hi > cfg.PromptIDs.Lo && (spec.Turns != (workload.Dist{}) && spec.Turns != workload.Fixed(1) || spec.Dataset != nil) {
+		return nil, errors.New("loadgen: token-id prompts are generated single turns (no --turns, no --dataset)")
+	}
+	url := base + "/v1" + path
 	if strings.HasSuffix(base, "/v1") {
-		url = base + "/chat/completions"
+		url = base + path
 	}
 	r := &Runner{cfg: cfg, spec: spec, url: url, hc: cfg.HTTPClient}
 	if r.hc == nil {
@@ -379,9 +445,17 @@ func (r *Runner) turn(ctx context.Context, start time.Time, history []api.Messag
 	}
 	msgs = append(msgs[:len(msgs):len(msgs)], api.Message{Role: "user", Content: api.Content(r.spec.UserText(it))})
 	r.sent.Add(1)
-	res := r.do(ctx, start, it, msgs)
+	var res Result
+	if b, err := r.body(it, msgs); err != nil {
+		res = Result{Item: it, Kind: KindProtocol, Message: err.Error()}
+	} else {
+		res = r.do(ctx, start, it, b)
+	}
 	if !res.Usage {
 		res.PromptTokens = estimatePrompt(msgs)
+		if r.cfg.PromptIDs.Hi > r.cfg.PromptIDs.Lo {
+			res.PromptTokens = it.SystemTokens + it.InputTokens
+		}
 	}
 	r.record(res)
 	if res.Text != "" {

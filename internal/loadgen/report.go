@@ -40,6 +40,11 @@ type Report struct {
 	OutputTokens  int `json:"output_tokens"`
 	CachedTokens  int `json:"cached_tokens"`
 	UsageReported int `json:"usage_reported"`
+	// TokenBasis is how tokens were timed (TTFT, ITL): the basis of most
+	// completed requests (Config.Basis: "timings", "logprobs" or
+	// "chunks"); Bases counts the completed requests per basis.
+	TokenBasis string         `json:"token_basis"`
+	Bases      map[string]int `json:"token_bases,omitempty"`
 
 	// RequestThroughput is completed requests per second; OutputThroughput
 	// their output tokens per second; TotalThroughput their input and
@@ -164,6 +169,10 @@ func (r *Runner) report(start, end time.Time) *Report {
 			continue
 		}
 		rep.Completed++
+		if rep.Bases == nil {
+			rep.Bases = map[string]int{}
+		}
+		rep.Bases[res.Basis]++
 		rep.InputTokens += res.PromptTokens
 		rep.OutputTokens += res.OutputTokens
 		if res.Usage {
@@ -208,6 +217,11 @@ func (r *Runner) report(start, end time.Time) *Report {
 		rep.PrefixHitRate = &h
 	}
 	rep.TTFT, rep.TPOT, rep.ITL, rep.E2E = NewStats(ttft), NewStats(tpot), NewStats(itl), NewStats(e2e)
+	for _, b := range slices.Sorted(maps.Keys(rep.Bases)) {
+		if rep.TokenBasis == "" || rep.Bases[b] > rep.Bases[rep.TokenBasis] {
+			rep.TokenBasis = b
+		}
+	}
 	return rep
 }
 
@@ -263,6 +277,13 @@ func (rep *Report) WriteText(w io.Writer) error {
 		}
 		line("goodput\t%.2f req/s (%d good, %.0f%% of completed; %s)", *rep.Goodput, rep.Good, pct, strings.Join(objs, ", "))
 	}
+	if rep.TokenBasis != "" {
+		basis := basisWords[rep.TokenBasis]
+		if len(rep.Bases) > 1 {
+			basis += fmt.Sprintf(" (%d of %d requests)", rep.Bases[rep.TokenBasis], rep.Completed)
+		}
+		line("tokens timed by\t%s", basis)
+	}
 	if rep.PrefixHitRate != nil {
 		line("prefix hit rate\t%.1f%% of input tokens cached", 100**rep.PrefixHitRate)
 	} else {
@@ -296,6 +317,13 @@ func (rep *Report) WriteText(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// basisWords says what each token basis means, for the text report.
+var basisWords = map[string]string{
+	BasisTimings:  "tokens the server reported (llama.cpp timings.predicted_n)",
+	BasisLogprobs: "tokens the server reported (one log probability each)",
+	BasisChunks:   "chunks carrying text (the server reported no tokens: TTFT and ITL are approximate)",
 }
 
 // fmtMs formats milliseconds as a duration.

@@ -42,15 +42,18 @@ type Result struct {
 	// Sent is when the request was sent, as an offset from the start of
 	// the run.
 	Sent time.Duration
-	// TTFT is the time to the first chunk carrying content (0 when none
-	// came); ITL the gaps between consecutive content chunks after it;
-	// E2E the time to the end of the stream ("data: [DONE]").
-	TTFT time.Duration
-	ITL  []time.Duration
-	E2E  time.Duration
+	// TTFT is the time to the first chunk carrying a token (0 when none
+	// came); ITL the gaps between consecutive tokens after it (tokens
+	// that come in one chunk are gaps of 0); E2E the time to the end of
+	// the stream ("data: [DONE]"). Basis says how tokens were counted
+	// (Config.Basis; BasisChunks when the server reported none).
+	Basis string
+	TTFT  time.Duration
+	ITL   []time.Duration
+	E2E   time.Duration
 	// PromptTokens, OutputTokens and CachedTokens come from the usage
 	// chunk when the server sent one (Usage true); otherwise
-	// OutputTokens counts the content chunks and PromptTokens is the
+	// OutputTokens counts the tokens as Basis says and PromptTokens is the
 	// workload's estimate.
 	PromptTokens, OutputTokens, CachedTokens int
 	Usage                                    bool
@@ -93,27 +96,122 @@ func (r *Result) TPOT() (time.Duration, bool) {
 // errCancelByDesign stops reading a stream the workload cancels.
 var errCancelByDesign = errors.New("loadgen: cancelled by design")
 
-// do sends one streamed chat completion and measures it. start is the
-// run's start, for Result.Sent. It never returns an error: failures are
-// in the Result.
-func (r *Runner) do(ctx context.Context, start time.Time, it workload.Item, messages []api.Message) Result {
-	res := Result{Item: it}
+// body returns the JSON of it's request after the conversation msgs
+// (chat), or after their text or the workload's token ids (completions).
+func (r *Runner) body(it workload.Item, msgs []api.Message) ([]byte, error) {
 	maxTokens := it.OutputTokens
-	body := api.ChatCompletionRequest{
-		Model:          r.cfg.Model,
-		Messages:       messages,
-		MaxTokens:      &maxTokens,
-		Stream:         true,
-		StreamOptions:  &api.StreamOptions{IncludeUsage: true},
-		Sampling:       api.Sampling{Temperature: r.cfg.Temperature},
-		Controls:       api.Controls{IgnoreEOS: r.cfg.IgnoreEOS},
-		ResponseFormat: r.cfg.ResponseFormat,
+	opts := &api.StreamOptions{IncludeUsage: true}
+	controls := api.Controls{IgnoreEOS: r.cfg.IgnoreEOS}
+	timings := r.cfg.Basis == BasisTimings
+	if r.cfg.Endpoint != EndpointCompletions {
+		req := api.ChatCompletionRequest{
+			Model: r.cfg.Model, Messages: msgs, MaxTokens: &maxTokens,
+			Stream: true, StreamOptions: opts,
+			Sampling: api.Sampling{Temperature: r.cfg.Temperature},
+			Controls: controls, ResponseFormat: r.cfg.ResponseFormat,
+		}
+		if r.cfg.Basis == BasisLogprobs {
+			req.Logprobs = ptr(true)
+		}
+		return json.Marshal(struct {
+			api.ChatCompletionRequest
+			TimingsPerToken bool `json:"timings_per_token,omitempty"`
+		}{req, timings})
 	}
-	b, err := json.Marshal(body)
+	var prompt any
+	if ids := r.cfg.PromptIDs; ids.Hi > ids.Lo {
+		var p []int
+		if it.System >= 0 && it.System < len(r.systems) {
+			p = r.spec.SystemIDs(it.System, ids.Lo, ids.Hi)
+		}
+		prompt = append(p, workload.TokenIDs(it.InputTokens, it.Seed, ids.Lo, ids.Hi)...)
+	} else {
+		var b strings.Builder
+		for i, m := range msgs {
+			if i > 0 {
+				b.WriteString("\n\n")
+			}
+			b.WriteString(string(m.Content))
+		}
+		prompt = b.String()
+	}
+	raw, err := json.Marshal(prompt)
 	if err != nil {
-		res.Kind, res.Message = KindProtocol, err.Error()
-		return res
+		return nil, err
 	}
+	req := api.CompletionRequest{
+		Model: r.cfg.Model, Prompt: raw, MaxTokens: &maxTokens,
+		Stream: true, StreamOptions: opts,
+		Sampling: api.Sampling{Temperature: r.cfg.Temperature},
+		Controls: controls, ResponseFormat: r.cfg.ResponseFormat,
+	}
+	if r.cfg.Basis == BasisLogprobs {
+		req.Logprobs = ptr(0)
+	}
+	return json.Marshal(struct {
+		api.CompletionRequest
+		TimingsPerToken bool `json:"timings_per_token,omitempty"`
+	}{req, timings})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// streamChunk is what loadgen reads of a streamed chunk of either API:
+// the text, the tokens it reports (Config.Basis), the usage, an error.
+type streamChunk struct {
+	Choices []struct {
+		Delta struct {
+			Content *string `json:"content"`
+		} `json:"delta"`
+		Text     *string `json:"text"`
+		Logprobs *struct {
+			Content []json.RawMessage `json:"content"` // chat (and llama.cpp's completions)
+			Tokens  []json.RawMessage `json:"tokens"`  // legacy completions
+		} `json:"logprobs"`
+	} `json:"choices"`
+	Usage   *api.Usage `json:"usage"`
+	Timings *struct {
+		PredictedN *int `json:"predicted_n"`
+	} `json:"timings"`
+	Error *struct {
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Code    json.RawMessage `json:"code"`
+	} `json:"error"`
+}
+
+// text returns the chunk's text, of every choice.
+func (c *streamChunk) text() string {
+	s := ""
+	for _, ch := range c.Choices {
+		if ch.Delta.Content != nil {
+			s += *ch.Delta.Content
+		}
+		if ch.Text != nil {
+			s += *ch.Text
+		}
+	}
+	return s
+}
+
+// logprobTokens counts the tokens the chunk's log probabilities cover, and
+// reports whether it had any log probabilities.
+func (c *streamChunk) logprobTokens() (int, bool) {
+	n, any := 0, false
+	for _, ch := range c.Choices {
+		if ch.Logprobs != nil {
+			any = true
+			n += len(ch.Logprobs.Content) + len(ch.Logprobs.Tokens)
+		}
+	}
+	return n, any
+}
+
+// do sends one streamed request (the JSON body) and measures it. start is
+// the run's start, for Result.Sent. It never returns an error: failures
+// are in the Result.
+func (r *Runner) do(ctx context.Context, start time.Time, it workload.Item, b []byte) Result {
+	res := Result{Item: it}
 	if r.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.cfg.Timeout)
@@ -156,10 +254,12 @@ func (r *Runner) do(ctx context.Context, start time.Time, it workload.Item, mess
 	}
 
 	var (
-		text   strings.Builder
-		last   time.Time
-		chunks int
-		sr     = api.NewSSEReader(resp.Body)
+		text      strings.Builder
+		last      time.Time
+		tokens    int // tokens counted on the basis
+		predicted int // llama.cpp's predicted_n so far
+		basis     = BasisChunks
+		sr        = api.NewSSEReader(resp.Body)
 	)
 	for {
 		ev, err := sr.Next()
@@ -176,14 +276,7 @@ func (r *Runner) do(ctx context.Context, start time.Time, it workload.Item, mess
 			res.E2E = now.Sub(t0)
 			break
 		}
-		var chunk struct {
-			api.ChatCompletionChunk
-			Error *struct {
-				Message string          `json:"message"`
-				Type    string          `json:"type"`
-				Code    json.RawMessage `json:"code"`
-			} `json:"error"`
-		}
+		var chunk streamChunk
 		jsonErr := json.Unmarshal([]byte(ev.Data), &chunk)
 		if chunk.Error != nil || ev.Event == "error" {
 			res.Kind = KindStreamError
@@ -209,17 +302,25 @@ func (r *Runner) do(ctx context.Context, start time.Time, it workload.Item, mess
 				res.cachedReported = true
 			}
 		}
-		content := ""
-		for _, c := range chunk.Choices {
-			if c.Delta.Content != nil {
-				content += *c.Delta.Content
-			}
+		content := chunk.text()
+		text.WriteString(content)
+		// The tokens this chunk brings, on the best basis the server
+		// reports: a basis once seen is kept for the request.
+		n := 0
+		switch lp, hasLP := chunk.logprobTokens(); {
+		case r.cfg.Basis == BasisTimings && chunk.Timings != nil && chunk.Timings.PredictedN != nil:
+			basis = BasisTimings
+			n = max(*chunk.Timings.PredictedN-predicted, 0)
+			predicted = max(predicted, *chunk.Timings.PredictedN)
+		case r.cfg.Basis == BasisLogprobs && hasLP:
+			basis, n = BasisLogprobs, lp
+		case basis == BasisChunks && content != "":
+			n = 1
 		}
-		if content == "" {
+		if n == 0 {
 			continue
 		}
-		chunks++
-		text.WriteString(content)
+		tokens += n
 		if res.TTFT == 0 {
 			res.TTFT = max(now.Sub(t0), 1)
 			if it.Cancel {
@@ -230,11 +331,17 @@ func (r *Runner) do(ctx context.Context, start time.Time, it workload.Item, mess
 		} else {
 			res.ITL = append(res.ITL, now.Sub(last))
 		}
+		// Tokens that arrive together (held back by the server until
+		// they complete a character) are gaps of zero.
+		for range n - 1 {
+			res.ITL = append(res.ITL, 0)
+		}
 		last = now
 	}
 	res.Text = text.String()
+	res.Basis = basis
 	if !res.Usage {
-		res.OutputTokens = chunks
+		res.OutputTokens = tokens
 	}
 	if res.Kind == "" && res.TTFT == 0 {
 		// A stream with no token at all: count it as completed with
@@ -296,4 +403,57 @@ func statusMessage(resp *http.Response) string {
 		return s
 	}
 	return http.StatusText(resp.StatusCode)
+}
+
+// DetectBasis returns the best token basis the server at cfg.BaseURL
+// offers for cfg's requests: BasisTimings for llama.cpp's server (its GET
+// /props describes its generation settings), BasisLogprobs when a
+// one-token request asking for log probabilities gets them, else
+// BasisChunks. It sends at most one GET and one request of one output
+// token.
+func DetectBasis(ctx context.Context, cfg Config) string {
+	cfg.Basis = BasisLogprobs
+	r, err := New(cfg, workload.Spec{Requests: 1, Concurrency: 1, Input: workload.Fixed(4), Output: workload.Fixed(1)})
+	if err != nil {
+		return BasisChunks
+	}
+	if r.ownHC {
+		defer r.hc.CloseIdleConnections()
+	}
+	if r.isLlamaCpp(ctx) {
+		return BasisTimings
+	}
+	it := workload.Item{InputTokens: 4, OutputTokens: 1, System: -1, Prompt: -1, Seed: 1}
+	msgs := []api.Message{{Role: "user", Content: api.Content(workload.Text(4, 1))}}
+	b, err := r.body(it, msgs)
+	if err != nil {
+		return BasisChunks
+	}
+	if res := r.do(ctx, time.Now(), it, b); res.OK() && res.Basis == BasisLogprobs {
+		return BasisLogprobs
+	}
+	return BasisChunks
+}
+
+// isLlamaCpp reports whether the server is llama.cpp's: its GET /props
+// answers a JSON object with default_generation_settings.
+func (r *Runner) isLlamaCpp(ctx context.Context) bool {
+	base := strings.TrimSuffix(strings.TrimRight(r.cfg.BaseURL, "/"), "/v1")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/props", nil)
+	if err != nil {
+		return false
+	}
+	if key := r.key(0); key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var props struct {
+		Settings json.RawMessage `json:"default_generation_settings"`
+	}
+	return resp.StatusCode == http.StatusOK &&
+		json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&props) == nil && len(props.Settings) > 0
 }

@@ -137,3 +137,24 @@ var textWords = [...]string{
 	"traffic", "update", "version", "vision", "volume", "zone", "border",
 	"branch", "circle", "cloud", "corner", "current", "desert", "engineer", "factory",
 }
+
+// TokenIDs returns n deterministic token ids drawn uniformly from [lo, hi):
+// a prompt of exactly n tokens for any server whose vocabulary covers the
+// range, whatever its tokenizer. The same n, seed and range always give the
+// same ids, and different seeds differ from the first id on (as Text).
+func TokenIDs(n int, seed uint64, lo, hi int) []int {
+	if n <= 0 || hi <= lo {
+		return nil
+	}
+	r := rand.New(rand.NewPCG(seed, streamText))
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = lo + r.IntN(hi-lo)
+	}
+	return ids
+}
+
+// SystemIDs is SystemText as token ids from [lo, hi).
+func (s Spec) SystemIDs(i, lo, hi int) []int {
+	return TokenIDs(s.SystemPromptTokens(i), mix64(s.Seed^mix64(streamSystem+uint64(i))), lo, hi)
+}
