@@ -189,6 +189,28 @@ func TestCompletionsStream(t *testing.T) {
 	require.Equal(t, 16, f.requests()[0].MaxTokens)
 }
 
+// TestCompletionsTokenIDs: a completion prompt of token ids reaches the
+// engine as those ids, unchanged (no tokenizer, no BOS), and is echoed as
+// their text.
+func TestCompletionsTokenIDs(t *testing.T) {
+	t.Parallel()
+	f := newFake(fakeModel, 4096, "abc")
+	base := startFake(t, testConfig(), f)
+	c := testClient(t)
+	for _, prompt := range []string{`[104,105,33]`, `[[104,105,33]]`} {
+		resp, body := post(t, c, base+"/v1/completions", `{"model":"sim/fake","max_tokens":2,"echo":true,"prompt":`+prompt+`}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+		m := jsonMap(t, string(body))
+		require.Equal(t, 3.0, m["usage"].(map[string]any)["prompt_tokens"])
+		require.Equal(t, "hi!ab", m["choices"].([]any)[0].(map[string]any)["text"])
+	}
+	reqs := f.requests()
+	require.Len(t, reqs, 2)
+	for _, r := range reqs {
+		require.Equal(t, []int32{104, 105, 33}, r.Prompt)
+	}
+}
+
 func TestStopStrings(t *testing.T) {
 	t.Parallel()
 	f := newFake(fakeModel, 4096, "Hello world. Bye")

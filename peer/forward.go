@@ -327,7 +327,9 @@ func (r *run) relayStream(ctx context.Context, sink pipeline.Sink) pipeline.Resu
 
 // emit passes one piece of the answer on.
 func (r *run) emit(sink pipeline.Sink, d delta, res *pipeline.Result) error {
-	if d.text != "" {
+	if d.text != "" || (len(d.lps) > 0 && d.finish == "") {
+		// Tokens without text of their own come with their
+		// log-probabilities alone.
 		now := time.Now()
 		if res.FirstToken.IsZero() {
 			res.FirstToken = now

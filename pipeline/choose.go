@@ -284,7 +284,14 @@ func (p *Pipeline) prepare(req *Request, t Tenant, c choice) (*Job, error) {
 		return p.prepareUpstream(req, j, m, t)
 	}
 	var err error
-	if req.Endpoint == EndpointCompletions {
+	if req.PromptIDs != nil {
+		if j.Prompt, err = promptIDs(req.PromptIDs, m); err != nil {
+			return nil, err
+		}
+		if req.Echo {
+			j.Echo = m.Text.Decode(j.Prompt)
+		}
+	} else if req.Endpoint == EndpointCompletions {
 		j.Prompt = m.Text.Prompt(req.Prompt, true)
 		if len(j.Prompt) == 0 {
 			return nil, InvalidParam("prompt", "prompt must not be empty")

@@ -15,8 +15,10 @@ import (
 type Sink interface {
 	// Begin starts the answer (a stream's opening events).
 	Begin() error
-	// Text adds text to choice i (never empty) with the log-probabilities
-	// of the tokens it completes (nil unless asked for).
+	// Text adds text to choice i with the log-probabilities of the tokens
+	// it completes (nil unless asked for). The text is empty only for
+	// tokens that have none of their own (control tokens), and then only
+	// to carry their log-probabilities (never when lps is nil).
 	Text(i int, text string, lps []api.TokenLogprob) error
 	// ToolCall adds a fragment of a tool call to choice i: the first of
 	// call d.Index carries its ID, Type and Function.Name, the following

@@ -263,10 +263,20 @@ func (r *localRun) Relay(ctx context.Context, sink Sink, progress *Progress) (re
 			if ev.Logprobs != nil {
 				c.lps = append(c.lps, tokenLogprob(m.Text, ev.Token, ev.Logprobs))
 			}
-			txt, stopped := c.ts.push(decode(ev.Token))
+			piece := decode(ev.Token)
+			txt, stopped := c.ts.push(piece)
 			c.inThink = false
-			if txt != "" {
+			switch {
+			case txt != "":
 				werr = c.send(sink, ev.Index, txt)
+			case piece == "" && !stopped && c.ts.pending == "" && len(c.lps) > 0 && c.think == nil && c.tools == nil:
+				// A token with no text of its own (a control token):
+				// its log probability goes out now, with no text, so
+				// that a client sees each token as it comes (as
+				// OpenAI's and llama.cpp's streams show them).
+				lps := c.lps
+				c.lps = nil
+				werr = sink.Text(ev.Index, "", lps)
 			}
 			if c.think != nil && (c.inThink || (txt == "" && c.think.state == splitReasoning)) {
 				c.reasoningTokens++

@@ -259,7 +259,12 @@ func (p *Pipeline) Prepare(ctx context.Context, req *Request) (*Plan, error) {
 	if err := p.validate(req); err != nil {
 		return plan, err
 	}
-	check := p.startSafety(ctx, plan, req.Model)
+	var check *safety.Pending
+	if req.PromptIDs == nil {
+		// A token-id prompt is checked once its model can decode it
+		// (prepareAndAdmit).
+		check = p.startSafety(ctx, plan, req.Model, promptText(req))
+	}
 	choice, err := p.choose(ctx, req, tenant)
 	plan.route, plan.degraded, plan.Choice = choice.route, choice.degraded, choice.decision
 	if err != nil {
@@ -311,10 +316,18 @@ func (p *Pipeline) prepareAndAdmit(ctx context.Context, plan *Plan, c choice, ch
 		return admission{}, err
 	}
 	plan.Job = job
-	if sc := p.checkerFor(c.id); sc != plan.checker {
+	switch sc := p.checkerFor(c.id); {
+	case plan.Req.PromptIDs != nil && sc != nil && !plan.Req.Forwarded():
+		// A token-id prompt is checked as the text it decodes to.
+		abandon(ctx, check)
+		if c.model == nil {
+			return admission{}, InvalidParam("prompt", "a token-id prompt is checked for safety as text, which needs model %s on the node the request enters", c.id)
+		}
+		check = p.startSafety(ctx, plan, c.id, c.model.Text.Decode(job.Prompt))
+	case sc != plan.checker:
 		// The model chosen has a safety check of its own.
 		abandon(ctx, check)
-		check = p.startSafety(ctx, plan, c.id)
+		check = p.startSafety(ctx, plan, c.id, promptText(plan.Req))
 	}
 	if err := p.safetyVerdict(ctx, plan, check); err != nil {
 		return admission{}, err

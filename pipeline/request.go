@@ -121,10 +121,13 @@ type Request struct {
 	Start time.Time
 	// Model is the model asked for.
 	Model string
-	// Messages (chat endpoints) or Prompt (completions) is the input.
-	Messages []api.Message
-	Prompt   string
-	Sampling api.Sampling
+	// Messages (chat endpoints) or Prompt (completions) is the input;
+	// PromptIDs, when set, is a completion prompt given as token ids
+	// (Prompt is then empty), checked against the model's vocabulary.
+	Messages  []api.Message
+	Prompt    string
+	PromptIDs []int32
+	Sampling  api.Sampling
 	// N is the number of choices; nil is one.
 	N *int
 	// MaxTokens is the most output tokens per choice; nil is the

@@ -29,9 +29,9 @@ func (p *Pipeline) checkerFor(model string) *safety.Checker {
 	return p.safety
 }
 
-// startSafety starts the input check of plan's request with model's
-// checker (and makes it the plan's); nil without one.
-func (p *Pipeline) startSafety(ctx context.Context, plan *Plan, model string) *safety.Pending {
+// startSafety starts the input check of plan's request, whose input is
+// text, with model's checker (and makes it the plan's); nil without one.
+func (p *Pipeline) startSafety(ctx context.Context, plan *Plan, model, text string) *safety.Pending {
 	req := plan.Req
 	plan.checker = p.checkerFor(model)
 	if plan.checker == nil || req.Forwarded() {
@@ -39,7 +39,7 @@ func (p *Pipeline) startSafety(ctx context.Context, plan *Plan, model string) *s
 		return nil // the entry node checked a forwarded request
 	}
 	return plan.checker.Start(ctx, safety.Input{RequestID: req.ID, Tenant: req.Principal.Tenant, Model: model,
-		Stage: safety.StageInput, Text: promptText(req)})
+		Stage: safety.StageInput, Text: text})
 }
 
 // abandon stops a check whose verdict is no longer wanted.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/zeebo/xxh3"
 
@@ -72,6 +73,18 @@ func upstreamCall(req *Request) (*UpstreamCall, error) {
 	return &UpstreamCall{Path: path, Body: body}, nil
 }
 
+// promptIDs returns a copy of a token-id prompt after checking every id
+// against m's vocabulary.
+func promptIDs(ids []int32, m *Model) ([]int32, error) {
+	vocab := m.Text.VocabSize()
+	for i, id := range ids {
+		if id < 0 || (vocab > 0 && int(id) >= vocab) {
+			return nil, InvalidParam("prompt", "prompt[%d] is token %d, outside the vocabulary of %s (%d tokens)", i, id, m.ID, vocab)
+		}
+	}
+	return slices.Clone(ids), nil
+}
+
 // Estimator is a TextModel that can also estimate a prompt's tokens
 // without asking anyone (an upstream engine's /tokenize costs a round
 // trip). ok is false when the model counts exactly at little cost (a
@@ -88,7 +101,13 @@ type Estimator interface {
 // own count is billed at the end.
 func (p *Pipeline) prepareUpstream(req *Request, j *Job, m *Model, t Tenant) (*Job, error) {
 	var estimated bool
-	if est, ok := m.Text.(Estimator); ok && t.Limits.TPM == 0 && t.Limits.DailyTokens == 0 {
+	if req.PromptIDs != nil {
+		var err error
+		if j.Prompt, err = promptIDs(req.PromptIDs, m); err != nil {
+			return nil, err
+		}
+		estimated = true // nothing to count: the ids are the tokens
+	} else if est, ok := m.Text.(Estimator); ok && t.Limits.TPM == 0 && t.Limits.DailyTokens == 0 {
 		j.Prompt, estimated = est.Estimate(promptText(req))
 	}
 	switch {

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strings"
 
@@ -194,12 +195,49 @@ func decodeCompletion(body []byte, req *pipeline.Request) (format, error) {
 		}
 		req.Logprobs, req.TopLogprobs = true, *lp
 	}
-	prompt, err := promptText(cr.Prompt)
-	if err != nil {
-		return nil, err
+	if ids, ok, err := promptIDs(cr.Prompt); ok {
+		if err != nil {
+			return nil, err
+		}
+		req.PromptIDs = ids
+	} else {
+		prompt, err := promptText(cr.Prompt)
+		if err != nil {
+			return nil, err
+		}
+		req.Prompt = prompt
 	}
-	req.Prompt = prompt
 	return completionFormat{includeUsage: cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage}, nil
+}
+
+// promptIDs reads a prompt of /v1/completions given as token ids: an
+// array of integers, or an array of one such array. ok is false when raw is
+// not an array of numbers or of arrays (a text prompt, or an error for
+// promptText to report).
+func promptIDs(raw json.RawMessage) (ids []int32, ok bool, err error) {
+	var flat []json.Number
+	if json.Unmarshal(raw, &flat) != nil || len(flat) == 0 {
+		var nested [][]json.Number
+		if json.Unmarshal(raw, &nested) != nil || len(nested) == 0 {
+			return nil, false, nil
+		}
+		if len(nested) != 1 {
+			return nil, true, pipeline.InvalidParam("prompt", "prompt must hold exactly one token array (batched prompts are not supported), got %d", len(nested))
+		}
+		flat = nested[0]
+	}
+	if len(flat) == 0 {
+		return nil, true, pipeline.InvalidParam("prompt", "prompt must not be empty")
+	}
+	ids = make([]int32, len(flat))
+	for i, n := range flat {
+		v, err := n.Int64()
+		if err != nil || v < 0 || v > math.MaxInt32 {
+			return nil, true, pipeline.InvalidParam("prompt", "prompt[%d] is %s: token ids are integers >= 0", i, capText(n.String(), 32))
+		}
+		ids[i] = int32(v)
+	}
+	return ids, true, nil
 }
 
 // promptText reads the prompt of /v1/completions: a string or an array of
