@@ -15,7 +15,7 @@ GOTEST_FLAGS ?= -race -p 1 -timeout 15m
 # build of its cgo package.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all deps deps-test build run test bench bench-cluster bench-grammar bench-shadow bench-upstream check-llamacpp-grammars soak lint fmt clean
+.PHONY: all deps deps-test build run test bench bench-peer bench-cluster bench-grammar bench-shadow bench-upstream check-llamacpp-grammars soak lint fmt clean
 
 all: build
 
@@ -86,6 +86,19 @@ bench-shadow: deps
 # bench-upstream: the TTFT and ITL the upstream relay adds (~4 min).
 bench-upstream: deps
 	LLMD_UPSTREAM_BENCH=1 $(GO) test -run '^TestUpstreamRelayFigures$$' -count=1 -v -timeout 20m ./daemon/
+
+# bench-peer measures llmd beside llama.cpp in the same run, on the same
+# files (scripts/benchpeer; about 10 minutes per shape and round on 2
+# cores): LLAMA_CPP_BIN is a llama.cpp build's bin directory, or
+# LLAMA_CPP_SRC its source, built once with cmake under ~/.cache/llmd.
+# PEER_SHAPES picks shapes (e.g. 0.5B/Q4_0,1.5B/Q8_0), PEER_ROUNDS the
+# rounds; the table goes to stdout and to bench-peer.md.
+PEER_SHAPES ?=
+PEER_ROUNDS ?= 2
+bench-peer: deps
+	@test -n "$(LLAMA_CPP_BIN)$(LLAMA_CPP_SRC)" || { echo "set LLAMA_CPP_BIN=dir (llama-bench, llama-batched-bench, llama-server) or LLAMA_CPP_SRC=dir" >&2; exit 2; }
+	GO=$(GO) $(GO) run ./scripts/benchpeer -llama-bin '$(LLAMA_CPP_BIN)' -llama-src '$(LLAMA_CPP_SRC)' \
+		-shapes '$(PEER_SHAPES)' -rounds $(PEER_ROUNDS) -o bench-peer.md
 
 # check-llamacpp-grammars compiles every grammar llama.cpp ships, from a
 # checkout: make check-llamacpp-grammars LLAMA_CPP=$$HOME/src/llama.cpp

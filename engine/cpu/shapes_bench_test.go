@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -44,7 +45,7 @@ func BenchmarkShapes(b *testing.B) {
 func benchExecutor(b *testing.B, name string, open func(*testing.B) *gguf.File, vocab int) {
 	b.Run(name+"/prompt=512", func(b *testing.B) {
 		const n = 512
-		e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: n / 16, KVType: "f16", NoSwap: true})
+		e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: n / 16, KVType: "f16", NoSwap: true, Threads: benchThreads()})
 		blocks := seqBlocks(e, 0, 1)
 		toks := randomTokens(1, n, vocab)
 		for b.Loop() {
@@ -57,7 +58,7 @@ func benchExecutor(b *testing.B, name string, open func(*testing.B) *gguf.File, 
 	for _, seqs := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("%s/gen/seqs=%d", name, seqs), func(b *testing.B) {
 			const promptLen, window = 64, 128
-			e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: seqs * (promptLen + window) / 16, KVType: "f16", NoSwap: true})
+			e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: seqs * (promptLen + window) / 16, KVType: "f16", NoSwap: true, Threads: benchThreads()})
 			var batch engine.Batch
 			ts := make([]*testSeq, seqs)
 			for i := range ts {
@@ -83,6 +84,14 @@ func benchExecutor(b *testing.B, name string, open func(*testing.B) *gguf.File, 
 			b.ReportMetric(float64(seqs*steps)/b.Elapsed().Seconds(), "tokens/s")
 		})
 	}
+}
+
+// benchThreads is the executor's threads in the benchmarks:
+// LLMD_BENCH_THREADS, else 0 (the executor's default, every CPU), so that
+// a comparison with llama.cpp's -t N uses as many on both sides.
+func benchThreads() int {
+	n, _ := strconv.Atoi(os.Getenv("LLMD_BENCH_THREADS"))
+	return max(n, 0)
 }
 
 // BenchmarkFile is BenchmarkShapes for a model file of one's own:

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRatioCell(t *testing.T) {
+	// Throughput: llmd over llama.cpp, the range from the worst pairing
+	// (llmd's slowest over llama.cpp's fastest) to the best.
+	assert.Equal(t, "**2.18x** [1.50-3.00]", ratioCell([]float64{10, 12}, []float64{18, 30}, false))
+	// TTFT: llama.cpp's time over llmd's.
+	assert.Equal(t, "**0.49x** [0.40-0.60]", ratioCell([]float64{400, 480}, []float64{800, 1000}, true))
+	assert.Equal(t, "**1.25x**", ratioCell([]float64{100}, []float64{80}, true))
+}
+
+func TestMedianSummary(t *testing.T) {
+	assert.InDelta(t, 2.5, median([]float64{4, 1, 3, 2}), 1e-12)
+	assert.InDelta(t, 3, median([]float64{5, 1, 3}), 1e-12)
+	assert.Equal(t, "529 [520-531]", summary([]float64{531, 520, 529}))
+	assert.Equal(t, "-", summary(nil))
+	assert.Equal(t, "9.50", summary([]float64{9.5}))
+}
+
+func TestMarkdown(t *testing.T) {
+	r := &shapeResult{shape: shape{name: "0.5B/Q4_0"}, weightBytes: 300e6}
+	r.add(mGen1, sideLlama, 90)
+	r.add(mGen1, sideLlmd, 99)
+	r.add(mTTFT512, sideLlama, 1000)
+	r.add(mTTFT512, sideLlmd, 800)
+	r.failed[sideLlama] = 3
+	tb := &table{start: time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC), end: time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC),
+		machine: "cpu", llamaVersion: "1 (abc)", threads: 2, rounds: 1, bwStart: 30, bwEnd: 30, shapes: []*shapeResult{r}}
+	md := tb.markdown()
+	require.Contains(t, md, "2026-12-02 07:00 to 08:00 UTC")
+	// 30 GB/s over 300 MB per token: a roofline of 100 tok/s, 99% reached.
+	require.Contains(t, md, "| 0.5B/Q4_0 (300 MB of weights per token; roofline 100.0 tok/s) | generation 1 seq, tok/s (executor) | 90.0 | 99.0 (99% of roofline) | **1.10x** |")
+	require.Contains(t, md, "|  | 512-token prompt, TTFT ms (HTTP) | 1000 | 800 | **1.25x** |")
+	require.Contains(t, md, "| | failed requests through HTTP | 3 | 0 | |")
+	require.False(t, strings.Contains(md, mSrv8), "measures without samples are left out")
+}
