@@ -161,14 +161,14 @@ func TestCPUServingFigures(t *testing.T) {
 	}
 
 	var sb strings.Builder
-	sb.WriteString("| shape | type | 1 stream tok/s | vs llama.cpp gen | 8 streams tok/s | vs llama.cpp server (8) | 32 streams tok/s |\n")
-	sb.WriteString("|---|---|---:|---:|---:|---:|---:|\n")
+	// llama.cpp beside it, in the same run: make bench-peer.
+	sb.WriteString("| shape | type | 1 stream tok/s | 8 streams tok/s | 32 streams tok/s |\n")
+	sb.WriteString("|---|---|---:|---:|---:|\n")
 	early, reqs := 0, 0
 	for _, r := range rows {
 		shape, typ, _ := strings.Cut(r.name, "/")
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s |\n", shape, typ,
-			tokPerSecRange(r.tps[1]), ratio(median(r.tps[1]), cpushapes.LlamaCppGen[r.name]),
-			tokPerSecRange(r.tps[8]), ratio(median(r.tps[8]), cpushapes.LlamaCppServer8[r.name]), tokPerSecRange(r.tps[32]))
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", shape, typ,
+			tokPerSecRange(r.tps[1]), tokPerSecRange(r.tps[8]), tokPerSecRange(r.tps[32]))
 		early += r.early
 		reqs += r.reqs
 	}
@@ -282,12 +282,4 @@ func tokPerSecRange(runs []float64) string {
 		return m
 	}
 	return fmt.Sprintf("%s (%s-%s)", m, tokPerSec(slices.Min(runs)), tokPerSec(slices.Max(runs)))
-}
-
-// ratio is ours / theirs as "1.23x", empty when there is no reference.
-func ratio(ours, theirs float64) string {
-	if theirs <= 0 {
-		return ""
-	}
-	return fmt.Sprintf("%.2fx", ours/theirs)
 }

@@ -1,6 +1,7 @@
-// Package cpushapes holds the model shapes that issue 5 measures the CPU
-// executor on, and llama.cpp's figures for them on the same machine type,
-// for the executor's benchmark (engine/cpu) and the HTTP one (cmd/llmd).
+// Package cpushapes holds the model shapes that the CPU executor's
+// benchmark (engine/cpu) and the HTTP one (cmd/llmd) measure. llama.cpp is
+// measured beside llmd in the same run by make bench-peer
+// (scripts/benchpeer), never from figures kept here.
 package cpushapes
 
 import (
@@ -24,19 +25,3 @@ var Shapes = []Shape{
 
 // Types are the weight types each shape is measured in.
 var Types = []gguf.TensorType{gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0}
-
-// LlamaCppGen is llama.cpp's generation tokens/s at one stream (llama-bench
-// tg, 2 threads), by "shape/TYPE".
-var LlamaCppGen = map[string]float64{
-	"tiny/F16": 532, "tiny/Q8_0": 1176, "tiny/Q4_0": 1291,
-	"small/F16": 71.5, "small/Q8_0": 81.0, "small/Q4_0": 107,
-	"0.5B/F16": 25.7, "0.5B/Q8_0": 28.3, "0.5B/Q4_0": 38.2,
-}
-
-// LlamaCppServer8 is llama.cpp's server's aggregate tokens/s at 8
-// concurrent streams, by "shape/TYPE" (none for tiny F16).
-var LlamaCppServer8 = map[string]float64{
-	"tiny/Q8_0": 1091, "tiny/Q4_0": 1114,
-	"small/F16": 133, "small/Q8_0": 148, "small/Q4_0": 160,
-	"0.5B/F16": 54, "0.5B/Q8_0": 61, "0.5B/Q4_0": 76,
-}
