@@ -23,6 +23,9 @@ type EmbeddingRequest struct {
 	// Dimensions asks for shortened embeddings (Matryoshka models only).
 	Dimensions *int   `json:"dimensions,omitempty"`
 	User       string `json:"user,omitempty"`
+	// Truncate, an llmd extension (Ollama's truncate), cuts an input
+	// longer than the model's context to fit instead of refusing it.
+	Truncate *bool `json:"truncate,omitempty"`
 }
 
 // EmbeddingResponse is the answer of POST /v1/embeddings.

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"path/filepath"
@@ -386,4 +387,63 @@ func TestEmbeddingsMeteredAndLimited(t *testing.T) {
 	// Without a key: 401.
 	resp, _ = call(t, c, http.MethodPost, base+"/v1/embeddings", "", `{"model":"bge","input":"hi"}`)
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+}
+
+// TestEmbeddingsThroughAPeer: an embedding model only node b serves
+// answers through node a, on OpenAI's and Ollama's routes; the vectors are
+// the model file's own, node a bills the tokens node b counted (one row,
+// a's), and node b bills nothing.
+func TestEmbeddingsThroughAPeer(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "bge.gguf")
+	writeEmbedGGUF(t, path, synth.Model{Arch: "bert", Name: "bge", ContextLength: 24, Pooling: "cls"})
+	nodes := startTestCluster(t, 2, func(i int, c *Config) {
+		if i == 1 {
+			c.Models = nil
+			c.CPUThreads = 1
+			c.ModelFiles = []string{path}
+		}
+	})
+	a := nodes[0]
+	c := testClient(t)
+	texts := []string{"The small server woke before dawn.", "hello"}
+	want := directEmbeddings(t, path, texts...)
+
+	resp, raw := post(t, c, a.base+"/v1/embeddings", `{"model":"bge","input":["The small server woke before dawn.","hello"]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	var er api.EmbeddingResponse
+	require.NoError(t, json.Unmarshal(raw, &er))
+	require.Len(t, er.Data, 2)
+	for i, d := range er.Data {
+		got, err := d.Floats()
+		require.NoError(t, err)
+		g := make([]float64, len(got))
+		for j, x := range got {
+			g[j] = float64(x)
+		}
+		requireClose(t, want[i], g, texts[i])
+	}
+	require.Positive(t, er.Usage.PromptTokens)
+	rows := usageRows(t, nodes, resp.Header.Get("X-Request-Id"))
+	require.Len(t, rows, 1, "billed once, where it entered")
+	require.Equal(t, store.UsageFinished, rows["node-a"].Status)
+	require.EqualValues(t, er.Usage.PromptTokens, rows["node-a"].InputTokens, "the serving node's count")
+	require.True(t, strings.HasPrefix(rows["node-a"].Route, "node-b "), rows["node-a"].Route)
+
+	// Ollama's /api/embed truncates by default: an input past the
+	// model's 24 tokens is cut on b, as it would be locally.
+	long := strings.Repeat("cache ", 60)
+	resp, raw = post(t, c, a.base+"/api/embed", fmt.Sprintf(`{"model":"bge","input":[%q]}`, long))
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	var oe api.OllamaEmbedResponse
+	require.NoError(t, json.Unmarshal(raw, &oe))
+	require.Len(t, oe.Embeddings, 1)
+	require.Equal(t, 24, oe.PromptEvalCount)
+
+	// OpenAI's refuses it, with b's error passed on.
+	resp, raw = post(t, c, a.base+"/v1/embeddings", fmt.Sprintf(`{"model":"bge","input":%q}`, long))
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", raw)
+	require.Contains(t, errorOf(t, raw)["message"], "maximum context length")
+	requireIdle(t, a.s)
+	requireIdle(t, nodes[1].s)
 }

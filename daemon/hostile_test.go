@@ -109,7 +109,7 @@ func hostileRequests() []hostile {
 		{"null body", cc, `null`, 400},
 		{"two objects", cc, chat(``) + chat(``), 400},
 		{"binary", cc, "\x00\x01\x02\xff", 400},
-		{"completions prompt tokens", co, `{"model":"m","prompt":[1,2,3]}`, 400},
+		{"completions prompt token past vocab", co, `{"model":"m","prompt":[1,2,2000000000]}`, 400},
 		{"completions prompt object", co, `{"model":"m","prompt":{}}`, 400},
 		{"completions prompts", co, `{"model":"m","prompt":["a","b"]}`, 400},
 		{"completions logprobs", co, compl(`,"logprobs":5`), 400},

@@ -199,7 +199,10 @@ func (p *Pipeline) lookup(ctx context.Context, id string) (*Model, error) {
 // peers). A forwarded request is never sent on.
 func (p *Pipeline) chooseElsewhere(req *Request, name string, c choice, notFound error) (choice, error) {
 	var pe *Error
-	if p.router == nil || req.Forwarded() || name == "" || len(c.forward.Body) == 0 ||
+	// An embeddings request is sent on as its decoded inputs (EmbedTarget),
+	// not as its body.
+	forwardable := len(c.forward.Body) > 0 || req.Endpoint == EndpointEmbeddings
+	if p.router == nil || req.Forwarded() || name == "" || !forwardable ||
 		!errors.As(notFound, &pe) || pe.Code != CodeModelNotFound {
 		return c, notFound
 	}
@@ -210,11 +213,14 @@ func (p *Pipeline) chooseElsewhere(req *Request, name string, c choice, notFound
 	if fb == "" {
 		return c, notFound
 	}
-	body, err := withModel(c.forward.Body, fb)
-	if err != nil {
-		return c, notFound
+	if len(c.forward.Body) > 0 {
+		body, err := withModel(c.forward.Body, fb)
+		if err != nil {
+			return c, notFound
+		}
+		c.forward.Body = body
 	}
-	c.id, c.forward.Body = fb, body
+	c.id = fb
 	c.route = "fallback from " + name
 	p.log.Info("no node serves the model; using its fallback", "request_id", req.ID, "model", name, "fallback", fb)
 	if m := p.models.Get(fb); m != nil {

@@ -116,11 +116,17 @@ func (p *Pipeline) Embed(ctx context.Context, req *Request, w EmbedWriter) Outco
 		return p.Record(req, plan, w.Fail(err), err)
 	}
 	start := time.Now()
-	vecs, err := plan.held.Embed.Batcher.Embed(ctx, res.inputs)
-	if err == nil {
-		vecs, err = cutDimensions(vecs, req.Embed.Dimensions)
+	var vecs [][]float32
+	tokens := len(plan.Job.Prompt)
+	if res.remote != nil {
+		vecs, tokens, err = p.embedRemote(ctx, plan, res.remote)
+	} else {
+		vecs, err = plan.held.Embed.Batcher.Embed(ctx, res.inputs)
+		if err == nil {
+			vecs, err = cutDimensions(vecs, req.Embed.Dimensions)
+		}
 	}
-	result := Result{Usage: Usage{InputTokens: len(plan.Job.Prompt)}, Finish: "stop"}
+	result := Result{Usage: Usage{InputTokens: tokens}, Finish: "stop"}
 	if err != nil {
 		result = Result{Err: err, Finish: string(engine.FinishError)}
 		if ctx.Err() != nil {
@@ -157,8 +163,58 @@ func (p *Pipeline) Embed(ctx context.Context, req *Request, w EmbedWriter) Outco
 	return out
 }
 
-// embedPrep is what embedPrepare decided beyond the plan.
-type embedPrep struct{ inputs [][]int32 }
+// embedPrep is what embedPrepare decided beyond the plan: the inputs
+// tokenized for the model here, or the peers that serve it.
+type embedPrep struct {
+	inputs [][]int32
+	remote []Target
+}
+
+// EmbedTarget is a Target that can also answer an embeddings request: a
+// peer serving the model.
+type EmbedTarget interface {
+	Target
+	// Embed runs er on the target's model job.ModelID and returns one
+	// vector per input and the tokens the inputs took. An *Error is the
+	// client's to see; any other error lets the next target be tried.
+	Embed(ctx context.Context, job *Job, er *EmbedRequest) (vecs [][]float32, inputTokens int, err error)
+}
+
+// embedRemote runs plan's embeddings request on the first of targets that
+// answers; a peer that fails is taken out of routing and the next tried.
+func (p *Pipeline) embedRemote(ctx context.Context, plan *Plan, targets []Target) ([][]float32, int, error) {
+	for _, t := range targets {
+		et, ok := t.(EmbedTarget)
+		if !ok {
+			continue
+		}
+		vecs, n, err := et.Embed(ctx, plan.Job, plan.Req.Embed)
+		if err == nil {
+			return vecs, n, nil
+		}
+		var final *Error
+		if errors.As(err, &final) || ctx.Err() != nil {
+			return nil, 0, err
+		}
+		p.targetFailed(plan, t, err)
+	}
+	return nil, 0, ErrNoNodeAnswered
+}
+
+// estimateEmbedTokens over-estimates the tokens of er's inputs for a model
+// this node cannot tokenize for (the reservation; the serving node's
+// count is billed): token lists exactly, texts at a token per 3 bytes
+// plus the model's added tokens.
+func estimateEmbedTokens(er *EmbedRequest) int {
+	n := 0
+	for _, t := range er.Texts {
+		n += len(t)/3 + 3
+	}
+	for _, ids := range er.Tokens {
+		n += len(ids)
+	}
+	return n
+}
 
 // embedPrepare runs the stages before the batcher; plan holds what was
 // decided (for Record on a refusal).
@@ -189,8 +245,7 @@ func (p *Pipeline) embedPrepare(ctx context.Context, plan *Plan) (embedPrep, err
 	}
 	m := c.model
 	if m == nil {
-		return embedPrep{}, &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Param: "model", Code: "no_node_available",
-			Message: fmt.Sprintf("The model `%s` is served by other nodes only; embeddings are served by a node that holds the model.", c.id)}
+		return p.embedPrepareRemote(ctx, plan, tenant, c)
 	}
 	plan.Model = m.ID
 	if m.Embed == nil {
@@ -231,6 +286,38 @@ func (p *Pipeline) embedPrepare(ctx context.Context, plan *Plan) (embedPrep, err
 	plan.Job, plan.settle, plan.metered = adm.job, adm.settle, true
 	p.beginRow(ctx, plan)
 	return embedPrep{inputs: inputs}, nil
+}
+
+// embedPrepareRemote prepares an embeddings request for a model only peers
+// serve: a job of the estimated input tokens admitted here (the quota
+// reserves them; the serving node's count is billed), then the peers.
+func (p *Pipeline) embedPrepareRemote(ctx context.Context, plan *Plan, tenant Tenant, c choice) (embedPrep, error) {
+	req := plan.Req
+	if len(c.peers) == 0 || p.peer == nil {
+		return embedPrep{}, &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Param: "model", Code: "no_node_available",
+			Message: fmt.Sprintf("No node serving the model `%s` is reachable.", c.id)}
+	}
+	plan.Model = c.id
+	job := &Job{ID: req.ID, Endpoint: req.Endpoint, Principal: req.Principal, Tier: tenant.Tier, ModelID: c.id,
+		Prompt: make([]int32, estimateEmbedTokens(req.Embed)), N: 1, AffinityKey: req.AffinityKey}
+	plan.Job = job
+	adm, err := p.admit(ctx, req, tenant, c, job)
+	plan.Decision, plan.degraded = adm.decision, appendNote(plan.degraded, adm.degraded)
+	if err != nil {
+		if reason := RejectReason(err); reason != "" {
+			p.rejectedRow(plan, reason)
+		}
+		return embedPrep{}, err
+	}
+	plan.Job, plan.settle, plan.metered = adm.job, adm.settle, true
+	targets := make([]Target, len(c.peers))
+	for i, pc := range c.peers {
+		targets[i] = p.peer(pc)
+	}
+	p.observeRoute(true, c.peers[0].CrossZone)
+	plan.route = appendNote(plan.route, c.peers[0].Member.ID+" "+c.peers[0].Reason+crossZoneNote(c.peers[0]))
+	p.beginRow(ctx, plan)
+	return embedPrep{remote: targets}, nil
 }
 
 // embedInputs tokenizes er's texts with m's tokenizer (its [CLS] and

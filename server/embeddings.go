@@ -48,6 +48,10 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Embed.Dimensions = er.Dimensions
+	req.Embed.Truncate = er.Truncate != nil && *er.Truncate
+	if req.Forwarded() {
+		w.WriteHeader(http.StatusEarlyHints) // accepted: the entry node stops its forward timeout
+	}
 	s.pipe.Embed(r.Context(), req, ew)
 }
 

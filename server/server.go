@@ -227,7 +227,7 @@ type route struct {
 	method string
 	policy policy
 	h      http.HandlerFunc
-	// peer lets a signed request forwarded by a peer in: the generation
+	// peer lets a signed request forwarded by a peer in: the generation and embeddings
 	// routes, the cancel that follows a forwarded stream, and a resume or
 	// cancel that reached another node than the request's owner.
 	peer bool
@@ -242,7 +242,7 @@ func (s *Server) routeTable() []route {
 		{"/v1/chat", post, policyUser, s.generate(nativeCodec), true},
 		{"/v1/models", get, policyUser, s.handleModels, false},
 		{"/v1/models/{id...}", get, policyUser, s.handleModel, false},
-		{"/v1/embeddings", post, policyUser, s.handleEmbeddings, false},
+		{"/v1/embeddings", post, policyUser, s.handleEmbeddings, true},
 		{"/tokenize", post, policyUser, s.handleTokenize, false},
 		{"/detokenize", post, policyUser, s.handleDetokenize, false},
 		{"/v1/stats", get, policyAdmin, s.handleStats, false},
