@@ -16,6 +16,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	// First of the imports' initialisation: keeps bubbletea's init from
+	// waiting on a terminal that does not answer.
+	"github.com/llmd/llmd/internal/termquiet"
 )
 
 // Exit statuses.
@@ -46,6 +50,7 @@ func (e *exitError) Error() string {
 func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
+	termquiet.Restore()
 	os.Exit(run())
 }
 
