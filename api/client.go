@@ -553,3 +553,13 @@ func streamReadError(ctx context.Context, err error) error {
 	}
 	return fmt.Errorf("%w: %w", ErrIncompleteStream, err)
 }
+
+// Metrics returns GET /metrics: llmd's Prometheus text exposition.
+func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/metrics", nil, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+}

@@ -119,8 +119,9 @@ func recommend(members []cluster.Member, ttft func(model string) time.Duration, 
 type autoscaleCollector struct {
 	d       *Daemon
 	targets AutoscaleTargets
-	desired *prometheus.Desc
-	ratio   *prometheus.Desc
+	desired  *prometheus.Desc
+	ratio    *prometheus.Desc
+	replicas *prometheus.Desc
 }
 
 func newAutoscaleCollector(d *Daemon, t AutoscaleTargets) *autoscaleCollector {
@@ -130,17 +131,22 @@ func newAutoscaleCollector(d *Daemon, t AutoscaleTargets) *autoscaleCollector {
 			[]string{"model_name"}, nil),
 		ratio: prometheus.NewDesc("llmd_autoscale_signal_ratio",
 			"Each autoscaling signal of the model over its target (kv, queue, ttft); above 1 asks for more replicas.",
-			[]string{"model_name", "signal"}, nil)}
+			[]string{"model_name", "signal"}, nil),
+		replicas: prometheus.NewDesc("llmd_autoscale_replicas",
+			"Replicas of the model alive and not draining now: the base of llmd_desired_replicas.",
+			[]string{"model_name"}, nil)}
 }
 
 func (c *autoscaleCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.desired
 	ch <- c.ratio
+	ch <- c.replicas
 }
 
 func (c *autoscaleCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range c.d.Autoscale(c.targets) {
 		ch <- prometheus.MustNewConstMetric(c.desired, prometheus.GaugeValue, float64(r.Desired), r.Model)
+		ch <- prometheus.MustNewConstMetric(c.replicas, prometheus.GaugeValue, float64(r.Replicas), r.Model)
 		ch <- prometheus.MustNewConstMetric(c.ratio, prometheus.GaugeValue, r.KV, r.Model, "kv")
 		ch <- prometheus.MustNewConstMetric(c.ratio, prometheus.GaugeValue, r.Queue, r.Model, "queue")
 		ch <- prometheus.MustNewConstMetric(c.ratio, prometheus.GaugeValue, r.TTFT, r.Model, "ttft")

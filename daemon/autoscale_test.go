@@ -65,4 +65,5 @@ func TestAutoscaleGauge(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(b), `llmd_desired_replicas{model_name="sim/small"} 1`)
 	require.Contains(t, string(b), `llmd_autoscale_signal_ratio{model_name="sim/small",signal="kv"} 0`)
+	require.Contains(t, string(b), `llmd_autoscale_replicas{model_name="sim/small"} 1`)
 }

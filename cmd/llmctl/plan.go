@@ -36,10 +36,12 @@ type planOpts struct {
 	keepUp          float64
 	simDuration     time.Duration
 	asJSON          bool
+	fromCluster     bool
+	warmBuffer      float64
 }
 
 // newPlanCmd builds "llmctl plan".
-func newPlanCmd() *cobra.Command {
+func newPlanCmd(a *app) *cobra.Command {
 	o := &planOpts{}
 	cmd := &cobra.Command{
 		Use:   "plan",
@@ -54,9 +56,23 @@ func newPlanCmd() *cobra.Command {
 			"The defaults are the seed's example (10M daily users, 20 requests each, 1,500 in / 400 out, 3x peak,\n" +
 			"a 70B GQA model in FP8 on 8-GPU H100 nodes).",
 		Example: "  llmctl plan\n" +
-			"  llmctl plan --dau 2000000 --requests-per-user 10 --input-tokens 800 --output-tokens 300 --model small --tp 1",
+			"  llmctl plan --dau 2000000 --requests-per-user 10 --input-tokens 800 --output-tokens 300 --model small --tp 1\n" +
+			"  llmctl plan --from-cluster --warm-buffer 0.2",
 		Args: usageArgs(cobra.NoArgs),
+		// Only --from-cluster talks to llmd (--addr, --api-key).
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if o.fromCluster {
+				return a.connect(cmd)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.fromCluster {
+				if cmd.Flags().Changed("warm-buffer") && !(o.warmBuffer >= 0 && o.warmBuffer <= 10) {
+					return usageError(cmd, fmt.Errorf("--warm-buffer must be within 0 and 10, got %g", o.warmBuffer))
+				}
+				return planFromCluster(cmd.Context(), a, cmd.OutOrStdout(), o.warmBuffer, o.asJSON)
+			}
 			if err := o.check(); err != nil {
 				return usageError(cmd, err)
 			}
@@ -93,7 +109,12 @@ func newPlanCmd() *cobra.Command {
 	f.Float64Var(&o.keepUp, "keep-up", 0.97, "share of the offered output a node must generate to count as keeping up")
 	f.DurationVar(&o.simDuration, "sim-duration", 90*time.Second, "virtual time of each simulation of the search (a third is warm-up)")
 	f.BoolVar(&o.asJSON, "json", false, "print the figures as JSON")
-	return standalone(cmd)
+	f.BoolVar(&o.fromCluster, "from-cluster", false,
+		"instead: the running cluster's replicas per model and node count, from the autoscaling signal llmd exports "+
+			"(llmd_desired_replicas: KV use, queue depth and TTFT over their targets; the node count needs an admin key)")
+	f.Float64Var(&o.warmBuffer, "warm-buffer", -1, "with --from-cluster: share of capacity kept ahead of demand (default: the node's)")
+	f.Lookup("warm-buffer").DefValue = "0" // shown as the node's, not -1
+	return cmd
 }
 
 func (o *planOpts) check() error {

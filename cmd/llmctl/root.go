@@ -84,7 +84,7 @@ func newRootCmd() *cobra.Command {
 
 	root.AddCommand(newModelsCmd(a), newNodesCmd(a), newChatCmd(a), newStatsCmd(a), newModelCmd(a),
 		newKeysCmd(a), newQuotaCmd(a), newTenantsCmd(a), newUsageCmd(a), newTopCmd(a), newBenchCmd(a),
-		newSimulateCmd(), newPlanCmd(), newLoginCmd(a), newLogoutCmd(a), newConfigCmd(a))
+		newSimulateCmd(), newPlanCmd(a), newLoginCmd(a), newLogoutCmd(a), newConfigCmd(a))
 	return root
 }
 

@@ -65,10 +65,10 @@ func TestAdminCommandsSaySo(t *testing.T) {
 	}
 }
 
-// TestStandaloneHelp: simulate and plan, which never call llmd, do not
-// offer --addr or --api-key; the other commands do.
+// TestStandaloneHelp: simulate, which never calls llmd, does not offer
+// --addr or --api-key; the other commands do (plan for --from-cluster).
 func TestStandaloneHelp(t *testing.T) {
-	for _, c := range []string{"simulate", "plan"} {
+	for _, c := range []string{"simulate"} {
 		out, _, err := runCmd(t, "", c, "--help")
 		require.NoError(t, err)
 		require.NotContains(t, out, "--addr")
@@ -78,6 +78,10 @@ func TestStandaloneHelp(t *testing.T) {
 	out, _, err := runCmd(t, "", "models", "--help")
 	require.NoError(t, err)
 	require.Contains(t, out, "--addr")
+	out, _, err = runCmd(t, "", "plan", "--help")
+	require.NoError(t, err)
+	require.Contains(t, out, "--addr")
+	require.Contains(t, out, "--from-cluster")
 	out, _, err = runCmd(t, "", "--help")
 	require.NoError(t, err)
 	for _, c := range newRootCmd().Commands() {
