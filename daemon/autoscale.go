@@ -117,8 +117,8 @@ func recommend(members []cluster.Member, ttft func(model string) time.Duration, 
 
 // autoscaleCollector exports the signal at scrape time.
 type autoscaleCollector struct {
-	d       *Daemon
-	targets AutoscaleTargets
+	d        *Daemon
+	targets  AutoscaleTargets
 	desired  *prometheus.Desc
 	ratio    *prometheus.Desc
 	replicas *prometheus.Desc
