@@ -90,6 +90,8 @@ type simulateOpts struct {
 	rpm, tpm      int64
 	concurrency   int64
 	route         string
+	zones         int
+	zoneLatency   time.Duration
 	seed          uint64
 	workers       int
 	asJSON        bool
@@ -156,6 +158,10 @@ func newSimulateCmd() *cobra.Command {
 	// The old name, accepted with a warning.
 	f.StringVar(&o.route, "route", string(cluster.PolicyPrefix), "routing policy")
 	_ = f.MarkHidden("route")
+	f.IntVar(&o.zones, "zones", 1, "zones the nodes are spread over (node i in zone i % N); each conversation comes from one (drawn at random), and "+
+		"routing prefers it as llmd --zone does")
+	f.DurationVar(&o.zoneLatency, "inter-zone-latency", 30*time.Millisecond,
+		"with --zones: round trip added to the time to first token of a request served out of its zone")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the workload")
 	f.IntVar(&o.workers, "workers", 1, "goroutines stepping the nodes (more help only on idle cores); the figures do not depend on it")
 	f.BoolVar(&o.asJSON, "json", false, "print the configuration and the report as JSON")
@@ -169,6 +175,7 @@ func (o *simulateOpts) config() (fleet.Config, error) {
 		return cfg, err
 	}
 	cfg.Route = cluster.Policy(o.route)
+	cfg.Zones, cfg.InterZoneLatency = o.zones, o.zoneLatency
 	cfg.Warmup = o.warmup
 	cfg.Workers = o.workers
 	if o.duration <= 0 {
@@ -215,6 +222,8 @@ type simulateSetup struct {
 	TP           int            `json:"tp"`
 	CostModel    string         `json:"cost_model"`
 	Route        cluster.Policy `json:"route"`
+	Zones        int            `json:"zones,omitempty"`
+	ZoneLatency  string         `json:"inter_zone_latency,omitempty"`
 	Rate         float64        `json:"rate"`
 	Duration     string         `json:"duration"`
 	Warmup       string         `json:"warmup"`
@@ -228,9 +237,13 @@ type simulateSetup struct {
 }
 
 func (o *simulateOpts) describe(cfg fleet.Config) simulateSetup {
-	return simulateSetup{Nodes: cfg.Nodes, GPU: cfg.Sim.GPU.Name, Model: cfg.Sim.Model.ID, TP: cfg.Sim.TP, CostModel: o.hw.costModel, Route: cfg.Route,
+	s := simulateSetup{Nodes: cfg.Nodes, GPU: cfg.Sim.GPU.Name, Model: cfg.Sim.Model.ID, TP: cfg.Sim.TP, CostModel: o.hw.costModel, Route: cfg.Route,
 		Rate: o.rate, Duration: o.duration.String(), Warmup: o.warmup.String(), Input: o.input.String(), Output: o.output.String(),
 		SharedPrefix: o.sharedPrefix, SystemPrompt: o.systemTokens.String(), Prompts: o.systemPrompts, Turns: o.turns.String(), Seed: o.seed}
+	if cfg.Zones > 1 {
+		s.Zones, s.ZoneLatency = cfg.Zones, cfg.InterZoneLatency.String()
+	}
+	return s
 }
 
 // writeSimulation prints the per-node table and the fleet summary.
@@ -267,6 +280,10 @@ func writeSimulation(w io.Writer, cfg fleet.Config, o *simulateOpts, r *fleet.Re
 	}
 	fmt.Fprintf(w, "routing: %.0f%% of requests placed for a cached prefix (%s); prompt tokens served from the cache: %.0f%%\n",
 		100*r.PrefixRouted, strings.Join(parts, ", "), 100*r.Fleet.CacheHit)
+	if cfg.Zones > 1 {
+		fmt.Fprintf(w, "zones: %d; %.1f%% of requests served out of their zone (+%s to their first token)\n",
+			cfg.Zones, 100*r.CrossZone, cfg.InterZoneLatency)
+	}
 	refused := "none"
 	if len(r.Refused) > 0 {
 		var rs []string

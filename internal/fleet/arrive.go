@@ -84,6 +84,12 @@ func (d *driver) issue(ctx context.Context, it workload.Item) error {
 	if err != nil {
 		return err
 	}
+	if origin := originZone(it.Conversation, d.cfg.Zones); n.zone != origin {
+		f.crossZone = true
+		if inWindow {
+			d.crossZone++
+		}
+	}
 	// Submit stamps the request with its node's clock: now, even if the
 	// node's clock has run ahead to the end of the step in flight.
 	ahead := n.clock.now
@@ -167,7 +173,7 @@ func (d *driver) route(prompt []int32, it workload.Item) (*node, int, error) {
 	}
 	bs := d.nodes[0].eng.BlockSize()
 	req := cluster.RouteRequest{Model: d.model, LoadBound: d.cfg.LoadBound, LoadSlack: d.cfg.LoadSlack, Policy: d.cfg.Route,
-		PromptTokens: len(prompt), BlockTokens: bs}
+		PromptTokens: len(prompt), BlockTokens: bs, Zone: originZone(it.Conversation, d.cfg.Zones)}
 	if it.Turns > 1 {
 		req.AffinityKey = "conversation-" + strconv.Itoa(it.Conversation)
 	}

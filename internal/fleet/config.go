@@ -52,6 +52,16 @@ type Config struct {
 	// Warmup is left out of every measurement: the fleet starts empty and
 	// cold. 0 measures from the start.
 	Warmup time.Duration
+	// Zones places node i in zone i % Zones (0 and 1: one zone); each
+	// conversation comes from one zone (drawn by a hash of its number),
+	// and the router prefers that
+	// zone's nodes as a cluster with --zone prefers the entry node's (out
+	// of it only when every node there is over the load bound). A request
+	// served out of its zone waits InterZoneLatency more for its first
+	// token (the request's way there and the first token's way back); the
+	// stream's later tokens flow at the same rate.
+	Zones            int
+	InterZoneLatency time.Duration
 	// Workers is how many goroutines step the nodes between two arrivals;
 	// 0 means 1. More help only with idle cores to spare: a window
 	// between arrivals holds tens of microseconds of work per node, so
@@ -83,6 +93,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fleet: summary interval must not be negative, got %s", c.SummaryInterval)
 	case c.Workers < 0:
 		return fmt.Errorf("fleet: workers must not be negative, got %d", c.Workers)
+	case c.Zones < 0 || c.Zones > c.Nodes:
+		return fmt.Errorf("fleet: zones must be from 0 to the number of nodes (%d), got %d", c.Nodes, c.Zones)
+	case c.InterZoneLatency < 0:
+		return fmt.Errorf("fleet: the inter-zone latency must not be negative, got %s", c.InterZoneLatency)
 	case c.Warmup < 0:
 		return fmt.Errorf("fleet: warm-up must not be negative, got %s", c.Warmup)
 	case c.Workload.Rate <= 0:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/hashmix"
 	"github.com/llmd/llmd/engine/kvcache"
 	"github.com/llmd/llmd/engine/sim"
 	"github.com/llmd/llmd/internal/workload"
@@ -82,6 +83,8 @@ type driver struct {
 	offered int64
 	refused map[string]int
 	routed  map[string]int
+	// crossZone counts requests routed out of their zone, in the window.
+	crossZone int
 
 	workers []chan time.Time // to workers 1.. (worker 0 is the loop)
 	done    chan error
@@ -89,6 +92,8 @@ type driver struct {
 
 // node is one simulated llmd.
 type node struct {
+	// zone is the node's zone ("" with one).
+	zone  string
 	index int
 	id    string
 	eng   *engine.Engine
@@ -183,6 +188,8 @@ type flight struct {
 	prompt []int32
 	out    []int32
 	keep   bool
+	// crossZone: served by a node out of the request's zone.
+	crossZone bool
 }
 
 // finish is a request seen finished at a time.
@@ -202,6 +209,25 @@ type conversation struct {
 	flight  *flight
 	doneAt  time.Time
 	pending []workload.Item // turns that arrived while busy
+}
+
+// zoneName is the zone of node (or conversation) i among zones zones; ""
+// for one zone.
+func zoneName(i, zones int) string {
+	if zones <= 1 {
+		return ""
+	}
+	return "zone-" + strconv.Itoa(i%zones+1)
+}
+
+// originZone is the zone conversation c comes from: spread evenly by a
+// hash of its number (not in turn, which would follow round robin's
+// order).
+func originZone(c, zones int) string {
+	if zones <= 1 {
+		return ""
+	}
+	return zoneName(int(hashmix.Mix64(uint64(c))%uint64(zones)), zones)
 }
 
 func newDriver(cfg Config, items []workload.Item) (*driver, error) {
@@ -250,7 +276,8 @@ func newDriver(cfg Config, items []workload.Item) (*driver, error) {
 			minStep: exec.StepTime(&one)}
 		n.view = eng.Stats()
 		d.nodes = append(d.nodes, n)
-		members[i] = cluster.Member{ID: n.id, Models: []string{d.model}, Status: cluster.StatusAlive}
+		n.zone = zoneName(i, cfg.Zones)
+		members[i] = cluster.Member{ID: n.id, Models: []string{d.model}, Status: cluster.StatusAlive, Zone: n.zone}
 	}
 	d.pool = cluster.NewRoutePool(members)
 	return d, nil
@@ -578,7 +605,11 @@ func (d *driver) token(f *flight, ev engine.Event) {
 	measured := in && !f.arrival.Before(d.warm)
 	if f.tokens == 0 {
 		if measured {
-			n.ttft.add(ev.Time.Sub(f.arrival))
+			ttft := ev.Time.Sub(f.arrival)
+			if f.crossZone {
+				ttft += d.cfg.InterZoneLatency
+			}
+			n.ttft.add(ttft)
 		}
 		if f.item.Cancel {
 			n.eng.Cancel(f.id)

@@ -35,6 +35,9 @@ type Report struct {
 	// ("prefix" and "cost_prefix").
 	Routed       map[string]int `json:"routed"`
 	PrefixRouted float64        `json:"prefix_routed"`
+	// CrossZone is the share of routed requests served out of their zone
+	// (Config.Zones).
+	CrossZone float64 `json:"cross_zone"`
 	// Steps is the number of engine steps run on all nodes.
 	Steps uint64 `json:"steps"`
 }
@@ -128,6 +131,7 @@ func (d *driver) report() *Report {
 	}
 	if total > 0 {
 		r.PrefixRouted = float64(r.Routed["prefix"]+r.Routed[costPrefix]) / float64(total)
+		r.CrossZone = float64(d.crossZone) / float64(total)
 	}
 	return r
 }

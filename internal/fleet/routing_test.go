@@ -135,3 +135,33 @@ func TestCostRoutingAgainstRoundRobin(t *testing.T) {
 		require.Greater(t, cost.CacheHit, rr.CacheHit, "%s: hit rate", w)
 	}
 }
+
+// TestZones: with two zones, prefix routing keeps requests in their zone
+// at a light load (no inter-zone latency paid), while round robin, which
+// knows no zones (as llmd's), sends about half out of it and pays the
+// latency on their first token.
+func TestZones(t *testing.T) {
+	t.Parallel()
+	run := func(p cluster.Policy, zones int) *Report {
+		cfg := DefaultConfig()
+		cfg.Route = p
+		cfg.Zones, cfg.InterZoneLatency = zones, 200*time.Millisecond
+		cfg.Workload = workload.Spec{Rate: 8, Duration: 20 * time.Second, Input: workload.Fixed(64), Output: workload.Fixed(16), Seed: 3}
+		r, err := Run(t.Context(), cfg)
+		require.NoError(t, err)
+		return r
+	}
+	prefix, rr, one := run(cluster.PolicyPrefix, 2), run(cluster.PolicyRoundRobin, 2), run(cluster.PolicyRoundRobin, 1)
+	require.Zero(t, prefix.CrossZone, "light load: every request in its zone")
+	require.InDelta(t, 0.5, rr.CrossZone, 0.1)
+	require.Zero(t, one.CrossZone, "one zone: nothing is out of it")
+	// Half of round robin's first tokens wait 200 ms more.
+	require.Greater(t, rr.Fleet.TTFT.P90, one.Fleet.TTFT.P90+150*time.Millisecond)
+	require.Less(t, prefix.Fleet.TTFT.P90, one.Fleet.TTFT.P90+100*time.Millisecond)
+
+	cfg := DefaultConfig()
+	cfg.Zones = 5
+	cfg.Workload = workload.Spec{Rate: 1, Duration: time.Second, Input: workload.Fixed(8), Output: workload.Fixed(1)}
+	_, err := Run(t.Context(), cfg)
+	require.ErrorContains(t, err, "zones must be from 0 to the number of nodes (4), got 5")
+}
