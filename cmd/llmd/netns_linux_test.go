@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/llmd/llmd/api"
 )
 
 // netnsScript is scripts/netns-partition.sh, from this package's directory.
@@ -225,4 +228,79 @@ func TestPartitionHeal(t *testing.T) {
 		method, cutTook.Round(10*time.Millisecond), detected.Round(10*time.Millisecond), sawDead,
 		healed.Sub(partitioned).Round(10*time.Millisecond), rejoin.Round(10*time.Millisecond), healTook.Round(10*time.Millisecond))
 	require.Less(t, rejoin, 5*time.Second, "rejoin within 5 s of the heal (CL-3)")
+
+	replicationAcrossPartition(t, script, clients, base)
+}
+
+// replicationAcrossPartition is issue 25's partition case for the
+// replicated control state, on TestPartitionHeal's five healed nodes: a
+// key revoked on one side and a key made on the other while {1,2} and
+// {3,4,5} are cut off from each other converge on every node after the
+// heal, with no manual step (the revocation wins everywhere).
+func replicationAcrossPartition(t *testing.T, script func(args ...string) string, clients []*http.Client, base string) {
+	call := func(i int, method, path, key, body string) (int, []byte) {
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := clients[i].Do(req)
+		if err != nil {
+			return 0, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	createKey := func(i int, admin, body string) (api.KeyCreated, time.Time) {
+		st, b := call(i, http.MethodPost, "/v1/admin/keys", admin, body)
+		require.Equal(t, http.StatusCreated, st, "node %d: %s", i, b)
+		var kc api.KeyCreated
+		require.NoError(t, json.Unmarshal(b, &kc))
+		return kc, time.Now()
+	}
+	works := func(i int, key string) bool {
+		st, _ := call(i, http.MethodGet, "/v1/models", key, "")
+		return st == http.StatusOK
+	}
+	everywhere := func(key string, want bool, nodes ...int) func() bool {
+		return func() bool {
+			for _, i := range nodes {
+				if works(i, key) != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	all := []int{1, 2, 3, 4, 5}
+
+	// An admin key made on node 1 (anonymous loopback admin: no key
+	// exists yet) closes every node once it arrives.
+	admin, made := createKey(1, "", `{"tenant":"ops","admin":true}`)
+	require.Eventually(t, everywhere(admin.Key, true, all...), 5*time.Second, 10*time.Millisecond)
+	adminSpread := time.Since(made)
+	user, _ := createKey(1, admin.Key, `{"tenant":"acme"}`)
+	require.Eventually(t, everywhere(user.Key, true, all...), 5*time.Second, 10*time.Millisecond)
+
+	script("partition", "1 2", "3 4 5")
+	// Revoked on the big side, made on the small one.
+	st, b := call(4, http.MethodDelete, "/v1/admin/keys/"+user.ID, admin.Key, "")
+	require.Equal(t, http.StatusOK, st, "%s", b)
+	require.Eventually(t, everywhere(user.Key, false, 3, 4, 5), 5*time.Second, 10*time.Millisecond)
+	late, _ := createKey(2, admin.Key, `{"tenant":"acme","name":"made during the partition"}`)
+	require.Eventually(t, everywhere(late.Key, true, 1, 2), 5*time.Second, 10*time.Millisecond)
+	// Neither crossed the cut.
+	require.True(t, everywhere(user.Key, true, 1, 2)(), "the revocation stayed on its side")
+	require.True(t, everywhere(late.Key, false, 3, 4, 5)(), "the new key stayed on its side")
+
+	healed := time.Now()
+	script("heal")
+	require.Eventually(t, func() bool {
+		return everywhere(user.Key, false, all...)() && everywhere(late.Key, true, all...)()
+	}, 40*time.Second, 20*time.Millisecond, "both sides' changes on every node after the heal")
+	t.Logf("replicated control state: an admin key made on n1 worked on all 5 nodes %v later; across a {1,2}/{3,4,5} "+
+		"partition a revocation (made on n4) and a new key (made on n2) held on every node %v after the heal",
+		adminSpread.Round(10*time.Millisecond), time.Since(healed).Round(10*time.Millisecond))
 }
