@@ -71,9 +71,11 @@ bench: deps
 		-skip '$(BENCH_SKIP)' -only '$(BENCH_ONLY)' -file BENCHMARKS.md
 
 # make bench-cluster measures the routing policies on three llmd processes
-# (about 2 minutes) and prints the table of BENCHMARKS.md's cluster section.
+# (about 6 minutes) and prints the tables of BENCHMARKS.md's cluster section:
+# conversations entering at random nodes, then round robin, prefix and cost
+# routing with every request entering one node.
 bench-cluster: deps
-	LLMD_CLUSTER_BENCH=1 $(GO) test -run '^TestClusterRoutingFigures$$' -count=1 -v -timeout 20m ./cmd/llmd/
+	LLMD_CLUSTER_BENCH=1 $(GO) test -run '^TestCluster(Cost)?RoutingFigures$$' -count=1 -v -timeout 40m ./cmd/llmd/
 
 # The measurement harnesses below print the figures of their BENCHMARKS.md
 # sections; they assert nothing about speed, so make test skips them.
