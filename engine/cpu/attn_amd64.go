@@ -47,6 +47,9 @@ func init() {
 			accF32:  attnAccF32AVX2,
 			accF16:  attnAccF16AVX2,
 			swiglu:  swigluGo,
+
+			dequantQ8_0: dequantQ8_0Go,
+			dequantQ4_0: dequantQ4_0Go,
 		}
 	}
 	if kernBest >= kernLevelAVX512 {
@@ -57,6 +60,9 @@ func init() {
 			accF32:  attnAccF32AVX512,
 			accF16:  attnAccF16AVX512,
 			swiglu:  swigluAVX512,
+
+			dequantQ8_0: dequantQ8_0Go,
+			dequantQ4_0: dequantQ4_0Go,
 		}
 	}
 }

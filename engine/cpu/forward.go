@@ -402,7 +402,7 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.
 		sum[i] = 0
 	}
 	c := e.dev
-	inPlace := c.f16 && nq*g < attnConvertMin
+	inPlace := c.typ == kvF16 && nq*g < attnConvertMin
 	maxPos := seq.Pos + t.t1 - 1
 	first := 0 // first block any query of the item sees
 	if window > 0 {
@@ -415,11 +415,11 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.
 		var K, V []float32
 		var K16, V16 []byte
 		if inPlace {
-			K16 = c.keyHalves(li, blk, t.head, nslot)
-			V16 = c.valueHalves(li, blk, t.head, nslot)
+			K16 = c.keyBytes(li, blk, t.head, nslot)
+			V16 = c.valueBytes(li, blk, t.head, nslot)
 		} else {
-			K = c.keys(ks, li, blk, t.head, nslot, sc.k)
-			V = c.values(ks, li, blk, t.head, nslot, sc.v)
+			K = c.keys(ks, as, li, blk, t.head, nslot, sc.k)
+			V = c.values(ks, as, li, blk, t.head, nslot, sc.v)
 		}
 		for qt := t.t0; qt < t.t1; qt++ {
 			// The query sees slots [from, lim) of this block.
