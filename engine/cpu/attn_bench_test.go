@@ -78,3 +78,25 @@ func BenchmarkAttention(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkKVDequant measures each level's dequantizer of a quantized KV
+// cache on one block of one head (16 tokens of 128 dims).
+func BenchmarkKVDequant(b *testing.B) {
+	rng := rand.New(rand.NewPCG(33, 34))
+	x := kernRandFloats(rng, 16*128, 1)
+	for _, typ := range []kvType{kvQ8_0, kvQ4_0} {
+		src := make([]byte, typ.rowBytes(len(x)))
+		map[kvType]func([]byte, []float32){kvQ8_0: quantRowQ8_0, kvQ4_0: quantRowQ4_0}[typ](src, x)
+		dst := make([]float32, len(x))
+		for _, level := range kernLevels() {
+			as := attnSetFor(level)
+			deq := map[kvType]func([]float32, []byte){kvQ8_0: as.dequantQ8_0, kvQ4_0: as.dequantQ4_0}[typ]
+			b.Run(fmt.Sprintf("kv=%s/kern=%s", typ, level), func(b *testing.B) {
+				b.SetBytes(int64(len(src)))
+				for b.Loop() {
+					deq(dst, src)
+				}
+			})
+		}
+	}
+}
