@@ -32,7 +32,8 @@ func writeKVTestGGUF(t *testing.T, path string, headDim int) {
 
 // TestGGUFQuantizedKVCache serves one model with an F16 and with a Q8_0
 // KV cache of the same size through HTTP: the Q8_0 cache holds 64/34
-// times the blocks, says its type in the load log, generates, and gives
+// times the blocks, says its type in the load log and /metrics
+// (vllm:cache_config_info's cache_dtype), generates, and gives
 // the same greedy text again from its cached (quantized) prompt blocks.
 func TestGGUFQuantizedKVCache(t *testing.T) {
 	t.Parallel()
@@ -71,6 +72,9 @@ func TestGGUFQuantizedKVCache(t *testing.T) {
 		require.Len(t, st.Models, 1)
 		require.Positive(t, st.Models[0].BlocksCached, "%s: the prompt's blocks stay cached", kv)
 		blocks[kv] = st.Models[0].BlocksTotal
+		resp, body = get(t, c, base+"/metrics")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Contains(t, string(body), `cache_dtype="`+kv+`"`)
 		requireIdle(t, s)
 	}
 	// 1 MiB over 16 tokens of one layer's one KV head, K and V of 32 dims.
