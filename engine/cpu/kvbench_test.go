@@ -71,52 +71,71 @@ func kvBoundLoad(tb testing.TB, f *gguf.File, typ string, kvBytes int64, reqs, p
 	return run
 }
 
+// kvBoundLoads are the loads of BenchmarkKVBoundServing: requests of
+// prompt and gen tokens, all submitted at once, into a KV cache of kvBytes
+// that holds a few sequences at f16.
+var kvBoundLoads = []struct {
+	name              string
+	model             synth.Model
+	kvBytes           int64
+	reqs, prompt, gen int
+}{
+	// A model whose weights (3 MB) stay in cache: decode is compute
+	// bound, so a larger batch buys little. 8 MiB holds 6 sequences of
+	// 320 tokens at f16.
+	{"compute-bound", synth.Model{Arch: "llama", Dim: 256, Layers: 4, Heads: 4, KVHeads: 4, FFN: 512, Vocab: 1000,
+		ContextLength: 512, Type: gguf.TypeQ8_0, Seed: 3}, 8 << 20, 24, 128, 192},
+	// The "small" shape's layers (dim 768, 12 layers, 12 heads over 4 KV
+	// heads of 64, FFN 2048) with a 4096-token vocabulary: 80 MB of Q8_0
+	// weights, read from memory every step, so a decode step of a few
+	// sequences costs about what one costs. 13 MiB holds 2 sequences of
+	// 512 tokens at f16.
+	{"memory-bound", synth.Model{Arch: "llama", Dim: 768, Layers: 12, Heads: 12, KVHeads: 4, FFN: 2048, Vocab: 4096,
+		ContextLength: 512, Type: gguf.TypeQ8_0, Seed: 3}, 13 << 20, 12, 128, 384},
+}
+
 // BenchmarkKVBoundServing measures what a quantized KV cache buys at a
-// KV-bound load: 24 requests of 256 prompt tokens and 64 output tokens
-// each, all at once, into an 8 MiB cache (about six sequences' worth at
-// f16), on a small llama with no GQA (dim 256, 4 layers, 4 KV heads of 64,
-// Q8_0 weights), two threads. Each iteration is one round that runs f16,
-// q8_0 and q4_0 in turn (A/B interleaved, so drift in the machine's speed
-// hits every type alike); it reports per type the KV blocks, the most
-// sequences running at once, the mean batch and the tokens/s (median over
-// the rounds), and the per-round tokens/s ratio against f16 (median, with
-// the range as spread). Run with -benchtime=Nx for N rounds.
+// KV-bound load (kvBoundLoads): the requests all at once into a cache of a
+// few sequences at f16, two threads. Each iteration is one round that runs
+// f16, q8_0 and q4_0 in turn (A/B interleaved, so drift in the machine's
+// speed hits every type alike); it reports per type the KV blocks, the
+// most sequences running at once, the mean batch and the tokens/s (median
+// over the rounds), and the per-round tokens/s ratio against f16 (median,
+// with the range as spread). Run with -benchtime=Nx for N rounds.
 func BenchmarkKVBoundServing(b *testing.B) {
-	m := synth.Model{Arch: "llama", Dim: 256, Layers: 4, Heads: 4, KVHeads: 4, FFN: 512, Vocab: 1000,
-		ContextLength: 512, Type: gguf.TypeQ8_0, Seed: 3}
-	f := openModel(b, m, nil)
-	const (
-		kvBytes           = 8 << 20
-		reqs, prompt, gen = 24, 128, 192
-	)
-	types := []string{"f16", "q8_0", "q4_0"}
-	runs := map[string][]kvBoundRun{}
-	for b.Loop() {
-		for _, typ := range types {
-			runs[typ] = append(runs[typ], kvBoundLoad(b, f, typ, kvBytes, reqs, prompt, gen))
-		}
+	for _, load := range kvBoundLoads {
+		b.Run("load="+load.name, func(b *testing.B) {
+			f := openModel(b, load.model, nil)
+			types := []string{"f16", "q8_0", "q4_0"}
+			runs := map[string][]kvBoundRun{}
+			for b.Loop() {
+				for _, typ := range types {
+					runs[typ] = append(runs[typ], kvBoundLoad(b, f, typ, load.kvBytes, load.reqs, load.prompt, load.gen))
+				}
+			}
+			var sb strings.Builder
+			sb.WriteString("| KV type | blocks | most running | mean batch | preemptions | tokens/s (median, range) | vs f16 (median, range) |\n")
+			sb.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+			for _, typ := range types {
+				rs := runs[typ]
+				var tps, ratio []float64
+				maxRun, batch, pre := 0, 0.0, uint64(0)
+				for i, r := range rs {
+					tps = append(tps, r.tokPerSec)
+					ratio = append(ratio, r.tokPerSec/runs["f16"][i].tokPerSec)
+					maxRun = max(maxRun, r.maxRunning)
+					batch += r.meanBatch / float64(len(rs))
+					pre += r.preempt
+				}
+				fmt.Fprintf(&sb, "| %s | %d | %d | %.1f | %d | %.0f (%.0f–%.0f) | %.2fx (%.2f–%.2f) |\n", typ, rs[0].blocks, maxRun, batch, pre,
+					median(tps), slices.Min(tps), slices.Max(tps), median(ratio), slices.Min(ratio), slices.Max(ratio))
+				b.ReportMetric(float64(rs[0].blocks), typ+"-blocks")
+				b.ReportMetric(float64(maxRun), typ+"-max-running")
+				b.ReportMetric(median(tps), typ+"-tokens/s")
+			}
+			b.Logf("%s, %d rounds:\n%s", load.name, len(runs["f16"]), sb.String())
+		})
 	}
-	var sb strings.Builder
-	sb.WriteString("| KV type | blocks | most running | mean batch | preemptions | tokens/s (median, range) | vs f16 (median, range) |\n")
-	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
-	for _, typ := range types {
-		rs := runs[typ]
-		var tps, ratio []float64
-		maxRun, batch, pre := 0, 0.0, uint64(0)
-		for i, r := range rs {
-			tps = append(tps, r.tokPerSec)
-			ratio = append(ratio, r.tokPerSec/runs["f16"][i].tokPerSec)
-			maxRun = max(maxRun, r.maxRunning)
-			batch += r.meanBatch / float64(len(rs))
-			pre += r.preempt
-		}
-		fmt.Fprintf(&sb, "| %s | %d | %d | %.1f | %d | %.0f (%.0f–%.0f) | %.2fx (%.2f–%.2f) |\n", typ, rs[0].blocks, maxRun, batch, pre,
-			median(tps), slices.Min(tps), slices.Max(tps), median(ratio), slices.Min(ratio), slices.Max(ratio))
-		b.ReportMetric(float64(rs[0].blocks), typ+"-blocks")
-		b.ReportMetric(float64(maxRun), typ+"-max-running")
-		b.ReportMetric(median(tps), typ+"-tokens/s")
-	}
-	b.Logf("%d rounds:\n%s", len(runs["f16"]), sb.String())
 }
 
 // median returns the median of x (the mean of the middle two for an even
