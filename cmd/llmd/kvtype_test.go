@@ -7,7 +7,7 @@ import (
 )
 
 // TestKVCacheTypeFlag: --kv-cache-type and LLMD_KV_CACHE_TYPE reach the
-// daemon's config, f16 by default, and an unknown type is refused with the list.
+// daemon's config, empty (the executor's f16) by default, and an unknown type is refused with the list.
 func TestKVCacheTypeFlag(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
@@ -15,7 +15,7 @@ func TestKVCacheTypeFlag(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"default": {want: "f16"},
+		"default": {want: ""}, // the executor's default, f16
 		"flag":    {args: []string{"--kv-cache-type", "q8_0"}, want: "q8_0"},
 		"env":     {env: map[string]string{"LLMD_KV_CACHE_TYPE": "q4_0"}, want: "q4_0"},
 	} {
