@@ -555,9 +555,16 @@ func reqParams(i int) engine.SamplingParams {
 // TestExecutorEngine runs the engine on the CPU executor end to end:
 // concurrent requests, greedy and sampled, complete with the tokens of the
 // same prompts run alone, including an over-admitted load (more sequences
-// than the cache holds) that forces preemption by recompute and by swap.
+// than the cache holds) that forces preemption by recompute and by swap,
+// with an F16 and a Q8_0 cache.
 func TestExecutorEngine(t *testing.T) {
-	f := openModel(t, tinyModel("qwen2", gguf.TypeQ8_0, true), nil)
+	for _, kv := range []string{"f16", "q8_0"} {
+		t.Run("kv="+kv, func(t *testing.T) { testExecutorEngine(t, kv) })
+	}
+}
+
+func testExecutorEngine(t *testing.T, kv string) {
+	f := openModel(t, kvTinyModel("qwen2", gguf.TypeQ8_0, true, kv), nil)
 	const seqs, promptLen, maxTok = 12, 20, 40
 	reqPrompts := make([][]int32, seqs)
 	for i := range reqPrompts {
@@ -567,15 +574,15 @@ func TestExecutorEngine(t *testing.T) {
 			copy(reqPrompts[i], reqPrompts[i-1][:16])
 		}
 	}
-	ref := newExec(t, f, Config{Threads: 2, KVBlocks: 8, KVType: "f16", NoSwap: true})
+	ref := newExec(t, f, Config{Threads: 2, KVBlocks: 8, KVType: kv, NoSwap: true})
 	want := make([][]int32, seqs)
 	for i, p := range reqPrompts {
 		want[i] = generateAlone(t, ref, p, maxTok, uint64(i), reqParams(i))
 	}
 	cases := map[string]Config{
-		"roomy":     {Threads: 2, KVBlocks: 64, KVType: "f16"},
-		"recompute": {Threads: 2, KVBlocks: 10, KVType: "f16", NoSwap: true},
-		"swap":      {Threads: 2, KVBlocks: 10, KVType: "f16"},
+		"roomy":     {Threads: 2, KVBlocks: 64, KVType: kv},
+		"recompute": {Threads: 2, KVBlocks: 10, KVType: kv, NoSwap: true},
+		"swap":      {Threads: 2, KVBlocks: 10, KVType: kv},
 	}
 	for name, cfg := range cases {
 		t.Run(name, func(t *testing.T) {
