@@ -313,3 +313,39 @@ func TestKVBlocksScaleWithType(t *testing.T) {
 	require.InDelta(t, 64.0/34, float64(info["q8_0"].NumBlocks)/float64(info["f16"].NumBlocks), 1e-3)
 	require.InDelta(t, 64.0/18, float64(info["q4_0"].NumBlocks)/float64(info["f16"].NumBlocks), 1e-3)
 }
+
+// TestKVBlockBytesRoundTrip checks blockBytes, the raw bytes a transfer of
+// blocks between caches (or nodes) moves: for every type, a block's K and
+// V of each layer are kvHeads·blockSize rows of the type's bytes, distinct
+// blocks do not overlap, and copying them into a block of another cache
+// of the same shape reproduces every key and value the first one decodes.
+func TestKVBlockBytesRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(45, 46))
+	const layers, bs, heads, hd, vd = 2, 16, 2, 64, 32
+	ks := kernSetFor(kernUse)
+	as := attnSetFor(kernUse)
+	for _, typ := range []kvType{kvF32, kvF16, kvQ8_0, kvQ4_0} {
+		a := newKVCache(typ, layers, 5, bs, heads, hd, vd)
+		b := newKVCache(typ, layers, 2, bs, heads, hd, vd)
+		for l := range layers {
+			for slot := range bs {
+				a.write(l, 3, slot, kernRandFloats(rng, heads*hd, 1), kernRandFloats(rng, heads*vd, 1))
+			}
+			k, v := a.blockBytes(l, 3)
+			require.Len(t, k, heads*bs*typ.rowBytes(hd), "kv=%s", typ)
+			require.Len(t, v, heads*bs*typ.rowBytes(vd), "kv=%s", typ)
+			k2, _ := a.blockBytes(l, 2)
+			require.NotEqual(t, k2, k, "kv=%s: block 2 is still zero", typ)
+			bk, bv := b.blockBytes(l, 1)
+			copy(bk, k)
+			copy(bv, v)
+		}
+		for l := range layers {
+			for h := range heads {
+				scratchA, scratchB := make([]float32, bs*hd), make([]float32, bs*hd)
+				require.Equal(t, a.keys(ks, as, l, 3, h, bs, scratchA), b.keys(ks, as, l, 1, h, bs, scratchB), "kv=%s keys", typ)
+				require.Equal(t, a.values(ks, as, l, 3, h, bs, scratchA), b.values(ks, as, l, 1, h, bs, scratchB), "kv=%s values", typ)
+			}
+		}
+	}
+}
