@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmd/llmd/engine"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/engine"
 )
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
