@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/cpu"
 	modelfile "github.com/llmd/llmd/model"
 	"github.com/llmd/llmd/safety"
 	"github.com/llmd/llmd/server"
@@ -59,6 +60,13 @@ type Config struct {
 	// KVCacheBytes sizes each GGUF model's KV cache; 0 means the CPU
 	// executor's default (256 MiB).
 	KVCacheBytes int64
+	// KVCacheType is what each GGUF model's KV cache stores keys and
+	// values as (cpu.KVTypes: llama.cpp's -ctk/-ctv names f16, f32, q8_0,
+	// q4_0); "" means the CPU executor's default, f16. The same
+	// KVCacheBytes holds about twice the blocks at q8_0 and 3.5 times at
+	// q4_0; models whose head dims are not multiples of 32 fail to load
+	// with a quantized type.
+	KVCacheType string
 	// ModelsConfig is the models config file (YAML: versions, aliases,
 	// canaries, shadows, routers; see package catalog), read at start and
 	// again on SIGHUP and `llmctl models apply`. "" for none.
@@ -303,6 +311,9 @@ func (c Config) Validate() error {
 	}
 	if c.KVCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("kv cache size is %d bytes; it must not be negative", c.KVCacheBytes))
+	}
+	if err := (cpu.Config{KVType: c.KVCacheType}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("kv cache type: %w", err))
 	}
 	if c.ResumeMaxBytes < 1 || c.ResumeMaxEvents < 1 || c.MaxClientLag < 1 {
 		errs = append(errs, errors.New("resume buffer bounds and the client lag must be positive"))

@@ -265,7 +265,7 @@ func (d *Daemon) newMetrics() *metrics.Metrics {
 			for _, m := range d.models.List() {
 				dtype := "sim"
 				if m.Executor == pipeline.ExecutorCPU {
-					dtype = "f16" // the CPU executor's KV type; llmd does not change it
+					dtype = ggufKVType(d.cfg.KVCacheType) // --kv-cache-type, every GGUF model's
 				}
 				out = append(out, metrics.EngineSnapshot{Model: m.ID, Stats: m.Replica.Stats(), BlockSize: m.Info.BlockSize,
 					NumBlocks: m.Info.NumBlocks, PrefixCaching: !d.cfg.Engine.DisablePrefixCache, CacheDType: dtype,

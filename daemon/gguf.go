@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -129,7 +130,7 @@ func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*pipeline.Mode
 			cfg.LoadProgress(i, len(refs), ref.Name)
 		}
 		start := time.Now()
-		closer, m, err := loadGGUF(ref, ggufOptions{threads: cfg.CPUThreads, kvBytes: cfg.KVCacheBytes}, cfg, logger)
+		closer, m, err := loadGGUF(ref, ggufOptions{threads: cfg.CPUThreads, kvBytes: cfg.KVCacheBytes, kvType: cfg.KVCacheType}, cfg, logger)
 		if err != nil {
 			return fail(fmt.Errorf("daemon: load %s (%s): %w", ref.Name, ref.Path, err))
 		}
@@ -137,7 +138,7 @@ func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*pipeline.Mode
 		models = append(models, m)
 		logger.Info("model loaded", "model", m.ID, "path", ref.Path, "source", ref.Source, "arch", m.Arch,
 			"parameters", m.Params, "quantization", m.Quantization, "context_length", m.Limit,
-			"template", m.Text.(ggufText).tmpl.Source(), "executor", "cpu", "kv_blocks", m.Info.NumBlocks,
+			"template", m.Text.(ggufText).tmpl.Source(), "executor", "cpu", "kv_blocks", m.Info.NumBlocks, "kv_type", ggufKVType(cfg.KVCacheType),
 			"max_seq_tokens", m.Limit, "load_ms", time.Since(start).Milliseconds())
 	}
 	if cfg.LoadProgress != nil && len(refs) > 0 {
@@ -146,11 +147,19 @@ func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*pipeline.Mode
 	return closers, models, nil
 }
 
+// ggufKVType is the KV cache type a GGUF model's executor gets for the
+// configured one (see Config.KVCacheType), in the executor's spelling.
+func ggufKVType(configured string) string {
+	return strings.ToLower(cmp.Or(configured, cpu.DefaultConfig().KVType))
+}
+
 // ggufOptions are one GGUF model's executor settings: threads (0: one per
-// core) and KV cache bytes (0: the executor's default).
+// core), KV cache bytes (0: the executor's default) and KV cache type ("":
+// the executor's default).
 type ggufOptions struct {
 	threads int
 	kvBytes int64
+	kvType  string
 }
 
 // loadGGUF builds the CPU executor and engine of one GGUF file; the
@@ -176,6 +185,9 @@ func loadGGUF(ref modelfile.ModelRef, opts ggufOptions, cfg Config, logger *slog
 	}
 	if opts.kvBytes > 0 {
 		cc.KVCacheBytes = opts.kvBytes
+	}
+	if opts.kvType != "" {
+		cc.KVType = opts.kvType
 	}
 	exec, err := cpu.New(f, cc)
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/llmd/llmd/cluster"
 	"github.com/llmd/llmd/daemon"
 	"github.com/llmd/llmd/engine"
+	"github.com/llmd/llmd/engine/cpu"
 	"github.com/llmd/llmd/safety"
 )
 
@@ -70,6 +71,7 @@ type options struct {
 	modelsDir  string
 	cpuThreads int
 	kvCacheMiB int
+	kvType     string
 	// memoryBudgetMiB, unloadTimeout and modelsConfig manage models
 	// loaded while llmd runs.
 	memoryBudgetMiB int64
@@ -208,6 +210,9 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.modelsDir, "models-dir", "", "a directory of GGUF models to load")
 	fs.IntVar(&o.cpuThreads, "cpu-threads", 0, "threads of each GGUF model's CPU executor (0: one per core)")
 	fs.IntVar(&o.kvCacheMiB, "kv-cache-mib", 0, "KV cache size of each GGUF model in MiB (0: 256)")
+	fs.StringVar(&o.kvType, "kv-cache-type", "", "what each GGUF model's KV cache stores keys and values as: "+
+		strings.Join(cpu.KVTypes, ", ")+" (empty: "+cpu.KVTypes[0]+"; q8_0 holds about twice the tokens of f16 in the same memory, "+
+		"q4_0 about 3.5 times; quantized types need head dims that are multiples of 32)")
 	fs.Int64Var(&o.memoryBudgetMiB, "memory-budget-mib", 0,
 		"host memory in MiB that GGUF models loaded while llmd runs may take in all (0: each load is checked against the available memory)")
 	fs.DurationVar(&o.unloadTimeout, "unload-timeout", def.UnloadTimeout,
@@ -331,6 +336,7 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.ModelsDir = o.modelsDir
 	cfg.CPUThreads = o.cpuThreads
 	cfg.KVCacheBytes = int64(o.kvCacheMiB) << 20
+	cfg.KVCacheType = o.kvType
 	cfg.MemoryBudget = o.memoryBudgetMiB << 20
 	cfg.UnloadTimeout = o.unloadTimeout
 	cfg.ModelsConfig = o.modelsConfig

@@ -33,6 +33,11 @@ type attnSet struct {
 	// swiglu is the feed-forward's activation (swigluGo, bit for bit),
 	// here because it takes expSum's exponential.
 	swiglu func(gate, up []float32)
+	// dequantQ8_0 and dequantQ4_0 decode len(dst)/32 whole GGUF Q8_0 or
+	// Q4_0 blocks of src (a quantized KV cache's rows) into dst, d·q per
+	// value: exact products, so every level gives the same bits.
+	dequantQ8_0 func(dst []float32, src []byte)
+	dequantQ4_0 func(dst []float32, src []byte)
 }
 
 // attnSets holds each level's attention kernels; like kernSets, levels
@@ -44,6 +49,9 @@ var attnSets = [kernLevelAVX512 + 1]*attnSet{kernLevelGo: {
 	accF32:  attnAccF32Go,
 	accF16:  attnAccF16Go,
 	swiglu:  swigluGo,
+
+	dequantQ8_0: dequantQ8_0Go,
+	dequantQ4_0: dequantQ4_0Go,
 }}
 
 // attnSetFor returns the attention kernels of level l, or of the highest

@@ -38,6 +38,18 @@ func attnAccF16AVX512(acc, p []float32, v []byte, c float32)
 //go:noescape
 func swigluAVX512(gate, up []float32)
 
+//go:noescape
+func dequantQ8_0AVX2(dst []float32, src []byte)
+
+//go:noescape
+func dequantQ4_0AVX2(dst []float32, src []byte)
+
+//go:noescape
+func dequantQ8_0AVX512(dst []float32, src []byte)
+
+//go:noescape
+func dequantQ4_0AVX512(dst []float32, src []byte)
+
 func init() {
 	if kernBest >= kernLevelAVX2 {
 		attnSets[kernLevelAVX2] = &attnSet{
@@ -47,6 +59,9 @@ func init() {
 			accF32:  attnAccF32AVX2,
 			accF16:  attnAccF16AVX2,
 			swiglu:  swigluGo,
+
+			dequantQ8_0: dequantQ8_0AVX2,
+			dequantQ4_0: dequantQ4_0AVX2,
 		}
 	}
 	if kernBest >= kernLevelAVX512 {
@@ -57,6 +72,9 @@ func init() {
 			accF32:  attnAccF32AVX512,
 			accF16:  attnAccF16AVX512,
 			swiglu:  swigluAVX512,
+
+			dequantQ8_0: dequantQ8_0AVX512,
+			dequantQ4_0: dequantQ4_0AVX512,
 		}
 	}
 }

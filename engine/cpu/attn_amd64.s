@@ -1213,3 +1213,168 @@ tail:
 done:
 	VZEROUPPER
 	RET
+
+// func dequantQ8_0AVX2(dst []float32, src []byte)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantQ8_0AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), BX
+	SHRQ $0x05, BX
+	MOVQ src_base+24(FP), SI
+
+block:
+	TESTQ        BX, BX
+	JZ           done
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS X0, Y0
+	VPMOVSXBD    2(SI), Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y0, Y1, Y1
+	VMOVUPS      Y1, (DI)
+	VPMOVSXBD    10(SI), Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y0, Y1, Y1
+	VMOVUPS      Y1, 32(DI)
+	VPMOVSXBD    18(SI), Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y0, Y1, Y1
+	VMOVUPS      Y1, 64(DI)
+	VPMOVSXBD    26(SI), Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y0, Y1, Y1
+	VMOVUPS      Y1, 96(DI)
+	ADDQ         $0x22, SI
+	ADDQ         $0x80, DI
+	DECQ         BX
+	JMP          block
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantQ4_0AVX2(dst []float32, src []byte)
+// Requires: AVX, AVX2, F16C
+TEXT ·dequantQ4_0AVX2(SB), NOSPLIT, $0-48
+	MOVQ         dst_base+0(FP), DI
+	MOVQ         dst_len+8(FP), BX
+	SHRQ         $0x05, BX
+	MOVQ         src_base+24(FP), SI
+	MOVL         $0x0000000f, AX
+	VMOVD        AX, X1
+	VPBROADCASTD X1, Y7
+	MOVL         $0x00000008, AX
+	VMOVD        AX, X1
+	VPBROADCASTD X1, Y8
+
+block:
+	TESTQ        BX, BX
+	JZ           done
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS X0, Y0
+	VPMOVZXBD    2(SI), Y1
+	VPAND        Y7, Y1, Y2
+	VPSRLD       $0x04, Y1, Y3
+	VPSUBD       Y8, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y0, Y2, Y2
+	VMOVUPS      Y2, (DI)
+	VPSUBD       Y8, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y0, Y3, Y3
+	VMOVUPS      Y3, 64(DI)
+	VPMOVZXBD    10(SI), Y1
+	VPAND        Y7, Y1, Y2
+	VPSRLD       $0x04, Y1, Y3
+	VPSUBD       Y8, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y0, Y2, Y2
+	VMOVUPS      Y2, 32(DI)
+	VPSUBD       Y8, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y0, Y3, Y3
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $0x12, SI
+	ADDQ         $0x80, DI
+	DECQ         BX
+	JMP          block
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantQ8_0AVX512(dst []float32, src []byte)
+// Requires: AVX, AVX512F, F16C
+TEXT ·dequantQ8_0AVX512(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), BX
+	SHRQ $0x05, BX
+	MOVQ src_base+24(FP), SI
+
+block:
+	TESTQ        BX, BX
+	JZ           done
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS X0, Z0
+	VPMOVSXBD    2(SI), Z1
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z0, Z1, Z1
+	VMOVUPS      Z1, (DI)
+	VPMOVSXBD    18(SI), Z1
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z0, Z1, Z1
+	VMOVUPS      Z1, 64(DI)
+	ADDQ         $0x22, SI
+	ADDQ         $0x80, DI
+	DECQ         BX
+	JMP          block
+
+done:
+	VZEROUPPER
+	RET
+
+// func dequantQ4_0AVX512(dst []float32, src []byte)
+// Requires: AVX, AVX512F, F16C
+TEXT ·dequantQ4_0AVX512(SB), NOSPLIT, $0-48
+	MOVQ         dst_base+0(FP), DI
+	MOVQ         dst_len+8(FP), BX
+	SHRQ         $0x05, BX
+	MOVQ         src_base+24(FP), SI
+	MOVL         $0x0000000f, AX
+	VMOVD        AX, X1
+	VPBROADCASTD X1, Z7
+	MOVL         $0x00000008, AX
+	VMOVD        AX, X1
+	VPBROADCASTD X1, Z8
+
+block:
+	TESTQ        BX, BX
+	JZ           done
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X0
+	VCVTPH2PS    X0, X0
+	VBROADCASTSS X0, Z0
+	VPMOVZXBD    2(SI), Z1
+	VPANDD       Z7, Z1, Z2
+	VPSRLD       $0x04, Z1, Z3
+	VPSUBD       Z8, Z2, Z2
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       Z0, Z2, Z2
+	VMOVUPS      Z2, (DI)
+	VPSUBD       Z8, Z3, Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z0, Z3, Z3
+	VMOVUPS      Z3, 64(DI)
+	ADDQ         $0x12, SI
+	ADDQ         $0x80, DI
+	DECQ         BX
+	JMP          block
+
+done:
+	VZEROUPPER
+	RET

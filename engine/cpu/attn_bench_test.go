@@ -13,14 +13,14 @@ import (
 // cache for seqs sequences of ctx random keys and values, and n query rows
 // per sequence at the end of its context (all ctx of them with n = ctx: a
 // prefill), random.
-func attnExec(t testing.TB, spec model.Spec, f16 bool, threads, seqs, ctx, n int) (*Executor, []engine.SeqInput) {
+func attnExec(t testing.TB, spec model.Spec, typ kvType, threads, seqs, ctx, n int) (*Executor, []engine.SeqInput) {
 	const bs = 16
 	rng := rand.New(rand.NewPCG(31, 32))
 	nb := (ctx + bs - 1) / bs
 	e := &Executor{spec: spec, pool: NewPool(threads)}
 	t.Cleanup(e.pool.Close)
 	e.info.BlockSize = bs
-	e.dev = newKVCache(f16, 1, seqs*nb, bs, spec.KVHeads, spec.HeadDim, spec.ValueDim)
+	e.dev = newKVCache(typ, 1, seqs*nb, bs, spec.KVHeads, spec.HeadDim, spec.ValueDim)
 	for range e.pool.Threads() {
 		e.scratch = append(e.scratch, newScratch(&e.spec, bs, spec.HeadDim))
 	}
@@ -52,10 +52,10 @@ func attnExec(t testing.TB, spec model.Spec, f16 bool, threads, seqs, ctx, n int
 var attnSmall = model.Spec{Dim: 768, Heads: 12, KVHeads: 4, HeadDim: 64, ValueDim: 64}
 
 // BenchmarkAttention measures one layer's attention of the small shape
-// on one thread, F16 and F32 caches: a decode step of 8 sequences at 512
+// on one thread, for each KV cache type: a decode step of 8 sequences at 512
 // and 2048 tokens of context, and a 512-token prefill.
 func BenchmarkAttention(b *testing.B) {
-	for _, kv := range []string{"f16", "f32"} {
+	for _, kv := range KVTypes {
 		for _, c := range []struct {
 			name         string
 			seqs, ctx, n int
@@ -65,11 +65,37 @@ func BenchmarkAttention(b *testing.B) {
 			{"prefill/ctx=512", 1, 512, 512},
 		} {
 			b.Run(fmt.Sprintf("kv=%s/%s", kv, c.name), func(b *testing.B) {
-				e, seqs := attnExec(b, attnSmall, kv == "f16", 1, c.seqs, c.ctx, c.n)
+				typ, err := parseKVType(kv)
+				if err != nil {
+					b.Fatal(err)
+				}
+				e, seqs := attnExec(b, attnSmall, typ, 1, c.seqs, c.ctx, c.n)
 				for b.Loop() {
 					e.attention(0, seqs, false)
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*c.seqs*c.n), "ns/query")
+			})
+		}
+	}
+}
+
+// BenchmarkKVDequant measures each level's dequantizer of a quantized KV
+// cache on one block of one head (16 tokens of 128 dims).
+func BenchmarkKVDequant(b *testing.B) {
+	rng := rand.New(rand.NewPCG(33, 34))
+	x := kernRandFloats(rng, 16*128, 1)
+	for _, typ := range []kvType{kvQ8_0, kvQ4_0} {
+		src := make([]byte, typ.rowBytes(len(x)))
+		map[kvType]func([]byte, []float32){kvQ8_0: quantRowQ8_0, kvQ4_0: quantRowQ4_0}[typ](src, x)
+		dst := make([]float32, len(x))
+		for _, level := range kernLevels() {
+			as := attnSetFor(level)
+			deq := map[kvType]func([]float32, []byte){kvQ8_0: as.dequantQ8_0, kvQ4_0: as.dequantQ4_0}[typ]
+			b.Run(fmt.Sprintf("kv=%s/kern=%s", typ, level), func(b *testing.B) {
+				b.SetBytes(int64(len(src)))
+				for b.Loop() {
+					deq(dst, src)
+				}
 			})
 		}
 	}

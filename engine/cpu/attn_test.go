@@ -138,22 +138,26 @@ func TestAttnAccAgrees(t *testing.T) {
 	}
 }
 
-// TestAttentionBatchInvariant checks, at every kernel level and for F16
-// and F32 caches, that each query of a prefill (chunks of 16 tokens over 3
+// TestAttentionBatchInvariant checks, at every kernel level and for every
+// cache type, that each query of a prefill (chunks of 16 tokens over 3
 // query heads per KV head, whose F16 blocks are converted once) gets
 // exactly the bits it gets alone (one token, F16 read in place), and
 // that the last-row-only pass of the last layer agrees too.
 func TestAttentionBatchInvariant(t *testing.T) {
-	spec := model.Spec{Dim: 144, Heads: 6, KVHeads: 2, HeadDim: 24, ValueDim: 24}
 	const ctx = 37
-	hv := spec.Heads * spec.ValueDim
-	qd := spec.Heads * spec.HeadDim
 	defer func(l kernLevel) { kernUse = l }(kernUse)
 	for _, level := range kernLevels() {
 		kernUse = level
-		for _, f16 := range []bool{false, true} {
-			name := fmt.Sprintf("kern=%s f16=%v", level, f16)
-			e, seqs := attnExec(t, spec, f16, 2, 1, ctx, ctx)
+		for _, typ := range []kvType{kvF32, kvF16, kvQ8_0, kvQ4_0} {
+			hd := 24
+			if typ.quantized() {
+				hd = 32
+			}
+			spec := model.Spec{Dim: 144, Heads: 6, KVHeads: 2, HeadDim: hd, ValueDim: hd}
+			hv := spec.Heads * spec.ValueDim
+			qd := spec.Heads * spec.HeadDim
+			name := fmt.Sprintf("kern=%s kv=%s", level, typ)
+			e, seqs := attnExec(t, spec, typ, 2, 1, ctx, ctx)
 			e.attention(0, seqs, false)
 			prefill := append([]float32(nil), e.buf.att[:ctx*hv]...)
 			q := append([]float32(nil), e.buf.q[:ctx*qd]...)

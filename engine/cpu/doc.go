@@ -1,7 +1,11 @@
 // Package cpu is the engine's CPU executor: a real transformer forward pass
 // for the llama, qwen2, qwen3, qwen3moe (mixture of experts), phi3 and
 // gemma3 architectures over the weights of a GGUF file, with the KV cache
-// in paged blocks that the engine's block pool hands out.
+// in paged blocks that the engine's block pool hands out. The cache holds
+// keys and values as f16 (the default), f32, or GGUF's Q8_0 or Q4_0 blocks
+// ([Config].KVType, [KVTypes]); attention dequantizes a quantized block of
+// one head as it reads it, and a block of one layer is one contiguous
+// byte range whatever the type, so swaps and copies move raw bytes.
 //
 // It owns the executor ([Executor], [Config], [New]): batch validation, the
 // block operations (swap to and from host memory, copy-on-write copies) on

@@ -38,8 +38,10 @@ type Config struct {
 	KVBlocks int
 	// KVCacheBytes sizes the KV cache when KVBlocks is 0; default 256 MiB.
 	KVCacheBytes int64
-	// KVType is the type the cache stores K and V as: "f16" (default) or
-	// "f32".
+	// KVType is the type the cache stores K and V as, llama.cpp's -ctk/-ctv
+	// names: "f16" (default), "f32", "q8_0" (34 bytes per 32 values, about
+	// half of f16) or "q4_0" (18 bytes per 32 values). The quantized types
+	// need head dims that are multiples of 32; New refuses others.
 	KVType string
 	// SwapBytes is the host swap space for preempted sequences' blocks, in
 	// bytes; default 256 MiB. NoSwap disables it.
@@ -219,9 +221,12 @@ func New(f *gguf.File, cfg Config) (*Executor, error) {
 	if attnScale == 0 {
 		attnScale = 1 / math.Sqrt(float64(spec.HeadDim))
 	}
-	f16, _ := parseKVType(cfg.KVType)
+	kvt, _ := parseKVType(cfg.KVType)
+	if err := checkKVType(kvt, spec); err != nil {
+		return nil, err
+	}
 	bs := cfg.BlockSize
-	blockBytes := kvBytesPerBlock(spec, bs, f16)
+	blockBytes := kvBytesPerBlock(spec, bs, kvt)
 	blocks := kvBlocks(cfg, spec.ContextLength, blockBytes)
 	if blocks > math.MaxInt32 || blocks > math.MaxInt64/blockBytes {
 		return nil, fmt.Errorf("cpu: %d KV blocks of %d bytes is too large", blocks, blockBytes)
@@ -245,10 +250,10 @@ func New(f *gguf.File, cfg Config) (*Executor, error) {
 		attnScale:  float32(attnScale),
 		blockBytes: blockBytes,
 		flopsTok:   2 * float64(w.matmulParams),
-		dev:        newKVCache(f16, spec.Layers, int(blocks), bs, spec.KVHeads, spec.HeadDim, spec.ValueDim),
+		dev:        newKVCache(kvt, spec.Layers, int(blocks), bs, spec.KVHeads, spec.HeadDim, spec.ValueDim),
 	}
 	if swap > 0 {
-		e.host = newKVCache(f16, spec.Layers, int(swap), bs, spec.KVHeads, spec.HeadDim, spec.ValueDim)
+		e.host = newKVCache(kvt, spec.Layers, int(swap), bs, spec.KVHeads, spec.HeadDim, spec.ValueDim)
 	}
 	e.info = engine.ExecutorInfo{
 		Model:         name,
@@ -292,6 +297,10 @@ func (e *Executor) Info() engine.ExecutorInfo {
 	info.EOS = append([]int32(nil), e.info.EOS...)
 	return info
 }
+
+// KVType returns the type the KV cache stores keys and values as (one of
+// KVTypes).
+func (e *Executor) KVType() string { return e.dev.typ.String() }
 
 // Spec returns the model's spec.
 func (e *Executor) Spec() model.Spec { return e.spec }

@@ -296,9 +296,9 @@ func TestExecutorChunkedPrefill(t *testing.T) {
 // gets the logits of a cold prefill of its whole prompt, while the first
 // sequence decodes on in the same steps.
 func TestExecutorPrefixCacheHit(t *testing.T) {
-	for _, kv := range []string{"f32", "f16"} {
+	for _, kv := range KVTypes {
 		t.Run(kv, func(t *testing.T) {
-			f := openModel(t, tinyModel("qwen2", gguf.TypeF16, true), nil)
+			f := openModel(t, kvTinyModel("qwen2", gguf.TypeF16, true, kv), nil)
 			cfg := testConfig()
 			cfg.KVType = kv
 			e := newExec(t, f, cfg)
@@ -319,32 +319,25 @@ func TestExecutorPrefixCacheHit(t *testing.T) {
 	}
 }
 
-// snapshot returns the raw bits of block blk of c: K then V of every
-// layer (F32 values, or the bytes of F16 ones).
-func (c *kvCache) snapshot(blk int) []uint32 {
-	var out []uint32
-	kn, vn := c.kBlockElems(), c.vBlockElems()
-	if c.f16 {
-		kn, vn = 2*kn, 2*vn
-		for l := range c.k16 {
-			for _, b := range c.k16[l][blk*kn : (blk+1)*kn] {
-				out = append(out, uint32(b))
-			}
-			for _, b := range c.v16[l][blk*vn : (blk+1)*vn] {
-				out = append(out, uint32(b))
-			}
-		}
-		return out
-	}
-	for l := range c.k32 {
-		for _, v := range c.k32[l][blk*kn : (blk+1)*kn] {
-			out = append(out, math.Float32bits(v))
-		}
-		for _, v := range c.v32[l][blk*vn : (blk+1)*vn] {
-			out = append(out, math.Float32bits(v))
-		}
+// snapshot returns the raw bytes of block blk of c: K then V of every
+// layer, as blockBytes hands them out.
+func (c *kvCache) snapshot(blk int) []byte {
+	var out []byte
+	for l := range c.layers() {
+		k, v := c.blockBytes(l, blk)
+		out = append(append(out, k...), v...)
 	}
 	return out
+}
+
+// kvTinyModel is tinyModel with heads of 32 dims where kv is a quantized
+// cache type (which needs whole 32-value blocks).
+func kvTinyModel(arch string, typ gguf.TensorType, tied bool, kv string) synth.Model {
+	m := tinyModel(arch, typ, tied)
+	if t, _ := parseKVType(kv); t.quantized() {
+		m.HeadDim = 32
+	}
+	return m
 }
 
 // TestExecutorSwapAndCopyPreserveKV checks that swapping blocks out to
@@ -354,9 +347,9 @@ func (c *kvCache) snapshot(blk int) []uint32 {
 // copy-on-write: two sequences sharing a partial last block, each writing
 // its own copy.
 func TestExecutorSwapAndCopyPreserveKV(t *testing.T) {
-	for _, kv := range []string{"f32", "f16"} {
+	for _, kv := range KVTypes {
 		t.Run(kv, func(t *testing.T) {
-			f := openModel(t, tinyModel("llama", gguf.TypeQ8_0, false), nil)
+			f := openModel(t, kvTinyModel("llama", gguf.TypeQ8_0, false, kv), nil)
 			cfg := testConfig()
 			cfg.KVType = kv
 			e := newExec(t, f, cfg)
@@ -367,7 +360,7 @@ func TestExecutorSwapAndCopyPreserveKV(t *testing.T) {
 
 			s := newTestSeq(1, prompt, []int32{10, 11, 12, 13, 14})
 			runSeqs(t, e, []*testSeq{s}, 1000, 3) // 50 tokens with K/V: 4 blocks
-			before := make([][]uint32, 4)
+			before := make([][]byte, 4)
 			for i := range before {
 				before[i] = e.dev.snapshot(int(s.blocks[i]))
 			}
@@ -501,7 +494,7 @@ func TestExecutorConfig(t *testing.T) {
 	defer e.Close()
 	info := e.Info()
 	spec := e.Spec()
-	blockBytes := kvBytesPerBlock(spec, 16, true)
+	blockBytes := kvBytesPerBlock(spec, 16, kvF16)
 	require.Equal(t, engine.ExecutorInfo{
 		Model: "tiny", NumBlocks: int(DefaultKVCacheBytes / blockBytes), BlockSize: 16,
 		ContextLength: 512, EOS: []int32{2}, SwapBlocks: int(DefaultSwapBytes / blockBytes), Logprobs: true, VocabSize: spec.Vocab,
@@ -562,9 +555,16 @@ func reqParams(i int) engine.SamplingParams {
 // TestExecutorEngine runs the engine on the CPU executor end to end:
 // concurrent requests, greedy and sampled, complete with the tokens of the
 // same prompts run alone, including an over-admitted load (more sequences
-// than the cache holds) that forces preemption by recompute and by swap.
+// than the cache holds) that forces preemption by recompute and by swap,
+// with an F16 and a Q8_0 cache.
 func TestExecutorEngine(t *testing.T) {
-	f := openModel(t, tinyModel("qwen2", gguf.TypeQ8_0, true), nil)
+	for _, kv := range []string{"f16", "q8_0"} {
+		t.Run("kv="+kv, func(t *testing.T) { testExecutorEngine(t, kv) })
+	}
+}
+
+func testExecutorEngine(t *testing.T, kv string) {
+	f := openModel(t, kvTinyModel("qwen2", gguf.TypeQ8_0, true, kv), nil)
 	const seqs, promptLen, maxTok = 12, 20, 40
 	reqPrompts := make([][]int32, seqs)
 	for i := range reqPrompts {
@@ -574,15 +574,15 @@ func TestExecutorEngine(t *testing.T) {
 			copy(reqPrompts[i], reqPrompts[i-1][:16])
 		}
 	}
-	ref := newExec(t, f, Config{Threads: 2, KVBlocks: 8, KVType: "f16", NoSwap: true})
+	ref := newExec(t, f, Config{Threads: 2, KVBlocks: 8, KVType: kv, NoSwap: true})
 	want := make([][]int32, seqs)
 	for i, p := range reqPrompts {
 		want[i] = generateAlone(t, ref, p, maxTok, uint64(i), reqParams(i))
 	}
 	cases := map[string]Config{
-		"roomy":     {Threads: 2, KVBlocks: 64, KVType: "f16"},
-		"recompute": {Threads: 2, KVBlocks: 10, KVType: "f16", NoSwap: true},
-		"swap":      {Threads: 2, KVBlocks: 10, KVType: "f16"},
+		"roomy":     {Threads: 2, KVBlocks: 64, KVType: kv},
+		"recompute": {Threads: 2, KVBlocks: 10, KVType: kv, NoSwap: true},
+		"swap":      {Threads: 2, KVBlocks: 10, KVType: kv},
 	}
 	for name, cfg := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -346,7 +346,7 @@ func (e *Executor) attention(li int, seqs []engine.SeqInput, last bool) {
 // executor keeps one per pool thread; a parallel call hands them out in the
 // order its chunks start.
 type scratch struct {
-	k, v     []float32 // one block of one head, converted from F16
+	k, v     []float32 // one block of one head, converted from F16 or dequantized
 	scores   []float32 // one block's scores for one query head
 	acc      []float32 // attnChunk x group x ValueDim
 	mx       []float32 // running max per query head
@@ -376,7 +376,9 @@ const attnConvertMin = 4
 // attend runs one attention work item with an online softmax over the
 // blocks (one pass over K and V): each block of the work item's KV head is
 // read from the cache once and serves every query token and query head of
-// the item, with the kernels of as (and ks's F16 conversion).
+// the item, with the kernels of as (and ks's F16 conversion). A Q8_0 or
+// Q4_0 block is always dequantized into scratch first (as's dequantizers),
+// whatever the item's size, so its queries get the same bits in any batch.
 //
 // A query's result depends only on the query, its position and the cache,
 // never on the other queries of the item: per block its scores are
@@ -402,7 +404,7 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.
 		sum[i] = 0
 	}
 	c := e.dev
-	inPlace := c.f16 && nq*g < attnConvertMin
+	inPlace := c.typ == kvF16 && nq*g < attnConvertMin
 	maxPos := seq.Pos + t.t1 - 1
 	first := 0 // first block any query of the item sees
 	if window > 0 {
@@ -415,11 +417,11 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.
 		var K, V []float32
 		var K16, V16 []byte
 		if inPlace {
-			K16 = c.keyHalves(li, blk, t.head, nslot)
-			V16 = c.valueHalves(li, blk, t.head, nslot)
+			K16 = c.keyBytes(li, blk, t.head, nslot)
+			V16 = c.valueBytes(li, blk, t.head, nslot)
 		} else {
-			K = c.keys(ks, li, blk, t.head, nslot, sc.k)
-			V = c.values(ks, li, blk, t.head, nslot, sc.v)
+			K = c.keys(ks, as, li, blk, t.head, nslot, sc.k)
+			V = c.values(ks, as, li, blk, t.head, nslot, sc.v)
 		}
 		for qt := t.t0; qt < t.t1; qt++ {
 			// The query sees slots [from, lim) of this block.

@@ -58,9 +58,9 @@ func newExec(t testing.TB, f *gguf.File, cfg Config) *Executor {
 	if cfg.SwapBytes == 0 && !cfg.NoSwap {
 		spec, err := model.SpecFromFile(f)
 		require.NoError(t, err)
-		f16, err := parseKVType(cfg.KVType)
+		typ, err := parseKVType(cfg.KVType)
 		require.NoError(t, err)
-		cfg.SwapBytes = 32 * kvBytesPerBlock(spec, max(cfg.BlockSize, 1), f16)
+		cfg.SwapBytes = 32 * kvBytesPerBlock(spec, max(cfg.BlockSize, 1), typ)
 	}
 	e, err := New(f, cfg)
 	require.NoError(t, err)

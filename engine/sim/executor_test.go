@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmd/llmd/engine"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmd/llmd/engine"
 )
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -678,5 +679,31 @@ func BenchmarkForward(b *testing.B) {
 			}
 			b.ReportMetric(float64(seqs*b.N)/b.Elapsed().Seconds(), "tokens/s")
 		})
+	}
+}
+
+// TestKVFP8 checks the FP8 KV cache option's accounting (Model.KVDTypeBytes
+// 1), the same as the CPU executor's quantized caches: a token's KV bytes
+// halve against FP16, so the blocks the same memory holds, the swap slots
+// and the tokens in the cache double, and a decode step reads half the KV
+// bytes.
+func TestKVFP8(t *testing.T) {
+	t.Parallel()
+	for _, model := range []string{"small", "flagship"} {
+		cfg := testConfig(t, "h100", model, 1)
+		fp16, _ := newTestExecutor(t, cfg)
+		cfg.Model.KVDTypeBytes = 1
+		fp8, _ := newTestExecutor(t, cfg)
+		require.Equal(t, cfg.Model.KVBytesPerToken()*2, fp16.Config().Model.KVBytesPerToken(), model)
+		require.Equal(t, fp16.KVCapacityBytes(), fp8.KVCapacityBytes(), model)
+		a, b := fp16.Info(), fp8.Info()
+		require.InDelta(t, 2*a.NumBlocks, b.NumBlocks, 1, model)
+		require.InDelta(t, 2*a.SwapBlocks, b.SwapBlocks, 1, model)
+		require.InDelta(t, 2*fp16.CapacityTokens(), fp8.CapacityTokens(), 1, model)
+
+		step := decodeBatch(8, 2048)
+		kv16 := fp16.Cost(step).Bytes - float64(cfg.Model.WeightBytes())
+		kv8 := fp8.Cost(step).Bytes - float64(cfg.Model.WeightBytes())
+		require.InEpsilon(t, kv16/2, kv8, 1e-9, model)
 	}
 }

@@ -76,6 +76,7 @@ func genAttn(a *asm) {
 		a.attnExpSum(w)
 	}
 	a.swiglu()
+	genKVQuant(a)
 }
 
 // keyPtrs points R8..R11 at the next four keys (stride R12) of the BX >= 1
