@@ -210,6 +210,15 @@ func TestDisaggDecodeNodeGoneMidTransfer(t *testing.T) {
 		}
 	}
 	require.Equal(t, cluster.RolePrefill, member.Role)
+	resp, b := get(t, testClient(t), nodes[0].base+"/v1/admin/nodes")
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	var nl api.NodeList
+	require.NoError(t, json.Unmarshal(b, &nl))
+	roles := map[string]string{}
+	for _, n := range nl.Nodes {
+		roles[n.ID] = n.Role
+	}
+	require.Equal(t, map[string]string{"node-a": "decode", "node-b": "prefill"}, roles)
 	prompt := make([]int32, 1500)
 	for i := range prompt {
 		prompt[i] = int32(3 + i%500)
@@ -244,7 +253,7 @@ func TestDisaggDecodeNodeGoneMidTransfer(t *testing.T) {
 	_, err = f.PullKV(t.Context(), member, job, pipeline.KVPrefillRequest{Model: "absent", Prompt: prompt})
 	require.ErrorContains(t, err, "404")
 
-	resp, b := post(t, testClient(t), prefill.base+pipeline.KVPrefillPath, `{"model":"tiny","prompt":[1,2,3]}`)
+	resp, b = post(t, testClient(t), prefill.base+pipeline.KVPrefillPath, `{"model":"tiny","prompt":[1,2,3]}`)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", b)
 	_, text := completion(t, prefill.base, "Still serving?")
 	require.NotEmpty(t, text)
