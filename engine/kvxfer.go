@@ -240,23 +240,9 @@ func (e *Engine) ImportKV(ctx context.Context, data []byte, expect []kvcache.Has
 	if err != nil {
 		return KVImport{}, err
 	}
-	k, err := DecodeKV(data)
+	k, pos, err := e.checkImport(x, data, expect)
 	if err != nil {
 		return KVImport{}, err
-	}
-	if own := x.KVLayout(); k.Layout != own {
-		return KVImport{}, fmt.Errorf("%w: got %s %s %s (%d layers, %d-token blocks of %d bytes), this engine has %s %s %s (%d, %d, %d)",
-			ErrKVLayout, k.Layout.Model, k.Layout.Shape, k.Layout.KVType, k.Layout.Layers, k.Layout.BlockSize, k.Layout.BlockBytes,
-			own.Model, own.Shape, own.KVType, own.Layers, own.BlockSize, own.BlockBytes)
-	}
-	pos := make(map[kvcache.Hash]int, len(expect))
-	for i, h := range expect {
-		pos[h] = i
-	}
-	for _, h := range k.Hashes {
-		if _, ok := pos[h]; !ok {
-			return KVImport{}, fmt.Errorf("%w: a block's hash is not in the prompt's chain", ErrKVFormat)
-		}
 	}
 	var (
 		res  KVImport
@@ -267,6 +253,45 @@ func (e *Engine) ImportKV(ctx context.Context, data []byte, expect []kvcache.Has
 		return KVImport{}, err
 	}
 	return res, xerr
+}
+
+// checkImport decodes a transfer and checks it against this engine's
+// layout and the prompt's chain; pos maps each hash of expect to its index.
+func (e *Engine) checkImport(x KVTransfer, data []byte, expect []kvcache.Hash) (KVBlocks, map[kvcache.Hash]int, error) {
+	k, err := DecodeKV(data)
+	if err != nil {
+		return KVBlocks{}, nil, err
+	}
+	if own := x.KVLayout(); k.Layout != own {
+		return KVBlocks{}, nil, fmt.Errorf("%w: got %s %s %s (%d layers, %d-token blocks of %d bytes), this engine has %s %s %s (%d, %d, %d)",
+			ErrKVLayout, k.Layout.Model, k.Layout.Shape, k.Layout.KVType, k.Layout.Layers, k.Layout.BlockSize, k.Layout.BlockBytes,
+			own.Model, own.Shape, own.KVType, own.Layers, own.BlockSize, own.BlockBytes)
+	}
+	pos := make(map[kvcache.Hash]int, len(expect))
+	for i, h := range expect {
+		pos[h] = i
+	}
+	for _, h := range k.Hashes {
+		if _, ok := pos[h]; !ok {
+			return KVBlocks{}, nil, fmt.Errorf("%w: a block's hash is not in the prompt's chain", ErrKVFormat)
+		}
+	}
+	return k, pos, nil
+}
+
+// ImportKVStepping is ImportKV for a driver that runs the engine with Step
+// (a simulator): it installs the blocks at once, on the caller's
+// goroutine, which must be the one that calls Step, between steps.
+func (e *Engine) ImportKVStepping(data []byte, expect []kvcache.Hash) (KVImport, error) {
+	x, err := e.transfer()
+	if err != nil {
+		return KVImport{}, err
+	}
+	k, pos, err := e.checkImport(x, data, expect)
+	if err != nil {
+		return KVImport{}, err
+	}
+	return e.importBlocks(x, k, expect, pos)
 }
 
 // importBlocks is ImportKV on the step goroutine.
