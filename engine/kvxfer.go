@@ -48,8 +48,11 @@ type KVLayout struct {
 //	"LKVX" u16 version
 //	str model, str shape, str kv type (u16 length, bytes)
 //	u32 layers, u32 block size, u32 block bytes, u32 count
-//	count x (u64 hash hi, u64 hash lo, block bytes)
+//	count x (u64 hash hi, u64 hash lo)
+//	count x block bytes (the blocks in the hashes' order)
 //	u64 xxh3 of everything before
+//
+// The blocks are contiguous, so a decoded transfer's Data aliases it.
 const (
 	kvxMagic   = "LKVX"
 	kvxVersion = 1
@@ -92,11 +95,11 @@ func EncodeKV(k KVBlocks) []byte {
 	for _, v := range []int{l.Layers, l.BlockSize, l.BlockBytes, len(k.Hashes)} {
 		b = binary.LittleEndian.AppendUint32(b, uint32(v))
 	}
-	for i, h := range k.Hashes {
+	for _, h := range k.Hashes {
 		b = binary.LittleEndian.AppendUint64(b, h.Hi)
 		b = binary.LittleEndian.AppendUint64(b, h.Lo)
-		b = append(b, k.Data[i*l.BlockBytes:(i+1)*l.BlockBytes]...)
 	}
+	b = append(b, k.Data[:len(k.Hashes)*l.BlockBytes]...)
 	return binary.LittleEndian.AppendUint64(b, xxh3.Hash(b))
 }
 
@@ -141,11 +144,9 @@ func DecodeKV(b []byte) (KVBlocks, error) {
 	if uint64(len(p)) != uint64(count)*uint64(16+l.BlockBytes) {
 		return bad(fmt.Sprintf("%d bytes of blocks, want %d x %d", len(p), count, 16+l.BlockBytes))
 	}
-	k := KVBlocks{Layout: l, Hashes: make([]kvcache.Hash, count), Data: make([]byte, 0, count*l.BlockBytes)}
+	k := KVBlocks{Layout: l, Hashes: make([]kvcache.Hash, count), Data: p[16*count:]}
 	for i := range count {
-		k.Hashes[i] = kvcache.Hash{Hi: binary.LittleEndian.Uint64(p), Lo: binary.LittleEndian.Uint64(p[8:])}
-		k.Data = append(k.Data, p[16:16+l.BlockBytes]...)
-		p = p[16+l.BlockBytes:]
+		k.Hashes[i] = kvcache.Hash{Hi: binary.LittleEndian.Uint64(p[16*i:]), Lo: binary.LittleEndian.Uint64(p[16*i+8:])}
 	}
 	return k, nil
 }
@@ -301,7 +302,10 @@ func (e *Engine) importBlocks(x KVTransfer, k KVBlocks, expect []kvcache.Hash, p
 	var res KVImport
 	var ids []int32
 	var hashes []kvcache.Hash
-	var data []byte
+	// data aliases the transfer while every block so far is taken, in
+	// order; it is copied only once one is skipped.
+	data := k.Data[:0:0]
+	aliased := true
 	taken := make(map[kvcache.Hash]bool, len(k.Hashes))
 	for i, h := range k.Hashes {
 		if p := pos[h]; p > 0 {
@@ -309,11 +313,14 @@ func (e *Engine) importBlocks(x KVTransfer, k KVBlocks, expect []kvcache.Hash, p
 				break // a gap: what follows extends no prefix
 			}
 		}
-		if found, _ := pool.Probe(h); found {
-			res.Held++
-			continue
-		}
-		if taken[h] {
+		if found, _ := pool.Probe(h); found || taken[h] {
+			if found {
+				res.Held++
+			}
+			if aliased {
+				aliased = false
+				data = append(make([]byte, 0, len(k.Data)), data...)
+			}
 			continue
 		}
 		b, err := pool.Allocate()
@@ -323,7 +330,15 @@ func (e *Engine) importBlocks(x KVTransfer, k KVBlocks, expect []kvcache.Hash, p
 		taken[h] = true
 		ids = append(ids, b)
 		hashes = append(hashes, h)
-		data = append(data, k.Data[i*bb:(i+1)*bb]...)
+		if aliased && i == len(ids)-1 {
+			data = k.Data[:(i+1)*bb]
+		} else {
+			if aliased {
+				aliased = false
+				data = append(make([]byte, 0, len(k.Data)), data...)
+			}
+			data = append(data, k.Data[i*bb:(i+1)*bb]...)
+		}
 	}
 	if len(ids) > 0 {
 		if err := x.ImportBlocks(ids, data); err != nil {
