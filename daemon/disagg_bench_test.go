@@ -22,7 +22,7 @@ import (
 )
 
 // writeBenchGGUF writes a random llama big enough that a prompt of a
-// couple of thousand tokens takes a noticeable prefill on one thread
+// thousand tokens takes a noticeable prefill on one thread
 // (dim 256, 6 layers, 4 KV heads of 64, Q8_0).
 func writeBenchGGUF(b *testing.B, path string) {
 	b.Helper()
@@ -73,8 +73,8 @@ func streamTimes(c *http.Client, base, body string) ([]time.Time, error) {
 	}
 }
 
-// BenchmarkDisagg measures, in one run, a long prompt (about 2,000
-// tokens) arriving at a node that is streaming another answer: its time
+// BenchmarkDisagg measures, in one run, a long prompt (about 1,200
+// tokens, 75 blocks) arriving at a node that is streaming another answer: its time
 // to first token, and the other stream's inter-token latency while the
 // prompt is prefilled (mean and worst gap). mode=local: the node computes
 // the prompt itself; mode=disagg: it pulls the prompt's KV blocks from a
