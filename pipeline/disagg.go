@@ -103,6 +103,12 @@ func (p *Pipeline) planDisagg(job *Job) *disaggPlan {
 	if _, err := kr.KVLayout(); err != nil {
 		return nil
 	}
+	// Nothing more to look at (no hashing) in a cluster without prefill
+	// nodes.
+	nodes := finder.PrefillNodes(job.Model.ID)
+	if len(nodes) == 0 {
+		return nil
+	}
 	bs := job.Model.Replica.BlockSize()
 	// The engine computes a prompt's last token whatever it holds, so the
 	// block holding it is never served from the cache.
@@ -118,10 +124,6 @@ func (p *Pipeline) planDisagg(job *Job) *disaggPlan {
 	uncached := len(job.Prompt) - missing[0]*bs
 	ok, reason := p.cfg.Disagg.Decide(uncached, job.Model.Replica.Stats().Running)
 	if !ok {
-		return nil
-	}
-	nodes := finder.PrefillNodes(job.Model.ID)
-	if len(nodes) == 0 {
 		return nil
 	}
 	return &disaggPlan{from: nodes[0], chain: chain, want: missing, reason: reason}
