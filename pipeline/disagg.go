@@ -219,8 +219,11 @@ func (p *Pipeline) ServeKVPrefill(ctx context.Context, pr Principal, req KVPrefi
 	if pr.Peer == "" {
 		return nil, bad(http.StatusNotFound, "%s is for the cluster's nodes only", KVPrefillPath)
 	}
-	m := p.models.Get(req.Model)
-	if m == nil || m.Target != nil {
+	m, err := p.models.Lookup(req.Model)
+	if err != nil {
+		return nil, err
+	}
+	if m.Target != nil || m.Embed != nil {
 		return nil, bad(http.StatusNotFound, "model %q is not served by this node's engine", req.Model)
 	}
 	kr, ok := m.Replica.(KVReplica)
