@@ -152,7 +152,7 @@ func (t *disaggTarget) Start(ctx context.Context, job *Job) (Execution, error) {
 }
 
 // pull fetches and installs the blocks and returns the route note that
-// says what moved ("disagg long_prompt from p1: 12/12 blocks 2.3MB
+// says what moved ("disagg long_prompt from p1: 12/12 blocks 1048576B
 // 140ms").
 func (t *disaggTarget) pull(ctx context.Context, job *Job) string {
 	p, plan := t.p, t.plan
