@@ -20,6 +20,9 @@ type NodeInfo struct {
 	APIAddr string   `json:"api_addr"`
 	Version string   `json:"version"`
 	Models  []string `json:"models"`
+	// Role is the node's part in disaggregated prefill and decode:
+	// prefill, decode or both.
+	Role string `json:"role,omitempty"`
 	// Status is alive, suspect, dead or left.
 	Status   string                   `json:"status"`
 	Local    bool                     `json:"local"`

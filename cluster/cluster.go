@@ -220,8 +220,9 @@ func newCluster(cfg Config, meta []byte) *Cluster {
 	c.nodes[c.id] = &entry{
 		id:    c.id,
 		local: true,
-		meta:  &nodeMeta{ID: c.id, APIAddr: cfg.APIAddr, Version: cfg.Version, Models: slices.Clone(cfg.Models), Zone: cfg.Zone},
-		seen:  time.Now(),
+		meta: &nodeMeta{ID: c.id, APIAddr: cfg.APIAddr, Version: cfg.Version, Models: slices.Clone(cfg.Models), Zone: cfg.Zone,
+			Role: cfg.Role},
+		seen: time.Now(),
 	}
 	c.ring = newRing([]string{c.id})
 	c.numLive.Store(1)
@@ -527,6 +528,7 @@ func (c *Cluster) memberLocked(e *entry, now time.Time) Member {
 		Version: e.meta.Version,
 		Models:  e.meta.Models,
 		Zone:    e.meta.Zone,
+		Role:    e.meta.Role,
 		Status:  c.statusLocked(e, now),
 		Local:   e.local,
 	}
@@ -614,7 +616,7 @@ func (c *Cluster) Route(req RouteRequest, localPrefix func([]kvcache.Hash) int) 
 	r := c.ring
 	c.mu.RUnlock()
 	sort.Slice(pool, func(i, j int) bool { return pool[i].Member.ID < pool[j].Member.ID })
-	out := route(pool, r, req, localPrefix)
+	out := route(withoutPrefillNodes(pool), r, req, localPrefix)
 	if req.Policy == PolicyRoundRobin {
 		out = rotate(out, c.turn.Add(1))
 	}

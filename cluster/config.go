@@ -106,6 +106,9 @@ type Config struct {
 	// prefers members of the entry node's zone (see RouteRequest.Zone).
 	// "" for none.
 	Zone string
+	// Role is this node's part in disaggregated prefill and decode
+	// (RoleBoth by default); gossiped in the metadata.
+	Role Role
 	// Profile picks memberlist timings: ProfileLAN (default) or
 	// ProfileLocal.
 	Profile string
@@ -289,7 +292,10 @@ func (c *Config) validate() ([]byte, error) {
 			return nil, err
 		}
 	}
-	meta := nodeMeta{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version, Models: c.Models, Zone: c.Zone}
+	if _, ok := roleBytes[c.Role]; !ok {
+		return nil, fmt.Errorf("cluster: role %q is not prefill, decode or both", c.Role)
+	}
+	meta := nodeMeta{ID: c.NodeID, APIAddr: c.APIAddr, Version: c.Version, Models: c.Models, Zone: c.Zone, Role: c.Role}
 	b := meta.encode()
 	if len(b) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("%w: %d bytes for node %q with %d models", ErrMetaTooLarge, len(b), c.NodeID, len(c.Models))

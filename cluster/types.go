@@ -73,6 +73,8 @@ type Member struct {
 	Models               []string
 	// Zone is the member's zone label ("" for none).
 	Zone string
+	// Role is the member's part in disaggregated prefill and decode.
+	Role Role
 	// Status is alive, suspect, dead or left (see the package doc).
 	Status Status
 	// Local is set for this node.

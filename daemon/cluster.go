@@ -36,6 +36,16 @@ type ClusterConfig struct {
 	// Zone labels the node's zone; requests entering it prefer nodes of
 	// the same zone. "" for none.
 	Zone string
+	// Role is the node's part in disaggregated prefill and decode:
+	// cluster.RoleBoth (default), RolePrefill (prefills prompts for
+	// decode nodes; routed requests only as the last resort) or
+	// RoleDecode. A decode or both node pulls a request's prompt KV from a
+	// prefill node when Disagg decides it pays (its MinPromptTokens: the
+	// prompt tokens not cached here; BusyRunning: ITL pressure); a pull
+	// is bounded by DisaggTimeout (0: pipeline.DefaultDisaggTimeout).
+	Role          cluster.Role
+	Disagg        cluster.DisaggPolicy
+	DisaggTimeout time.Duration
 	// Key encrypts gossip (16, 24 or 32 bytes); required unless
 	// InsecureGossip.
 	Key            []byte
@@ -92,7 +102,7 @@ func (d *Daemon) startCluster(apiAddr string) error {
 	ccfg := cluster.Config{NodeID: d.cfg.NodeID, BindAddr: cc.GossipAddr, Join: cc.Join, Key: cc.Key,
 		InsecureGossip: cc.InsecureGossip, APIAddr: apiAddr, Models: d.models.IDs(), Version: Version,
 		Profile: cc.Profile, LocalState: d.clusterState, Logger: d.rootLog, LeaveTimeout: leaveTimeout,
-		RetryJoinMax: cc.RetryJoinMax, Zone: cc.Zone}
+		RetryJoinMax: cc.RetryJoinMax, Zone: cc.Zone, Role: cc.Role}
 	// Keys, tenants and quotas are replicated, only over encrypted gossip
 	// (d.auth is set with a key): without one, anyone reaching the gossip
 	// port could add an admin key. Versions made here name this node, and
@@ -197,6 +207,14 @@ func (r router) Models() []string {
 		}
 	}
 	return out
+}
+
+// PrefillNodes lists the model's prefill nodes (pipeline.PrefillFinder).
+func (r router) PrefillNodes(model string) []cluster.Member {
+	if cl := r.cl.Load(); cl != nil {
+		return cl.PrefillNodes(model)
+	}
+	return nil
 }
 
 func (r router) MarkFailed(id string) {

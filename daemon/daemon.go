@@ -195,6 +195,10 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (*Daemon, error) {
 			pdeps.Router, pdeps.Peer = router{&d.cluster}, d.forwarder.Target
 			pcfg.Fallback, pcfg.RoutePolicy, pcfg.LoadBound, pcfg.LoadSlack = cc.Fallback, cc.RoutePolicy, cc.LoadBound, cc.LoadSlack
 			pcfg.Zone = cc.Zone
+			pcfg.Role, pcfg.Disagg, pcfg.DisaggTimeout = cc.Role, cc.Disagg, cc.DisaggTimeout
+			if cc.Role != cluster.RolePrefill {
+				pdeps.PullKV = d.forwarder.PullKV
+			}
 		}
 	}
 	d.pipe = pipeline.New(pcfg, pdeps)

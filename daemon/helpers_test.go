@@ -40,7 +40,7 @@ func testLogger(t *testing.T) *slog.Logger {
 
 // startServer runs s on a loopback port until the test ends and returns its
 // base URL.
-func startServer(t *testing.T, s *Daemon) string {
+func startServer(t testing.TB, s *Daemon) string {
 	t.Helper()
 	addr, err := s.Listen()
 	require.NoError(t, err)

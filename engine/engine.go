@@ -130,6 +130,7 @@ type Engine struct {
 	submitted []submission
 	cancelled []string
 	queries   []chan []RequestState
+	ops       []func() // run on the step goroutine (KV export and import)
 	closed    bool
 	wake      chan struct{}
 
@@ -405,9 +406,12 @@ func (e *Engine) Requests(ctx context.Context) ([]RequestState, error) {
 // answers inspection queries.
 func (e *Engine) drainInbox() {
 	e.mu.Lock()
-	subs, cancels, queries := e.submitted, e.cancelled, e.queries
-	e.submitted, e.cancelled, e.queries = nil, nil, nil
+	subs, cancels, queries, ops := e.submitted, e.cancelled, e.queries, e.ops
+	e.submitted, e.cancelled, e.queries, e.ops = nil, nil, nil, nil
 	e.mu.Unlock()
+	for _, op := range ops {
+		op()
+	}
 	defer func() {
 		if len(queries) > 0 {
 			rs := e.sched.RequestStates(maxInspect)

@@ -72,6 +72,20 @@ func (d *prefixDir) cachedPrefix(chain []kvcache.Hash) int {
 	return len(chain)
 }
 
+// missing returns the indices in chain of the hashes the index does not
+// hold.
+func (d *prefixDir) missing(chain []kvcache.Hash) []int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	var out []int
+	for i, h := range chain {
+		if _, ok := d.held[h]; !ok {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
 // recentPrefixes returns up to max held keys, most recently touched first.
 func (d *prefixDir) recentPrefixes(max int) []kvcache.Hash {
 	if max <= 0 {

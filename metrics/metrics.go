@@ -150,6 +150,8 @@ type Metrics struct {
 	// routed counts the requests a cluster route sent on, by destination
 	// (local, peer) and zone (same, cross).
 	routed *prometheus.CounterVec
+	// disagg counts disaggregated prefill and decode (disagg.go).
+	disagg disaggObs
 	// safety is the safety check's latency by verdict ("allow", "flag",
 	// "block") and failure.
 	safety   *prometheus.HistogramVec
@@ -179,6 +181,8 @@ func New(src Source) *Metrics {
 		Help:    "Latency of the safety check of requests' input, by verdict and whether the classifier failed (the policy's verdict then).",
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2},
 	}, []string{"verdict", "failed"})
+	m.disagg = newDisaggObs()
+	m.reg.MustRegister(m.disagg.collectors()...)
 	m.reg.MustRegister(
 		m.safety,
 		m.routed,

@@ -57,6 +57,13 @@ type Config struct {
 	LoadSlack   int
 	// Zone is this node's zone: the router prefers nodes of it.
 	Zone string
+	// Role is this node's part in disaggregated prefill and decode;
+	// Disagg decides which requests a decode node's engine runs after
+	// pulling their prompt's KV from a prefill node, and DisaggTimeout
+	// bounds a pull (0: DefaultDisaggTimeout). See disagg.go.
+	Role          cluster.Role
+	Disagg        cluster.DisaggPolicy
+	DisaggTimeout time.Duration
 }
 
 // Accounts looks tenants up; *store.Store implements it.
@@ -97,6 +104,9 @@ type Deps struct {
 	// of a member.
 	Router Router
 	Peer   func(cluster.Candidate) Target
+	// PullKV asks a prefill node for a prompt's KV blocks; nil
+	// disaggregates nothing.
+	PullKV KVPuller
 	// StatusOf is the HTTP status an error maps to (the server's one
 	// mapping), for the level of a failed request's log line.
 	StatusOf func(error) int
@@ -127,6 +137,7 @@ type Pipeline struct {
 	metrics  *metrics.Metrics
 	router   Router
 	peer     func(cluster.Candidate) Target
+	pullKV   KVPuller
 	statusOf func(error) int
 	log      *slog.Logger
 	local    Target
@@ -159,7 +170,7 @@ func New(cfg Config, deps Deps) *Pipeline {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Pipeline{cfg: cfg, models: deps.Models, limiter: deps.Limiter, accounts: deps.Accounts, ledger: deps.Ledger,
-		metrics: deps.Metrics, router: deps.Router, peer: deps.Peer, statusOf: deps.StatusOf, log: log.With("component", "pipeline"),
+		metrics: deps.Metrics, router: deps.Router, peer: deps.Peer, pullKV: deps.PullKV, statusOf: deps.StatusOf, log: log.With("component", "pipeline"),
 		outputs: engine.NewOutputEstimator(), catalog: deps.Catalog, loader: deps.Loader, safety: deps.Safety,
 		safetyFor: deps.SafetyFor,
 		httpc:     &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}}}

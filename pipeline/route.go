@@ -23,7 +23,15 @@ func (p *Pipeline) route(job *Job, peers []cluster.Candidate) ([]Target, string)
 	if job.Model.Target != nil {
 		here = job.Model.Target
 	}
-	if p.router == nil || job.Principal.Peer != "" || p.cfg.RoutePolicy == cluster.PolicyLocal {
+	if p.router == nil {
+		return []Target{here}, ""
+	}
+	// Run here, the prompt's KV pulled from a prefill node first when
+	// that pays (see disagg.go).
+	if plan := p.planDisagg(job); plan != nil {
+		here = &disaggTarget{p: p, local: here, plan: plan}
+	}
+	if job.Principal.Peer != "" || p.cfg.RoutePolicy == cluster.PolicyLocal {
 		return []Target{here}, ""
 	}
 	m := job.Model

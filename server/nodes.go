@@ -18,7 +18,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, _ *http.Request) {
 
 // nodeInfo is a member on the wire.
 func nodeInfo(m cluster.Member) api.NodeInfo {
-	n := api.NodeInfo{ID: m.ID, APIAddr: m.APIAddr, Version: m.Version, Models: m.Models, Status: string(m.Status),
+	n := api.NodeInfo{ID: m.ID, APIAddr: m.APIAddr, Version: m.Version, Models: m.Models, Role: m.Role.String(), Status: string(m.Status),
 		Local: m.Local, Draining: m.State.Draining, Load: map[string]api.NodeModelLoad{}, Updated: m.Updated.UTC()}
 	for model, l := range m.State.Load {
 		byTier := map[string]int{}

@@ -248,6 +248,7 @@ func (s *Server) routeTable() []route {
 		{"/v1/stats", get, policyAdmin, s.handleStats, false},
 		{"/metrics", get, policyUser, s.handleMetrics, false},
 		{"GET /v1/requests/{id}/stream", get, policyUser, s.handleResume, true},
+		{"POST " + pipeline.KVPrefillPath, post, policyUser, s.handleKVPrefill, true},
 		{"DELETE /v1/requests/{id}", del, policyUser, s.handleCancel, true},
 		{"GET /v1/admin/usage", get, policyAdmin, s.needStore(s.handleUsage), false},
 		{"GET /v1/admin/snapshot", get, policyAdmin, s.handleSnapshot, false},

@@ -29,7 +29,7 @@ func newNodesCmd(a *app) *cobra.Command {
 				fmt.Fprintln(w, "not clustered (start llmd with --join or --gossip-addr); this node:")
 			}
 			tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATUS\tAPI\tMODELS\tRUNNING\tWAITING\tKV USED\tTOK/S\tPREFIX KEYS")
+			fmt.Fprintln(tw, "ID\tSTATUS\tROLE\tAPI\tMODELS\tRUNNING\tWAITING\tKV USED\tTOK/S\tPREFIX KEYS")
 			for _, n := range nl.Nodes {
 				running, waiting, kv, rate := 0, 0, 0.0, 0.0
 				models := slices.Clone(n.Models)
@@ -47,7 +47,11 @@ func newNodesCmd(a *app) *cobra.Command {
 				if n.Draining {
 					status += ", draining"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.0f%%\t%.0f\t%d\n", id, status, n.APIAddr, strings.Join(models, ","),
+				role := n.Role
+				if role == "" {
+					role = "both"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.0f%%\t%.0f\t%d\n", id, status, role, n.APIAddr, strings.Join(models, ","),
 					running, waiting, 100*kv, rate, n.PrefixKeys)
 			}
 			return tw.Flush()

@@ -95,6 +95,7 @@ type simulateOpts struct {
 	seed          uint64
 	workers       int
 	asJSON        bool
+	disagg        disaggOpts
 }
 
 // newSimulateCmd builds "llmctl simulate".
@@ -114,13 +115,20 @@ func newSimulateCmd() *cobra.Command {
 			"Distributions (--input, --output, --system-tokens, --turns): 128, uniform:64-512 or normal:512,128.\n" +
 			"No model runs: the figures are those of the cost model in engine/sim, calibrated against vLLM.",
 		Example: "  llmctl simulate --nodes 4 --gpu h100 --model small --rate 40 --duration 1h\n" +
-			"  llmctl simulate --model flagship --tp 8 --rate 30 --turns uniform:1-6 --route-policy round_robin --json",
+			"  llmctl simulate --model flagship --tp 8 --rate 30 --turns uniform:1-6 --route-policy round_robin --json\n" +
+			"  llmctl simulate --disagg 2:2 --rate 12 --input uniform:3000-6000 --output 200 --duration 1m --itl-slo 20ms",
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			deprecatedFlag(cmd, "route", "route-policy")
 			cfg, err := o.config()
 			if err != nil {
 				return usageError(cmd, err)
+			}
+			if o.disagg.split != "" {
+				if _, _, err := o.disagg.parse(); err != nil {
+					return usageError(cmd, err)
+				}
+				return runDisagg(cmd.Context(), cmd.OutOrStdout(), o, cfg)
 			}
 			r, err := fleet.Run(cmd.Context(), cfg)
 			if err != nil {
@@ -165,6 +173,7 @@ func newSimulateCmd() *cobra.Command {
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the workload")
 	f.IntVar(&o.workers, "workers", 1, "goroutines stepping the nodes (more help only on idle cores); the figures do not depend on it")
 	f.BoolVar(&o.asJSON, "json", false, "print the configuration and the report as JSON")
+	o.disagg.flags(cmd)
 	return standalone(cmd)
 }
 

@@ -85,6 +85,9 @@ func (o options) checkEnums() error {
 	if p := safety.Policy(o.safetyPolicy); p != safety.FailOpen && p != safety.FailClosed {
 		return fmt.Errorf("--safety-policy %q: use %s or %s", o.safetyPolicy, safety.FailOpen, safety.FailClosed)
 	}
+	if _, err := cluster.ParseRole(o.role); err != nil {
+		return fmt.Errorf("--role %q: use prefill, decode or both", o.role)
+	}
 	if o.gossipProfile != "" && o.gossipProfile != "lan" && o.gossipProfile != "local" {
 		return fmt.Errorf("--gossip-profile %q: use lan or local", o.gossipProfile)
 	}

@@ -99,8 +99,26 @@ func TestResolveConfig(t *testing.T) {
 				c.DataDir = "/d"
 				c.Cluster = &daemon.ClusterConfig{GossipAddr: "127.0.0.1:7947", Join: []string{"10.0.0.2:7946", "10.0.0.3:7946"},
 					Key: []byte("0123456789abcdef"), RoutePolicy: cluster.PolicyPrefix, LoadBound: 1.25, LoadSlack: 8,
-					ForwardTimeout: 2 * time.Second}
+					ForwardTimeout: 2 * time.Second, DisaggTimeout: time.Minute, Disagg: cluster.DisaggPolicy{MinPromptTokens: 512}}
 			},
+		},
+		"disaggregation flags": {
+			args: []string{"--data-dir", "/d", "--gossip-addr", "127.0.0.1:7947", "--insecure-gossip", "--role", "decode",
+				"--disagg-min-prompt", "1024", "--disagg-busy-running", "16", "--disagg-timeout", "5s"},
+			want: func(c *daemon.Config) {
+				c.DataDir = "/d"
+				c.Cluster = &daemon.ClusterConfig{GossipAddr: "127.0.0.1:7947", InsecureGossip: true, RoutePolicy: cluster.PolicyPrefix,
+					LoadBound: 1.25, LoadSlack: 8, ForwardTimeout: 2 * time.Second, Role: cluster.RoleDecode, DisaggTimeout: 5 * time.Second,
+					Disagg: cluster.DisaggPolicy{MinPromptTokens: 1024, BusyRunning: 16}}
+			},
+		},
+		"bad role": {
+			args: []string{"--data-dir", "/d", "--gossip-addr", "127.0.0.1:7947", "--insecure-gossip", "--role", "encode"},
+			err:  "--role",
+		},
+		"bad disagg threshold": {
+			args: []string{"--data-dir", "/d", "--gossip-addr", "127.0.0.1:7947", "--insecure-gossip", "--disagg-min-prompt", "0"},
+			err:  "--disagg-min-prompt",
 		},
 		"routing flags": {
 			args: []string{"--data-dir", "/d", "--gossip-addr", "127.0.0.1:7947", "--insecure-gossip", "--route-policy", "round_robin",
@@ -109,7 +127,8 @@ func TestResolveConfig(t *testing.T) {
 				c.DataDir = "/d"
 				c.Cluster = &daemon.ClusterConfig{GossipAddr: "127.0.0.1:7947", InsecureGossip: true, RoutePolicy: cluster.PolicyRoundRobin,
 					LoadBound: 1.5, LoadSlack: -1, ForwardTimeout: 500 * time.Millisecond,
-					Fallback: map[string]string{"sim/flagship": "sim/mid"}}
+					Fallback:      map[string]string{"sim/flagship": "sim/mid"},
+					DisaggTimeout: time.Minute, Disagg: cluster.DisaggPolicy{MinPromptTokens: 512}}
 			},
 		},
 		"bad route policy": {

@@ -140,6 +140,10 @@ type options struct {
 	loadSlack        int
 	retryJoinMax     int
 	zone             string
+	role             string
+	disaggMinPrompt  int
+	disaggBusy       int
+	disaggTimeout    time.Duration
 	autoscaleKV      float64
 	autoscaleWaiting float64
 	autoscaleTTFT    time.Duration
@@ -304,6 +308,14 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&o.retryJoinMax, "retry-join-max", 0,
 		"give up (and exit) after this many failed attempts to join the --join members; 0 retries while llmd runs")
 	fs.StringVar(&o.zone, "zone", "", "this node's zone or region label: requests prefer nodes of the zone they enter")
+	fs.StringVar(&o.role, "role", "both",
+		"this node's part in disaggregated prefill and decode: prefill (prefills prompts for decode nodes, which pull their KV blocks), decode or both")
+	fs.IntVar(&o.disaggMinPrompt, "disagg-min-prompt", cluster.DefaultDisaggMinPrompt,
+		"a decode node pulls a prompt's KV blocks from a prefill node when at least this many of its tokens are not cached here")
+	fs.IntVar(&o.disaggBusy, "disagg-busy-running", 0,
+		"...or, while it runs at least this many sequences (ITL pressure), a quarter as many; 0 off")
+	fs.DurationVar(&o.disaggTimeout, "disagg-timeout", time.Minute,
+		"how long a decode node waits for a prefill node's KV blocks before computing the prompt itself")
 	fs.Float64Var(&o.autoscaleKV, "autoscale-kv-target", 0.8,
 		"autoscaling signal (llmd_desired_replicas): the mean KV-cache use (0 to 1) a replica should run at")
 	fs.Float64Var(&o.autoscaleWaiting, "autoscale-waiting-target", 4,
@@ -413,7 +425,12 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 		policy, _ := cluster.ParsePolicy(o.routePolicy) // checked by checkEnums
 		cc := &daemon.ClusterConfig{GossipAddr: o.gossipAddr, Join: splitList(strings.Join(o.join, ",")),
 			InsecureGossip: o.insecureGossip, APIAddr: o.advertiseAPI, RoutePolicy: policy, LoadBound: o.loadBound,
-			LoadSlack: o.loadSlack, ForwardTimeout: o.forwardTimeout, RetryJoinMax: o.retryJoinMax, Zone: o.zone}
+			LoadSlack: o.loadSlack, ForwardTimeout: o.forwardTimeout, RetryJoinMax: o.retryJoinMax, Zone: o.zone,
+			DisaggTimeout: o.disaggTimeout, Disagg: cluster.DisaggPolicy{MinPromptTokens: o.disaggMinPrompt, BusyRunning: o.disaggBusy}}
+		cc.Role, _ = cluster.ParseRole(o.role) // checked by checkEnums
+		if o.disaggMinPrompt < 1 || o.disaggBusy < 0 || o.disaggTimeout <= 0 {
+			return cfg, fmt.Errorf("--disagg-min-prompt must be positive, --disagg-busy-running not negative and --disagg-timeout positive")
+		}
 		if o.retryJoinMax < 0 {
 			return cfg, fmt.Errorf("--retry-join-max %d: must be 0 (retry while llmd runs) or more", o.retryJoinMax)
 		}
