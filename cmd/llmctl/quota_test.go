@@ -98,10 +98,10 @@ func TestQuotaSet(t *testing.T) {
 			flags:    []string{"--tier", "batch", "--rpm", "1", "--tpm", "2", "--concurrency", "3", "--daily-tokens", "4"},
 			wantBody: map[string]any{"tier": "batch", "rpm": 1.0, "tpm": 2.0, "concurrency": 3.0, "daily_tokens": 4.0},
 		},
-		"hot shards":    {flags: []string{"--hot-shards", "8"}, wantBody: map[string]any{"hot_shards": 8.0}},
-		"per-user":      {flags: []string{"--user-rpm", "20", "--user-tpm", "0"}, wantBody: map[string]any{"user_rpm": 20.0, "user_tpm": 0.0}},
-		"reserved":      {flags: []string{"--reserved-tps", "150.5"}, wantBody: map[string]any{"reserved_tps": 150.5, "reserved_model": ""}},
-		"reserved mid":  {flags: []string{"--reserved-tps", "40", "--model", "mid"}, wantBody: map[string]any{"reserved_tps": 40.0, "reserved_model": "mid"}},
+		"hot shards":   {flags: []string{"--hot-shards", "8"}, wantBody: map[string]any{"hot_shards": 8.0}},
+		"per-user":     {flags: []string{"--user-rpm", "20", "--user-tpm", "0"}, wantBody: map[string]any{"user_rpm": 20.0, "user_tpm": 0.0}},
+		"reserved":     {flags: []string{"--reserved-tps", "150.5"}, wantBody: map[string]any{"reserved_tps": 150.5, "reserved_model": ""}},
+		"reserved mid": {flags: []string{"--reserved-tps", "40", "--model", "mid"}, wantBody: map[string]any{"reserved_tps": 40.0, "reserved_model": "mid"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
