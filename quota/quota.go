@@ -41,6 +41,11 @@ type Request struct {
 	// Tokens, counts against the admission of the tenant's other requests
 	// (see "Estimated reservations" in the package doc).
 	MaxTokens int64
+	// Shards splits the tenant's buckets into that many sub-buckets, each
+	// its own Redis key (a hot tenant; 0 or 1: one bucket), at most
+	// MaxShards. Memory ignores it: one process has no hot key. See "Hot
+	// tenants" in the package doc.
+	Shards int
 }
 
 // most is the most tokens r may use.
@@ -216,6 +221,8 @@ const (
 	MaxRate = 1_000_000_000
 	// MaxDailyTokens bounds DailyTokens.
 	MaxDailyTokens = 1_000_000_000_000_000
+	// MaxShards bounds Request.Shards.
+	MaxShards = 64
 )
 
 // validKey checks a tenant or id that becomes part of a Redis key: not
@@ -256,6 +263,9 @@ func (r *Request) validate() error {
 	}
 	if r.Tokens < 0 || r.Tokens > MaxRate {
 		return fmt.Errorf("%w: tokens %d outside [0, %d]", ErrInvalid, r.Tokens, MaxRate)
+	}
+	if r.Shards < 0 || r.Shards > MaxShards {
+		return fmt.Errorf("%w: shards %d outside [0, %d]", ErrInvalid, r.Shards, MaxShards)
 	}
 	if r.MaxTokens != 0 && (r.MaxTokens < r.Tokens || r.MaxTokens > MaxRate) {
 		return fmt.Errorf("%w: max tokens %d outside [tokens %d, %d]", ErrInvalid, r.MaxTokens, r.Tokens, MaxRate)
