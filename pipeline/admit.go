@@ -107,8 +107,7 @@ func (p *Pipeline) admit(ctx context.Context, req *Request, t Tenant, c choice, 
 		}
 		userHeld = d.Allowed
 	}
-	d, err := p.limiter.Reserve(ctx, quota.Request{ID: req.ID, Tenant: t.ID, Limits: t.Limits, Tokens: tokens, MaxTokens: most,
-		Shards: int(t.Capacity.HotShards)})
+	d, err := p.limiter.Reserve(ctx, quota.Request{ID: req.ID, Tenant: t.ID, Limits: t.Limits, Tokens: tokens, MaxTokens: most})
 	if err != nil {
 		p.releaseUser(userHeld, userKey, req.ID)
 		return adm, fmt.Errorf("pipeline: quota reserve: %w", err)

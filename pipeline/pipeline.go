@@ -425,12 +425,20 @@ func (p *Pipeline) tenant(ctx context.Context, pr Principal) (Tenant, error) {
 	if err != nil {
 		return Tenant{ID: pr.Tenant}, fmt.Errorf("pipeline: quota of tenant %s: %w", pr.Tenant, err)
 	}
-	return Tenant{ID: pr.Tenant, Tier: q.Tier, Limits: LimitsOf(q.Limits), Capacity: q.Capacity}, nil
+	return Tenant{ID: pr.Tenant, Tier: q.Tier, Limits: QuotaLimitsOf(q), Capacity: q.Capacity}, nil
 }
 
 // LimitsOf converts stored limits to the quota's.
 func LimitsOf(l store.Limits) quota.Limits {
 	return quota.Limits{RPM: l.RPM, TPM: l.TPM, Concurrency: l.Concurrency, DailyTokens: l.DailyTokens}
+}
+
+// QuotaLimitsOf is a tenant's quota limits: its limits, split into its
+// hot-tenant sub-buckets.
+func QuotaLimitsOf(q store.Quota) quota.Limits {
+	l := LimitsOf(q.Limits)
+	l.Shards = int(min(q.Capacity.HotShards, quota.MaxShards))
+	return l
 }
 
 // appendNote joins routing and degradation notes with "; ".

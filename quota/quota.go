@@ -19,6 +19,11 @@ type Limits struct {
 	Concurrency int64
 	// DailyTokens is the most tokens reserved and reconciled per UTC day.
 	DailyTokens int64
+	// Shards splits each of the tenant's buckets into that many
+	// sub-buckets, each its own Redis key (a hot tenant; 0 or 1: one
+	// bucket), at most MaxShards. Memory ignores it: one process has no hot
+	// key. See "Hot tenants" in the package doc.
+	Shards int
 }
 
 // Request asks to reserve quota for one request.
@@ -41,11 +46,6 @@ type Request struct {
 	// Tokens, counts against the admission of the tenant's other requests
 	// (see "Estimated reservations" in the package doc).
 	MaxTokens int64
-	// Shards splits the tenant's buckets into that many sub-buckets, each
-	// its own Redis key (a hot tenant; 0 or 1: one bucket), at most
-	// MaxShards. Memory ignores it: one process has no hot key. See "Hot
-	// tenants" in the package doc.
-	Shards int
 }
 
 // most is the most tokens r may use.
@@ -165,6 +165,9 @@ type Counters struct {
 	// Resets counts the times Redis was found to have lost a tenant's
 	// state (restarted empty, failover).
 	Resets uint64
+	// Borrowed counts hot tenants' requests admitted in pieces over
+	// several sub-buckets, none of which could hold them alone.
+	Borrowed uint64
 	// FallbackActive reports that Redis is failing now: the last Redis call
 	// failed or the circuit breaker is open.
 	FallbackActive bool
@@ -250,6 +253,8 @@ func (l Limits) validate() error {
 		return fmt.Errorf("%w: limit above %d in %+v", ErrInvalid, MaxRate, l)
 	case l.DailyTokens > MaxDailyTokens:
 		return fmt.Errorf("%w: daily tokens %d above %d", ErrInvalid, l.DailyTokens, MaxDailyTokens)
+	case l.Shards < 0 || l.Shards > MaxShards:
+		return fmt.Errorf("%w: shards %d outside [0, %d]", ErrInvalid, l.Shards, MaxShards)
 	}
 	return nil
 }
@@ -263,9 +268,6 @@ func (r *Request) validate() error {
 	}
 	if r.Tokens < 0 || r.Tokens > MaxRate {
 		return fmt.Errorf("%w: tokens %d outside [0, %d]", ErrInvalid, r.Tokens, MaxRate)
-	}
-	if r.Shards < 0 || r.Shards > MaxShards {
-		return fmt.Errorf("%w: shards %d outside [0, %d]", ErrInvalid, r.Shards, MaxShards)
 	}
 	if r.MaxTokens != 0 && (r.MaxTokens < r.Tokens || r.MaxTokens > MaxRate) {
 		return fmt.Errorf("%w: max tokens %d outside [tokens %d, %d]", ErrInvalid, r.MaxTokens, r.Tokens, MaxRate)

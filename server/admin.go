@@ -170,7 +170,7 @@ func (s *Server) handleSetQuota(w http.ResponseWriter, r *http.Request) {
 // writeQuota answers with q and the tenant's current usage.
 func (s *Server) writeQuota(w http.ResponseWriter, r *http.Request, q store.Quota) {
 	info := quotaInfo(q)
-	u, err := s.limiter.Usage(r.Context(), q.Tenant, pipeline.LimitsOf(q.Limits))
+	u, err := s.limiter.Usage(r.Context(), q.Tenant, pipeline.QuotaLimitsOf(q))
 	if err != nil {
 		// Redis failing: the settings are still worth showing.
 		s.log.Warn("quota usage unavailable", "tenant", q.Tenant, "err", err)
