@@ -175,7 +175,7 @@ The capacity settings have no tier default; 0 clears them:
 	f.Int64Var(&o.userRPM, "user-rpm", 0, "requests per minute for each end user (0 none)")
 	f.Int64Var(&o.userTPM, "user-tpm", 0, "tokens per minute for each end user (0 none)")
 	f.Float64Var(&o.reservedTPS, "reserved-tps", 0, "output tokens per second reserved for the tenant (0 none)")
-	f.StringVar(&o.model, "model", "", "the model --reserved-tps holds capacity on (default every model)")
+	f.StringVarP(&o.model, "model", "m", "", "the model --reserved-tps holds capacity on (default every model)")
 	f.BoolVar(&o.asJSON, "json", false, "print the resulting quota as JSON")
 	return cmd
 }
