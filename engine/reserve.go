@@ -8,12 +8,25 @@ import (
 )
 
 // Provisioned throughput: a tenant may hold a reservation of output tokens
-// per second on an engine (Request.ReservedTPS). While the output the
-// engine delivered to the tenant over the last ReservationWindow is below
-// its reservation (times reserveHeadroom), and so is its projected rate,
-// its waiting sequences are admitted ahead of the weighted-fair order; once
-// it is at or above it, or has nothing waiting, the fair queue decides as
-// usual, so the capacity it does not use goes to the others.
+// per second on an engine (Request.ReservedTPS). While the engine has
+// delivered the tenant less than its reservation, its waiting sequences are
+// admitted ahead of the weighted-fair order; once it has had its due, or
+// has nothing waiting, the fair queue decides as usual, so the capacity it
+// does not use goes to the others.
+//
+// "Less than its reservation" is a credit, in tokens: while the tenant is
+// active (it has sequences waiting, prefilling or delivering) the credit
+// grows by the reservation every second, and each token delivered takes one
+// from it; it is kept within ReservationWindow's worth of the reservation
+// either way, and starts again from 0 after the tenant was idle for a
+// window. The tenant is served first while its credit is positive and its
+// projected rate is below its reservation times reserveHeadroom plus the
+// seconds of reservation it is owed (a proportional catch-up). The credit
+// pays back any shortfall (a sequence that prefills before it delivers, a
+// slow step), so over time the tenant is delivered at least its reservation
+// whenever it asks for it and the engine can run it, where a rule on the
+// measured rate alone would settle just under it. The windowed rate is what
+// is reported (Engine.Reservations).
 //
 // The projected rate is what the tenant's running sequences deliver now:
 // its tokens in the last step, plus one a step for each sequence admitted
@@ -33,10 +46,9 @@ const ReservationWindow = 2 * time.Second
 // reserveSlots divides ReservationWindow into slots of tokens counted.
 const reserveSlots = 20
 
-// reserveHeadroom is the fraction of its reservation a tenant is served
-// first up to. A little above 1: a sequence admitted when the rate dips
-// prefills before it delivers, so aiming exactly at the reservation would
-// leave the tenant a little under it on average.
+// reserveHeadroom is the projected rate, as a fraction of its reservation,
+// up to which a tenant with credit is served first: above 1 so that a
+// reservation between two multiples of one sequence's rate is reached.
 const reserveHeadroom = 1.05
 
 // reserveIdle is how long a tenant with no token and no submission keeps
@@ -76,6 +88,27 @@ type tenantRate struct {
 	// pending are the requests admitted that have not delivered a token
 	// yet, with when they were admitted.
 	pending map[string]time.Time
+	// credit is the tokens the tenant is owed (see the top of the file), as
+	// of creditAt; active is when it was last seen active.
+	credit             float64
+	creditAt, activeAt time.Time
+}
+
+// accrue brings tr's credit to now: the reservation's tokens for the time
+// it was active, within a window's worth either way.
+func (tr *tenantRate) accrue(now time.Time, active bool) {
+	limit := tr.reserved * ReservationWindow.Seconds()
+	switch {
+	case tr.creditAt.IsZero() || now.Sub(tr.activeAt) > ReservationWindow:
+		tr.credit = 0 // new, or idle for a window: no debt, no due
+	case now.After(tr.creditAt):
+		tr.credit += tr.reserved * now.Sub(tr.creditAt).Seconds()
+	}
+	tr.credit = min(max(tr.credit, -limit), limit)
+	tr.creditAt = now
+	if active {
+		tr.activeAt = now
+	}
 }
 
 // ReservationStat is a reserved tenant's state on an engine.
@@ -122,10 +155,12 @@ func (tr *tenantRate) roll(now int64) {
 	tr.head = now
 }
 
-// rate is tr's delivered tokens per second over the window ending at now.
+// rate is tr's delivered tokens per second over the window ending at now:
+// the full slots before now's and the part of now's slot gone by.
 func (tr *tenantRate) rate(now time.Time) float64 {
 	tr.roll(slotOf(now))
-	return float64(tr.total) / ReservationWindow.Seconds()
+	span := time.Duration(reserveSlots-1)*slotLen + time.Duration(now.UnixNano()%int64(slotLen))
+	return float64(tr.total) / span.Seconds()
 }
 
 // record returns tenant's record, made when reserved is positive; nil for
@@ -200,6 +235,8 @@ func (rs *reservations) delivered(req *Request, t time.Time) {
 	} else {
 		tr.stepAt, tr.stepTokens = t, 1
 	}
+	tr.accrue(rs.now, true)
+	tr.credit--
 	delete(tr.pending, req.ID)
 	tr.seen = rs.now
 	rs.publish()
@@ -228,22 +265,23 @@ func (rs *reservations) projected(tr *tenantRate) float64 {
 	return float64(n) / rs.stepSec
 }
 
-// neediest returns the tenant, with sequences waiting, whose delivered rate
-// is the smallest fraction of its reservation, if both that and its
-// projected rate are below reserveHeadroom times the reservation; "" when
-// none is.
+// neediest returns the tenant, with sequences waiting, owed the most
+// seconds of its reservation, among those with credit whose projected rate
+// is below (reserveHeadroom + the seconds owed) times their reservation:
+// the more a tenant is owed, the faster it may catch up; "" when none is.
 func (rs *reservations) neediest() string {
-	best, bestFrac := "", reserveHeadroom
+	best, bestOwed := "", 0.0
 	for name, tr := range rs.tenants {
-		if tr.waiting == 0 || tr.reserved <= 0 {
+		if tr.reserved <= 0 {
 			continue
 		}
-		target := reserveHeadroom * tr.reserved
-		if rs.projected(tr) >= target {
+		tr.accrue(rs.now, tr.waiting > 0 || len(tr.pending) > 0)
+		owed := tr.credit / tr.reserved // seconds of the reservation
+		if tr.waiting == 0 || owed <= 0 || rs.projected(tr) >= (reserveHeadroom+owed)*tr.reserved {
 			continue
 		}
-		if f := tr.rate(rs.now) / tr.reserved; f < bestFrac || (f == bestFrac && best != "" && name < best) {
-			best, bestFrac = name, f
+		if owed > bestOwed || (owed == bestOwed && name < best) {
+			best, bestOwed = name, owed
 		}
 	}
 	return best
@@ -306,8 +344,15 @@ func (q *fairQueue) reservedHead(tenant string) *sequence {
 // count toward their delivered rate.
 func (rs *reservations) trackDelivery(emit Emit) Emit {
 	return func(r *Request, ev Event) {
-		if ev.Kind == EventToken {
+		switch ev.Kind {
+		case EventToken:
 			rs.delivered(r, ev.Time)
+		case EventFinish:
+			// One that ends before its first token (a stop sampled first,
+			// a cancel) delivers nothing more.
+			if tr := rs.tenants[r.Tenant]; tr != nil {
+				delete(tr.pending, r.ID)
+			}
 		}
 		emit(r, ev)
 	}
