@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -91,4 +92,38 @@ func TestPerUserLimits(t *testing.T) {
 			}, 5*time.Second, 10*time.Millisecond, "the refused request's row names the user and the per-user limit")
 		})
 	}
+}
+
+// TestCapacityAdminRoute: PUT /v1/admin/quotas/{tenant} sets the capacity
+// settings (as llmctl quota set --hot-shards, --user-rpm, --user-tpm,
+// --reserved-tps -m sends them), GET shows them, a bad value is a 400, and
+// 0 clears them.
+func TestCapacityAdminRoute(t *testing.T) {
+	s := newStoreServer(t, nil)
+	admin := makeKey(t, s, "ops", store.TierEnterprise, true)
+	base := startServer(t, s)
+	c := testClient(t)
+
+	resp, b := call(t, c, http.MethodPut, base+"/v1/admin/quotas/acme", admin,
+		`{"hot_shards":8,"user_rpm":20,"user_tpm":40000,"reserved_tps":200,"reserved_model":"sim/small"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	resp, b = call(t, c, http.MethodGet, base+"/v1/admin/quotas/acme", admin, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	var q struct {
+		Capacity map[string]any `json:"capacity"`
+	}
+	require.NoError(t, json.Unmarshal(b, &q))
+	require.Equal(t, map[string]any{"hot_shards": 8.0, "user_rpm": 20.0, "user_tpm": 40000.0, "reserved_tps": 200.0,
+		"reserved_model": "sim/small"}, q.Capacity)
+
+	resp, b = call(t, c, http.MethodPut, base+"/v1/admin/quotas/acme", admin, `{"hot_shards":65}`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", b)
+	require.Contains(t, errorOf(t, b)["message"], "hot_shards 65")
+
+	resp, b = call(t, c, http.MethodPut, base+"/v1/admin/quotas/acme", admin,
+		`{"hot_shards":0,"user_rpm":0,"user_tpm":0,"reserved_tps":0,"reserved_model":""}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	q.Capacity = nil
+	require.NoError(t, json.Unmarshal(b, &q))
+	require.Nil(t, q.Capacity, "cleared: %s", b)
 }
