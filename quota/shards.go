@@ -112,8 +112,9 @@ func (b *shardBook) take(tenant, id string) (booked, bool) {
 // reserveSharded is Reserve for a tenant split into n sub-buckets: it
 // tries the sub-buckets one after another from a round-robin start until
 // one admits the whole request; when none can, and only tokens stood in
-// the way, it borrows: the request is split over several sub-buckets
-// (reserveSplit). An error means Redis failed.
+// the way (the TPM bucket or the day's budget), it borrows: the request is
+// split over several sub-buckets (reserveSplit). An error means Redis
+// failed.
 func (r *Redis) reserveSharded(ctx context.Context, req *Request, n int) (Decision, error) {
 	start := int(r.rr.Add(1) % uint64(n))
 	var deny outcome
@@ -134,8 +135,8 @@ func (r *Redis) reserveSharded(ctx context.Context, req *Request, n int) (Decisi
 			r.book.put(req.Tenant, req.ID, n, []piece{{shard: i, tokens: req.Tokens, over: req.most() - req.Tokens}}, r.now())
 			return shardDecision(o, req, n), nil
 		}
-		if o.code != codeTokens && o.code != codeTooLarge {
-			tokensOnly = false
+		if o.code != codeTokens && o.code != codeTooLarge && o.code != codeDailyTokens {
+			tokensOnly = false // requests or concurrency: no piece can help
 		}
 		// Keep the refusal that passes soonest (a hard one only when all
 		// are hard).
@@ -143,7 +144,8 @@ func (r *Redis) reserveSharded(ctx context.Context, req *Request, n int) (Decisi
 			deny, denied = o, true
 		}
 	}
-	if tokensOnly && (req.Limits.TPM == 0 || req.Tokens <= req.Limits.TPM) && n > 1 {
+	if tokensOnly && (req.Limits.TPM == 0 || req.Tokens <= req.Limits.TPM) &&
+		(req.Limits.DailyTokens == 0 || req.Tokens <= req.Limits.DailyTokens) {
 		d, ok, err := r.reserveSplit(ctx, req, n)
 		if err != nil || ok {
 			return d, err
@@ -208,6 +210,9 @@ func (r *Redis) reserveSplit(ctx context.Context, req *Request, n int) (Decision
 			return Decision{}, false, err
 		}
 		avail := u.TokensAvailable
+		if l.TPM == 0 {
+			avail = MaxRate // no token bucket: only the day's budget bounds it
+		}
 		if l.DailyTokens > 0 {
 			avail = min(avail, max(0, l.DailyTokens-u.DailyTokensUsed))
 		}

@@ -132,6 +132,28 @@ func TestRedisShardBorrow(t *testing.T) {
 	assert.Equal(t, int64(10), u.DailyTokensUsed)
 }
 
+// A day's budget split in sub-buckets still admits a request larger than
+// one sub-bucket's part of it, and refuses what the day has no room for.
+func TestRedisShardDailyBorrow(t *testing.T) {
+	_, r := startRedis(t)
+	tenant := tenantName(t)
+	lim := Limits{DailyTokens: 1000, Shards: 8} // 125 a sub-bucket, no TPM
+
+	d, id := reserve(t, r, tenant, lim, 300)
+	require.True(t, d.Allowed, "%+v", d)
+	require.NoError(t, r.Reconcile(t.Context(), tenant, id, 300))
+	d, _ = reserve(t, r, tenant, lim, 600)
+	require.True(t, d.Allowed, "%+v", d)
+	u, err := r.Usage(t.Context(), tenant, lim)
+	require.NoError(t, err)
+	assert.Equal(t, int64(900), u.DailyTokensUsed)
+	d, _ = reserve(t, r, tenant, lim, 101)
+	require.False(t, d.Allowed, "900 of 1,000 used: 101 more do not fit")
+	assert.Equal(t, ReasonDailyTokens, d.Reason)
+	d, _ = reserve(t, r, tenant, lim, 100)
+	require.True(t, d.Allowed, "100 more fit exactly")
+}
+
 func dedupe(s []string) []string {
 	seen := map[string]bool{}
 	var out []string
