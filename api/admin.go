@@ -103,8 +103,26 @@ type QuotaInfo struct {
 	Limits QuotaLimits `json:"limits"`
 	// Overridden names the limits set for this tenant ("rpm", "tpm",
 	// "concurrency", "daily_tokens"); the others are the tier's.
-	Overridden []string    `json:"overridden,omitempty"`
-	Usage      *QuotaUsage `json:"usage,omitempty"`
+	Overridden []string `json:"overridden,omitempty"`
+	// Capacity is the tenant's capacity settings; nil when none is set.
+	Capacity *QuotaCapacity `json:"capacity,omitempty"`
+	Usage    *QuotaUsage    `json:"usage,omitempty"`
+}
+
+// QuotaCapacity is a tenant's capacity settings beside its limits.
+type QuotaCapacity struct {
+	// HotShards is the number of Redis sub-buckets each of the tenant's
+	// buckets is split into (0: one bucket).
+	HotShards int64 `json:"hot_shards,omitempty"`
+	// UserRPM and UserTPM limit each end user of the tenant (the OpenAI
+	// "user" field, Anthropic's metadata.user_id or the X-LLMD-User
+	// header); 0 sets no per-user limit.
+	UserRPM int64 `json:"user_rpm,omitempty"`
+	UserTPM int64 `json:"user_tpm,omitempty"`
+	// ReservedTPS is the output tokens per second the engine keeps for the
+	// tenant on ReservedModel ("" every model).
+	ReservedTPS   float64 `json:"reserved_tps,omitempty"`
+	ReservedModel string  `json:"reserved_model,omitempty"`
 }
 
 // QuotaList is the body of GET /v1/admin/quotas.
@@ -122,4 +140,11 @@ type QuotaUpdate struct {
 	TokensPerMinute   *int64  `json:"tpm,omitempty"`
 	Concurrency       *int64  `json:"concurrency,omitempty"`
 	DailyTokens       *int64  `json:"daily_tokens,omitempty"`
+	// The capacity settings (see QuotaCapacity): nil keeps the value, 0
+	// (or "") clears it.
+	HotShards     *int64   `json:"hot_shards,omitempty"`
+	UserRPM       *int64   `json:"user_rpm,omitempty"`
+	UserTPM       *int64   `json:"user_tpm,omitempty"`
+	ReservedTPS   *float64 `json:"reserved_tps,omitempty"`
+	ReservedModel *string  `json:"reserved_model,omitempty"`
 }

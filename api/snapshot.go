@@ -103,6 +103,21 @@ type TenantSnapshot struct {
 	Usage     QuotaUsage  `json:"usage"`
 	Running   int         `json:"running"`
 	Rejected1 int         `json:"rejected_1m"`
+	// Reserved is the tenant's provisioned throughput on this node, nil
+	// when it holds none.
+	Reserved *ReservedRate `json:"reserved,omitempty"`
+}
+
+// ReservedRate is a tenant's reserved output rate against what it is
+// delivered, in output tokens per second.
+type ReservedRate struct {
+	// Model is the model the reservation holds on; "" for every model.
+	Model string `json:"model,omitempty"`
+	// ReservedTPS is the reservation (per engine serving the model);
+	// DeliveredTPS the output the engines delivered the tenant over their
+	// last measuring window (2 s), summed over the node's models.
+	ReservedTPS  float64 `json:"reserved_tps"`
+	DeliveredTPS float64 `json:"delivered_tps"`
 }
 
 // GPUInfo is one GPU's telemetry. Memory is in bytes; Utilization is a

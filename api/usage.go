@@ -92,4 +92,24 @@ type UsageReport struct {
 	// GPUHourPrice is the configured price of one GPU-hour (0: none).
 	GPUHourPrice float64      `json:"gpu_hour_price"`
 	OutputCosts  []OutputCost `json:"output_costs"`
+	// Reservations are the tenants' provisioned throughput (of the report's
+	// tenant and model when it names them), one per tenant and model
+	// served here; absent when no tenant holds one.
+	Reservations []ReservationUsage `json:"reservations,omitempty"`
+}
+
+// ReservationUsage is a tenant's reserved output rate on a model against
+// what it was delivered.
+type ReservationUsage struct {
+	Tenant string `json:"tenant"`
+	Model  string `json:"model"`
+	// ReservedTPS is the reservation in output tokens per second;
+	// DeliveredTPS the rate the model's engine delivered the tenant over
+	// its last 2 s (live).
+	ReservedTPS  float64 `json:"reserved_tps"`
+	DeliveredTPS float64 `json:"delivered_tps"`
+	// OutputTokens are the tenant's output tokens on the model in the
+	// report's window; MeanTPS is them over the window's length.
+	OutputTokens int64   `json:"output_tokens"`
+	MeanTPS      float64 `json:"mean_tps"`
 }

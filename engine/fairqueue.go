@@ -40,6 +40,9 @@ type fairQueue struct {
 	cost func(*sequence) int
 	// paused classes are skipped by peek (the degradation ladder).
 	paused [NumPriorities]bool
+	// resv puts the tenants under their reserved output rate first (see
+	// reserve.go).
+	resv *reservations
 }
 
 type classQueue struct {
@@ -65,7 +68,7 @@ type tenantQueue struct {
 var defaultTierWeights = [NumPriorities]float64{0.5, 1, 2, 4, 8}
 
 func newFairQueue(weights [NumPriorities]float64, cost func(*sequence) int) *fairQueue {
-	q := &fairQueue{cost: cost}
+	q := &fairQueue{cost: cost, resv: newReservations()}
 	for p := range q.classes {
 		w := weights[p]
 		if w <= 0 {
@@ -111,6 +114,7 @@ func (q *fairQueue) push(seq *sequence) {
 	c.n++
 	q.n++
 	q.tokens += seq.backlog
+	q.resv.queued(seq.r, 1)
 }
 
 // seqBefore orders sequences of one tenant by arrival, then choice index.
@@ -123,10 +127,16 @@ func seqBefore(a, b *sequence) bool {
 
 // peek returns the sequence to admit next, or nil when none may be (empty,
 // or only paused classes wait). A shadow sequence is returned only when no
-// other class has a sequence waiting.
+// other class has a sequence waiting. A tenant delivered less than its
+// reserved output rate goes first, whatever its class (see reserve.go).
 func (q *fairQueue) peek() *sequence {
 	if q.n == 0 {
 		return nil
+	}
+	if name := q.resv.neediest(); name != "" {
+		if seq := q.reservedHead(name); seq != nil {
+			return seq
+		}
 	}
 	// The active class with the smallest pass; ties go to the higher class.
 	var best *classQueue
@@ -193,6 +203,7 @@ func (q *fairQueue) pop(seq *sequence) {
 		t.pass += int64(cost)
 	}
 	q.remove(seq)
+	q.resv.admitted(seq.r)
 }
 
 // remove takes seq out wherever it is (a cancel), without charging it.
@@ -215,6 +226,7 @@ func (q *fairQueue) remove(seq *sequence) bool {
 	c.n--
 	q.n--
 	q.tokens -= seq.backlog
+	q.resv.queued(seq.r, -1)
 	if len(t.seqs) == 0 {
 		heap.Remove(&c.heap, t.index)
 		delete(c.tenants, t.name) // an idle tenant keeps no credit

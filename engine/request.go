@@ -111,6 +111,12 @@ type Request struct {
 	// StopTokens are token ids that end a choice as EOS does (not
 	// delivered).
 	StopTokens []int32
+	// ReservedTPS is the output tokens per second reserved for Tenant on
+	// this engine (provisioned throughput; 0: none). The newest submitted
+	// request's value is the tenant's reservation: while the tenant is
+	// delivered less, its waiting sequences are admitted ahead of the
+	// weighted-fair order (see ReservationWindow).
+	ReservedTPS float64
 }
 
 // FinishReason says why a choice ended.

@@ -212,6 +212,7 @@ func NewScheduler(cfg SchedulerConfig, pool *kvcache.Pool, emit Emit) (*Schedule
 		byID: make(map[string]*request), eos: make(map[int32]bool),
 	}
 	s.waiting = newFairQueue(cfg.TierWeights, s.admissionCost)
+	s.emit = s.waiting.resv.trackDelivery(s.emit) // reserved tenants' delivered rate
 	for _, t := range cfg.EOS {
 		s.eos[t] = true
 	}

@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"net/http"
@@ -70,6 +72,7 @@ func (p *Pipeline) admit(ctx context.Context, req *Request, t Tenant, c choice, 
 			}
 		}
 	}
+	job.ReservedTPS = t.Capacity.ReservedFor(job.ModelID)
 	if req.Forwarded() {
 		return adm, nil
 	}
@@ -83,18 +86,43 @@ func (p *Pipeline) admit(ctx context.Context, req *Request, t Tenant, c choice, 
 		tokens, most = reservation(len(job.Prompt), job.MaxTokens, job.N, p.cfg.QuotaEstimate, req.MaxTokens != nil,
 			p.outputs.Expected(t.ID, math.MaxInt))
 	}
+	// The end user's own limits first: a user over them takes nothing of
+	// the tenant's.
+	userKey, userHeld := "", false
+	if c := t.Capacity; req.User != "" && (c.UserRPM > 0 || c.UserTPM > 0) {
+		userKey = UserQuotaKey(t.ID, req.User)
+		d, err := p.limiter.Reserve(ctx, quota.Request{ID: req.ID, Tenant: userKey,
+			Limits: quota.Limits{RPM: c.UserRPM, TPM: c.UserTPM}, Tokens: tokens, MaxTokens: most})
+		if err != nil {
+			return adm, fmt.Errorf("pipeline: per-user quota reserve: %w", err)
+		}
+		if !d.Allowed {
+			adm.decision = &d
+			p.rejected.add(t.ID, time.Now())
+			if !p.cfg.QuotaShadow {
+				return adm, &QuotaError{Tenant: t.ID, User: req.User, Decision: d, Tokens: tokens}
+			}
+			p.log.Info("per-user quota would refuse (shadow mode)", "request_id", req.ID, "tenant", t.ID,
+				"reason", d.Reason)
+		}
+		userHeld = d.Allowed
+	}
 	d, err := p.limiter.Reserve(ctx, quota.Request{ID: req.ID, Tenant: t.ID, Limits: t.Limits, Tokens: tokens, MaxTokens: most})
 	if err != nil {
+		p.releaseUser(userHeld, userKey, req.ID)
 		return adm, fmt.Errorf("pipeline: quota reserve: %w", err)
 	}
 	adm.decision = &d
 	if !d.Allowed {
 		p.rejected.add(t.ID, time.Now())
 		if !p.cfg.QuotaShadow {
+			p.releaseUser(userHeld, userKey, req.ID)
 			return adm, &QuotaError{Tenant: t.ID, Decision: d, Tokens: tokens}
 		}
 		p.log.Info("quota would refuse (shadow mode)", "request_id", req.ID, "tenant", t.ID, "reason", d.Reason)
-		return adm, nil
+		if !userHeld {
+			return adm, nil
+		}
 	}
 	n := job.N
 	var once sync.Once
@@ -107,12 +135,43 @@ func (p *Pipeline) admit(ctx context.Context, req *Request, t Tenant, c choice, 
 			p.settled.Add(actual)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := p.limiter.Reconcile(ctx, t.ID, req.ID, actual); err != nil {
-				p.log.Error("quota reconcile failed", "request_id", req.ID, "tenant", t.ID, "err", err)
+			if d.Allowed {
+				if err := p.limiter.Reconcile(ctx, t.ID, req.ID, actual); err != nil {
+					p.log.Error("quota reconcile failed", "request_id", req.ID, "tenant", t.ID, "err", err)
+				}
+			}
+			if userHeld {
+				if err := p.limiter.Reconcile(ctx, userKey, req.ID, actual); err != nil {
+					p.log.Error("per-user quota reconcile failed", "request_id", req.ID, "tenant", t.ID, "err", err)
+				}
 			}
 		})
 	}
 	return adm, nil
+}
+
+// UserQuotaKey is the quota key of an end user of tenant: "user:" and 32
+// hex digits of a SHA-256 of the two, so that any user string (up to 256
+// bytes, any characters) makes a valid key of fixed size that no tenant id
+// can take (tenant ids have no ':'), and users spread over Redis Cluster
+// slots.
+func UserQuotaKey(tenant, user string) string {
+	h := sha256.Sum256([]byte(tenant + "\x00" + user))
+	return "user:" + hex.EncodeToString(h[:16])
+}
+
+// releaseUser gives back a per-user reservation of a request that the
+// tenant's own quota refused: its tokens are refunded (its request stays
+// counted in the user's requests per minute).
+func (p *Pipeline) releaseUser(held bool, key, id string) {
+	if !held {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.limiter.Reconcile(ctx, key, id, 0); err != nil {
+		p.log.Error("per-user quota release failed", "request_id", id, "err", err)
+	}
 }
 
 // DefaultOutputEstimate is the answer length, per choice, reserved for a

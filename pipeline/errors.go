@@ -85,10 +85,16 @@ type QuotaError struct {
 	Decision quota.Decision
 	// Tokens is what the request asked to reserve.
 	Tokens int64
+	// User, when set, names the end user whose per-user limit refused the
+	// request (the tenant's own limits were not consulted).
+	User string
 }
 
 func (e *QuotaError) Error() string {
 	d := e.Decision
+	if e.User != "" {
+		return e.userError()
+	}
 	switch d.Reason {
 	case quota.ReasonRequests:
 		return fmt.Sprintf("Rate limit reached for tenant %s on requests per minute: limit %d; retry in %s",
@@ -105,6 +111,24 @@ func (e *QuotaError) Error() string {
 			"limit of %d; lower max_tokens", e.Tokens, e.Tenant, d.LimitTokens)
 	}
 	return fmt.Sprintf("Rate limit reached for tenant %s (%s)", e.Tenant, d.Reason)
+}
+
+// userError words a refusal by the tenant's per-user limit.
+func (e *QuotaError) userError() string {
+	d := e.Decision
+	who := fmt.Sprintf("user %q of tenant %s", e.User, e.Tenant)
+	switch d.Reason {
+	case quota.ReasonRequests:
+		return fmt.Sprintf("Per-user rate limit reached for %s on requests per minute: limit %d per user; retry in %s",
+			who, d.LimitRequests, RoundUp(d.RetryAfter))
+	case quota.ReasonTokens:
+		return fmt.Sprintf("Per-user rate limit reached for %s on tokens per minute: limit %d per user, remaining %d, "+
+			"requested %d; retry in %s", who, d.LimitTokens, d.RemainingTokens, e.Tokens, RoundUp(d.RetryAfter))
+	case quota.ReasonTooLarge:
+		return fmt.Sprintf("Request of %d tokens is larger than the per-user tokens-per-minute limit of %d of tenant %s; "+
+			"lower max_tokens", e.Tokens, d.LimitTokens, e.Tenant)
+	}
+	return fmt.Sprintf("Per-user rate limit reached for %s (%s)", who, d.Reason)
 }
 
 // OverloadError sheds a free-tier request at the ladder's DegradeShedFree
@@ -126,6 +150,8 @@ func RejectReason(err error) string {
 	var oe *OverloadError
 	var pe *Error
 	switch {
+	case errors.As(err, &qe) && qe.User != "":
+		return "quota_user_" + string(qe.Decision.Reason)
 	case errors.As(err, &qe):
 		return "quota_" + string(qe.Decision.Reason)
 	case errors.As(err, &oe):

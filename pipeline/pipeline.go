@@ -429,11 +429,19 @@ func (p *Pipeline) targetFailed(plan *Plan, t Target, err error) {
 
 // tenant looks the principal's tier and limits up. Without a store there
 // is only the local tenant: paid and unlimited. A forwarded request comes
-// with the tier its entry node found, which holds its reservation.
+// with the tier its entry node found, which holds its quota reservation;
+// its capacity settings (a reserved output rate) are read from this node's
+// copy of the replicated control state.
 func (p *Pipeline) tenant(ctx context.Context, pr Principal) (Tenant, error) {
 	switch {
 	case pr.Peer != "":
-		return Tenant{ID: pr.Tenant, Tier: store.Tier(pr.Tier)}, nil
+		t := Tenant{ID: pr.Tenant, Tier: store.Tier(pr.Tier)}
+		if p.accounts != nil {
+			if q, err := p.accounts.Quota(ctx, pr.Tenant); err == nil {
+				t.Capacity = q.Capacity
+			}
+		}
+		return t, nil
 	case p.accounts == nil:
 		return Tenant{ID: pr.Tenant, Tier: store.TierPaid}, nil
 	}
@@ -441,12 +449,20 @@ func (p *Pipeline) tenant(ctx context.Context, pr Principal) (Tenant, error) {
 	if err != nil {
 		return Tenant{ID: pr.Tenant}, fmt.Errorf("pipeline: quota of tenant %s: %w", pr.Tenant, err)
 	}
-	return Tenant{ID: pr.Tenant, Tier: q.Tier, Limits: LimitsOf(q.Limits)}, nil
+	return Tenant{ID: pr.Tenant, Tier: q.Tier, Limits: QuotaLimitsOf(q), Capacity: q.Capacity}, nil
 }
 
 // LimitsOf converts stored limits to the quota's.
 func LimitsOf(l store.Limits) quota.Limits {
 	return quota.Limits{RPM: l.RPM, TPM: l.TPM, Concurrency: l.Concurrency, DailyTokens: l.DailyTokens}
+}
+
+// QuotaLimitsOf is a tenant's quota limits: its limits, split into its
+// hot-tenant sub-buckets.
+func QuotaLimitsOf(q store.Quota) quota.Limits {
+	l := LimitsOf(q.Limits)
+	l.Shards = int(min(q.Capacity.HotShards, quota.MaxShards))
+	return l
 }
 
 // appendNote joins routing and degradation notes with "; ".

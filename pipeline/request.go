@@ -250,6 +250,9 @@ type Tenant struct {
 	ID     string
 	Tier   store.Tier
 	Limits quota.Limits
+	// Capacity holds its sub-bucket count, per-user limits and
+	// reservations.
+	Capacity store.Capacity
 }
 
 // Job is a request ready to run: its model chosen, its prompt tokenized,
@@ -301,6 +304,9 @@ type Job struct {
 	Upstream *UpstreamCall
 	// OnStopString is the request's (see Request.OnStopString).
 	OnStopString func(i int, stop string)
+	// ReservedTPS is the output tokens per second reserved for the tenant
+	// on the model (engine.Request.ReservedTPS; 0: none).
+	ReservedTPS float64
 }
 
 // EngineRequest is the job as the engine takes it: each call gets its own
@@ -308,7 +314,7 @@ type Job struct {
 func (j *Job) EngineRequest() engine.Request {
 	req := engine.Request{ID: j.ID, Tenant: j.Principal.Tenant, Prompt: j.Prompt, MaxTokens: j.MaxTokens, N: j.N,
 		Priority: j.Priority, Seed: j.Seed, Sampling: j.Sampling, Logprobs: j.Logprobs, TopLogprobs: j.TopLogprobs,
-		MinTokens: j.MinTokens, IgnoreEOS: j.IgnoreEOS, StopTokens: j.StopTokens}
+		MinTokens: j.MinTokens, IgnoreEOS: j.IgnoreEOS, StopTokens: j.StopTokens, ReservedTPS: j.ReservedTPS}
 	if j.Grammar != nil {
 		req.Constraint = j.Grammar.Matcher().Constraint()
 	}

@@ -120,6 +120,44 @@
 // are at most those made within the last TTL. An expired estimated
 // reservation leaves the held overage.
 //
+// # Hot tenants
+//
+// A tenant whose [Limits.Shards] is n > 1 has each of its buckets split into
+// n sub-buckets in Redis, each its own keys with its own hash tag
+// (llmd:qs:{tenant/i}:s, :r, :e), so that in a Redis Cluster they spread
+// over slots and no single key takes all of the tenant's traffic. Sub-bucket
+// i gets limit/n of each limit, plus one for each of the first limit mod n
+// sub-buckets, so the parts add up to the limit exactly; n is lowered to the
+// smallest limit set, so that no part is 0 (unlimited). A request goes to a
+// sub-bucket chosen round robin (each node starts at a random one); when it
+// refuses, the others are tried in turn, and the first that admits holds the
+// reservation, which the limiter remembers for its Reconcile. When every
+// sub-bucket refuses and only tokens stood in the way (the request is
+// larger than what any one holds), the request borrows: the sub-buckets'
+// balances are read, and if together they hold it, it is reserved in pieces
+// (the first piece takes the request and carries the overage), each settled
+// in its own sub-bucket. A piece refused meanwhile gives the others back.
+//
+// The bound: each sub-bucket keeps its own part exactly, so over any time t
+// the tokens the tenant is admitted are at most TPM*(1 + t/60), the bound of
+// one bucket (never more, whatever the nodes and the concurrency), and the
+// requests at most RPM*(1 + t/60). Splitting can only under-admit: a token
+// request is refused while the sub-buckets together hold it only when a
+// borrow races with other admissions, so at the end of any burst the
+// tenant's unused balance is below n times its largest request (each
+// sub-bucket strands less than one request); requests per minute may strand
+// less than one request per sub-bucket. TestRedisShardTotalsUnderConcurrency
+// checks both sides with three limiters sharing a Redis. The Remaining*
+// fields of a decision are the chosen sub-bucket's times n (an estimate);
+// [Redis.Usage] sums the sub-buckets. A borrowed request holds a piece, and
+// so a concurrency slot, in each sub-bucket it borrowed from until it is
+// settled.
+//
+// Changing a tenant's Shards moves it to other keys whose buckets start
+// full: up to one more window of each limit can be admitted at the change
+// (as when Redis loses a tenant's state). [Memory] ignores Shards: in one
+// process there is no hot key, and its per-tenant lock is not shared.
+//
 // # Backends
 //
 // [Memory] keeps everything in the process (one node). [Redis] shares the

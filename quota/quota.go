@@ -19,6 +19,11 @@ type Limits struct {
 	Concurrency int64
 	// DailyTokens is the most tokens reserved and reconciled per UTC day.
 	DailyTokens int64
+	// Shards splits each of the tenant's buckets into that many
+	// sub-buckets, each its own Redis key (a hot tenant; 0 or 1: one
+	// bucket), at most MaxShards. Memory ignores it: one process has no hot
+	// key. See "Hot tenants" in the package doc.
+	Shards int
 }
 
 // Request asks to reserve quota for one request.
@@ -160,6 +165,9 @@ type Counters struct {
 	// Resets counts the times Redis was found to have lost a tenant's
 	// state (restarted empty, failover).
 	Resets uint64
+	// Borrowed counts hot tenants' requests admitted in pieces over
+	// several sub-buckets, none of which could hold them alone.
+	Borrowed uint64
 	// FallbackActive reports that Redis is failing now: the last Redis call
 	// failed or the circuit breaker is open.
 	FallbackActive bool
@@ -216,6 +224,8 @@ const (
 	MaxRate = 1_000_000_000
 	// MaxDailyTokens bounds DailyTokens.
 	MaxDailyTokens = 1_000_000_000_000_000
+	// MaxShards bounds Request.Shards.
+	MaxShards = 64
 )
 
 // validKey checks a tenant or id that becomes part of a Redis key: not
@@ -243,6 +253,8 @@ func (l Limits) validate() error {
 		return fmt.Errorf("%w: limit above %d in %+v", ErrInvalid, MaxRate, l)
 	case l.DailyTokens > MaxDailyTokens:
 		return fmt.Errorf("%w: daily tokens %d above %d", ErrInvalid, l.DailyTokens, MaxDailyTokens)
+	case l.Shards < 0 || l.Shards > MaxShards:
+		return fmt.Errorf("%w: shards %d outside [0, %d]", ErrInvalid, l.Shards, MaxShards)
 	}
 	return nil
 }

@@ -110,9 +110,12 @@ type Redis struct {
 	breaker *breaker
 	local   *Memory
 	seen    *seenSet
+	// book and rr serve hot tenants' sub-buckets (shards.go).
+	book *shardBook
+	rr   atomic.Uint64
 
-	allow, deny, errAllowed, errDenied, resets atomic.Uint64
-	closed                                     atomic.Bool
+	allow, deny, errAllowed, errDenied, resets, borrowed atomic.Uint64
+	closed                                               atomic.Bool
 }
 
 // NewRedis returns a Redis limiter. It does not connect: Redis may be down
@@ -154,7 +157,7 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 
 	ttl := time.Duration(ttlMillis(cfg.TTL)) * time.Millisecond
-	return &Redis{
+	r := &Redis{
 		client:    redis.NewClient(opt),
 		timeout:   timeout,
 		ttlMs:     ttl.Milliseconds(),
@@ -164,7 +167,10 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		breaker:   newBreaker(now, cmp.Or(cfg.BreakerFailures, DefaultBreakerFailures), cmp.Or(cfg.BreakerCooldown, DefaultBreakerCooldown)),
 		local:     NewMemory(MemoryConfig{Now: now, TTL: ttl}),
 		seen:      newSeenSet(seenMax),
-	}, nil
+		book:      newShardBook(ttl),
+	}
+	r.rr.Store(newRoundRobin())
+	return r, nil
 }
 
 func keys(tenant string) []string {
@@ -184,18 +190,9 @@ func (r *Redis) Reserve(ctx context.Context, req Request) (Decision, error) {
 		return Decision{}, ErrClosed
 	}
 	if r.breaker.allow() {
-		o, err := r.reserve(ctx, &req)
+		d, err := r.reserve(ctx, &req)
 		if err == nil {
 			r.succeeded()
-			if o.code == codeDuplicate {
-				return Decision{}, ErrDuplicateID
-			}
-			if r.seen.observe(req.Tenant, o.created, r.now()) {
-				r.resets.Add(1)
-				r.log.Warn("quota: redis lost the tenant's quota state (restart or failover); its buckets start full",
-					"tenant", req.Tenant)
-			}
-			d := o.decision(&req)
 			if d.Allowed {
 				r.allow.Add(1)
 			} else {
@@ -203,19 +200,52 @@ func (r *Redis) Reserve(ctx context.Context, req Request) (Decision, error) {
 			}
 			return d, nil
 		}
+		if errors.Is(err, ErrDuplicateID) {
+			r.succeeded()
+			return Decision{}, err
+		}
 		r.failed("reserve", err)
 	}
 	return r.fallbackReserve(ctx, req)
 }
 
-func (r *Redis) reserve(ctx context.Context, req *Request) (outcome, error) {
+// reserve decides req in Redis: in the tenant's bucket, or in its
+// sub-buckets when it is split. An error other than ErrDuplicateID means
+// Redis failed.
+func (r *Redis) reserve(ctx context.Context, req *Request) (Decision, error) {
+	if n := req.Limits.shards(); n > 1 {
+		return r.reserveSharded(ctx, req, n)
+	}
+	o, err := r.runReserve(ctx, keys(req.Tenant), req)
+	if err != nil {
+		return Decision{}, err
+	}
+	if o.code == codeDuplicate {
+		return Decision{}, ErrDuplicateID
+	}
+	r.observeState(req.Tenant, o.created)
+	return o.decision(req), nil
+}
+
+// runReserve runs the reserve script on one bucket's keys.
+func (r *Redis) runReserve(ctx context.Context, keys []string, req *Request) (outcome, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 	defer cancel()
-	res, err := reserveScript.Run(ctx, r.client, keys(req.Tenant), reserveArgs(req, r.ttlMs)...).Int64Slice()
+	res, err := reserveScript.Run(ctx, r.client, keys, reserveArgs(req, r.ttlMs)...).Int64Slice()
 	if err != nil {
 		return outcome{}, err
 	}
 	return parseReserve(res)
+}
+
+// observeState counts and logs a bucket whose state Redis lost (name: the
+// tenant, or its sub-bucket).
+func (r *Redis) observeState(name string, created bool) {
+	if r.seen.observe(name, created, r.now()) {
+		r.resets.Add(1)
+		r.log.Warn("quota: redis lost the tenant's quota state (restart or failover); its buckets start full",
+			"tenant", name)
+	}
 }
 
 // reserveArgs are reserve.lua's ARGV.
@@ -269,18 +299,29 @@ func (r *Redis) Reconcile(ctx context.Context, tenant, id string, actual int64) 
 	if r.local.settle(tenant, id, actual) {
 		return nil
 	}
+	e, sharded := r.book.take(tenant, id)
 	if !r.breaker.allow() {
 		r.log.Debug("quota: redis unavailable, reconcile dropped", "tenant", tenant, "request_id", id)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-	defer cancel()
-	if err := reconcileScript.Run(ctx, r.client, keys(tenant), id, actual).Err(); err != nil {
-		r.failed("reconcile", err)
+	if sharded {
+		r.reconcileBooked(ctx, tenant, id, e, actual)
 		return nil
 	}
-	r.succeeded()
+	r.reconcileKeys(ctx, keys(tenant), id, actual)
 	return nil
+}
+
+// reconcileKeys runs the reconcile script on one bucket's keys; a failure
+// is counted by the breaker and otherwise dropped.
+func (r *Redis) reconcileKeys(ctx context.Context, keys []string, id string, actual int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+	defer cancel()
+	if err := reconcileScript.Run(ctx, r.client, keys, id, actual).Err(); err != nil {
+		r.failed("reconcile", err)
+		return
+	}
+	r.succeeded()
 }
 
 // Usage implements [Limiter.Usage] from Redis. Unlike Reserve it returns
@@ -298,14 +339,29 @@ func (r *Redis) Usage(ctx context.Context, tenant string, l Limits) (Usage, erro
 	if !r.breaker.allow() {
 		return Usage{}, ErrUnavailable
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-	defer cancel()
-	res, err := usageScript.Run(ctx, r.client, keys(tenant), l.RPM, l.TPM).Int64Slice()
+	var u Usage
+	var err error
+	if n := l.shards(); n > 1 {
+		u, err = r.usageSharded(ctx, tenant, l, n)
+	} else {
+		u, err = r.runUsage(ctx, keys(tenant), l)
+	}
 	if err != nil {
 		r.failed("usage", err)
 		return Usage{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	r.succeeded()
+	return u, nil
+}
+
+// runUsage runs the usage script on one bucket's keys.
+func (r *Redis) runUsage(ctx context.Context, keys []string, l Limits) (Usage, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+	defer cancel()
+	res, err := usageScript.Run(ctx, r.client, keys, l.RPM, l.TPM).Int64Slice()
+	if err != nil {
+		return Usage{}, err
+	}
 	return parseUsage(res)
 }
 
@@ -326,6 +382,7 @@ func (r *Redis) Counters() Counters {
 		ErrorAllowed:   r.errAllowed.Load(),
 		ErrorDenied:    r.errDenied.Load(),
 		Resets:         r.resets.Load(),
+		Borrowed:       r.borrowed.Load(),
 		FallbackActive: state != breakerClosed || failures > 0,
 	}
 }

@@ -144,7 +144,8 @@ func (s *Server) handleSetQuota(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u := store.QuotaUpdate{RPM: req.RequestsPerMinute, TPM: req.TokensPerMinute, Concurrency: req.Concurrency,
-		DailyTokens: req.DailyTokens}
+		DailyTokens: req.DailyTokens, Capacity: store.CapacityUpdate{HotShards: req.HotShards, UserRPM: req.UserRPM,
+			UserTPM: req.UserTPM, ReservedTPS: req.ReservedTPS, ReservedModel: req.ReservedModel}}
 	if req.Tier != nil {
 		t, err := store.ParseTier(*req.Tier)
 		if err != nil {
@@ -160,14 +161,16 @@ func (s *Server) handleSetQuota(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("quota set", "tenant", q.Tenant, "tier", q.Tier, "rpm", q.Limits.RPM, "tpm", q.Limits.TPM,
-		"concurrency", q.Limits.Concurrency, "daily_tokens", q.Limits.DailyTokens, "by", principalFrom(r.Context()).KeyID)
+		"concurrency", q.Limits.Concurrency, "daily_tokens", q.Limits.DailyTokens, "hot_shards", q.Capacity.HotShards,
+		"user_rpm", q.Capacity.UserRPM, "user_tpm", q.Capacity.UserTPM, "reserved_tps", q.Capacity.ReservedTPS,
+		"reserved_model", q.Capacity.ReservedModel, "by", principalFrom(r.Context()).KeyID)
 	s.writeQuota(w, r, q)
 }
 
 // writeQuota answers with q and the tenant's current usage.
 func (s *Server) writeQuota(w http.ResponseWriter, r *http.Request, q store.Quota) {
 	info := quotaInfo(q)
-	u, err := s.limiter.Usage(r.Context(), q.Tenant, pipeline.LimitsOf(q.Limits))
+	u, err := s.limiter.Usage(r.Context(), q.Tenant, pipeline.QuotaLimitsOf(q))
 	if err != nil {
 		// Redis failing: the settings are still worth showing.
 		s.log.Warn("quota usage unavailable", "tenant", q.Tenant, "err", err)
@@ -203,6 +206,10 @@ func quotaInfo(q store.Quota) api.QuotaInfo {
 		if o.v != nil {
 			info.Overridden = append(info.Overridden, o.name)
 		}
+	}
+	if c := q.Capacity; c != (store.Capacity{}) {
+		info.Capacity = &api.QuotaCapacity{HotShards: c.HotShards, UserRPM: c.UserRPM, UserTPM: c.UserTPM,
+			ReservedTPS: c.ReservedTPS, ReservedModel: c.ReservedModel}
 	}
 	return info
 }

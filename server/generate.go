@@ -61,7 +61,13 @@ var affinityHeaders = []string{"X-Conversation-Id", "X-Session-Id"}
 
 // Request headers a forwarded request keeps; the client's Authorization is
 // replaced by the peer signature.
-var forwardedHeaders = []string{"Content-Type", "Accept", "User-Agent", resumeHeader, "X-Conversation-Id", "X-Session-Id"}
+var forwardedHeaders = []string{"Content-Type", "Accept", "User-Agent", resumeHeader, "X-Conversation-Id", "X-Session-Id",
+	userHeader}
+
+// userHeader names the end user of a request whose API has no field for it
+// (the native and Ollama APIs); the body's field (OpenAI "user",
+// Anthropic metadata.user_id) wins when both are given.
+const userHeader = "X-LLMD-User"
 
 // MaxClientRequestIDLen bounds the client's X-Request-Id in logs.
 const MaxClientRequestIDLen = 128
@@ -131,6 +137,9 @@ func (s *Server) decodeRequest(w http.ResponseWriter, r *http.Request, c codec, 
 	}
 	if req.Mode == "" {
 		req.Mode = capText(r.Header.Get("X-LLMD-Mode"), 64)
+	}
+	if req.User == "" {
+		req.User = capText(r.Header.Get(userHeader), 256)
 	}
 	fwd := pipeline.Forward{Path: r.URL.RequestURI(), Body: body}
 	if req.Forward.Path != "" {

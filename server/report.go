@@ -78,6 +78,11 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 	}
 	rep := s.buildReport(rows, since.UTC(), until.UTC(), by)
 	rep.Tenant, rep.Model = qv.Get("tenant"), qv.Get("model")
+	rep.Reservations, err = s.reservationUsage(r.Context(), rep.Tenant, rep.Model, since, until)
+	if err != nil {
+		writeError(w, "", err)
+		return
+	}
 	writeJSON(w, http.StatusOK, rep)
 }
 

@@ -94,12 +94,13 @@ func (s *Server) tenantSnapshots(ctx context.Context, now time.Time, running map
 		s.log.Warn("snapshot: quotas unavailable", "err", err)
 		return out
 	}
+	delivered := s.delivered()
 	for _, q := range qs {
 		ts := api.TenantSnapshot{Tenant: q.Tenant, Tier: string(q.Tier), Limits: quotaInfo(q).Limits,
-			Running: running[q.Tenant]}
+			Running: running[q.Tenant], Reserved: reservedRate(q, delivered)}
 		var rejected uint64
 		rejected, ts.Rejected1 = s.pipe.Rejected(q.Tenant, now)
-		if u, err := s.limiter.Usage(ctx, q.Tenant, pipeline.LimitsOf(q.Limits)); err == nil {
+		if u, err := s.limiter.Usage(ctx, q.Tenant, pipeline.QuotaLimitsOf(q)); err == nil {
 			ts.Usage = api.QuotaUsage{InFlight: u.InFlight, RequestsAvailable: u.RequestsAvailable,
 				TokensAvailable: u.TokensAvailable, DailyTokensUsed: u.DailyTokensUsed, Rejected: rejected}
 		}

@@ -23,6 +23,8 @@ type Limits struct {
 // limit, a non-nil one replaces it (0: unlimited).
 type Override struct {
 	RPM, TPM, Concurrency, DailyTokens *int64
+	// Capacity is the tenant's own capacity settings (tiers have none).
+	Capacity Capacity
 }
 
 // apply returns l with o's limits in place of l's.
@@ -45,12 +47,12 @@ func (o Override) apply(l Limits) Limits {
 func (o Override) equal(p Override) bool {
 	same := func(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 	return same(o.RPM, p.RPM) && same(o.TPM, p.TPM) && same(o.Concurrency, p.Concurrency) &&
-		same(o.DailyTokens, p.DailyTokens)
+		same(o.DailyTokens, p.DailyTokens) && o.Capacity == p.Capacity
 }
 
 // empty reports whether o overrides nothing.
 func (o Override) empty() bool {
-	return o.RPM == nil && o.TPM == nil && o.Concurrency == nil && o.DailyTokens == nil
+	return o.RPM == nil && o.TPM == nil && o.Concurrency == nil && o.DailyTokens == nil && o.Capacity == Capacity{}
 }
 
 // Quota is a tenant's quota.
@@ -61,6 +63,8 @@ type Quota struct {
 	Limits Limits
 	// Override holds the tenant's own limits.
 	Override Override
+	// Capacity is the tenant's capacity settings (Override.Capacity).
+	Capacity Capacity
 }
 
 // TierLimits returns every tier's default limits.
@@ -117,7 +121,8 @@ func (s *Store) SetTierLimits(ctx context.Context, tier Tier, l Limits) error {
 // quotaQuery selects tenants' quotas; scanQuota reads its rows.
 const quotaQuery = `SELECT t.id, t.tier,
 	d.rpm, d.tpm, d.concurrency, d.daily_tokens,
-	o.rpm, o.tpm, o.concurrency, o.daily_tokens
+	o.rpm, o.tpm, o.concurrency, o.daily_tokens,
+	o.hot_shards, o.user_rpm, o.user_tpm, o.reserved_tps, o.reserved_model
 	FROM tenants t
 	JOIN tier_quotas d ON d.tier = t.tier
 	LEFT JOIN tenant_quotas o ON o.tenant = t.id`
@@ -127,8 +132,11 @@ func scanQuota(row scanner) (Quota, error) {
 	var q Quota
 	var tier Limits
 	var own [4]sql.NullInt64
+	var hot, userRPM, userTPM sql.NullInt64
+	var tps sql.NullFloat64
+	var model sql.NullString
 	err := row.Scan(&q.Tenant, &q.Tier, &tier.RPM, &tier.TPM, &tier.Concurrency, &tier.DailyTokens,
-		&own[0], &own[1], &own[2], &own[3])
+		&own[0], &own[1], &own[2], &own[3], &hot, &userRPM, &userTPM, &tps, &model)
 	if err != nil {
 		return Quota{}, err
 	}
@@ -138,8 +146,11 @@ func scanQuota(row scanner) (Quota, error) {
 		}
 		return &n.Int64
 	}
-	q.Override = Override{RPM: ptr(own[0]), TPM: ptr(own[1]), Concurrency: ptr(own[2]), DailyTokens: ptr(own[3])}
+	q.Override = Override{RPM: ptr(own[0]), TPM: ptr(own[1]), Concurrency: ptr(own[2]), DailyTokens: ptr(own[3]),
+		Capacity: Capacity{HotShards: hot.Int64, UserRPM: userRPM.Int64, UserTPM: userTPM.Int64, ReservedTPS: tps.Float64,
+			ReservedModel: model.String}}
 	q.Limits = q.Override.apply(tier)
+	q.Capacity = q.Override.Capacity
 	return q, nil
 }
 
@@ -192,6 +203,8 @@ func (s *Store) Quotas(ctx context.Context) ([]Quota, error) {
 type QuotaUpdate struct {
 	Tier                               *Tier
 	RPM, TPM, Concurrency, DailyTokens *int64
+	// Capacity changes the tenant's capacity settings.
+	Capacity CapacityUpdate
 }
 
 // clearOverride is the QuotaUpdate limit that removes an override.
@@ -213,7 +226,7 @@ func (u QuotaUpdate) check() error {
 			return fmt.Errorf("%w: %s %d: want -1 (tier default), 0 (unlimited) or more", ErrInvalid, f.name, *f.v)
 		}
 	}
-	return nil
+	return u.Capacity.apply(Capacity{}).check()
 }
 
 // apply returns o changed by u's limits.
@@ -234,6 +247,7 @@ func (u QuotaUpdate) apply(o Override) Override {
 		TPM:         set(o.TPM, u.TPM),
 		Concurrency: set(o.Concurrency, u.Concurrency),
 		DailyTokens: set(o.DailyTokens, u.DailyTokens),
+		Capacity:    u.Capacity.apply(o.Capacity),
 	}
 }
 
@@ -276,6 +290,9 @@ func (s *Store) UpdateQuota(ctx context.Context, tenant string, u QuotaUpdate) (
 			return err
 		}
 		o := u.apply(old.Override)
+		if err := o.Capacity.check(); err != nil {
+			return err
+		}
 		if !o.equal(old.Override) {
 			if err := s.recordQuota(ctx, tx, recs, tenant, o); err != nil {
 				return err
@@ -284,11 +301,7 @@ func (s *Store) UpdateQuota(ctx context.Context, tenant string, u QuotaUpdate) (
 		if o.empty() {
 			_, err = tx.ExecContext(ctx, `DELETE FROM tenant_quotas WHERE tenant = ?`, tenant)
 		} else {
-			_, err = tx.ExecContext(ctx, `INSERT INTO tenant_quotas (tenant, rpm, tpm, concurrency, daily_tokens)
-				VALUES (?, ?, ?, ?, ?)
-				ON CONFLICT (tenant) DO UPDATE SET rpm = excluded.rpm, tpm = excluded.tpm,
-					concurrency = excluded.concurrency, daily_tokens = excluded.daily_tokens`,
-				tenant, o.RPM, o.TPM, o.Concurrency, o.DailyTokens)
+			err = writeOverride(ctx, tx, tenant, o)
 		}
 		if err != nil {
 			return err
@@ -300,4 +313,18 @@ func (s *Store) UpdateQuota(ctx context.Context, tenant string, u QuotaUpdate) (
 		return Quota{}, fmt.Errorf("store: update quota of %q: %w", tenant, err)
 	}
 	return q, nil
+}
+
+// writeOverride writes tenant's overrides row.
+func writeOverride(ctx context.Context, tx *sql.Tx, tenant string, o Override) error {
+	c := o.Capacity
+	_, err := tx.ExecContext(ctx, `INSERT INTO tenant_quotas (tenant, rpm, tpm, concurrency, daily_tokens,
+			hot_shards, user_rpm, user_tpm, reserved_tps, reserved_model)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (tenant) DO UPDATE SET rpm = excluded.rpm, tpm = excluded.tpm,
+			concurrency = excluded.concurrency, daily_tokens = excluded.daily_tokens,
+			hot_shards = excluded.hot_shards, user_rpm = excluded.user_rpm, user_tpm = excluded.user_tpm,
+			reserved_tps = excluded.reserved_tps, reserved_model = excluded.reserved_model`,
+		tenant, o.RPM, o.TPM, o.Concurrency, o.DailyTokens, c.HotShards, c.UserRPM, c.UserTPM, c.ReservedTPS, c.ReservedModel)
+	return err
 }

@@ -99,6 +99,12 @@ type (
 		TPM         *int64 `json:"tpm"`
 		Concurrency *int64 `json:"concurrency"`
 		DailyTokens *int64 `json:"daily_tokens"`
+		// The capacity settings; absent (zero) in records of older nodes.
+		HotShards     int64   `json:"hot_shards,omitempty"`
+		UserRPM       int64   `json:"user_rpm,omitempty"`
+		UserTPM       int64   `json:"user_tpm,omitempty"`
+		ReservedTPS   float64 `json:"reserved_tps,omitempty"`
+		ReservedModel string  `json:"reserved_model,omitempty"`
 	}
 	tierPayload struct {
 		RPM         int64 `json:"rpm"`
@@ -289,7 +295,9 @@ func (s *Store) recordTenant(ctx context.Context, tx *sql.Tx, recs *[]Record, id
 
 // recordQuota records tenant's overrides: a tombstone when there are none.
 func (s *Store) recordQuota(ctx context.Context, tx *sql.Tx, recs *[]Record, tenant string, o Override) error {
-	p := quotaPayload{RPM: o.RPM, TPM: o.TPM, Concurrency: o.Concurrency, DailyTokens: o.DailyTokens}
+	c := o.Capacity
+	p := quotaPayload{RPM: o.RPM, TPM: o.TPM, Concurrency: o.Concurrency, DailyTokens: o.DailyTokens,
+		HotShards: c.HotShards, UserRPM: c.UserRPM, UserTPM: c.UserTPM, ReservedTPS: c.ReservedTPS, ReservedModel: c.ReservedModel}
 	return s.putLocal(ctx, tx, recs, RecordQuota, tenant, o.empty(), p)
 }
 
@@ -500,6 +508,9 @@ func checkRecord(r Record) error {
 				return bad("negative limit")
 			}
 		}
+		if err := p.capacity().check(); err != nil {
+			return bad("%v", err)
+		}
 	case RecordTier:
 		var p tierPayload
 		if err := Tier(r.ID).check(); err != nil {
@@ -555,11 +566,8 @@ func materialize(ctx context.Context, tx *sql.Tx, r Record, now int64) error {
 			_, err = tx.ExecContext(ctx, `DELETE FROM tenant_quotas WHERE tenant = ?`, r.ID)
 			break
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO tenant_quotas (tenant, rpm, tpm, concurrency, daily_tokens)
-			VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (tenant) DO UPDATE SET rpm = excluded.rpm, tpm = excluded.tpm,
-				concurrency = excluded.concurrency, daily_tokens = excluded.daily_tokens`,
-			r.ID, p.RPM, p.TPM, p.Concurrency, p.DailyTokens)
+		err = writeOverride(ctx, tx, r.ID, Override{RPM: p.RPM, TPM: p.TPM, Concurrency: p.Concurrency,
+			DailyTokens: p.DailyTokens, Capacity: p.capacity()})
 	case RecordTier:
 		var p tierPayload
 		_ = json.Unmarshal(r.Payload, &p)
@@ -567,4 +575,10 @@ func materialize(ctx context.Context, tx *sql.Tx, r Record, now int64) error {
 			WHERE tier = ?`, p.RPM, p.TPM, p.Concurrency, p.DailyTokens, r.ID)
 	}
 	return err
+}
+
+// capacity is the payload's capacity settings.
+func (p quotaPayload) capacity() Capacity {
+	return Capacity{HotShards: p.HotShards, UserRPM: p.UserRPM, UserTPM: p.UserTPM, ReservedTPS: p.ReservedTPS,
+		ReservedModel: p.ReservedModel}
 }

@@ -352,8 +352,13 @@ func TestMigrationBackfillsRecords(t *testing.T) {
 	require.NoError(t, err)
 	secret2, _, err := s.CreateKey(ctx, "acme", false, "ci")
 	require.NoError(t, err)
+	// Back to schema version 4: without the records (5) and the capacity
+	// columns (6).
 	_, err = s.db.ExecContext(ctx, `DROP TABLE control_records; DROP TABLE control_origin;
-		DELETE FROM schema_migrations WHERE version = 5`)
+		ALTER TABLE tenant_quotas DROP COLUMN hot_shards; ALTER TABLE tenant_quotas DROP COLUMN user_rpm;
+		ALTER TABLE tenant_quotas DROP COLUMN user_tpm; ALTER TABLE tenant_quotas DROP COLUMN reserved_tps;
+		ALTER TABLE tenant_quotas DROP COLUMN reserved_model;
+		DELETE FROM schema_migrations WHERE version >= 5`)
 	require.NoError(t, err)
 	ms, err := loadMigrations(migrationFiles)
 	require.NoError(t, err)

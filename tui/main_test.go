@@ -91,8 +91,9 @@ func fixture(at time.Time, generated uint64) *api.Snapshot {
 		},
 		Tenants: []api.TenantSnapshot{
 			{Tenant: "acme", Tier: "paid", Running: 1, Rejected1: 2,
-				Limits: api.QuotaLimits{RequestsPerMinute: 60, TokensPerMinute: 100000, Concurrency: 4, DailyTokens: 1000000},
-				Usage:  api.QuotaUsage{InFlight: 3, RequestsAvailable: 6, TokensAvailable: 30000, DailyTokensUsed: 950000}},
+				Limits:   api.QuotaLimits{RequestsPerMinute: 60, TokensPerMinute: 100000, Concurrency: 4, DailyTokens: 1000000},
+				Usage:    api.QuotaUsage{InFlight: 3, RequestsAvailable: 6, TokensAvailable: 30000, DailyTokensUsed: 950000},
+				Reserved: &api.ReservedRate{ReservedTPS: 400, DeliveredTPS: 412.6}},
 			{Tenant: "globex", Tier: "free", Running: 1,
 				Limits: api.QuotaLimits{RequestsPerMinute: 10, Concurrency: 1},
 				Usage:  api.QuotaUsage{InFlight: 1, RequestsAvailable: 9}},

@@ -108,6 +108,20 @@ func WriteSnapshot(w io.Writer, s *api.Snapshot) error {
 	if len(s.Tenants) == 0 {
 		pw.printf("(none)\n")
 	}
+	reserved := false
+	for _, t := range s.Tenants {
+		if t.Reserved != nil && t.Reserved.ReservedTPS > 0 {
+			if !reserved {
+				pw.section("PROVISIONED THROUGHPUT", "TENANT\tMODEL\tDELIVERED/RESERVED TOK/S\tOF RESERVED")
+				reserved = true
+			}
+			model := t.Reserved.Model
+			if model == "" {
+				model = "(every model)"
+			}
+			pw.row(t.Tenant, model, reservedCell(t).Text, fmtPct(t.Reserved.DeliveredTPS/t.Reserved.ReservedTPS))
+		}
+	}
 	if q := s.Quota; q != nil {
 		fallback := ""
 		if q.FallbackActive {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -113,6 +114,9 @@ tenant; the others are its tier's defaults.`,
 type quotaSetOptions struct {
 	tier                               string
 	rpm, tpm, concurrency, dailyTokens int64
+	hotShards, userRPM, userTPM        int64
+	reservedTPS                        float64
+	model                              string
 	asJSON                             bool
 }
 
@@ -126,10 +130,25 @@ Only the flags given change; the tenant is created if it does not exist.
 
 For each limit, a positive number sets it for this tenant, 0 makes it
 unlimited, and -1 removes the tenant's own value so that its tier's default
-applies again.`,
+applies again.
+
+The capacity settings have no tier default; 0 clears them:
+  --hot-shards N     split each of the tenant's Redis buckets into N
+                     sub-buckets (a hot tenant: no single Redis key takes
+                     all its traffic); with the in-memory quota it changes
+                     nothing
+  --user-rpm N       requests per minute for each end user of the tenant
+  --user-tpm N       tokens per minute for each end user of the tenant
+                     (the user is the OpenAI "user" field, Anthropic's
+                     metadata.user_id, or the X-LLMD-User header)
+  --reserved-tps N   output tokens per second the scheduler keeps for the
+                     tenant, on --model M only when given (else every model)`,
 		Example: `  llmctl quota set acme --tier enterprise
   llmctl quota set acme --rpm 600 --daily-tokens 0
-  llmctl quota set acme --concurrency -1`,
+  llmctl quota set acme --concurrency -1
+  llmctl quota set acme --hot-shards 8
+  llmctl quota set acme --user-rpm 20 --user-tpm 40000
+  llmctl quota set acme --reserved-tps 200 --model mid`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u, err := o.update(cmd)
@@ -152,6 +171,11 @@ applies again.`,
 	f.Int64Var(&o.tpm, "tpm", 0, "tokens per minute, input plus output (0 unlimited, -1 the tier's default)")
 	f.Int64Var(&o.concurrency, "concurrency", 0, "requests in flight at once (0 unlimited, -1 the tier's default)")
 	f.Int64Var(&o.dailyTokens, "daily-tokens", 0, "tokens per UTC day (0 unlimited, -1 the tier's default)")
+	f.Int64Var(&o.hotShards, "hot-shards", 0, "Redis sub-buckets per bucket for a hot tenant (0 one bucket)")
+	f.Int64Var(&o.userRPM, "user-rpm", 0, "requests per minute for each end user (0 none)")
+	f.Int64Var(&o.userTPM, "user-tpm", 0, "tokens per minute for each end user (0 none)")
+	f.Float64Var(&o.reservedTPS, "reserved-tps", 0, "output tokens per second reserved for the tenant (0 none)")
+	f.StringVarP(&o.model, "model", "m", "", "the model --reserved-tps holds capacity on (default every model)")
 	f.BoolVar(&o.asJSON, "json", false, "print the resulting quota as JSON")
 	return cmd
 }
@@ -188,8 +212,38 @@ func (o *quotaSetOptions) update(cmd *cobra.Command) (api.QuotaUpdate, error) {
 		}
 		*l.dst = l.v
 	}
+	for _, c := range []struct {
+		flag string
+		v    *int64
+		dst  **int64
+	}{
+		{"hot-shards", &o.hotShards, &u.HotShards},
+		{"user-rpm", &o.userRPM, &u.UserRPM},
+		{"user-tpm", &o.userTPM, &u.UserTPM},
+	} {
+		if !f.Changed(c.flag) {
+			continue
+		}
+		if *c.v < 0 {
+			return u, fmt.Errorf("--%s %d: give a positive number, or 0 to clear it", c.flag, *c.v)
+		}
+		*c.dst = c.v
+	}
+	if o.hotShards > maxHotShards {
+		return u, fmt.Errorf("--hot-shards %d: at most %d", o.hotShards, maxHotShards)
+	}
+	if f.Changed("reserved-tps") {
+		if o.reservedTPS < 0 || math.IsNaN(o.reservedTPS) || math.IsInf(o.reservedTPS, 0) {
+			return u, fmt.Errorf("--reserved-tps %v: give output tokens per second, or 0 to clear it", o.reservedTPS)
+		}
+		u.ReservedTPS = &o.reservedTPS
+		u.ReservedModel = &o.model // "" (no --model): every model
+	} else if f.Changed("model") {
+		return u, errors.New("--model goes with --reserved-tps: the model the reservation holds capacity on")
+	}
 	if u == (api.QuotaUpdate{}) {
-		return u, errors.New("nothing to set: give --tier, --rpm, --tpm, --concurrency or --daily-tokens")
+		return u, errors.New("nothing to set: give --tier, --rpm, --tpm, --concurrency, --daily-tokens, " +
+			"--hot-shards, --user-rpm, --user-tpm or --reserved-tps")
 	}
 	return u, nil
 }
@@ -211,6 +265,12 @@ func limitsOf(q api.QuotaInfo) []limit {
 	}
 }
 
+// maxHotShards is the most sub-buckets llmd accepts (store.MaxHotShards).
+const maxHotShards = 64
+
+// formatTPS writes a rate with at most one decimal.
+func formatTPS(v float64) string { return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64) }
+
 // formatLimit writes a limit, 0 being unlimited.
 func formatLimit(v int64) string {
 	if v == 0 {
@@ -229,6 +289,25 @@ func writeQuota(w io.Writer, q *api.QuotaInfo) error {
 			src = "(override)"
 		}
 		fmt.Fprintf(&b, "  %-20s %s %s\n", l.label, formatLimit(l.value), src)
+	}
+	if c := q.Capacity; c != nil {
+		b.WriteString("Capacity:\n")
+		if c.HotShards > 1 {
+			fmt.Fprintf(&b, "  %-20s %d\n", "redis sub-buckets", c.HotShards)
+		}
+		if c.UserRPM > 0 {
+			fmt.Fprintf(&b, "  %-20s %d\n", "per-user rpm", c.UserRPM)
+		}
+		if c.UserTPM > 0 {
+			fmt.Fprintf(&b, "  %-20s %d\n", "per-user tpm", c.UserTPM)
+		}
+		if c.ReservedTPS > 0 {
+			on := "every model"
+			if c.ReservedModel != "" {
+				on = c.ReservedModel
+			}
+			fmt.Fprintf(&b, "  %-20s %s output tokens/s on %s\n", "reserved", formatTPS(c.ReservedTPS), on)
+		}
 	}
 	if u := q.Usage; u != nil {
 		inFlight, daily := strconv.FormatInt(u.InFlight, 10), strconv.FormatInt(u.DailyTokensUsed, 10)

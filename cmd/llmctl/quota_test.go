@@ -98,6 +98,10 @@ func TestQuotaSet(t *testing.T) {
 			flags:    []string{"--tier", "batch", "--rpm", "1", "--tpm", "2", "--concurrency", "3", "--daily-tokens", "4"},
 			wantBody: map[string]any{"tier": "batch", "rpm": 1.0, "tpm": 2.0, "concurrency": 3.0, "daily_tokens": 4.0},
 		},
+		"hot shards":   {flags: []string{"--hot-shards", "8"}, wantBody: map[string]any{"hot_shards": 8.0}},
+		"per-user":     {flags: []string{"--user-rpm", "20", "--user-tpm", "0"}, wantBody: map[string]any{"user_rpm": 20.0, "user_tpm": 0.0}},
+		"reserved":     {flags: []string{"--reserved-tps", "150.5"}, wantBody: map[string]any{"reserved_tps": 150.5, "reserved_model": ""}},
+		"reserved mid": {flags: []string{"--reserved-tps", "40", "--model", "mid"}, wantBody: map[string]any{"reserved_tps": 40.0, "reserved_model": "mid"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -128,7 +132,15 @@ func TestQuotaSetUsageErrors(t *testing.T) {
 		wantErr string
 	}{
 		"no flag": {args: []string{"acme"},
-			wantErr: "llmctl: nothing to set: give --tier, --rpm, --tpm, --concurrency or --daily-tokens\n"},
+			wantErr: "llmctl: nothing to set: give --tier, --rpm, --tpm, --concurrency, --daily-tokens, " +
+				"--hot-shards, --user-rpm, --user-tpm or --reserved-tps\n"},
+		"negative shards": {args: []string{"acme", "--hot-shards", "-1"},
+			wantErr: "llmctl: --hot-shards -1: give a positive number, or 0 to clear it\n"},
+		"too many shards": {args: []string{"acme", "--hot-shards", "65"}, wantErr: "llmctl: --hot-shards 65: at most 64\n"},
+		"negative reserved": {args: []string{"acme", "--reserved-tps", "-3"},
+			wantErr: "llmctl: --reserved-tps -3: give output tokens per second, or 0 to clear it\n"},
+		"model alone": {args: []string{"acme", "--model", "mid"},
+			wantErr: "llmctl: --model goes with --reserved-tps: the model the reservation holds capacity on\n"},
 		"below -1": {args: []string{"acme", "--rpm", "-2"},
 			wantErr: "llmctl: --rpm -2: give a positive number, 0 for unlimited or -1 for the tier's default\n"},
 		"unknown tier": {args: []string{"acme", "--tier", "gold"},

@@ -63,7 +63,11 @@ sends them, are the mean time to first token and inter-token latency of the
 requests that finished normally.
 
 A second table, when llmd sends one, shows what a million output tokens
-cost in GPU time, per model and tier.
+cost in GPU time, per model and tier. A last one, when a tenant holds
+provisioned throughput (llmctl quota set --reserved-tps), shows each
+reservation against the rate its model's engine delivers the tenant now
+(over the last 2 s) and the tenant's mean output rate over the window
+(without --cluster only).
 
 Each llmd keeps its own ledger, and a request forwarded to another node is
 billed by the node it entered, so the members' reports add up. --cluster
@@ -124,7 +128,10 @@ func (a *app) usage(cmd *cobra.Command, o *usageReportOptions) error {
 	case o.asCSV:
 		return writeUsageCSV(cmd.OutOrStdout(), r)
 	}
-	return writeUsageReport(cmd.OutOrStdout(), r)
+	if err := writeUsageReport(cmd.OutOrStdout(), r); err != nil {
+		return err
+	}
+	return writeReservations(cmd.OutOrStdout(), r)
 }
 
 // usageError maps an error of GET /v1/admin/usage: a 400 means that llmd
