@@ -43,6 +43,8 @@ type Config struct {
 	// 0.5, batch 1, free 2, paid 4, enterprise 8). Shadow work runs only
 	// when no other class waits, whatever the weights.
 	TierWeights [NumPriorities]float64
+	// Spec configures speculative decoding; off without a Drafter.
+	Spec SpecConfig
 }
 
 // DefaultConfig returns the documented defaults.
@@ -69,6 +71,9 @@ func (c Config) Validate() error {
 		if w < 0 {
 			return fmt.Errorf("engine: tier weight of %s must not be negative, got %g", Priority(p), w)
 		}
+	}
+	if err := c.Spec.Validate(); err != nil {
+		return err
 	}
 	return c.Ladder.Validate()
 }
@@ -193,6 +198,10 @@ func New(exec Executor, clock Clock, cfg Config, logger *slog.Logger) (*Engine, 
 		Logprobs:              info.Logprobs,
 		VocabSize:             info.VocabSize,
 		TierWeights:           cfg.TierWeights,
+	}
+	if d := cfg.Spec.Drafter; d != nil {
+		spec := cfg.Spec.withDefaults()
+		sc.SpecMaxTokens, sc.SpecMaxBatch, sc.ForgetDraft = spec.MaxTokens, spec.MaxBatch, d.Forget
 	}
 	if cm, ok := exec.(CostModel); ok && info.SwapBlocks > 0 {
 		sc.SwapBlocks = info.SwapBlocks
@@ -340,6 +349,7 @@ func (e *Engine) turn(ctx context.Context, failInterrupted bool) (bool, error) {
 	e.observeLadder()
 	var plan *Plan
 	if ctx.Err() == nil && e.sched.NumRunning()+e.sched.NumWaiting()+e.sched.NumSwapped() > 0 {
+		e.draft(ctx)
 		plan = e.sched.Step()
 	}
 	if plan == nil || plan.Empty() {
@@ -366,6 +376,24 @@ func (e *Engine) turn(ctx context.Context, failInterrupted bool) (bool, error) {
 	}
 	e.publishStats()
 	return true, nil
+}
+
+// draft asks the drafter for the next step's drafts, if speculation is on
+// and some sequence may speculate. A drafter error only skips speculation.
+func (e *Engine) draft(ctx context.Context) {
+	d := e.cfg.Spec.Drafter
+	if d == nil {
+		return
+	}
+	reqs := e.sched.DraftRequests()
+	if len(reqs) == 0 {
+		return
+	}
+	if err := d.Draft(ctx, reqs); err != nil {
+		e.logger.Warn("drafting failed; this step does not speculate", "err", err, "seqs", len(reqs))
+		return
+	}
+	e.sched.SetDrafts(reqs)
 }
 
 // batchTokens counts the tokens b runs through the model.
