@@ -59,6 +59,15 @@ type Config struct {
 	// KVCacheBytes sizes each GGUF model's KV cache; 0 means the CPU
 	// executor's default (256 MiB).
 	KVCacheBytes int64
+	// Speculative selects speculative decoding for every model: "" or
+	// SpecOff (none), SpecNgram (prompt lookup, no model) or SpecDraft (the
+	// DraftModel file drafts for each GGUF model, which must share its
+	// vocabulary). A simulated model drafts with its configured acceptance
+	// rate in both modes, with the draft model's cost in SpecDraft.
+	// Engine.Spec's MaxTokens and MaxBatch bound it.
+	Speculative string
+	// DraftModel is the draft model's GGUF file for SpecDraft.
+	DraftModel string
 	// ModelsConfig is the models config file (YAML: versions, aliases,
 	// canaries, shadows, routers; see package catalog), read at start and
 	// again on SIGHUP and `llmctl models apply`. "" for none.
@@ -303,6 +312,9 @@ func (c Config) Validate() error {
 	}
 	if c.KVCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("kv cache size is %d bytes; it must not be negative", c.KVCacheBytes))
+	}
+	if err := c.checkSpeculative(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ResumeMaxBytes < 1 || c.ResumeMaxEvents < 1 || c.MaxClientLag < 1 {
 		errs = append(errs, errors.New("resume buffer bounds and the client lag must be positive"))
