@@ -148,6 +148,9 @@ type Engine struct {
 	// own lock.
 	dir *prefixDir
 
+	// drafter proposes drafts for speculative decoding; nil when off.
+	drafter Drafter
+
 	// Owned by the step goroutine.
 	ladder      ladder
 	lastObserve time.Time
@@ -199,7 +202,16 @@ func New(exec Executor, clock Clock, cfg Config, logger *slog.Logger) (*Engine, 
 		VocabSize:             info.VocabSize,
 		TierWeights:           cfg.TierWeights,
 	}
-	if d := cfg.Spec.Drafter; d != nil {
+	if cfg.Spec.Drafter == nil && cfg.Spec.ExecutorDrafts {
+		d, ok := exec.(Drafter)
+		if !ok {
+			return nil, fmt.Errorf("engine: model %s: the executor cannot draft for speculative decoding", info.Model)
+		}
+		e.drafter = d
+	} else {
+		e.drafter = cfg.Spec.Drafter
+	}
+	if d := e.drafter; d != nil {
 		spec := cfg.Spec.withDefaults()
 		sc.SpecMaxTokens, sc.SpecMaxBatch, sc.ForgetDraft = spec.MaxTokens, spec.MaxBatch, d.Forget
 	}
@@ -381,7 +393,7 @@ func (e *Engine) turn(ctx context.Context, failInterrupted bool) (bool, error) {
 // draft asks the drafter for the next step's drafts, if speculation is on
 // and some sequence may speculate. A drafter error only skips speculation.
 func (e *Engine) draft(ctx context.Context) {
-	d := e.cfg.Spec.Drafter
+	d := e.drafter
 	if d == nil {
 		return
 	}

@@ -47,8 +47,13 @@ type DraftRequest struct {
 
 // SpecConfig configures speculative decoding. The zero value is off.
 type SpecConfig struct {
-	// Drafter proposes the drafts; nil turns speculation off.
+	// Drafter proposes the drafts; nil turns speculation off unless
+	// ExecutorDrafts is set.
 	Drafter Drafter
+	// ExecutorDrafts makes the executor its own drafter when Drafter is
+	// nil: it must implement Drafter (the simulator does, with its
+	// configured acceptance rate), else New fails.
+	ExecutorDrafts bool
 	// MaxTokens is the most draft tokens verified per sequence and step
 	// (k). Each sequence's k adapts to its measured acceptance rate
 	// (specLen) up to MaxTokens. Default 5; at most MaxSpecTokens.
