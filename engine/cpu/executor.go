@@ -350,7 +350,9 @@ func seconds(s float64) time.Duration {
 // Forward validates b, applies its block operations (SwapOut, then SwapIn,
 // then Copies, on the K/V bytes of every layer), runs one forward step over
 // all of b's tokens and samples a token for every sequence whose Sample is
-// set (-1 elsewhere). Output.Duration is the measured wall time.
+// set (-1 elsewhere). A sequence with drafts (SeqInput.Draft) is verified
+// (verify): Output.Accepted holds the drafts accepted and Output.Tokens the
+// token after them. Output.Duration is the measured wall time.
 //
 // It returns an error, and changes nothing, when b is malformed: a
 // sequence with no tokens or a token outside the vocabulary, a Context
