@@ -150,6 +150,8 @@ type Engine struct {
 
 	// drafter proposes drafts for speculative decoding; nil when off.
 	drafter Drafter
+	// gate turns speculation off where it does not pay (step goroutine).
+	gate specGate
 
 	// Owned by the step goroutine.
 	ladder      ladder
@@ -360,8 +362,12 @@ func (e *Engine) turn(ctx context.Context, failInterrupted bool) (bool, error) {
 	e.drainInbox()
 	e.observeLadder()
 	var plan *Plan
-	if ctx.Err() == nil && e.sched.NumRunning()+e.sched.NumWaiting()+e.sched.NumSwapped() > 0 {
-		e.draft(ctx)
+	running := e.sched.NumRunning()
+	draftStart := e.clock.Now()
+	if ctx.Err() == nil && running+e.sched.NumWaiting()+e.sched.NumSwapped() > 0 {
+		if e.drafter != nil && e.gate.allow(running) {
+			e.draft(ctx)
+		}
 		plan = e.sched.Step()
 	}
 	if plan == nil || plan.Empty() {
@@ -384,7 +390,12 @@ func (e *Engine) turn(ctx context.Context, failInterrupted bool) (bool, error) {
 	default:
 		end := e.clock.Now()
 		e.fit.observe(batchTokens(&plan.Batch), end.Sub(start))
+		decode, drafts := decodeOnly(&plan.Batch)
+		before := e.sched.stats.GeneratedTokens
 		e.sched.Apply(plan, out, end)
+		if e.drafter != nil && decode {
+			e.gate.observe(running, drafts, int(e.sched.stats.GeneratedTokens-before), end.Sub(draftStart))
+		}
 	}
 	e.publishStats()
 	return true, nil

@@ -62,7 +62,9 @@ type SpecConfig struct {
 	// speculates: above it a step verifies no drafts, because a larger
 	// batch is no longer bound by reading the weights and the extra
 	// tokens cost real compute. Default 4 (measured on the CPU executor,
-	// BENCHMARKS.md).
+	// BENCHMARKS.md). Below it the engine still measures, per batch size,
+	// the output tokens per second of decode steps with and without drafts
+	// and speculates only where it pays (specGate).
 	MaxBatch int
 }
 

@@ -170,3 +170,41 @@ func TestDraftRequestsEligibility(t *testing.T) {
 	step()
 	require.Empty(t, s.DraftRequests(), "four running sequences exceed SpecMaxBatch 3")
 }
+
+// TestSpecGate: speculation is tried first, then plain decoding measured,
+// then kept where it delivers more tokens per second and dropped where it
+// delivers fewer, with one probe in specGateProbe steps the other way, per
+// batch size.
+func TestSpecGate(t *testing.T) {
+	var g specGate
+	require.True(t, g.allow(1), "untried: speculate")
+	g.observe(1, true, 3, 100*time.Millisecond) // 30 tokens/s
+	require.False(t, g.allow(1), "plain not measured yet")
+	g.observe(1, false, 1, 50*time.Millisecond) // 20 tokens/s
+	on := 0
+	for range 4 * specGateProbe {
+		if g.allow(1) {
+			on++
+		}
+	}
+	require.Equal(t, 4*specGateProbe-4, on, "pays: on but for the probes")
+	for range 20 {
+		g.observe(1, true, 1, 100*time.Millisecond) // now 10 tokens/s
+	}
+	on = 0
+	for range 4 * specGateProbe {
+		if g.allow(1) {
+			on++
+		}
+	}
+	require.Equal(t, 4, on, "does not pay: off but for the probes")
+	require.True(t, g.allow(2), "another batch size is measured on its own")
+
+	b := &Batch{Seqs: []SeqInput{{Tokens: []int32{1, 2}, Draft: 1, Sample: true}, {Tokens: []int32{3}, Sample: true}}}
+	decode, drafts := decodeOnly(b)
+	require.True(t, decode)
+	require.True(t, drafts)
+	b.Seqs = append(b.Seqs, SeqInput{Tokens: []int32{4, 5}})
+	decode, _ = decodeOnly(b)
+	require.False(t, decode, "a prefill chunk makes the step incomparable")
+}

@@ -226,3 +226,49 @@ func dequantizedCopy(b *testing.B, f *gguf.File) *gguf.File {
 	b.Cleanup(func() { _ = out.Close() })
 	return out
 }
+
+// BenchmarkSpeculativeStep measures the parts of a speculative step on the
+// executor alone, one sequence at about 150 tokens of context: a target
+// step over rows tokens (rows = 1 is plain decoding, rows = k+1 verifies k
+// drafts, all rows sampled) for the 0.5B shape (LLMD_SPEC_SHAPE for
+// another) in F16, and one decode step of its Q4_0 copy (a drafted token).
+// With them, a step that drafts k tokens accepted with probability a each
+// yields (1-a^(k+1))/(1-a) tokens for k Q4_0 steps plus one target step of
+// k+1 rows. Run it with
+// `go test -run '^$' -bench SpeculativeStep -benchtime 20x ./engine/cpu/`.
+func BenchmarkSpeculativeStep(b *testing.B) {
+	shape := cpushapes.Shapes[len(cpushapes.Shapes)-1]
+	if name := os.Getenv("LLMD_SPEC_SHAPE"); name != "" {
+		i := slices.IndexFunc(cpushapes.Shapes, func(s cpushapes.Shape) bool { return s.Name == name })
+		if i < 0 {
+			b.Fatalf("LLMD_SPEC_SHAPE=%s: no such shape", name)
+		}
+		shape = cpushapes.Shapes[i]
+	}
+	for _, tc := range []struct {
+		typ  gguf.TensorType
+		rows []int
+	}{{gguf.TypeF16, []int{1, 2, 4, 6, 8}}, {gguf.TypeQ4_0, []int{1}}} {
+		m := shape.Model
+		m.Type, m.Seed = tc.typ, 1
+		f := openModel(b, m, nil)
+		for _, rows := range tc.rows {
+			b.Run(fmt.Sprintf("shape=%s/type=%s/rows=%d", shape.Name, tc.typ, rows), func(b *testing.B) {
+				const promptLen = 144
+				e := newExec(b, f, Config{BlockSize: 16, KVBlocks: (promptLen + 16 + 16) / 16, KVType: "f16", NoSwap: true})
+				s := newTestSeq(1, randomTokens(3, promptLen, m.Vocab), seqBlocks(e, 0, 1))
+				_, err := e.Forward(b.Context(), &engine.Batch{Seqs: []engine.SeqInput{s.next(promptLen, false)}})
+				require.NoError(b, err)
+				toks := randomTokens(4, rows, m.Vocab)
+				in := engine.SeqInput{SeqID: 1, Tokens: toks, Pos: promptLen, Context: promptLen + rows, Blocks: s.blocks,
+					Sample: true, History: s.toks, Draft: rows - 1}
+				for b.Loop() {
+					if _, err := e.Forward(b.Context(), &engine.Batch{Seqs: []engine.SeqInput{in}}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(1000*b.Elapsed().Seconds()/float64(b.N), "ms/step")
+			})
+		}
+	}
+}
