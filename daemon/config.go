@@ -227,6 +227,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:      30 * time.Second,
 		UnloadTimeout:        60 * time.Second,
 		Engine:               engine.DefaultConfig(),
+		Speculative:          SpecOff,
 		StepTimeScale:        1,
 		QuotaTimeout:         25 * time.Millisecond,
 		StallTimeout:         60 * time.Second,

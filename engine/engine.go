@@ -50,7 +50,7 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{MaxBatchTokens: 2048, MaxRunning: 256, MaxWaiting: 10000, WatermarkFraction: 0.01, ExpectedOutputTokens: 256,
-		Ladder: DefaultLadderConfig()}
+		Ladder: DefaultLadderConfig(), Spec: SpecConfig{MaxTokens: DefaultSpecTokens, MaxBatch: DefaultSpecMaxBatch}}
 }
 
 // Validate reports the first invalid field.

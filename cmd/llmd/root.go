@@ -211,14 +211,14 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.modelsDir, "models-dir", "", "a directory of GGUF models to load")
 	fs.IntVar(&o.cpuThreads, "cpu-threads", 0, "threads of each GGUF model's CPU executor (0: one per core)")
 	fs.IntVar(&o.kvCacheMiB, "kv-cache-mib", 0, "KV cache size of each GGUF model in MiB (0: 256)")
-	fs.StringVar(&o.speculative, "speculative", daemon.SpecOff,
+	fs.StringVar(&o.speculative, "speculative", def.Speculative,
 		"speculative decoding: off, ngram (prompt lookup: drafts copied from the prompt and output, no model) or draft (--draft-model drafts); "+
 			"pays at low load on output that repeats its input or a draft that agrees with the model")
 	fs.StringVar(&o.draftModel, "draft-model", "",
 		"a small GGUF model with the same vocabulary that drafts for every GGUF model (with --speculative draft)")
-	fs.IntVar(&o.specTokens, "spec-tokens", engine.DefaultSpecTokens,
+	fs.IntVar(&o.specTokens, "spec-tokens", def.Engine.Spec.MaxTokens,
 		fmt.Sprintf("most draft tokens verified per sequence and step (1 to %d); each sequence's draft length adapts to its acceptance rate", engine.MaxSpecTokens))
-	fs.IntVar(&o.specMaxBatch, "spec-max-batch", engine.DefaultSpecMaxBatch,
+	fs.IntVar(&o.specMaxBatch, "spec-max-batch", def.Engine.Spec.MaxBatch,
 		"speculate only while at most this many sequences run: larger batches are compute-bound and drafts stop paying")
 	fs.Int64Var(&o.memoryBudgetMiB, "memory-budget-mib", 0,
 		"host memory in MiB that GGUF models loaded while llmd runs may take in all (0: each load is checked against the available memory)")
