@@ -67,6 +67,15 @@ type Config struct {
 	// q4_0; models whose head dims are not multiples of 32 fail to load
 	// with a quantized type.
 	KVCacheType string
+	// Speculative selects speculative decoding for every model: "" or
+	// SpecOff (none), SpecNgram (prompt lookup, no model) or SpecDraft (the
+	// DraftModel file drafts for each GGUF model, which must share its
+	// vocabulary). A simulated model drafts with its configured acceptance
+	// rate in both modes, with the draft model's cost in SpecDraft.
+	// Engine.Spec's MaxTokens and MaxBatch bound it.
+	Speculative string
+	// DraftModel is the draft model's GGUF file for SpecDraft.
+	DraftModel string
 	// ModelsConfig is the models config file (YAML: versions, aliases,
 	// canaries, shadows, routers; see package catalog), read at start and
 	// again on SIGHUP and `llmctl models apply`. "" for none.
@@ -226,6 +235,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:      30 * time.Second,
 		UnloadTimeout:        60 * time.Second,
 		Engine:               engine.DefaultConfig(),
+		Speculative:          SpecOff,
 		StepTimeScale:        1,
 		QuotaTimeout:         25 * time.Millisecond,
 		StallTimeout:         60 * time.Second,
@@ -314,6 +324,9 @@ func (c Config) Validate() error {
 	}
 	if err := (cpu.Config{KVType: c.KVCacheType}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("kv cache type: %w", err))
+	}
+	if err := c.checkSpeculative(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ResumeMaxBytes < 1 || c.ResumeMaxEvents < 1 || c.MaxClientLag < 1 {
 		errs = append(errs, errors.New("resume buffer bounds and the client lag must be positive"))

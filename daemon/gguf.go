@@ -194,8 +194,18 @@ func loadGGUF(ref modelfile.ModelRef, opts ggufOptions, cfg Config, logger *slog
 		_ = f.Close()
 		return nil, nil, err
 	}
-	eng, err := engine.New(exec, engine.RealClock{}, cfg.Engine, logger)
+	ecfg, closeDraft, err := ggufSpeculation(cfg, f, cc)
 	if err != nil {
+		exec.Close()
+		_ = f.Close()
+		return nil, nil, err
+	}
+	if closeDraft == nil {
+		closeDraft = func() {}
+	}
+	eng, err := engine.New(exec, engine.RealClock{}, ecfg, logger)
+	if err != nil {
+		closeDraft()
 		exec.Close()
 		_ = f.Close()
 		return nil, nil, err
@@ -211,7 +221,7 @@ func loadGGUF(ref modelfile.ModelRef, opts ggufOptions, cfg Config, logger *slog
 	if st, err := os.Stat(ref.Path); err == nil {
 		m.Memory = ggufMemory(st.Size(), cc.KVCacheBytes)
 	}
-	return func() { exec.Close(); _ = f.Close() }, m, nil
+	return func() { closeDraft(); exec.Close(); _ = f.Close() }, m, nil
 }
 
 // loadGGUFEmbedder builds an embedding model's embedder and batcher (no

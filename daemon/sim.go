@@ -66,12 +66,16 @@ func buildSimModel(cfg Config, logger *slog.Logger, spec simSpec) (*pipeline.Mod
 	sc.Model = prof
 	sc.TP = spec.tp
 	sc.TimeScale = cfg.StepTimeScale
+	ecfg := simSpeculation(cfg, &sc)
 	exec, err := sim.New(sc, clock)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: cannot serve %s on %dx %s (choose a GPU with more memory with --gpu, "+
 			"a larger --tp, or fewer --models): %w", prof.ID, spec.tp, gpu.Name, err)
 	}
-	eng, err := engine.New(exec, clock, cfg.Engine, logger)
+	if cfg.speculating() {
+		ecfg.Spec.Drafter = exec
+	}
+	eng, err := engine.New(exec, clock, ecfg, logger)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: engine for %s: %w", prof.ID, err)
 	}

@@ -64,6 +64,9 @@ func (c *BatchChecker) Check(b *Batch) error {
 			return fmt.Errorf("batch: sequence %d: negative generated count %d", s.SeqID, s.Generated)
 		case len(s.Blocks) < (s.Context+bs-1)/bs:
 			return fmt.Errorf("batch: sequence %d: %d blocks cannot hold %d tokens", s.SeqID, len(s.Blocks), s.Context)
+		case s.Draft < 0 || s.Draft >= len(s.Tokens) || s.Draft > 0 && (!s.Sample || s.Mask != nil || s.Logprobs):
+			return fmt.Errorf("batch: sequence %d: %d drafts among %d tokens (sample %v, mask %v, logprobs %v)",
+				s.SeqID, s.Draft, len(s.Tokens), s.Sample, s.Mask != nil, s.Logprobs)
 		case s.Mask != nil && (!s.Sample || len(s.Mask) != MaskWords(c.vocabSize)):
 			return fmt.Errorf("batch: sequence %d: a mask of %d words on a vocabulary of %d tokens (sample %v)", s.SeqID, len(s.Mask), c.vocabSize, s.Sample)
 		}

@@ -43,12 +43,14 @@ type Config struct {
 	// 0.5, batch 1, free 2, paid 4, enterprise 8). Shadow work runs only
 	// when no other class waits, whatever the weights.
 	TierWeights [NumPriorities]float64
+	// Spec configures speculative decoding; off without a Drafter.
+	Spec SpecConfig
 }
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{MaxBatchTokens: 2048, MaxRunning: 256, MaxWaiting: 10000, WatermarkFraction: 0.01, ExpectedOutputTokens: 256,
-		Ladder: DefaultLadderConfig()}
+		Ladder: DefaultLadderConfig(), Spec: SpecConfig{MaxTokens: DefaultSpecTokens, MaxBatch: DefaultSpecMaxBatch}}
 }
 
 // Validate reports the first invalid field.
@@ -69,6 +71,9 @@ func (c Config) Validate() error {
 		if w < 0 {
 			return fmt.Errorf("engine: tier weight of %s must not be negative, got %g", Priority(p), w)
 		}
+	}
+	if err := c.Spec.Validate(); err != nil {
+		return err
 	}
 	return c.Ladder.Validate()
 }
@@ -144,6 +149,11 @@ type Engine struct {
 	// own lock.
 	dir *prefixDir
 
+	// drafter proposes drafts for speculative decoding; nil when off.
+	drafter Drafter
+	// gate turns speculation off where it does not pay (step goroutine).
+	gate specGate
+
 	// Owned by the step goroutine.
 	ladder      ladder
 	lastObserve time.Time
@@ -194,6 +204,19 @@ func New(exec Executor, clock Clock, cfg Config, logger *slog.Logger) (*Engine, 
 		Logprobs:              info.Logprobs,
 		VocabSize:             info.VocabSize,
 		TierWeights:           cfg.TierWeights,
+	}
+	if cfg.Spec.Drafter == nil && cfg.Spec.ExecutorDrafts {
+		d, ok := exec.(Drafter)
+		if !ok {
+			return nil, fmt.Errorf("engine: model %s: the executor cannot draft for speculative decoding", info.Model)
+		}
+		e.drafter = d
+	} else {
+		e.drafter = cfg.Spec.Drafter
+	}
+	if d := e.drafter; d != nil {
+		spec := cfg.Spec.withDefaults()
+		sc.SpecMaxTokens, sc.SpecMaxBatch, sc.ForgetDraft = spec.MaxTokens, spec.MaxBatch, d.Forget
 	}
 	if cm, ok := exec.(CostModel); ok && info.SwapBlocks > 0 {
 		sc.SwapBlocks = info.SwapBlocks
@@ -340,7 +363,12 @@ func (e *Engine) turn(ctx context.Context, failInterrupted bool) (bool, error) {
 	e.drainInbox()
 	e.observeLadder()
 	var plan *Plan
-	if ctx.Err() == nil && e.sched.NumRunning()+e.sched.NumWaiting()+e.sched.NumSwapped() > 0 {
+	running := e.sched.NumRunning()
+	draftStart := e.clock.Now()
+	if ctx.Err() == nil && running+e.sched.NumWaiting()+e.sched.NumSwapped() > 0 {
+		if e.drafter != nil && e.gate.allow(running) {
+			e.draft(ctx)
+		}
 		plan = e.sched.Step()
 	}
 	if plan == nil || plan.Empty() {
@@ -363,10 +391,33 @@ func (e *Engine) turn(ctx context.Context, failInterrupted bool) (bool, error) {
 	default:
 		end := e.clock.Now()
 		e.fit.observe(batchTokens(&plan.Batch), end.Sub(start))
+		decode, drafts := decodeOnly(&plan.Batch)
+		before := e.sched.stats.GeneratedTokens
 		e.sched.Apply(plan, out, end)
+		if e.drafter != nil && decode {
+			e.gate.observe(running, drafts, int(e.sched.stats.GeneratedTokens-before), end.Sub(draftStart))
+		}
 	}
 	e.publishStats()
 	return true, nil
+}
+
+// draft asks the drafter for the next step's drafts, if speculation is on
+// and some sequence may speculate. A drafter error only skips speculation.
+func (e *Engine) draft(ctx context.Context) {
+	d := e.drafter
+	if d == nil {
+		return
+	}
+	reqs := e.sched.DraftRequests()
+	if len(reqs) == 0 {
+		return
+	}
+	if err := d.Draft(ctx, reqs); err != nil {
+		e.logger.Warn("drafting failed; this step does not speculate", "err", err, "seqs", len(reqs))
+		return
+	}
+	e.sched.SetDrafts(reqs)
 }
 
 // batchTokens counts the tokens b runs through the model.

@@ -17,8 +17,10 @@ type Executor interface {
 	Info() ExecutorInfo
 	// Forward applies the batch's block operations, then runs one fused
 	// step over every sequence in b. It returns one sampled token per
-	// sequence whose SeqInput.Sample is set. An error fails every sequence
-	// in the batch; the engine frees their blocks and carries on.
+	// sequence whose SeqInput.Sample is set, after verifying the draft
+	// tokens of a sequence with SeqInput.Draft > 0 (Output.Accepted). An
+	// error fails every sequence in the batch; the engine frees their
+	// blocks and carries on.
 	Forward(ctx context.Context, b *Batch) (*Output, error)
 }
 
@@ -141,6 +143,19 @@ type SeqInput struct {
 	// sampling, as if the other tokens' logits were -Inf; log-probabilities
 	// are of the masked distribution. The caller owns it; read only.
 	Mask []uint64
+	// Draft, when positive, makes this a verification step of speculative
+	// decoding: the last Draft entries of Tokens are drafted tokens that
+	// follow the sequence's last real token, Tokens[len(Tokens)-Draft-1].
+	// Sample is set, Mask and Logprobs are not, and History ends with that
+	// last real token (the drafts are not in it). The executor samples
+	// the token at each of the Draft+1 positions as a plain decode step
+	// would (Generated, then Generated+1, ...; the history growing by the
+	// accepted drafts), accepts drafts while the sampled token equals the
+	// draft, and returns the count accepted in Output.Accepted and the
+	// first sampled token that is not an accepted draft in Output.Tokens.
+	// K/V is written for every position; the caller treats the slots of
+	// rejected drafts as free.
+	Draft int
 }
 
 // Logprobs is a sampled token's log-probability and the most likely
@@ -202,6 +217,11 @@ type Output struct {
 	// Logprobs is nil, or parallel to Tokens with an entry wherever
 	// SeqInput.Logprobs was set.
 	Logprobs []*Logprobs
+	// Accepted is nil when no sequence had a draft, or parallel to Tokens:
+	// for a sequence with SeqInput.Draft > 0, the number of its drafts
+	// the target accepted (0 to Draft). Its new tokens are the accepted
+	// drafts, in order, then Tokens[i].
+	Accepted []int
 	// Duration is the time the step took (simulated or measured).
 	Duration time.Duration
 }

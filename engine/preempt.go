@@ -72,6 +72,7 @@ func (s *Scheduler) preemptShadow() bool {
 // admission until it is back, which shadow work must never do.
 func (s *Scheduler) preempt(victim *sequence) {
 	s.unplan(victim)
+	s.forgetDraft(victim)
 	s.removeRunning(victim)
 	s.stats.Preemptions++
 	if s.shouldSwap(victim) {

@@ -46,6 +46,14 @@ type SchedulerConfig struct {
 	// competes with the others (see Step), so its weight only orders its
 	// own admissions.
 	TierWeights [NumPriorities]float64
+	// SpecMaxTokens is the most draft tokens a sequence verifies per step;
+	// 0 turns speculation off. SpecMaxBatch is the most running sequences
+	// at which DraftRequests asks for drafts.
+	SpecMaxTokens int
+	SpecMaxBatch  int
+	// ForgetDraft, when set, is called with a sequence's id when it ends or
+	// is preempted, so that the drafter can free what it keeps for it.
+	ForgetDraft func(seqID uint64)
 }
 
 // Emit receives the events the scheduler produces, synchronously, in order.
@@ -110,6 +118,10 @@ type sequence struct {
 	constraint Constraint
 	// mask is the buffer of the choice's token mask, when it needs one.
 	mask []uint64
+	// draft holds the tokens drafted for the next step (speculative
+	// decoding); spec is the sequence's acceptance record.
+	draft []int32
+	spec  specState
 }
 
 // Plan is one step's decision: the batch plus the sequences behind it.
@@ -159,6 +171,9 @@ type Scheduler struct {
 	slotsRead []int32
 	// tokScratch backs the batch's token slices; reused every step.
 	tokScratch []int32
+	// drafting are the sequences of the last DraftRequests, in order.
+	drafting []*sequence
+	draftReq []DraftRequest
 }
 
 // SchedStats are the scheduler's counters since it started.
@@ -186,6 +201,12 @@ type SchedStats struct {
 	// SwapOutBlocks and SwapInBlocks count blocks moved over the host link.
 	SwapOutBlocks uint64
 	SwapInBlocks  uint64
+	// SpecDrafts counts verifications of drafts (one per sequence and
+	// step with a draft), SpecDraftTokens the draft tokens verified and
+	// SpecAcceptedTokens those accepted (vLLM's spec_decode counters).
+	SpecDrafts         uint64
+	SpecDraftTokens    uint64
+	SpecAcceptedTokens uint64
 }
 
 // NewScheduler returns a scheduler over pool that reports events to emit.
@@ -538,6 +559,13 @@ func (s *Scheduler) Step() *Plan {
 	s.slotsRead = s.slotsRead[:0]
 	s.plan = nil
 	clear(s.snapshot)
+	// A draft not planned this step (preempted, out of budget) is stale
+	// by the next.
+	for _, seq := range s.drafting {
+		seq.draft = seq.draft[:0]
+	}
+	clear(s.drafting)
+	s.drafting = s.drafting[:0]
 	return plan
 }
 
@@ -601,7 +629,13 @@ func (s *Scheduler) need(seq *sequence) int { return s.target(seq) - seq.compute
 func (s *Scheduler) reserve(seq *sequence, n int) bool {
 	plan := s.plan
 	bs := s.pool.BlockSize()
-	end := seq.computed + n
+	// A decode step carries the sequence's draft, as far as the budget
+	// goes: its tokens count against the budget and get blocks.
+	extra := 0
+	if n == 1 && s.need(seq) == 1 && seq.index >= 0 {
+		extra = min(len(seq.draft), s.budget-1)
+	}
+	end := seq.computed + n + extra
 	// Copy on write: the block that receives position computed must be ours.
 	if seq.computed%bs != 0 {
 		j := seq.computed / bs
@@ -623,13 +657,16 @@ func (s *Scheduler) reserve(seq *sequence, n int) bool {
 		seq.blocks = append(seq.blocks, b)
 	}
 	start := len(s.tokScratch)
-	s.tokScratch = append(s.tokScratch, seq.tokens[seq.computed:end]...)
+	s.tokScratch = append(s.tokScratch, seq.tokens[seq.computed:end-extra]...)
+	s.tokScratch = append(s.tokScratch, seq.draft[:extra]...)
+	seq.draft = seq.draft[:0]
 	plan.Batch.Seqs = append(plan.Batch.Seqs, SeqInput{
 		SeqID:       seq.id,
 		Tokens:      s.tokScratch[start:len(s.tokScratch):len(s.tokScratch)],
 		Pos:         seq.computed,
 		Context:     end,
-		Sample:      end == len(seq.tokens) && seq.index >= 0,
+		Draft:       extra,
+		Sample:      end-extra == len(seq.tokens) && seq.index >= 0,
 		Generated:   seq.generated,
 		History:     seq.tokens,
 		Seed:        seq.r.req.Seed + uint64(max(seq.index, 0)),
@@ -639,7 +676,7 @@ func (s *Scheduler) reserve(seq *sequence, n int) bool {
 	})
 	plan.seqs = append(plan.seqs, seq)
 	seq.planned = s.stepNo
-	s.budget -= n
+	s.budget -= n + extra
 	return true
 }
 

@@ -30,6 +30,11 @@ func (s *Scheduler) Apply(plan *Plan, out *Output, now time.Time) {
 			seq.r.scheduled = stepStart
 		}
 		in := &plan.Batch.Seqs[i]
+		if in.Draft > 0 {
+			s.stats.ComputedTokens += uint64(len(in.Tokens))
+			s.applyDraft(seq, in, out, i, now)
+			continue
+		}
 		seq.computed = in.Context
 		s.stats.ComputedTokens += uint64(len(in.Tokens))
 		s.commitBlocks(seq, bs)
@@ -178,6 +183,7 @@ func (s *Scheduler) finishSeq(seq *sequence, reason FinishReason, err error) {
 
 func (s *Scheduler) dropSeq(seq *sequence) {
 	s.unplan(seq)
+	s.forgetDraft(seq)
 	switch seq.state {
 	case stateRunning:
 		s.removeRunning(seq)

@@ -50,6 +50,17 @@ var (
 		[]string{labelModel, "kind"}, nil)
 	descEvictions = prometheus.NewDesc("llmd_kv_cache_evictions_total",
 		"Cached prefix blocks reclaimed for new work.", []string{labelModel}, nil)
+
+	// Speculative decoding, with vLLM's names (its counters
+	// vllm:spec_decode_num_drafts etc., exposed with the _total suffix).
+	descSpecDrafts = prometheus.NewDesc("vllm:spec_decode_num_drafts_total",
+		"Number of spec decoding drafts.", vllmLabels, nil)
+	descSpecDraftTokens = prometheus.NewDesc("vllm:spec_decode_num_draft_tokens_total",
+		"Number of draft tokens.", vllmLabels, nil)
+	descSpecAccepted = prometheus.NewDesc("vllm:spec_decode_num_accepted_tokens_total",
+		"Number of accepted tokens.", vllmLabels, nil)
+	descSpecRate = prometheus.NewDesc("llmd_spec_decode_acceptance_rate",
+		"Accepted over drafted tokens of speculative decoding since start (0 before any draft).", []string{labelModel}, nil)
 )
 
 // engineCollector exposes Source.Engines at scrape time. Each series is
@@ -60,7 +71,8 @@ type engineCollector struct{ m *Metrics }
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range [...]*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrefixQueries, descPrefixHits,
 		descPreemptions, descGenTokens, descCacheConfig, descLoRA, descQueueDepth, descDegradeLevel, descDegradeState,
-		descSwapped, descSwapUsage, descPreemptionsKind, descEvictions} {
+		descSwapped, descSwapUsage, descPreemptionsKind, descEvictions,
+		descSpecDrafts, descSpecDraftTokens, descSpecAccepted, descSpecRate} {
 		ch <- d
 	}
 }
@@ -139,6 +151,14 @@ func collectEngine(ch chan<- prometheus.Metric, model string, s *EngineSnapshot,
 	counter(descPreemptionsKind, st.PreemptionsSwap, model, "swap")
 	counter(descPreemptionsKind, st.PreemptionsRecompute, model, "recompute")
 	counter(descEvictions, st.Evictions, model)
+	counter(descSpecDrafts, st.SpecDrafts, model, engineIndex)
+	counter(descSpecDraftTokens, st.SpecDraftTokens, model, engineIndex)
+	counter(descSpecAccepted, st.SpecAcceptedTokens, model, engineIndex)
+	rate := 0.0
+	if st.SpecDraftTokens > 0 {
+		rate = float64(st.SpecAcceptedTokens) / float64(st.SpecDraftTokens)
+	}
+	gauge(descSpecRate, rate, model)
 }
 
 // constMetric is prometheus.NewConstMetric that reports an error to the

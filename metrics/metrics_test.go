@@ -22,7 +22,8 @@ import (
 func twoModels() *fakeSource {
 	busy := engine.Stats{
 		SchedStats: engine.SchedStats{GeneratedTokens: 12345, PrefixQueryTokens: 1000, PrefixHitTokens: 400,
-			Preemptions: 7, PreemptionsSwap: 5, PreemptionsRecompute: 2},
+			Preemptions: 7, PreemptionsSwap: 5, PreemptionsRecompute: 2,
+			SpecDrafts: 10, SpecDraftTokens: 40, SpecAcceptedTokens: 30},
 		BlocksTotal: 1000, BlocksUsed: 250, BlockSize: 16, Running: 3, Waiting: 15,
 		Swapped: 2, SwapBlocksUsed: 10, SwapBlocksTotal: 40, Evictions: 9,
 		WaitingByPriority: [engine.NumPriorities]int{engine.PriorityShadow: 3, engine.PriorityBatch: 1, engine.PriorityFree: 2,
@@ -84,6 +85,10 @@ var exposed = []struct {
 	{"llmd_swap_usage_perc", gauge, []string{"model_name"}},
 	{"llmd_preemptions_total", counter, []string{"kind", "model_name"}},
 	{"llmd_kv_cache_evictions_total", counter, []string{"model_name"}},
+	{"vllm:spec_decode_num_drafts_total", counter, vllmLabels},
+	{"vllm:spec_decode_num_draft_tokens_total", counter, vllmLabels},
+	{"vllm:spec_decode_num_accepted_tokens_total", counter, vllmLabels},
+	{"llmd_spec_decode_acceptance_rate", gauge, []string{"model_name"}},
 	{"llmd_requests_rejected_total", counter, []string{"model_name", "reason"}},
 	{"llmd_quota_decisions_total", counter, []string{"result"}},
 	{"llmd_quota_fallback_active", gauge, nil},
@@ -212,6 +217,11 @@ func TestValuesFollowSource(t *testing.T) {
 	assert.Equal(t, 5.0, value(t, fams, "llmd_preemptions_total", byModel("llama-8b", "kind", "swap")))
 	assert.Equal(t, 2.0, value(t, fams, "llmd_preemptions_total", byModel("llama-8b", "kind", "recompute")))
 	assert.Equal(t, 9.0, value(t, fams, "llmd_kv_cache_evictions_total", byModel("llama-8b")))
+	assert.Equal(t, 10.0, value(t, fams, "vllm:spec_decode_num_drafts_total", llama))
+	assert.Equal(t, 40.0, value(t, fams, "vllm:spec_decode_num_draft_tokens_total", llama))
+	assert.Equal(t, 30.0, value(t, fams, "vllm:spec_decode_num_accepted_tokens_total", llama))
+	assert.Equal(t, 0.75, value(t, fams, "llmd_spec_decode_acceptance_rate", byModel("llama-8b")))
+	assert.Equal(t, 0.0, value(t, fams, "llmd_spec_decode_acceptance_rate", byModel("tiny")))
 	for result, v := range map[string]float64{"allow": 10, "deny": 2, "error_allowed": 1, "error_denied": 3} {
 		assert.Equal(t, v, value(t, fams, "llmd_quota_decisions_total", map[string]string{"result": result}), result)
 	}

@@ -370,6 +370,9 @@ func writePlan(w io.Writer, o *planOpts, sc sim.Config, p *planFigures) {
 		commas(float64(in.DAU)), trimFloat(in.RequestsPerUser), commas(float64(in.InputTokens)), commas(float64(in.OutputTokens)), in.Peak)
 	fmt.Fprintf(w, "%s (%s) on %d-GPU %s nodes. The node throughput is SIMULATED (engine/sim's %s cost model).\n\n",
 		m.ID, modelShape(m), sc.TP, sc.GPU.Name, o.hw.costModel)
+	if spec := o.hw.specSummary(); spec != "" {
+		fmt.Fprintf(w, "Speculative decoding on each node: %s.\n\n", spec)
+	}
 
 	fmt.Fprintln(w, "Traffic")
 	fmt.Fprintf(w, "  requests/s, average   %s x %s / 86,400 s = %s req/s\n", commas(float64(in.DAU)), trimFloat(in.RequestsPerUser), commas(p.RequestsPerSec))

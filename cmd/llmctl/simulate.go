@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmd/llmd/cluster"
+	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/sim"
 	"github.com/llmd/llmd/internal/fleet"
 	"github.com/llmd/llmd/internal/workload"
@@ -26,6 +27,11 @@ type hardware struct {
 	maxRunning  int
 	batchTokens int
 	costModel   string
+	// Speculative decoding (--speculative and its knobs).
+	speculative    string
+	specAcceptance float64
+	specTokens     int
+	specMaxBatch   int
 }
 
 // Cost models (--cost-model).
@@ -42,7 +48,18 @@ func (h *hardware) flags(cmd *cobra.Command, tp int, model string) {
 	cmd.Flags().IntVar(&h.batchTokens, "max-batch-tokens", 2048, "most tokens a node's step processes (decode plus chunked prefill)")
 	cmd.Flags().StringVar(&h.costModel, "cost-model", costCalibrated,
 		"step times: calibrated (fitted to published vLLM throughput) or roofline (the hardware's peaks, an upper bound)")
+	cmd.Flags().StringVar(&h.speculative, "speculative", "off",
+		"speculative decoding on each node: off, ngram (prompt lookup, free drafts) or draft (a draft model a tenth of the target's cost per token)")
+	cmd.Flags().Float64Var(&h.specAcceptance, "spec-acceptance", 0.7,
+		"with --speculative: the probability that each drafted token is accepted")
+	cmd.Flags().IntVar(&h.specTokens, "spec-tokens", engine.DefaultSpecTokens, "with --speculative: most draft tokens per sequence and step")
+	cmd.Flags().IntVar(&h.specMaxBatch, "spec-max-batch", engine.DefaultSpecMaxBatch,
+		"with --speculative: speculate only while a node runs at most this many sequences")
 }
+
+// simDraftCost is a simulated draft model's cost per drafted token, as a
+// fraction of the target's weight-read time (llmd's daemon uses the same).
+const simDraftCost = 0.1
 
 // config returns the fleet configuration of nodes of this shape.
 func (h *hardware) config(nodes int) (fleet.Config, error) {
@@ -65,6 +82,17 @@ func (h *hardware) config(nodes int) (fleet.Config, error) {
 	}
 	cfg.Engine.MaxRunning = h.maxRunning
 	cfg.Engine.MaxBatchTokens = h.batchTokens
+	switch h.speculative {
+	case "off", "":
+	case "ngram", "draft":
+		cfg.Engine.Spec = engine.SpecConfig{ExecutorDrafts: true, MaxTokens: h.specTokens, MaxBatch: h.specMaxBatch}
+		cfg.Sim.SpecAcceptance = h.specAcceptance
+		if h.speculative == "draft" {
+			cfg.Sim.DraftCost = simDraftCost
+		}
+	default:
+		return cfg, fmt.Errorf("--speculative %q: use off, ngram or draft", h.speculative)
+	}
 	if err := cfg.Sim.Validate(); err != nil {
 		return cfg, err
 	}
@@ -243,16 +271,27 @@ type simulateSetup struct {
 	Prompts      int            `json:"system_prompts"`
 	Turns        string         `json:"turns"`
 	Seed         uint64         `json:"seed"`
+	Speculative  string         `json:"speculative,omitempty"`
 }
 
 func (o *simulateOpts) describe(cfg fleet.Config) simulateSetup {
 	s := simulateSetup{Nodes: cfg.Nodes, GPU: cfg.Sim.GPU.Name, Model: cfg.Sim.Model.ID, TP: cfg.Sim.TP, CostModel: o.hw.costModel, Route: cfg.Route,
 		Rate: o.rate, Duration: o.duration.String(), Warmup: o.warmup.String(), Input: o.input.String(), Output: o.output.String(),
-		SharedPrefix: o.sharedPrefix, SystemPrompt: o.systemTokens.String(), Prompts: o.systemPrompts, Turns: o.turns.String(), Seed: o.seed}
+		SharedPrefix: o.sharedPrefix, SystemPrompt: o.systemTokens.String(), Prompts: o.systemPrompts, Turns: o.turns.String(), Seed: o.seed,
+		Speculative: o.hw.specSummary()}
 	if cfg.Zones > 1 {
 		s.Zones, s.ZoneLatency = cfg.Zones, cfg.InterZoneLatency.String()
 	}
 	return s
+}
+
+// specSummary describes the speculative decoding setting, "" when off.
+func (h *hardware) specSummary() string {
+	if h.speculative == "" || h.speculative == "off" {
+		return ""
+	}
+	return fmt.Sprintf("%s, acceptance %g, up to %d draft tokens, off above %d running sequences",
+		h.speculative, h.specAcceptance, h.specTokens, h.specMaxBatch)
 }
 
 // writeSimulation prints the per-node table and the fleet summary.
@@ -265,6 +304,9 @@ func writeSimulation(w io.Writer, cfg fleet.Config, o *simulateOpts, r *fleet.Re
 	}
 	fmt.Fprintf(w, "workload: %g req/s (Poisson) for %s of virtual time, input %s, output %s tokens, %s, %s turn(s)\n",
 		o.rate, o.duration, o.input, o.output, shared, o.turns)
+	if spec := o.hw.specSummary(); spec != "" {
+		fmt.Fprintf(w, "speculative decoding: %s\n", spec)
+	}
 	if o.warmup > 0 {
 		fmt.Fprintf(w, "figures over the last %s (the first %s warm the fleet up)\n", r.Window, o.warmup)
 	}

@@ -81,3 +81,40 @@ func TestSimulateCmdUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestSimulateSpeculative: --speculative models drafts accepted at the
+// configured rate, so at low load most tokens arrive with the one before
+// them (the median gap between tokens falls) while the mean time per token
+// drops; an unknown mode is refused.
+func TestSimulateSpeculative(t *testing.T) {
+	t.Parallel()
+	type report struct {
+		Config struct {
+			Speculative string `json:"speculative"`
+		} `json:"config"`
+		Report struct {
+			Fleet struct {
+				Completed int `json:"completed"`
+				ITL       struct {
+					P50 float64 `json:"p50_ms"`
+				} `json:"itl"`
+			} `json:"fleet"`
+		} `json:"report"`
+	}
+	run := func(mode string) report {
+		out, _, err := runCmd(t, "", "simulate", "--rate", "0.5", "--duration", "2m", "--output", "128",
+			"--speculative", mode, "--spec-acceptance", "0.8", "--json")
+		require.NoError(t, err)
+		var r report
+		require.NoError(t, json.Unmarshal([]byte(out), &r))
+		require.Positive(t, r.Report.Fleet.Completed)
+		return r
+	}
+	off, spec := run("off"), run("draft")
+	assert.Empty(t, off.Config.Speculative)
+	assert.Contains(t, spec.Config.Speculative, "draft, acceptance 0.8")
+	assert.Less(t, spec.Report.Fleet.ITL.P50, off.Report.Fleet.ITL.P50)
+
+	_, _, err := runCmd(t, "", "simulate", "--speculative", "medusa", "--duration", "1s")
+	require.ErrorContains(t, err, "use off, ngram or draft")
+}

@@ -135,3 +135,27 @@ func TestModelFiles(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{tiny}, cfg.ModelFiles)
 }
+
+// TestSpeculativeFlags: the speculative decoding flags and their
+// environment variables reach the daemon's and the engine's configuration,
+// and out-of-range values are refused.
+func TestSpeculativeFlags(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig(t, []string{"--speculative", "draft", "--draft-model", "d.gguf", "--spec-tokens", "7"},
+		map[string]string{"LLMD_SPEC_MAX_BATCH": "2"})
+	require.NoError(t, err)
+	require.Equal(t, daemon.SpecDraft, cfg.Speculative)
+	require.Equal(t, "d.gguf", cfg.DraftModel)
+	require.Equal(t, 7, cfg.Engine.Spec.MaxTokens)
+	require.Equal(t, 2, cfg.Engine.Spec.MaxBatch)
+	require.NoError(t, cfg.Validate())
+
+	def, err := parseConfig(t, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, daemon.SpecOff, def.Speculative)
+
+	_, err = parseConfig(t, []string{"--spec-tokens", "99"}, nil)
+	require.Error(t, err)
+	_, err = parseConfig(t, []string{"--speculative", "medusa"}, nil)
+	require.ErrorContains(t, err, "use off, ngram or draft")
+}

@@ -72,6 +72,9 @@ type options struct {
 	cpuThreads int
 	kvCacheMiB int
 	kvType     string
+	// Speculative decoding.
+	speculative, draftModel  string
+	specTokens, specMaxBatch int
 	// memoryBudgetMiB, unloadTimeout and modelsConfig manage models
 	// loaded while llmd runs.
 	memoryBudgetMiB int64
@@ -217,6 +220,15 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.kvType, "kv-cache-type", "", "what each GGUF model's KV cache stores keys and values as: "+
 		strings.Join(cpu.KVTypes, ", ")+" (empty: "+cpu.KVTypes[0]+"; q8_0 holds about twice the tokens of f16 in the same memory, "+
 		"q4_0 about 3.5 times; quantized types need head dims that are multiples of 32)")
+	fs.StringVar(&o.speculative, "speculative", def.Speculative,
+		"speculative decoding: off, ngram (prompt lookup: drafts copied from the prompt and output, no model) or draft (--draft-model drafts); "+
+			"pays at low load on output that repeats its input or a draft that agrees with the model")
+	fs.StringVar(&o.draftModel, "draft-model", "",
+		"a small GGUF model with the same vocabulary that drafts for every GGUF model (with --speculative draft)")
+	fs.IntVar(&o.specTokens, "spec-tokens", def.Engine.Spec.MaxTokens,
+		fmt.Sprintf("most draft tokens verified per sequence and step (1 to %d); each sequence's draft length adapts to its acceptance rate", engine.MaxSpecTokens))
+	fs.IntVar(&o.specMaxBatch, "spec-max-batch", def.Engine.Spec.MaxBatch,
+		"speculate only while at most this many sequences run: larger batches are compute-bound and drafts stop paying")
 	fs.Int64Var(&o.memoryBudgetMiB, "memory-budget-mib", 0,
 		"host memory in MiB that GGUF models loaded while llmd runs may take in all (0: each load is checked against the available memory)")
 	fs.DurationVar(&o.unloadTimeout, "unload-timeout", def.UnloadTimeout,
@@ -349,6 +361,11 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.CPUThreads = o.cpuThreads
 	cfg.KVCacheBytes = int64(o.kvCacheMiB) << 20
 	cfg.KVCacheType = o.kvType
+	cfg.Speculative, cfg.DraftModel = o.speculative, o.draftModel
+	if o.specTokens < 1 || o.specTokens > engine.MaxSpecTokens || o.specMaxBatch < 1 {
+		return cfg, fmt.Errorf("--spec-tokens must be 1 to %d and --spec-max-batch at least 1", engine.MaxSpecTokens)
+	}
+	cfg.Engine.Spec.MaxTokens, cfg.Engine.Spec.MaxBatch = o.specTokens, o.specMaxBatch
 	cfg.MemoryBudget = o.memoryBudgetMiB << 20
 	cfg.UnloadTimeout = o.unloadTimeout
 	cfg.ModelsConfig = o.modelsConfig

@@ -359,7 +359,9 @@ func seconds(s float64) time.Duration {
 // Forward validates b, applies its block operations (SwapOut, then SwapIn,
 // then Copies, on the K/V bytes of every layer), runs one forward step over
 // all of b's tokens and samples a token for every sequence whose Sample is
-// set (-1 elsewhere). Output.Duration is the measured wall time.
+// set (-1 elsewhere). A sequence with drafts (SeqInput.Draft) is verified
+// (verify): Output.Accepted holds the drafts accepted and Output.Tokens the
+// token after them. Output.Duration is the measured wall time.
 //
 // It returns an error, and changes nothing, when b is malformed: a
 // sequence with no tokens or a token outside the vocabulary, a Context
@@ -423,44 +425,82 @@ func (e *Executor) applyBlockOps(b *engine.Batch) {
 	}
 }
 
-// sampleSeq chooses s's next token from its logits with s's sampling
-// parameters, seed and history; the draw depends only on (Seed,
-// Generated), so a sequence gets the same tokens whatever batch it runs in
-// and however often it is preempted. It may change logits (bias and
-// penalties are applied in place).
-// sampleRows samples every sampled row of b (row r of logits belongs to
-// the r-th sequence with Sample set), in parallel across the pool, and
-// fills out.Tokens and out.Logprobs.
+// sampleRows samples every sampled sequence of b (its rows of logits in
+// order: one, or Draft+1 for a verification step), in parallel across the
+// pool, and fills out.Tokens, out.Logprobs and out.Accepted.
 func (e *Executor) sampleRows(b *engine.Batch, logits []float32, out *engine.Output) {
-	rows := make([]int, 0, len(b.Seqs))
+	type job struct{ seq, row int }
+	jobs := make([]job, 0, len(b.Seqs))
+	row := 0
 	for i := range b.Seqs {
 		out.Tokens[i] = -1
-		if b.Seqs[i].Sample {
-			rows = append(rows, i)
-			if b.Seqs[i].Logprobs && out.Logprobs == nil {
-				out.Logprobs = make([]*engine.Logprobs, len(b.Seqs))
-			}
+		s := &b.Seqs[i]
+		if !s.Sample {
+			continue
+		}
+		jobs = append(jobs, job{i, row})
+		row += s.Draft + 1
+		if s.Logprobs && out.Logprobs == nil {
+			out.Logprobs = make([]*engine.Logprobs, len(b.Seqs))
+		}
+		if s.Draft > 0 && out.Accepted == nil {
+			out.Accepted = make([]int, len(b.Seqs))
 		}
 	}
-	k := min(len(rows), e.pool.Threads())
-	e.pool.Run(len(rows), func(start, end int) {
-		// Run hands chunk w the rows [w*n/k, (w+1)*n/k): find w to pick
+	V := e.spec.Vocab
+	k := min(len(jobs), e.pool.Threads())
+	e.pool.Run(len(jobs), func(start, end int) {
+		// Run hands chunk w the jobs [w*n/k, (w+1)*n/k): find w to pick
 		// this worker's own sampler.
 		w := 0
-		for w+1 < k && (w+1)*len(rows)/k <= start {
+		for w+1 < k && (w+1)*len(jobs)/k <= start {
 			w++
 		}
-		for r := start; r < end; r++ {
-			i := rows[r]
-			s := &b.Seqs[i]
-			l := logits[r*e.spec.Vocab : (r+1)*e.spec.Vocab]
-			out.Tokens[i] = e.sample(w, r, l, s)
+		for _, j := range jobs[start:end] {
+			s := &b.Seqs[j.seq]
+			if s.Draft > 0 {
+				out.Tokens[j.seq], out.Accepted[j.seq] = e.verify(w, j.row, logits[j.row*V:], s)
+				continue
+			}
+			l := logits[j.row*V : (j.row+1)*V]
+			out.Tokens[j.seq] = e.sample(w, j.row, l, s)
 			if s.Logprobs {
 				// After Sample: penalties and bias applied, no temperature.
-				out.Logprobs[i] = e.logprobs(w, l, out.Tokens[i], s.TopLogprobs)
+				out.Logprobs[j.seq] = e.logprobs(w, l, out.Tokens[j.seq], s.TopLogprobs)
 			}
 		}
 	})
+}
+
+// verify runs the verification step of s (s.Draft > 0) over its Draft+1
+// rows of logits from row: at each position it samples the token exactly
+// as a decode step at that position would (seed and step Generated+j,
+// history extended by the drafts accepted so far), and accepts the draft
+// there while the two agree. It returns the first sampled token that is
+// not an accepted draft and the number of drafts accepted.
+//
+// For a deterministic draft (prompt lookup, a greedy draft model: the
+// draft distribution q is one-hot) this is the rejection sampling of
+// Leviathan et al. (2023): the draft d is accepted with probability
+// p(d) = min(1, p(d)/q(d)), and on rejection the token is drawn from p
+// without d, which is the normalized max(0, p-q). Each position's draw
+// uses the seed stream of its output index, so the tokens are the ones
+// decoding without speculation gives, not only their distribution.
+func (e *Executor) verify(w, row int, logits []float32, s *engine.SeqInput) (tok int32, accepted int) {
+	V := e.spec.Vocab
+	drafts := s.Tokens[len(s.Tokens)-s.Draft:]
+	at := *s
+	at.Draft = 0
+	at.History = make([]int32, len(s.History), len(s.History)+len(drafts))
+	copy(at.History, s.History)
+	for j := 0; ; j++ {
+		at.Generated = s.Generated + j
+		tok = e.sample(w, row+j, logits[j*V:(j+1)*V], &at)
+		if j == len(drafts) || tok != drafts[j] {
+			return tok, j
+		}
+		at.History = append(at.History, tok)
+	}
 }
 
 // logprobs is the sampled token's log-probability and the top alternatives.
@@ -476,6 +516,11 @@ func (e *Executor) logprobs(w int, logits []float32, tok int32, top int) *engine
 // maxTopLogprobs bounds the alternatives per token (OpenAI allows 20).
 const maxTopLogprobs = 20
 
+// sampleSeq chooses s's next token from its logits with s's sampling
+// parameters, seed and history; the draw depends only on (Seed,
+// Generated), so a sequence gets the same tokens whatever batch it runs in
+// and however often it is preempted. It may change logits (bias and
+// penalties are applied in place).
 func (e *Executor) sampleSeq(w, _ int, logits []float32, s *engine.SeqInput) int32 {
 	if s.Mask != nil {
 		sample.ApplyMask(logits, s.Mask)

@@ -72,8 +72,9 @@ func alignedMake[T any](n int) []T {
 }
 
 // forward runs the model over every token of seqs, writing K and V into the
-// cache through the block tables, and returns the logits of the last token
-// of each sequence whose Sample is set, in order (rows of Vocab values).
+// cache through the block tables, and returns the logits of the last
+// Draft+1 tokens of each sequence whose Sample is set, in order (rows of
+// Vocab values).
 // The slice is reused by the next step. seqs are valid.
 func (e *Executor) forward(ctx context.Context, seqs []engine.SeqInput) ([]float32, error) {
 	s := &e.spec
@@ -86,7 +87,10 @@ func (e *Executor) forward(ctx context.Context, seqs []engine.SeqInput) ([]float
 		bf.seqStart[i] = T
 		T += len(seqs[i].Tokens)
 		if seqs[i].Sample {
-			bf.sampled = append(bf.sampled, T-1)
+			// A verification step samples at every draft position too.
+			for r := T - 1 - seqs[i].Draft; r < T; r++ {
+				bf.sampled = append(bf.sampled, r)
+			}
 		}
 	}
 	bf.rowPos = grow(bf.rowPos, T)
@@ -307,16 +311,22 @@ func (e *Executor) attention(li int, seqs []engine.SeqInput, last bool) {
 	s := &e.spec
 	bf := &e.buf
 	bf.tasks = bf.tasks[:0]
+	out := 0 // next packed output row when last
 	for i := range seqs {
 		n := len(seqs[i].Tokens)
 		if last {
 			if !seqs[i].Sample {
 				continue
 			}
-			out := len(bf.tasks) / s.KVHeads
-			for h := range s.KVHeads {
-				bf.tasks = append(bf.tasks, attnTask{seq: i, head: h, t0: n - 1, t1: n, out: out})
+			// The sampled rows: the last token and the drafts before it.
+			first := n - 1 - seqs[i].Draft
+			for t0 := first; t0 < n; t0 += attnChunk {
+				t1 := min(n, t0+attnChunk)
+				for h := range s.KVHeads {
+					bf.tasks = append(bf.tasks, attnTask{seq: i, head: h, t0: t0, t1: t1, out: out + t0 - first})
+				}
 			}
+			out += n - first
 			continue
 		}
 		for t0 := 0; t0 < n; t0 += attnChunk {

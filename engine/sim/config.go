@@ -59,6 +59,16 @@ type Config struct {
 	// roofline time, 0.01 a hundred times faster. StepTime is unscaled.
 	// Default 1.
 	TimeScale float64
+	// SpecAcceptance is the probability that a drafted token is accepted
+	// when the executor drafts for speculative decoding (engine.Drafter):
+	// the simulated drafter guesses each token right with it, independently.
+	// In [0, 1]. Default 0.7.
+	SpecAcceptance float64
+	// DraftCost is the time a draft model takes per drafted token, as a
+	// fraction of the target's weight-read time (its memory-bound decode
+	// step): about the draft's share of the weights. 0 models prompt-lookup
+	// drafting, which needs no model. In [0, 1]. Default 0.
+	DraftCost float64
 }
 
 // DefaultConfig returns the documented defaults: sim/small on one H100.
@@ -73,6 +83,7 @@ func DefaultConfig() Config {
 		HostSwapBytes:    64 * gib,
 		MeanOutputTokens: 150,
 		TimeScale:        1,
+		SpecAcceptance:   0.7,
 	}
 }
 
@@ -144,6 +155,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.TimeScale > 0) || c.TimeScale > 1e6 {
 		errs = append(errs, fmt.Errorf("sim: time scale %v must be positive and at most 1e6", c.TimeScale))
+	}
+	if !(c.SpecAcceptance >= 0 && c.SpecAcceptance <= 1) || !(c.DraftCost >= 0 && c.DraftCost <= 1) {
+		errs = append(errs, fmt.Errorf("sim: speculative acceptance %v and draft cost %v must be in [0, 1]", c.SpecAcceptance, c.DraftCost))
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

@@ -168,12 +168,16 @@ type Cost struct {
 	// Overhead is the per-step overhead: StepOverhead, plus SeqOverhead
 	// for each sequence in the batch.
 	Overhead time.Duration
+	// DraftTime is the draft model's time for the step's drafts
+	// (speculative decoding): the longest draft's tokens, each a batched
+	// draft step of DraftCost times the weight-read time.
+	DraftTime time.Duration
 }
 
 // Total is the step time: max(MemoryTime, ComputeTime) + TransferTime +
-// Overhead.
+// Overhead + DraftTime.
 func (c Cost) Total() time.Duration {
-	return max(c.MemoryTime, c.ComputeTime) + c.TransferTime + c.Overhead
+	return max(c.MemoryTime, c.ComputeTime) + c.TransferTime + c.Overhead + c.DraftTime
 }
 
 // ComputeBound reports whether compute, not memory bandwidth, limits the
@@ -189,8 +193,10 @@ func (e *Executor) Cost(b *engine.Batch) Cost {
 	}
 	m := &e.cfg.Model
 	var tokens, ctxTokens, attended float64
+	maxDraft := 0
 	for i := range b.Seqs {
 		s := &b.Seqs[i]
+		maxDraft = max(maxDraft, s.Draft)
 		n := float64(len(s.Tokens))
 		pos := float64(max(s.Pos, 0))
 		tokens += n
@@ -210,6 +216,9 @@ func (e *Executor) Cost(b *engine.Batch) Cost {
 	c.MemoryTime = seconds(c.Bytes / e.bandwidth)
 	c.ComputeTime = seconds(matmul/e.peakWeights + attn/e.peakAttn)
 	c.TransferTime = seconds(float64(len(b.SwapIn)+len(b.SwapOut)) * e.blockBytes / e.hostLink)
+	if maxDraft > 0 && e.cfg.DraftCost > 0 {
+		c.DraftTime = seconds(float64(maxDraft) * e.cfg.DraftCost * e.weightBytes / e.bandwidth)
+	}
 	return c
 }
 
@@ -268,7 +277,9 @@ func seconds(s float64) time.Duration {
 // swap naming a block or host slot out of range, two swaps out to one host
 // slot, two swaps in from one slot or to one device block, a swap in from a
 // slot that holds no block, or a swap in from a slot the same batch swaps
-// out to (the swap out, running first, would overwrite it). If ctx ends
+// out to (the swap out, running first, would overwrite it). A sequence
+// with a draft gets TokenAt at each position in turn, its drafts accepted
+// while they equal it (Output.Accepted). If ctx ends
 // during the sleep it returns ctx's error; the block operations stay
 // applied.
 func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (*engine.Output, error) {
@@ -292,6 +303,10 @@ func (e *Executor) Forward(ctx context.Context, b *engine.Batch) (*engine.Output
 	out := &engine.Output{Tokens: make([]int32, len(b.Seqs)), Duration: d}
 	for i := range b.Seqs {
 		s := &b.Seqs[i]
+		if s.Draft > 0 {
+			e.verify(out, i, s)
+			continue
+		}
 		if s.Sample {
 			out.Tokens[i] = e.gen.token(s.Seed, s.Generated)
 			if s.Mask != nil {

@@ -1,0 +1,82 @@
+package engine
+
+import "time"
+
+// specGate decides, per number of running sequences, whether speculating
+// pays on this executor with this drafter, from what the steps measure:
+// the output tokens per second of decode-only steps that verified drafts
+// (drafting time included) against those that did not. Drafts that are
+// often rejected, or a draft model or verification that costs more than
+// the accepted tokens save, turn speculation off for that batch size; a
+// probe now and then, run the other way, keeps both estimates fresh, so it
+// turns back on when the text becomes predictable again.
+//
+// Locking: the step goroutine only.
+type specGate struct {
+	plain, spec [specGateBuckets]float64 // tokens/s, exponential moving averages; 0: not measured
+	steps       [specGateBuckets]uint64
+}
+
+const (
+	// specGateBuckets bounds the batch sizes told apart; larger ones share
+	// the last bucket.
+	specGateBuckets = 65
+	// specGateProbe: one step in this many runs the other way.
+	specGateProbe = 16
+	// specGateWeight is the weight of a new measurement in the averages.
+	specGateWeight = 0.3
+)
+
+func gateBucket(n int) int { return min(max(n, 0), specGateBuckets-1) }
+
+// allow reports whether the next step, with n running sequences, should
+// speculate.
+func (g *specGate) allow(n int) bool {
+	b := gateBucket(n)
+	g.steps[b]++
+	switch {
+	case g.spec[b] == 0:
+		return true
+	case g.plain[b] == 0:
+		return false
+	}
+	pays := g.spec[b] >= g.plain[b]
+	if g.steps[b]%specGateProbe == 0 {
+		return !pays
+	}
+	return pays
+}
+
+// observe records a decode-only step with n running sequences that
+// produced tokens output tokens in d (drafting included), with drafts
+// verified or not.
+func (g *specGate) observe(n int, spec bool, tokens int, d time.Duration) {
+	if d <= 0 || tokens <= 0 {
+		return
+	}
+	b := gateBucket(n)
+	rate := float64(tokens) / d.Seconds()
+	avg := &g.plain[b]
+	if spec {
+		avg = &g.spec[b]
+	}
+	if *avg == 0 {
+		*avg = rate
+		return
+	}
+	*avg += specGateWeight * (rate - *avg)
+}
+
+// decodeOnly reports whether every sequence of b decodes (one token, plus
+// its drafts), so that its time compares with other decode steps, and
+// whether any verified drafts.
+func decodeOnly(b *Batch) (decode, drafts bool) {
+	for i := range b.Seqs {
+		s := &b.Seqs[i]
+		if !s.Sample || len(s.Tokens) != 1+s.Draft {
+			return false, false
+		}
+		drafts = drafts || s.Draft > 0
+	}
+	return len(b.Seqs) > 0, drafts
+}
