@@ -143,6 +143,9 @@ func BenchmarkKVBoundServing(b *testing.B) {
 func median(x []float64) float64 {
 	s := slices.Sorted(slices.Values(x))
 	n := len(s)
+	if n == 0 {
+		return 0
+	}
 	if n%2 == 1 {
 		return s[n/2]
 	}

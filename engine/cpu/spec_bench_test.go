@@ -184,18 +184,6 @@ func specBenchRun(b *testing.B, tf, df *gguf.File, mode string, prompt []int32, 
 	return float64(tokens) / last.Sub(first).Seconds(), eng.Stats()
 }
 
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 // dequantizedCopy writes f again with every Q4_0 tensor stored as F16 of
 // its dequantized values (the rest as it is) and opens it: a model whose
 // Q4_0 quantization is f.
