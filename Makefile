@@ -61,7 +61,8 @@ soak: deps
 # 'tiny/Q8_0', picks the models). Each benchmark runs BENCH_COUNT times (the
 # tables show the median); BENCH_SKIP names sections to leave as they are
 # (e.g. cluster,cpu), BENCH_ONLY the only ones to run. A failure leaves
-# BENCHMARKS.md untouched.
+# BENCHMARKS.md untouched. With LLAMA_CPP_BIN or LLAMA_CPP_SRC set it then
+# runs make bench-peer too.
 BENCH_COUNT ?= 3
 STREAMS ?= 10000
 BENCH_SKIP ?=
@@ -69,6 +70,8 @@ BENCH_ONLY ?=
 bench: deps
 	GO=$(GO) $(GO) run ./scripts/benchreport -count $(BENCH_COUNT) -streams $(STREAMS) \
 		-skip '$(BENCH_SKIP)' -only '$(BENCH_ONLY)' -file BENCHMARKS.md
+	@if [ -n "$(LLAMA_CPP_BIN)$(LLAMA_CPP_SRC)" ]; then $(MAKE) --no-print-directory bench-peer; \
+		else echo "make bench: no llama.cpp build given (LLAMA_CPP_BIN or LLAMA_CPP_SRC): the same-run comparison with it (make bench-peer) is skipped"; fi
 
 # make bench-cluster measures the routing policies on three llmd processes
 # (about 6 minutes) and prints the tables of BENCHMARKS.md's cluster section:

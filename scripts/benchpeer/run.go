@@ -71,7 +71,7 @@ func buildLlamaCpp(ctx context.Context, src, dir string) (string, error) {
 	}
 	logf("building llama.cpp from %s into %s (about 15 minutes on 2 cores)", src, dir)
 	if err := sh(ctx, nil, "cmake", "-S", src, "-B", dir, "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
-		"-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF"); err != nil {
+		"-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_UI=OFF"); err != nil {
 		return "", err
 	}
 	if err := sh(ctx, nil, "cmake", "--build", dir, "-j", strconv.Itoa(runtime.NumCPU()),
