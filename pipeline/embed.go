@@ -274,18 +274,27 @@ func (p *Pipeline) embedPrepare(ctx context.Context, plan *Plan) (embedPrep, err
 	}
 	job := &Job{ID: req.ID, Endpoint: req.Endpoint, Principal: req.Principal, Tier: tenant.Tier, Model: m, ModelID: m.ID,
 		Prompt: prompt, N: 1, AffinityKey: req.AffinityKey}
+	if err := p.embedAdmit(ctx, plan, tenant, c, job); err != nil {
+		return embedPrep{}, err
+	}
+	p.beginRow(ctx, plan)
+	return embedPrep{inputs: inputs}, nil
+}
+
+// embedAdmit admits job, an embeddings request's, as plan's: the tier's
+// priority, shedding and the quota reservation; a refusal is recorded.
+func (p *Pipeline) embedAdmit(ctx context.Context, plan *Plan, tenant Tenant, c choice, job *Job) error {
 	plan.Job = job
-	adm, err := p.admit(ctx, req, tenant, c, job)
+	adm, err := p.admit(ctx, plan.Req, tenant, c, job)
 	plan.Decision, plan.degraded = adm.decision, appendNote(plan.degraded, adm.degraded)
 	if err != nil {
 		if reason := RejectReason(err); reason != "" {
 			p.rejectedRow(plan, reason)
 		}
-		return embedPrep{}, err
+		return err
 	}
 	plan.Job, plan.settle, plan.metered = adm.job, adm.settle, true
-	p.beginRow(ctx, plan)
-	return embedPrep{inputs: inputs}, nil
+	return nil
 }
 
 // embedPrepareRemote prepares an embeddings request for a model only peers
@@ -300,16 +309,9 @@ func (p *Pipeline) embedPrepareRemote(ctx context.Context, plan *Plan, tenant Te
 	plan.Model = c.id
 	job := &Job{ID: req.ID, Endpoint: req.Endpoint, Principal: req.Principal, Tier: tenant.Tier, ModelID: c.id,
 		Prompt: make([]int32, estimateEmbedTokens(req.Embed)), N: 1, AffinityKey: req.AffinityKey}
-	plan.Job = job
-	adm, err := p.admit(ctx, req, tenant, c, job)
-	plan.Decision, plan.degraded = adm.decision, appendNote(plan.degraded, adm.degraded)
-	if err != nil {
-		if reason := RejectReason(err); reason != "" {
-			p.rejectedRow(plan, reason)
-		}
+	if err := p.embedAdmit(ctx, plan, tenant, c, job); err != nil {
 		return embedPrep{}, err
 	}
-	plan.Job, plan.settle, plan.metered = adm.job, adm.settle, true
 	targets := make([]Target, len(c.peers))
 	for i, pc := range c.peers {
 		targets[i] = p.peer(pc)

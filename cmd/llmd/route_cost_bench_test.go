@@ -70,36 +70,17 @@ func TestClusterCostRoutingFigures(t *testing.T) {
 	var sb strings.Builder
 	sb.WriteString("| workload | routing | TTFT p50 ms | vs round robin | TTFT p99 ms | prefix hit rate |\n|---|---|---|---|---|---|\n")
 	for _, w := range workloads {
-		rr := medianOf(p50s[key{w.name, "round_robin"}])
+		rr := median(p50s[key{w.name, "round_robin"}])
 		for _, policy := range policies {
 			k := key{w.name, policy}
-			fmt.Fprintf(&sb, "| %s | %s | %.0f %s | %.2fx | %.0f | %.1f%% |\n", w.name, policy, medianOf(p50s[k]), spread(p50s[k]),
-				rr/medianOf(p50s[k]), medianOf(p99s[k]), 100*medianOf(hits[k]))
+			fmt.Fprintf(&sb, "| %s | %s | %.0f %s | %.2fx | %.0f | %.1f%% |\n", w.name, policy, median(p50s[k]), spread(p50s[k]),
+				rr/median(p50s[k]), median(p99s[k]), 100*median(hits[k]))
 		}
 	}
 	t.Logf("\n%s", sb.String())
 	if out := os.Getenv("LLMD_CLUSTER_BENCH_OUT"); out != "" {
 		require.NoError(t, os.WriteFile(out, []byte(sb.String()), 0o644))
 	}
-}
-
-// medianOf is the median of vs (0 for none).
-func medianOf(vs []float64) float64 {
-	if len(vs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), vs...)
-	for i := range s {
-		for j := i + 1; j < len(s); j++ {
-			if s[j] < s[i] {
-				s[i], s[j] = s[j], s[i]
-			}
-		}
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // spread is "[min-max]" of vs, empty for fewer than two.
