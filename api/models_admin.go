@@ -24,6 +24,9 @@ type ModelLoadRequest struct {
 	// --kv-cache and --cpu-threads).
 	KVCacheBytes int64 `json:"kv_cache_bytes,omitempty"`
 	Threads      int   `json:"threads,omitempty"`
+	// KVCacheType is what a GGUF model's KV cache stores keys and values
+	// as: f16, f32, q8_0 or q4_0 ("": llmd's --kv-cache-type).
+	KVCacheType string `json:"kv_cache_type,omitempty"`
 	// GPU and TP place a simulated model ("" and 0: llmd's --gpu and
 	// --tp).
 	GPU string `json:"gpu,omitempty"`

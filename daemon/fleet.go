@@ -206,6 +206,9 @@ func (f *fleet) Load(ctx context.Context, req api.ModelLoadRequest, progress fun
 	if req.Threads < 0 || req.TP < 0 || req.KVCacheBytes < 0 {
 		return api.ModelState{}, pipeline.InvalidParam("source", "threads, tp and kv_cache_bytes must not be negative")
 	}
+	if err := (cpu.Config{KVType: req.KVCacheType}).Validate(); err != nil {
+		return api.ModelState{}, pipeline.InvalidParam("kv_cache_type", "%v", err)
+	}
 	progress(api.ModelLoadProgress{Status: api.LoadChecking, Model: req.ID})
 	if profile, ok := strings.CutPrefix(req.Source, "sim:"); ok {
 		return f.loadSim(lr, profile, progress)
@@ -298,6 +301,9 @@ func (f *fleet) loadGGUF(ctx context.Context, lr loadRequest, progress func(api.
 	}
 	if lr.KVCacheBytes > 0 {
 		opts.kvBytes = lr.KVCacheBytes
+	}
+	if lr.KVCacheType != "" {
+		opts.kvType = lr.KVCacheType
 	}
 	kv := opts.kvBytes
 	if kv == 0 {

@@ -102,3 +102,36 @@ func TestGGUFQuantizedKVCacheRefused(t *testing.T) {
 	_, err = Open(cfg, testLogger(t))
 	require.ErrorContains(t, err, "multiples of 32")
 }
+
+// TestLoadWithKVCacheType: a model loaded while llmd runs takes its own
+// KV cache type (kv_cache_type), else llmd's; a bad one is a 400.
+func TestLoadWithKVCacheType(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tiny.gguf")
+	writeKVTestGGUF(t, path, 32)
+	cfg := testConfig()
+	cfg.Models = []string{"small"}
+	cfg.KVCacheBytes = 1 << 20
+	var logs syncBuffer
+	d, err := Open(cfg, newBufferLogger(&logs))
+	require.NoError(t, err)
+	c := fleetClient(t, startServer(t, d))
+	_, err = c.LoadModel(t.Context(), api.ModelLoadRequest{Source: path, ID: "tiny-q8", KVCacheType: "q8_0"}, nil)
+	require.NoError(t, err)
+	_, err = c.LoadModel(t.Context(), api.ModelLoadRequest{Source: path, ID: "tiny-f16"}, nil)
+	require.NoError(t, err)
+	st, err := c.Stats(t.Context())
+	require.NoError(t, err)
+	blocks := map[string]int{}
+	for _, m := range st.Models {
+		blocks[m.Model] = m.BlocksTotal
+	}
+	require.Equal(t, (1<<20)/(16*2*34), blocks["tiny-q8"])
+	require.Equal(t, (1<<20)/(16*2*64), blocks["tiny-f16"], "llmd's type, f16")
+
+	_, err = c.LoadModel(t.Context(), api.ModelLoadRequest{Source: path, ID: "tiny-x", KVCacheType: "q5_1"}, nil)
+	var se *api.StatusError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, http.StatusBadRequest, se.StatusCode)
+	require.Contains(t, se.Error(), "q5_1")
+}

@@ -134,6 +134,7 @@ func newModelsLoadCmd(a *app) *cobra.Command {
 	f.StringVar(&req.ID, "id", "", "id to serve the model under (default: the file or Ollama name; sim/ ids for simulated models)")
 	f.Int64Var(&kvMiB, "kv-cache-mib", 0, "KV cache of a GGUF model in MiB (0: llmd's --kv-cache-mib)")
 	f.IntVar(&req.Threads, "threads", 0, "CPU threads of a GGUF model (0: llmd's --cpu-threads)")
+	f.StringVar(&req.KVCacheType, "kv-cache-type", "", "KV cache type of a GGUF model: f16, f32, q8_0 or q4_0 (default: llmd's --kv-cache-type)")
 	f.StringVar(&req.GPU, "gpu", "", "simulated GPU of a sim: model (default: llmd's --gpu)")
 	f.IntVar(&req.TP, "tp", 0, "tensor-parallel degree of a sim: model (0: llmd's --tp)")
 	f.DurationVar(&keepAlive, "keep-alive", 0, "unload the model once idle this long (0: keep it loaded)")
