@@ -113,7 +113,7 @@ func (f *flood) rate(tenant string, from, to time.Time) float64 {
 // delivered rate against it.
 func TestReservedThroughputThroughHTTP(t *testing.T) {
 	if testing.Short() {
-		t.Skip("daemon: a 10 s real-time saturation run")
+		t.Skip("-short: a 10 s real-time saturation run; make test runs it")
 	}
 	s := newStoreServer(t, func(c *Config) {
 		c.StepTimeScale = 1
