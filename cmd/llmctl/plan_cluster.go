@@ -180,7 +180,7 @@ func writeClusterPlan(w io.Writer, p clusterPlan) {
 	if p.WarmBuffer != nil {
 		fmt.Fprintf(w, "warm buffer %.0f%% (--warm-buffer)\n", 100**p.WarmBuffer)
 	} else {
-		fmt.Fprintln(w, "warm buffer: the node's (llmd --autoscale-warm-buffer)")
+		fmt.Fprintln(w, "warm buffer: the node's (10%; --warm-buffer sets another)")
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
