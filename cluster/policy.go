@@ -21,8 +21,9 @@ const (
 	// PolicyCost: the member with the least predicted time to first token
 	// (see predictTTFT): its queued prompt tokens, the prompt tokens it
 	// does not hold and a decode step of its running batch, over its
-	// measured prefill rate; within the load bound, ties to the longest
-	// cached prefix, then the ring.
+	// measured prefill rate, plus, while requests wait, the prefill it
+	// would add once per request waiting on average; within the load
+	// bound, ties to the longest cached prefix, then the ring.
 	PolicyCost Policy = "cost"
 	// PolicyAffinity: the owner of the conversation (or the prompt's first
 	// block) on the ring, whatever the load.

@@ -161,7 +161,7 @@ func route(pool []routeMember, r *ring, req RouteRequest, localPrefix func([]kvc
 	for i := range pool {
 		over[i] = loads[i] >= capacity && loads[i]-least >= slack
 	}
-	var ttft []float64
+	var ttft []costEstimate
 	if req.Policy == PolicyCost {
 		ttft = predictTTFT(pool, req, blocks)
 	}
@@ -183,9 +183,9 @@ func route(pool []routeMember, r *ring, req RouteRequest, localPrefix func([]kvc
 	pick := func(idx []int) []Candidate {
 		sub := make([]routeMember, len(idx))
 		l, k, b, o := make([]int, len(idx)), make([]float64, len(idx)), make([]int, len(idx)), make([]bool, len(idx))
-		var c []float64
+		var c []costEstimate
 		if ttft != nil {
-			c = make([]float64, len(idx))
+			c = make([]costEstimate, len(idx))
 		}
 		for j, i := range idx {
 			sub[j], l[j], k[j], b[j], o[j] = pool[i], loads[i], kv[i], blocks[i], over[i]
@@ -222,7 +222,7 @@ func route(pool []routeMember, r *ring, req RouteRequest, localPrefix func([]kvc
 // order ranks pool (with each member's load, KV use, prefix blocks,
 // whether it is over the bound and, for PolicyCost, its predicted TTFT in
 // seconds, computed by route) by the policy's rules.
-func order(pool []routeMember, r *ring, req RouteRequest, loads []int, kv []float64, blocks []int, over []bool, ttft []float64) []Candidate {
+func order(pool []routeMember, r *ring, req RouteRequest, loads []int, kv []float64, blocks []int, over []bool, ttft []costEstimate) []Candidate {
 	n := len(pool)
 	if n == 0 {
 		return nil
@@ -334,10 +334,16 @@ func order(pool []routeMember, r *ring, req RouteRequest, loads []int, kv []floa
 	return out
 }
 
+// costEstimate is PolicyCost's view of one member: the request's predicted
+// time to first token there, and the score it is ranked by (both seconds).
+type costEstimate struct {
+	ttft, score float64
+}
+
 // predictTTFT returns, for each member of pool, PolicyCost's prediction of
 // the request's time to first token there, in seconds:
 //
-//	ttft = (queued + max(prompt - cached, 1) + running) / rate
+//	ttft = (queued + fresh + running) / rate, fresh = max(prompt - cached, 1)
 //
 // where, from the member's gossiped ModelLoad for req.Model:
 //   - queued is QueuedPromptTokens, the prompt tokens it must prefill
@@ -345,8 +351,8 @@ func order(pool []routeMember, r *ring, req RouteRequest, loads []int, kv []floa
 //     (0 while Waiting > 0) counts each waiting request as long as this
 //     prompt;
 //   - prompt is req.PromptTokens (or its full blocks) and cached the
-//     member's prefix blocks (blocks) x the block size: the tokens it
-//     would prefill (at least the last, which always runs);
+//     member's prefix blocks (blocks) x the block size: fresh is the
+//     tokens it would prefill (at least the last, which always runs);
 //   - running is Running, one decode token for each running sequence: the
 //     decode step that the prefill shares with the running batch;
 //   - rate is PrefillTokensPerSecond, the member's measured cost of a
@@ -358,9 +364,22 @@ func order(pool []routeMember, r *ring, req RouteRequest, loads []int, kv []floa
 // prefill it adds, both in time on that member. It leaves out the fixed
 // cost of a step (the same on like members) and the decode tokens of
 // later steps when the prefill spans several (a few percent under load).
-func predictTTFT(pool []routeMember, req RouteRequest, blocks []int) []float64 {
+//
+// The score adds what the choice costs the requests that come after:
+//
+//	score = ttft + w x fresh / rate, w = the pool's mean Waiting
+//
+// A prefill that a member holding the prefix would have skipped delays
+// each request that queues behind it, and how many do is, in a steady
+// state, about as many as wait now. Idle, w is 0 and the score is the
+// TTFT; saturated, where every queue is long and the shortest wins only by
+// noise, the prefill a miss adds dominates, and the conversations stay on
+// the members that hold them (ranking by TTFT alone scattered them there:
+// hit rate no better than round robin's, and a worse TTFT).
+func predictTTFT(pool []routeMember, req RouteRequest, blocks []int) []costEstimate {
 	bt := req.BlockTokens
 	var rates []float64
+	waiting := 0
 	for _, m := range pool {
 		l := m.Member.State.Load[req.Model]
 		if l.PrefillTokensPerSecond > 0 {
@@ -369,6 +388,7 @@ func predictTTFT(pool []routeMember, req RouteRequest, blocks []int) []float64 {
 		if bt <= 0 {
 			bt = l.BlockTokens
 		}
+		waiting += max(l.Waiting, 0)
 	}
 	if bt <= 0 {
 		bt = DefaultBlockTokens
@@ -383,7 +403,11 @@ func predictTTFT(pool []routeMember, req RouteRequest, blocks []int) []float64 {
 		prompt = len(req.Prefix) * bt
 	}
 	prompt = max(prompt, 1)
-	out := make([]float64, len(pool))
+	w := 0.0
+	if len(pool) > 0 {
+		w = float64(waiting) / float64(len(pool))
+	}
+	out := make([]costEstimate, len(pool))
 	for i, m := range pool {
 		l := m.Member.State.Load[req.Model]
 		queued := max(l.QueuedPromptTokens, 0)
@@ -395,17 +419,18 @@ func predictTTFT(pool []routeMember, req RouteRequest, blocks []int) []float64 {
 		if !(rate > 0) || math.IsInf(rate, 0) {
 			rate = fallback
 		}
-		out[i] = float64(queued+fresh+max(l.Running, 0)) / rate
+		ttft := float64(queued+fresh+max(l.Running, 0)) / rate
+		out[i] = costEstimate{ttft: ttft, score: ttft + w*float64(fresh)/rate}
 	}
 	return out
 }
 
 // orderByCost ranks pool for PolicyCost: the members within the bound by
-// predicted TTFT, except that the first is, of those within costTie of the
-// least, the one with the longest cached prefix, then first in the ring
-// order (lessRank, which ends with the least loaded); the members over the
-// bound last, by predicted TTFT, for retries.
-func orderByCost(pool []routeMember, blocks []int, over []bool, ttft []float64, lessRank func(i, j int) bool) []Candidate {
+// score, except that the first is, of those within costTie of the least,
+// the one with the longest cached prefix, then first in the ring order
+// (lessRank, which ends with the least loaded); the members over the bound
+// last, by score, for retries.
+func orderByCost(pool []routeMember, blocks []int, over []bool, cost []costEstimate, lessRank func(i, j int) bool) []Candidate {
 	idx := make([]int, len(pool))
 	for i := range idx {
 		idx[i] = i
@@ -415,8 +440,8 @@ func orderByCost(pool []routeMember, blocks []int, over []bool, ttft []float64, 
 		if over[i] != over[j] {
 			return !over[i]
 		}
-		if ttft[i] != ttft[j] {
-			return ttft[i] < ttft[j]
+		if cost[i].score != cost[j].score {
+			return cost[i].score < cost[j].score
 		}
 		if blocks[i] != blocks[j] {
 			return blocks[i] > blocks[j]
@@ -424,9 +449,9 @@ func orderByCost(pool []routeMember, blocks []int, over []bool, ttft []float64, 
 		return lessRank(i, j)
 	})
 	if len(idx) > 0 && !over[idx[0]] {
-		limit := ttft[idx[0]] * (1 + costTie)
+		limit := cost[idx[0]].score * (1 + costTie)
 		best := 0
-		for k := 1; k < len(idx) && !over[idx[k]] && ttft[idx[k]] <= limit; k++ {
+		for k := 1; k < len(idx) && !over[idx[k]] && cost[idx[k]].score <= limit; k++ {
 			i, b := idx[k], idx[best]
 			if blocks[i] > blocks[b] || (blocks[i] == blocks[b] && lessRank(i, b)) {
 				best = k
@@ -443,7 +468,7 @@ func orderByCost(pool []routeMember, blocks []int, over []bool, ttft []float64, 
 			reason = ReasonOverloaded
 		}
 		out[k] = Candidate{Member: pool[i].Member, PrefixBlocks: blocks[i], Reason: reason,
-			PredictedTTFT: time.Duration(min(ttft[i], maxPredicted.Seconds()) * float64(time.Second))}
+			PredictedTTFT: time.Duration(min(cost[i].ttft, maxPredicted.Seconds()) * float64(time.Second))}
 	}
 	return out
 }

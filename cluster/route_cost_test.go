@@ -89,6 +89,35 @@ func TestCostWeighsPrefixAgainstQueue(t *testing.T) {
 	assert.Equal(t, ReasonOverloaded, got[2].Reason)
 }
 
+// TestCostSaturatedKeepsHolder: with requests waiting across the pool, a
+// miss's prefill is charged once more for each of them (on average), so the
+// member holding the prefix keeps a request that its TTFT alone would send
+// to a member with a shorter queue; the PredictedTTFT stays the TTFT.
+func TestCostSaturatedKeepsHolder(t *testing.T) {
+	t.Parallel()
+	p := chain(5, 64) // 1024 tokens at 16
+	rate := 10_000.0
+	load := func(queued, waiting int) ModelLoad {
+		return ModelLoad{Running: 8, Waiting: waiting, QueuedPromptTokens: queued, PrefillTokensPerSecond: rate, BlockTokens: 16}
+	}
+	req := RouteRequest{Model: "m", Prefix: p, PromptTokens: 1030, Policy: PolicyCost}
+
+	// Idle pool: the holder's 2,000 queued tokens outweigh the 1,008 it saves.
+	holder := costed("a", load(2000, 0), p, 1, 2, 4, 8, 16, 32, 64)
+	other := costed("b", load(0, 0), p)
+	got := RouteMembers([]Member{holder, other}, req, nil)
+	assert.Equal(t, "b", got[0].Member.ID)
+
+	// Saturated pool (3 waiting on average): the other member's prefill of
+	// 1,030 tokens would delay the requests behind it, so the holder wins.
+	holder = costed("a", load(40_000, 4), p, 1, 2, 4, 8, 16, 32, 64)
+	other = costed("b", load(38_000, 2), p)
+	got = RouteMembers([]Member{holder, other}, req, nil)
+	assert.Equal(t, "a", got[0].Member.ID)
+	assert.Equal(t, secs(40_000+6+8, rate), got[0].PredictedTTFT, "the TTFT, not the score")
+	assert.Less(t, got[1].PredictedTTFT, got[0].PredictedTTFT)
+}
+
 // TestCostTies: between like members the prefix holder, then the ring
 // owner of the conversation, takes a near tie, as prefix routing would.
 func TestCostTies(t *testing.T) {
