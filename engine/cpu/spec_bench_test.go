@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -23,9 +24,10 @@ var specBenchModes = []string{"off", "ngram", "draft", "agreeing"}
 
 // BenchmarkSpeculative measures speculative decoding end to end through
 // the engine on the CPU executor: the 0.5B shape in F16 (cpushapes; another
-// with LLMD_SPEC_SHAPE=tiny|small) as the target, decoding greedily after a
-// repetitive prompt (a 48-token passage three times), without speculation,
-// with prompt lookup, and with the target's own Q4_0 copy (the same random
+// with LLMD_SPEC_SHAPE=tiny|small) as the target, decoding greedily 64
+// tokens (LLMD_SPEC_TOKENS=n for another length) after a repetitive prompt
+// (a 48-token passage three times), without speculation, with prompt
+// lookup, and with the target's own Q4_0 copy (the same random
 // draws, quantized) as the draft model; and, as "agreeing", a target whose
 // F16 weights are that Q4_0 copy's values (dequantized), so that the same
 // draft agrees with it as a good distilled draft would (random weights
@@ -57,7 +59,14 @@ func BenchmarkSpeculative(b *testing.B) {
 	af := dequantizedCopy(b, df)
 	passage := randomTokens(7, 48, target.Vocab)
 	prompt := slices.Concat(passage, passage, passage)
-	const maxTok = 64
+	maxTok := 64
+	if v := os.Getenv("LLMD_SPEC_TOKENS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 {
+			b.Fatalf("LLMD_SPEC_TOKENS=%s: want a number of tokens of at least 2", v)
+		}
+		maxTok = n
+	}
 	for _, streams := range []int{1, 8} {
 		b.Run(fmt.Sprintf("shape=%s/streams=%d", shape.Name, streams), func(b *testing.B) {
 			rates := map[string][]float64{}
