@@ -63,7 +63,8 @@ func hotKeys(tenant string, at int64, i int) []string {
 
 // parseSplit reads a split record's nine fields.
 func parseSplit(f []int64) (*split, error) {
-	if len(f) != 9 || f[0] <= 0 || f[1] < 2 || f[1] > MaxShards {
+	if len(f) != 9 || f[0] <= 0 || f[1] < 2 || f[1] > MaxShards ||
+		f[2] < 0 || f[2] > MaxRate || f[3] < 0 || f[3] > MaxRate || f[4] < 0 || f[4] > MaxDailyTokens {
 		return nil, fmt.Errorf("quota: bad split record %v", f)
 	}
 	s := &split{at: f[0], n: int(f[1]), rpm: f[2], tpm: f[3], daily: f[4], rb: f[5], tb: f[6], day: f[7], used: f[8]}

@@ -85,6 +85,7 @@ func TestParseSplitRejectsBadRecords(t *testing.T) {
 		"n of 1":    {1_700_000_000_000, 1, 10, 10, 0, 0, 0, 1, 0},
 		"n too big": {1_700_000_000_000, MaxShards + 1, 100, 100, 0, 0, 0, 1, 0},
 		"no epoch":  {0, 4, 10, 10, 0, 0, 0, 1, 0},
+		"bad limit": {1_700_000_000_000, 4, -10, 10, 0, 0, 0, 1, 0},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := parseSplit(f)
