@@ -10,6 +10,7 @@ import (
 	"github.com/llmd/llmd/engine"
 	"github.com/llmd/llmd/engine/cpu"
 	modelfile "github.com/llmd/llmd/model"
+	"github.com/llmd/llmd/quota"
 	"github.com/llmd/llmd/safety"
 	"github.com/llmd/llmd/server"
 )
@@ -108,6 +109,14 @@ type Config struct {
 	// QuotaTimeout bounds each Redis quota call; past it (or with Redis
 	// down) a local bucket decides. Default 25ms.
 	QuotaTimeout time.Duration
+	// HotTenantRPS, with RedisURL, detects hot tenants: a tenant with one
+	// quota bucket that sends more than this many requests within one
+	// second is split into HotTenantShards sub-buckets by the Redis script
+	// itself (see package quota). Default 0: off.
+	HotTenantRPS int64
+	// HotTenantShards is the sub-buckets of a tenant detected hot, 2 to
+	// quota.MaxShards. Default quota.DefaultHotShards (8).
+	HotTenantShards int
 	// QuotaEstimate reserves, instead of max_tokens, the tenant's learned
 	// answer length (the p90 of its last 64 answers, once it has 8) capped
 	// by max_tokens; a longer answer is charged when it ends.
@@ -238,6 +247,7 @@ func DefaultConfig() Config {
 		Speculative:          SpecOff,
 		StepTimeScale:        1,
 		QuotaTimeout:         25 * time.Millisecond,
+		HotTenantShards:      quota.DefaultHotShards,
 		StallTimeout:         60 * time.Second,
 		Autoscale:            AutoscaleTargets{KVUsage: 0.8, Waiting: 4, TTFT: 2 * time.Second},
 		ResumeGrace:          60 * time.Second,
@@ -333,6 +343,15 @@ func (c Config) Validate() error {
 	}
 	if c.QuotaTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("quota timeout is %v; it must be positive", c.QuotaTimeout))
+	}
+	if c.HotTenantRPS < 0 || c.HotTenantRPS > quota.MaxRate {
+		errs = append(errs, fmt.Errorf("hot tenant rate is %d requests/s; it must be 0 (off) to %d", c.HotTenantRPS, quota.MaxRate))
+	}
+	if c.HotTenantRPS > 0 && (c.HotTenantShards < 2 || c.HotTenantShards > quota.MaxShards) {
+		errs = append(errs, fmt.Errorf("hot tenant shards is %d; it must be 2 to %d", c.HotTenantShards, quota.MaxShards))
+	}
+	if c.HotTenantRPS > 0 && c.RedisURL == "" {
+		errs = append(errs, errors.New("detecting hot tenants (--hot-tenant-rps) needs the quota in Redis (--redis)"))
 	}
 	if c.MaxClientLagTime < 0 || c.MaxConnections < 0 || c.MaxClientConnections < 0 || c.SendBufferBytes < 0 {
 		errs = append(errs, errors.New("the client lag in time, the connection limits and the send buffer must not be negative"))

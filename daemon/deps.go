@@ -133,7 +133,7 @@ func openState(cfg Config, logger *slog.Logger, liveNodes func() int) (Deps, err
 		deps.Limiter = quota.NewMemory(quota.MemoryConfig{})
 	} else {
 		lim, err := quota.NewRedis(quota.RedisConfig{URL: cfg.RedisURL, Timeout: cfg.QuotaTimeout, LiveNodes: liveNodes,
-			Logger: logger})
+			Logger: logger, HotRPS: cfg.HotTenantRPS, HotShards: cfg.HotTenantShards})
 		if err != nil {
 			return fail(fmt.Errorf("daemon: quota backend: %w", err))
 		}

@@ -194,6 +194,8 @@ var (
 		"1 while the quota limiter decides locally because Redis is failing, else 0.", nil, nil)
 	descQuotaResets = prometheus.NewDesc("llmd_quota_state_resets_total",
 		"Times Redis was found to have lost a tenant's quota state.", nil, nil)
+	descQuotaHotDetected = prometheus.NewDesc("llmd_quota_hot_tenants_detected_total",
+		"Tenants this node's quota script found over --hot-tenant-rps and split into Redis sub-buckets.", nil, nil)
 )
 
 // quotaCollector exposes Source.Quota, plus the decisions counted by
@@ -205,6 +207,7 @@ func (c *quotaCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descQuotaDecisions
 	ch <- descQuotaFallback
 	ch <- descQuotaResets
+	ch <- descQuotaHotDetected
 }
 
 // Collect implements [prometheus.Collector]. The decision counters are
@@ -228,6 +231,7 @@ func (c *quotaCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- constMetric(descQuotaFallback, prometheus.GaugeValue, fallback)
 		ch <- constMetric(descQuotaResets, prometheus.CounterValue, float64(q.Resets))
+		ch <- constMetric(descQuotaHotDetected, prometheus.CounterValue, float64(q.HotDetected))
 	} else if !observed {
 		return
 	}

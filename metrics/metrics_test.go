@@ -35,7 +35,8 @@ func twoModels() *fakeSource {
 			{Model: "llama-8b", Stats: busy, BlockSize: 16, NumBlocks: 1000, PrefixCaching: true, CacheDType: "q8_0", MaxModelLen: 4096},
 			{Model: "tiny", Stats: engine.Stats{BlockSize: 32, BlocksTotal: 64}, CacheDType: "sim"},
 		},
-		quota: quota.Counters{Allow: 10, Deny: 2, ErrorAllowed: 1, ErrorDenied: 3, Resets: 4, FallbackActive: true},
+		quota: quota.Counters{Allow: 10, Deny: 2, ErrorAllowed: 1, ErrorDenied: 3, Resets: 4, FallbackActive: true,
+			HotDetected: 2},
 		usage: metrics.UsageWriterSnapshot{Queued: 3, Lag: 1500 * time.Millisecond, Committed: 100, Spooled: 7, Failed: 1},
 	}
 }
@@ -93,6 +94,7 @@ var exposed = []struct {
 	{"llmd_quota_decisions_total", counter, []string{"result"}},
 	{"llmd_quota_fallback_active", gauge, nil},
 	{"llmd_quota_state_resets_total", counter, nil},
+	{"llmd_quota_hot_tenants_detected_total", counter, nil},
 	{"llmd_usage_writer_queue", gauge, nil},
 	{"llmd_usage_writer_lag_seconds", gauge, nil},
 	{"llmd_usage_events_total", counter, []string{"result"}},
@@ -227,6 +229,7 @@ func TestValuesFollowSource(t *testing.T) {
 	}
 	assert.Equal(t, 1.0, value(t, fams, "llmd_quota_fallback_active", nil))
 	assert.Equal(t, 4.0, value(t, fams, "llmd_quota_state_resets_total", nil))
+	assert.Equal(t, 2.0, value(t, fams, "llmd_quota_hot_tenants_detected_total", nil))
 	assert.Equal(t, 3.0, value(t, fams, "llmd_usage_writer_queue", nil))
 	assert.Equal(t, 1.5, value(t, fams, "llmd_usage_writer_lag_seconds", nil))
 	for result, v := range map[string]float64{"committed": 100, "spooled": 7, "failed": 1} {

@@ -245,9 +245,19 @@ func BenchmarkRedisReserveReconcile(b *testing.B) {
 	})
 	// One hot tenant from every goroutine: its whole bucket, or 8
 	// sub-buckets (on one Redis the cost per op; in a Redis Cluster the
-	// sub-buckets' keys sit on different slots).
-	for _, shards := range []int{1, 8} {
-		b.Run(fmt.Sprintf("hot/shards=%d", shards), func(b *testing.B) {
+	// sub-buckets' keys sit on different slots); detected=8 is a limiter
+	// that detects the tenant at 100 requests/s and splits it into 8.
+	detecting, err := NewRedis(RedisConfig{URL: srv.URL(), Timeout: time.Second, HotRPS: 100, HotShards: 8})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer detecting.Close()
+	for _, shards := range []int{1, 8, -8} {
+		name, r, tenant := fmt.Sprintf("hot/shards=%d", shards), r, "hot"
+		if shards < 0 {
+			name, r, tenant, shards = "hot/detected=8", detecting, "hot-detected", 0
+		}
+		b.Run(name, func(b *testing.B) {
 			hot := lim
 			hot.Shards = shards
 			var seq atomic.Int64
@@ -259,13 +269,13 @@ func BenchmarkRedisReserveReconcile(b *testing.B) {
 				for pb.Next() {
 					id := fmt.Sprintf("hot%d-%d", shards, seq.Add(1))
 					start := time.Now()
-					d, err := r.Reserve(ctx, Request{ID: id, Tenant: "hot", Limits: hot, Tokens: 100})
+					d, err := r.Reserve(ctx, Request{ID: id, Tenant: tenant, Limits: hot, Tokens: 100})
 					h.reserve.record(time.Since(start))
 					if err != nil || !d.Allowed || d.Fallback {
 						b.Errorf("reserve: %+v, %v", d, err)
 						return
 					}
-					if err := r.Reconcile(ctx, "hot", id, 90); err != nil {
+					if err := r.Reconcile(ctx, tenant, id, 90); err != nil {
 						b.Error(err)
 						return
 					}

@@ -102,3 +102,45 @@ local function wait_ms(units, limit, need)
 end
 
 local function day_of(ms) return math.floor(ms / DAY) end
+
+-- Hot tenants detected by their request rate (hot.go): when the reserve
+-- script finds more requests in one second than the rate allows, it splits
+-- the tenant in the same call: it writes the split record into the state
+-- hash (field 'hot'), and from then on the whole bucket admits nothing.
+-- The record is "at:n:rpm:tpm:daily:rb:tb:day:used": the time of the split
+-- (ms, also the epoch that names the sub-buckets' keys), n, the limits in
+-- force, and the balance moved out: rb and tb the request and token units
+-- at the time of the split (0 for a limit of 0), tb less the overage of the
+-- estimated reservations still held here (their worst case is charged
+-- now, since their settlement here reaches no sub-bucket), and the day's
+-- used tokens plus that overage. The limiter divides it among the n
+-- sub-buckets so that their parts add up to it exactly.
+local function detect_hot(now, n, rpm, tpm, daily, rb, tb, today, used, ov)
+  local r, t = 0, 0
+  if rpm > 0 then r = tonumber(rb) end
+  if tpm > 0 then t = tonumber(tb) - ov * UNITS end
+  return string.format('%d:%d:%d:%d:%d:%d:%d:%d:%d', now, n, rpm, tpm, daily, r, t, today, used + ov)
+end
+
+-- split_fields is a split record's fields, as numbers.
+local function split_fields(rec)
+  local out = {}
+  for v in string.gmatch(rec, '[^:]+') do out[#out + 1] = tonumber(v) end
+  return out
+end
+
+-- init_state gives a detected sub-bucket that does not exist yet its part
+-- of the split balance instead of a full bucket: st is the HMGET of
+-- 'last', 'rb', 'ra', 'tb', 'ta', 'day', 'used'; at is the time of the
+-- split (ms; '0' or '' for none: the bucket starts full); rb and tb the
+-- part's units ('' leaves that bucket full), day and used its day count.
+-- Only a bucket that does not exist is set, so every node that brings the
+-- same part sets it once.
+local function init_state(st, at, rb, tb, day, used)
+  at = tonumber(at) or 0
+  if at <= 0 then return end
+  st[1] = at
+  if rb ~= '' then st[2], st[3] = rb, at end
+  if tb ~= '' then st[4], st[5] = tb, at end
+  st[6], st[7] = day, used
+end

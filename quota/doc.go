@@ -158,6 +158,63 @@
 // (as when Redis loses a tenant's state). [Memory] ignores Shards: in one
 // process there is no hot key, and its per-tenant lock is not shared.
 //
+// # Hot tenants detected by their request rate
+//
+// With [RedisConfig.HotRPS] set, a tenant with one bucket is split when it
+// is hot, and the switch is agreed in Redis itself. The reserve script
+// counts the requests that reach the tenant's bucket in each second of
+// Redis's clock; the call that makes the count exceed HotRPS, in the same
+// atomic script on the tenant's own slot, writes a split record into the
+// tenant's state hash (the time of the split, which is also its epoch, the
+// n sub-buckets, the limits, and the balance moved out: the request and
+// token units refilled to that instant, the token units less the overage
+// of the estimated reservations held, the day's used tokens plus that
+// overage) and answers "split". From then on the whole bucket admits
+// nothing: every reserve that reaches it gets the record instead, so no
+// node can admit against both, and each node follows the record whatever
+// its own settings (a node with detection off too). The sub-buckets of the
+// split have keys of their own ({tenant/epoch/i}). Each starts with its
+// part of the moved balance, computed from the record alone (the same on
+// every node: parts in proportion to the sub-bucket's share of the limit,
+// adding up to the balance exactly), and set by the first reserve that
+// reaches it, only if it does not exist: it never starts full. A node
+// keeps the record it read for 10 s before it reads it again from the
+// tenant's bucket (which keeps the record alive in Redis), so a split
+// tenant's own key is touched at most once per 10 s per node. A
+// reservation held in the whole bucket at the split is settled there,
+// where it was taken; its worst case was charged to the parts at the
+// split, so its settlement needs to reach no sub-bucket.
+//
+// The bound: the parts together hold exactly what the one bucket held
+// (less the held overage) and each refills at its share of the limit, so
+// across the switch the tokens admitted over any t seconds stay within
+// the one-bucket bound TPM*(1 + t/60) (requests within RPM*(1 + t/60), the
+// day within its budget), whatever the nodes and the concurrency.
+// Splitting only under-admits: the refunds of reservations held in the
+// whole bucket at the split stay there, and each part strands less than
+// one request, as above. One limit is not moved: the reservations held in
+// the whole bucket at the split do not count in the parts' concurrency, so
+// until they settle or expire (the TTL) the tenant may hold up to that
+// many more than Concurrency. TestRedisHotDetection and
+// TestRedisHotDetectionTotalsUnderConcurrency check the bound with three
+// limiters on a real Redis.
+//
+// In a Redis Cluster the sub-buckets live in other slots than the record,
+// and no script spans slots, so the split does not write them: it only
+// takes the balance out of the tenant's bucket and records how it divides;
+// each part is created in its own slot, atomically and only if absent,
+// from the record's numbers. Nothing is then left half done: a node that
+// dies between the two leaves a part not yet created, which the next
+// reserve creates with the same numbers. What the bound does not cover is
+// Redis losing state: a part lost (its shard failed over) is created
+// again from the record's numbers refilled to now, up to one full part
+// more; a record lost sends the nodes back to the whole bucket, which
+// starts full, after at most 10 s, during which nodes that still hold the
+// record admit against the parts: up to one more window of each limit, as
+// for any tenant whose state Redis loses. A detected split has no
+// cool-down: it lasts until the tenant's state expires after 48 h unread;
+// marking the tenant with Shards takes precedence over it.
+//
 // # Backends
 //
 // [Memory] keeps everything in the process (one node). [Redis] shares the

@@ -159,6 +159,9 @@ func (a *argvRedis) Reserve(ctx context.Context, req Request) (Decision, error) 
 	if err != nil {
 		return Decision{}, err
 	}
+	if o.code == codeSplit {
+		return Decision{}, fmt.Errorf("argvRedis does not follow splits")
+	}
 	if o.code == codeDuplicate {
 		return Decision{}, ErrDuplicateID
 	}
@@ -170,11 +173,12 @@ func (a *argvRedis) Reconcile(ctx context.Context, tenant, id string, actual int
 }
 
 func (a *argvRedis) Usage(ctx context.Context, tenant string, l Limits) (Usage, error) {
-	res, err := a.usage.Run(ctx, a.client, keys(tenant), l.RPM, l.TPM, a.now().UnixMilli()).Int64Slice()
+	res, err := a.usage.Run(ctx, a.client, keys(tenant), append(usageArgs(l, initState{}), a.now().UnixMilli())...).Int64Slice()
 	if err != nil {
 		return Usage{}, err
 	}
-	return parseUsage(res)
+	u, _, err := parseUsage(res)
+	return u, err
 }
 
 func (a *argvRedis) Counters() Counters { return Counters{} }

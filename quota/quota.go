@@ -168,6 +168,10 @@ type Counters struct {
 	// Borrowed counts hot tenants' requests admitted in pieces over
 	// several sub-buckets, none of which could hold them alone.
 	Borrowed uint64
+	// HotDetected counts the tenants this limiter's reserve script found
+	// over RedisConfig.HotRPS and split into sub-buckets (one per split,
+	// counted by the node whose request made it).
+	HotDetected uint64
 	// FallbackActive reports that Redis is failing now: the last Redis call
 	// failed or the circuit breaker is open.
 	FallbackActive bool

@@ -77,7 +77,22 @@ type RedisConfig struct {
 	Now func() time.Time
 	// Logger receives breaker and reset warnings; nil discards them.
 	Logger *slog.Logger
+	// HotRPS, when above 0, detects hot tenants by their request rate: a
+	// tenant with one bucket (Limits.Shards 0 or 1) that gets more than
+	// HotRPS requests within one second of Redis's clock is split by the
+	// reserve script itself into HotShards sub-buckets (lowered, like
+	// Limits.Shards, to the smallest limit set). 0 turns detection off; a
+	// node with it off still follows a split that another node's script
+	// made. See "Hot tenants" in the package doc.
+	HotRPS int64
+	// HotShards is the number of sub-buckets of a detected split, 2 to
+	// MaxShards; 0 means DefaultHotShards.
+	HotShards int
 }
+
+// DefaultHotShards is the sub-buckets of a tenant detected hot when
+// RedisConfig.HotShards is 0.
+const DefaultHotShards = 8
 
 // Redis is the [Limiter] shared by the nodes of a cluster through one
 // Redis. Each Reserve and each Reconcile is one atomic Lua script, which
@@ -110,12 +125,16 @@ type Redis struct {
 	breaker *breaker
 	local   *Memory
 	seen    *seenSet
-	// book and rr serve hot tenants' sub-buckets (shards.go).
-	book *shardBook
-	rr   atomic.Uint64
+	// book and rr serve hot tenants' sub-buckets (shards.go); hot keeps
+	// the splits read from Redis, hotRPS and hotN the detection (hot.go).
+	book   *shardBook
+	rr     atomic.Uint64
+	hot    *hotCache
+	hotRPS int64
+	hotN   int
 
-	allow, deny, errAllowed, errDenied, resets, borrowed atomic.Uint64
-	closed                                               atomic.Bool
+	allow, deny, errAllowed, errDenied, resets, borrowed, detected atomic.Uint64
+	closed                                                         atomic.Bool
 }
 
 // NewRedis returns a Redis limiter. It does not connect: Redis may be down
@@ -132,6 +151,13 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	}
 	if cfg.Timeout < 0 || cfg.BreakerFailures < 0 || cfg.BreakerCooldown < 0 || cfg.TTL < 0 {
 		return nil, fmt.Errorf("%w: negative redis config value", ErrInvalid)
+	}
+	hotN := cmp.Or(cfg.HotShards, DefaultHotShards)
+	switch {
+	case cfg.HotRPS < 0 || cfg.HotRPS > MaxRate:
+		return nil, fmt.Errorf("%w: hot tenant rate %d outside [0, %d]", ErrInvalid, cfg.HotRPS, MaxRate)
+	case hotN < 2 || hotN > MaxShards:
+		return nil, fmt.Errorf("%w: hot tenant shards %d outside [2, %d]", ErrInvalid, cfg.HotShards, MaxShards)
 	}
 	timeout := cmp.Or(cfg.Timeout, DefaultRedisTimeout)
 	now := cfg.Now
@@ -168,6 +194,9 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		local:     NewMemory(MemoryConfig{Now: now, TTL: ttl}),
 		seen:      newSeenSet(seenMax),
 		book:      newShardBook(ttl),
+		hot:       newHotCache(),
+		hotRPS:    cfg.HotRPS,
+		hotN:      hotN,
 	}
 	r.rr.Store(newRoundRobin())
 	return r, nil
@@ -210,13 +239,22 @@ func (r *Redis) Reserve(ctx context.Context, req Request) (Decision, error) {
 }
 
 // reserve decides req in Redis: in the tenant's bucket, or in its
-// sub-buckets when it is split. An error other than ErrDuplicateID means
-// Redis failed.
+// sub-buckets when it is split (marked by Limits.Shards, or detected). An
+// error other than ErrDuplicateID means Redis failed.
 func (r *Redis) reserve(ctx context.Context, req *Request) (Decision, error) {
 	if n := req.Limits.shards(); n > 1 {
-		return r.reserveSharded(ctx, req, n)
+		return r.reserveSharded(ctx, req, layout{n: n})
 	}
-	o, err := r.runReserve(ctx, keys(req.Tenant), req)
+	if s := r.hot.get(req.Tenant, r.now()); s != nil {
+		return r.reserveSharded(ctx, req, layout{n: s.n, hot: s})
+	}
+	var detect hotArgs
+	if r.hotRPS > 0 {
+		l := req.Limits
+		l.Shards = r.hotN
+		detect = hotArgs{rps: r.hotRPS, n: l.shards()}
+	}
+	o, err := r.runReserve(ctx, keys(req.Tenant), req, initState{}, detect)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -224,16 +262,52 @@ func (r *Redis) reserve(ctx context.Context, req *Request) (Decision, error) {
 		return Decision{}, ErrDuplicateID
 	}
 	r.observeState(req.Tenant, o.created)
-	return o.decision(req), nil
+	if o.code != codeSplit {
+		r.hot.drop(req.Tenant)
+		return o.decision(req), nil
+	}
+	s := r.followSplit(req.Tenant, o.split, o.switched)
+	return r.reserveSharded(ctx, req, layout{n: s.n, hot: s})
+}
+
+// followSplit remembers the split a script returned for tenant; when this
+// call made it, it counts and logs the detection.
+func (r *Redis) followSplit(tenant string, s *split, switched bool) *split {
+	if switched {
+		r.detected.Add(1)
+		r.log.Info("quota: tenant detected hot by its request rate; its buckets are split in redis",
+			"tenant", tenant, "hot_tenant_rps", r.hotRPS, "shards", s.n, "split_epoch", s.at)
+	}
+	return r.hot.put(tenant, s, r.now())
+}
+
+// initState is a detected sub-bucket's starting state for the scripts
+// (reserve.lua's ARGV 10-14, usage.lua's 3-7); the zero value is none.
+type initState struct {
+	at        int64
+	rb, tb    string
+	day, used int64
+}
+
+func (s initState) args() []any { return []any{s.at, s.rb, s.tb, s.day, s.used} }
+
+// hotArgs are reserve.lua's ARGV 15-16: the detection rate and split size
+// (zero: no detection).
+type hotArgs struct {
+	rps int64
+	n   int
 }
 
 // runReserve runs the reserve script on one bucket's keys.
-func (r *Redis) runReserve(ctx context.Context, keys []string, req *Request) (outcome, error) {
+func (r *Redis) runReserve(ctx context.Context, keys []string, req *Request, init initState, hot hotArgs) (reserved, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 	defer cancel()
-	res, err := reserveScript.Run(ctx, r.client, keys, reserveArgs(req, r.ttlMs)...).Int64Slice()
+	args := reserveArgs(req, r.ttlMs)
+	copy(args[9:], init.args())
+	args[14], args[15] = hot.rps, hot.n
+	res, err := reserveScript.Run(ctx, r.client, keys, args...).Int64Slice()
 	if err != nil {
-		return outcome{}, err
+		return reserved{}, err
 	}
 	return parseReserve(res)
 }
@@ -248,23 +322,41 @@ func (r *Redis) observeState(name string, created bool) {
 	}
 }
 
-// reserveArgs are reserve.lua's ARGV.
+// reserveArgs are reserve.lua's ARGV: all 16, with no starting state and
+// no detection.
 func reserveArgs(req *Request, ttlMs int64) []any {
 	l := req.Limits
-	return []any{req.ID, req.Tokens, l.RPM, l.TPM, l.Concurrency, l.DailyTokens, ttlMs, max(stateTTL.Milliseconds(), 2*ttlMs),
-		req.most() - req.Tokens}
+	return append([]any{req.ID, req.Tokens, l.RPM, l.TPM, l.Concurrency, l.DailyTokens, ttlMs,
+		max(stateTTL.Milliseconds(), 2*ttlMs), req.most() - req.Tokens}, append(initState{}.args(), 0, 0)...)
 }
 
-func parseReserve(res []int64) (outcome, error) {
-	if len(res) != 7 || res[0] < codeAllowed || res[0] > codeDuplicate {
-		return outcome{}, fmt.Errorf("quota: reserve script returned %v", res)
+// reserved is the reserve script's reply: an outcome, or (code 7) a split.
+type reserved struct {
+	outcome
+	switched bool // this call made the split
+	split    *split
+}
+
+func parseReserve(res []int64) (reserved, error) {
+	ok := len(res) == 7 && res[0] >= codeAllowed && res[0] <= codeDuplicate ||
+		len(res) == 17 && res[0] == codeSplit
+	if !ok {
+		return reserved{}, fmt.Errorf("quota: reserve script returned %v", res)
 	}
-	return outcome{
+	o := reserved{outcome: outcome{
 		code: res[0], retryMs: res[1],
 		remRequests: res[2], resetRequestsMs: res[3],
 		remTokens: res[4], resetTokensMs: res[5],
 		created: res[6] == 1,
-	}, nil
+	}}
+	if o.code == codeSplit {
+		s, err := parseSplit(res[8:])
+		if err != nil {
+			return reserved{}, err
+		}
+		o.switched, o.split = res[7] == 1, s
+	}
+	return o, nil
 }
 
 // fallbackReserve decides locally with the limits divided by the live nodes.
@@ -342,9 +434,9 @@ func (r *Redis) Usage(ctx context.Context, tenant string, l Limits) (Usage, erro
 	var u Usage
 	var err error
 	if n := l.shards(); n > 1 {
-		u, err = r.usageSharded(ctx, tenant, l, n)
+		u, err = r.usageSharded(ctx, tenant, l, layout{n: n})
 	} else {
-		u, err = r.runUsage(ctx, keys(tenant), l)
+		u, err = r.usageWhole(ctx, tenant, l)
 	}
 	if err != nil {
 		r.failed("usage", err)
@@ -354,23 +446,58 @@ func (r *Redis) Usage(ctx context.Context, tenant string, l Limits) (Usage, erro
 	return u, nil
 }
 
-// runUsage runs the usage script on one bucket's keys.
-func (r *Redis) runUsage(ctx context.Context, keys []string, l Limits) (Usage, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-	defer cancel()
-	res, err := usageScript.Run(ctx, r.client, keys, l.RPM, l.TPM).Int64Slice()
+// usageWhole is the usage of a tenant with one bucket, or, when a split
+// was detected, of its sub-buckets plus the reservations still held in the
+// whole bucket.
+func (r *Redis) usageWhole(ctx context.Context, tenant string, l Limits) (Usage, error) {
+	u, s, err := r.runUsageSplit(ctx, keys(tenant), l, initState{})
+	if err != nil || s == nil {
+		return u, err
+	}
+	s = r.hot.put(tenant, s, r.now())
+	parts, err := r.usageSharded(ctx, tenant, l, layout{n: s.n, hot: s})
 	if err != nil {
 		return Usage{}, err
+	}
+	parts.InFlight += u.InFlight
+	return parts, nil
+}
+
+// runUsage runs the usage script on one sub-bucket's keys.
+func (r *Redis) runUsage(ctx context.Context, keys []string, l Limits, init initState) (Usage, error) {
+	u, _, err := r.runUsageSplit(ctx, keys, l, init)
+	return u, err
+}
+
+// runUsageSplit runs the usage script on one bucket's keys: its usage, and
+// the split record when the bucket holds one.
+func (r *Redis) runUsageSplit(ctx context.Context, keys []string, l Limits, init initState) (Usage, *split, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+	defer cancel()
+	res, err := usageScript.Run(ctx, r.client, keys, usageArgs(l, init)...).Int64Slice()
+	if err != nil {
+		return Usage{}, nil, err
 	}
 	return parseUsage(res)
 }
 
-func parseUsage(res []int64) (Usage, error) {
-	if len(res) != 5 {
-		return Usage{}, fmt.Errorf("quota: usage script returned %v", res)
+// usageArgs are usage.lua's ARGV.
+func usageArgs(l Limits, init initState) []any { return append([]any{l.RPM, l.TPM}, init.args()...) }
+
+func parseUsage(res []int64) (Usage, *split, error) {
+	if len(res) != 5 && len(res) != 14 {
+		return Usage{}, nil, fmt.Errorf("quota: usage script returned %v", res)
 	}
-	return Usage{InFlight: res[0], RequestsAvailable: res[1], TokensAvailable: res[2], DailyTokensUsed: res[3],
-		TokensOwed: res[4]}, nil
+	u := Usage{InFlight: res[0], RequestsAvailable: res[1], TokensAvailable: res[2], DailyTokensUsed: res[3],
+		TokensOwed: res[4]}
+	if len(res) == 5 {
+		return u, nil, nil
+	}
+	s, err := parseSplit(res[5:])
+	if err != nil {
+		return Usage{}, nil, err
+	}
+	return u, s, nil
 }
 
 // Counters implements [Limiter.Counters].
@@ -383,6 +510,7 @@ func (r *Redis) Counters() Counters {
 		ErrorDenied:    r.errDenied.Load(),
 		Resets:         r.resets.Load(),
 		Borrowed:       r.borrowed.Load(),
+		HotDetected:    r.detected.Load(),
 		FallbackActive: state != breakerClosed || failures > 0,
 	}
 }

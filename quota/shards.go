@@ -54,6 +54,45 @@ func (l Limits) shard(n, i int) Limits {
 		DailyTokens: share(l.DailyTokens, n, i)}
 }
 
+// layout is how a split tenant's sub-buckets are laid out: n of them,
+// marked by the operator (hot nil: llmd:qs:{tenant/i}, starting full) or
+// detected by the request rate (hotKeys, starting with their part of the
+// split's balance).
+type layout struct {
+	n   int
+	hot *split
+}
+
+// keys are sub-bucket i's keys.
+func (y layout) keys(tenant string, i int) []string {
+	if y.hot == nil {
+		return shardKeys(tenant, i)
+	}
+	return hotKeys(tenant, y.hot.at, i)
+}
+
+// name is sub-bucket i's name in logs and reset detection.
+func (y layout) name(tenant string, i int) string {
+	if y.hot == nil {
+		return tenant + "/" + strconv.Itoa(i)
+	}
+	return tenant + "/" + strconv.FormatInt(y.hot.at, 10) + "/" + strconv.Itoa(i)
+}
+
+// init is sub-bucket i's starting state for the scripts (reserve.lua's
+// ARGV 10-14, usage.lua's 3-7): none for a marked layout.
+func (y layout) init(i int) initState {
+	if y.hot == nil {
+		return initState{}
+	}
+	p := y.hot.parts[i]
+	return initState{at: y.hot.at, rb: p.rb, tb: p.tb, day: p.day, used: p.used}
+}
+
+// usable reports whether sub-bucket i can take requests under l (always,
+// when marked: n was lowered to fit the limits).
+func (y layout) usable(l Limits, i int) bool { return y.hot == nil || usable(l, y.n, i) }
+
 // piece is the part of a sharded reservation held in one sub-bucket.
 type piece struct {
 	shard        int
@@ -74,7 +113,7 @@ type shardBook struct {
 }
 
 type booked struct {
-	n       int // the tenant's sub-buckets when reserved
+	lay     layout // the tenant's sub-buckets when reserved
 	pieces  []piece
 	expires time.Time
 }
@@ -85,7 +124,7 @@ func newShardBook(ttl time.Duration) *shardBook {
 
 func bookKey(tenant, id string) string { return tenant + "\x00" + id }
 
-func (b *shardBook) put(tenant, id string, n int, pieces []piece, now time.Time) {
+func (b *shardBook) put(tenant, id string, lay layout, pieces []piece, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if now.After(b.nextSweep) {
@@ -96,7 +135,7 @@ func (b *shardBook) put(tenant, id string, n int, pieces []piece, now time.Time)
 		}
 		b.nextSweep = now.Add(b.ttl / 4)
 	}
-	b.held[bookKey(tenant, id)] = booked{n: n, pieces: pieces, expires: now.Add(b.ttl)}
+	b.held[bookKey(tenant, id)] = booked{lay: lay, pieces: pieces, expires: now.Add(b.ttl)}
 }
 
 // take removes and returns the entry of tenant's reservation id.
@@ -109,30 +148,35 @@ func (b *shardBook) take(tenant, id string) (booked, bool) {
 	return e, ok
 }
 
-// reserveSharded is Reserve for a tenant split into n sub-buckets: it
+// reserveSharded is Reserve for a tenant split into lay.n sub-buckets: it
 // tries the sub-buckets one after another from a round-robin start until
 // one admits the whole request; when none can, and only tokens stood in
 // the way (the TPM bucket or the day's budget), it borrows: the request is
 // split over several sub-buckets (reserveSplit). An error means Redis
 // failed.
-func (r *Redis) reserveSharded(ctx context.Context, req *Request, n int) (Decision, error) {
+func (r *Redis) reserveSharded(ctx context.Context, req *Request, lay layout) (Decision, error) {
+	n := lay.n
 	start := int(r.rr.Add(1) % uint64(n))
 	var deny outcome
 	denied, tokensOnly := false, true
 	for k := range n {
 		i := (start + k) % n
+		if !lay.usable(req.Limits, i) {
+			continue
+		}
 		sub := *req
 		sub.Limits = req.Limits.shard(n, i)
-		o, err := r.runReserve(ctx, shardKeys(req.Tenant, i), &sub)
+		res, err := r.runReserve(ctx, lay.keys(req.Tenant, i), &sub, lay.init(i), hotArgs{})
 		if err != nil {
 			return Decision{}, err
 		}
-		r.observeState(req.Tenant+"/"+strconv.Itoa(i), o.created)
+		o := res.outcome
+		r.observeState(lay.name(req.Tenant, i), o.created)
 		switch {
 		case o.code == codeDuplicate:
 			return Decision{}, ErrDuplicateID
 		case o.code == codeAllowed:
-			r.book.put(req.Tenant, req.ID, n, []piece{{shard: i, tokens: req.Tokens, over: req.most() - req.Tokens}}, r.now())
+			r.book.put(req.Tenant, req.ID, lay, []piece{{shard: i, tokens: req.Tokens, over: req.most() - req.Tokens}}, r.now())
 			return shardDecision(o, req, n), nil
 		}
 		if o.code != codeTokens && o.code != codeTooLarge && o.code != codeDailyTokens {
@@ -146,7 +190,7 @@ func (r *Redis) reserveSharded(ctx context.Context, req *Request, n int) (Decisi
 	}
 	if tokensOnly && (req.Limits.TPM == 0 || req.Tokens <= req.Limits.TPM) &&
 		(req.Limits.DailyTokens == 0 || req.Tokens <= req.Limits.DailyTokens) {
-		d, ok, err := r.reserveSplit(ctx, req, n)
+		d, ok, err := r.reserveSplit(ctx, req, lay)
 		if err != nil || ok {
 			return d, err
 		}
@@ -195,17 +239,21 @@ func shardDecision(o outcome, req *Request, n int) Decision {
 // (conservative: a borrowed request may hold a slot in each sub-bucket it
 // borrowed from). A piece refused (another node took the tokens
 // meanwhile) gives back the pieces already taken. ok reports an admission.
-func (r *Redis) reserveSplit(ctx context.Context, req *Request, n int) (Decision, bool, error) {
+func (r *Redis) reserveSplit(ctx context.Context, req *Request, lay layout) (Decision, bool, error) {
 	type bal struct {
 		i     int
 		avail int64
 		first bool // it can take the request and a concurrency slot
 	}
-	bals := make([]bal, n)
+	n := lay.n
+	bals := make([]bal, 0, n)
 	var total int64
 	for i := range n {
+		if !lay.usable(req.Limits, i) {
+			continue
+		}
 		l := req.Limits.shard(n, i)
-		u, err := r.runUsage(ctx, shardKeys(req.Tenant, i), l)
+		u, err := r.runUsage(ctx, lay.keys(req.Tenant, i), l, lay.init(i))
 		if err != nil {
 			return Decision{}, false, err
 		}
@@ -216,11 +264,11 @@ func (r *Redis) reserveSplit(ctx context.Context, req *Request, n int) (Decision
 		if l.DailyTokens > 0 {
 			avail = min(avail, max(0, l.DailyTokens-u.DailyTokensUsed))
 		}
-		bals[i] = bal{i: i, avail: avail, first: (l.RPM == 0 || u.RequestsAvailable >= 1) &&
-			(l.Concurrency == 0 || u.InFlight < l.Concurrency)}
+		bals = append(bals, bal{i: i, avail: avail, first: (l.RPM == 0 || u.RequestsAvailable >= 1) &&
+			(l.Concurrency == 0 || u.InFlight < l.Concurrency)})
 		total += avail
 	}
-	if total < req.Tokens {
+	if total < req.Tokens || len(bals) == 0 {
 		return Decision{}, false, nil
 	}
 	slices.SortStableFunc(bals, func(a, b bal) int {
@@ -258,12 +306,13 @@ func (r *Redis) reserveSplit(ctx context.Context, req *Request, n int) (Decision
 			l.RPM, l.Concurrency = 0, 0 // one request, one slot: the first piece's
 		}
 		sub.Limits = l
-		o, err := r.runReserve(ctx, shardKeys(req.Tenant, b.i), &sub)
+		res, err := r.runReserve(ctx, lay.keys(req.Tenant, b.i), &sub, lay.init(b.i), hotArgs{})
+		o := res.outcome
 		if err == nil && o.code == codeDuplicate {
 			err = ErrDuplicateID
 		}
 		if err != nil || o.code != codeAllowed {
-			r.releasePieces(ctx, req.Tenant, req.ID, pieces)
+			r.releasePieces(ctx, req.Tenant, req.ID, lay, pieces)
 			return Decision{}, false, err
 		}
 		if k == 0 {
@@ -273,11 +322,11 @@ func (r *Redis) reserveSplit(ctx context.Context, req *Request, n int) (Decision
 		left -= sub.Tokens
 	}
 	if left > 0 {
-		r.releasePieces(ctx, req.Tenant, req.ID, pieces)
+		r.releasePieces(ctx, req.Tenant, req.ID, lay, pieces)
 		return Decision{}, false, nil
 	}
 	r.borrowed.Add(1)
-	r.book.put(req.Tenant, req.ID, n, pieces, r.now())
+	r.book.put(req.Tenant, req.ID, lay, pieces, r.now())
 	d := shardDecision(first, req, n)
 	d.RemainingTokens = max(0, min(req.Limits.TPM, total-req.Tokens))
 	return d, true, nil
@@ -285,9 +334,9 @@ func (r *Redis) reserveSplit(ctx context.Context, req *Request, n int) (Decision
 
 // releasePieces gives back pieces taken for a split that failed: their
 // tokens are refunded (the first piece's request stays counted).
-func (r *Redis) releasePieces(ctx context.Context, tenant, id string, pieces []piece) {
+func (r *Redis) releasePieces(ctx context.Context, tenant, id string, lay layout, pieces []piece) {
 	for _, p := range pieces {
-		r.reconcileKeys(ctx, shardKeys(tenant, p.shard), id, 0)
+		r.reconcileKeys(ctx, lay.keys(tenant, p.shard), id, 0)
 	}
 }
 
@@ -303,15 +352,18 @@ func (r *Redis) reconcileBooked(ctx context.Context, tenant, id string, e booked
 	}
 	shares[0] = rest
 	for k, p := range e.pieces {
-		r.reconcileKeys(ctx, shardKeys(tenant, p.shard), id, shares[k])
+		r.reconcileKeys(ctx, e.lay.keys(tenant, p.shard), id, shares[k])
 	}
 }
 
-// usageSharded sums the usage of tenant's n sub-buckets.
-func (r *Redis) usageSharded(ctx context.Context, tenant string, l Limits, n int) (Usage, error) {
+// usageSharded sums the usage of tenant's lay.n sub-buckets.
+func (r *Redis) usageSharded(ctx context.Context, tenant string, l Limits, lay layout) (Usage, error) {
 	var sum Usage
-	for i := range n {
-		u, err := r.runUsage(ctx, shardKeys(tenant, i), l.shard(n, i))
+	for i := range lay.n {
+		if !lay.usable(l, i) {
+			continue
+		}
+		u, err := r.runUsage(ctx, lay.keys(tenant, i), l.shard(lay.n, i), lay.init(i))
 		if err != nil {
 			return Usage{}, err
 		}

@@ -136,7 +136,10 @@ The capacity settings have no tier default; 0 clears them:
   --hot-shards N     split each of the tenant's Redis buckets into N
                      sub-buckets (a hot tenant: no single Redis key takes
                      all its traffic); with the in-memory quota it changes
-                     nothing
+                     nothing. llmd can also find hot tenants itself: started
+                     with --redis and --hot-tenant-rps R, it splits a tenant
+                     sending more than R requests in one second into
+                     --hot-tenant-shards sub-buckets, agreed in Redis
   --user-rpm N       requests per minute for each end user of the tenant
   --user-tpm N       tokens per minute for each end user of the tenant
                      (the user is the OpenAI "user" field, Anthropic's

@@ -66,8 +66,11 @@ A second table, when llmd sends one, shows what a million output tokens
 cost in GPU time, per model and tier. A last one, when a tenant holds
 provisioned throughput (llmctl quota set --reserved-tps), shows each
 reservation against the rate its model's engine delivers the tenant now
-(over the last 2 s) and the tenant's mean output rate over the window
-(without --cluster only).
+(over the last 2 s) and the tenant's mean output rate over the window.
+With --cluster the delivered rates and output tokens are summed over the
+nodes (each engine holds the reservation on its own; NODES counts those
+that report it) against the reservation, and the window mean is over the
+merged window.
 
 Each llmd keeps its own ledger, and a request forwarded to another node is
 billed by the node it entered, so the members' reports add up. --cluster
@@ -421,7 +424,10 @@ func (a *app) clusterUsage(cmd *cobra.Command, o *usageReportOptions) error {
 		}
 		return writeUsageCSV(w, &out.UsageReport)
 	}
-	return writeUsageReport(w, &out.UsageReport, append([]string{nodesLine(out.Nodes, out.Missing)}, notes...)...)
+	if err := writeUsageReport(w, &out.UsageReport, append([]string{nodesLine(out.Nodes, out.Missing)}, notes...)...); err != nil {
+		return err
+	}
+	return writeClusterReservations(w, out.Reservations, answered)
 }
 
 // skippedNode is a member "llmctl usage --cluster" does not ask: its id,
@@ -688,6 +694,9 @@ func mergeUsage(answered []nodeUsage) (merged api.UsageReport, notes []string) {
 	default:
 		merged.GPUHourPrice = first.GPUHourPrice
 	}
+	res, resNotes := mergeReservations(answered, merged.Until.Sub(merged.Since).Seconds())
+	merged.Reservations = res
+	notes = append(notes, resNotes...)
 	return merged, notes
 }
 

@@ -338,6 +338,42 @@ func TestUsageClusterTable(t *testing.T) {
 	require.Equal(t, []string{"by=tenant&since=24h"}, fc.b.requests())
 }
 
+// TestUsageClusterReservations: the provisioned-throughput table of the
+// merged report sums each reservation's delivered rate over the nodes that
+// report it, against the reservation; JSON carries the merged section.
+func TestUsageClusterReservations(t *testing.T) {
+	fc := newFakeCluster(t)
+	fc.a.report.Reservations = []api.ReservationUsage{
+		{Tenant: "acme", Model: "sim/small", ReservedTPS: 400, DeliveredTPS: 250, OutputTokens: 864_010, MeanTPS: 10},
+		{Tenant: "globex", Model: "sim/small", ReservedTPS: 50, DeliveredTPS: 0},
+	}
+	fc.b.report.Reservations = []api.ReservationUsage{
+		{Tenant: "acme", Model: "sim/small", ReservedTPS: 400, DeliveredTPS: 180.5, OutputTokens: 172_802, MeanTPS: 2},
+	}
+	var stdout, stderr bytes.Buffer
+	code := execute(t.Context(), []string{"--addr", fc.srvA.URL, "--api-key", adminKey, "usage", "--cluster", "--by", "tenant"},
+		strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, exitOK, code, stderr.String())
+	// The merged window is 86,401 s (b's is a second later than a's).
+	require.True(t, strings.HasSuffix(stdout.String(), ""+
+		"sim/small  paid  2     4.00       320     31250.0000 USD\n"+
+		"\n"+
+		"Provisioned throughput (output tokens/s):\n"+
+		"  TENANT      MODEL  RESERVED  DELIVERED NOW  OF RESERVED  WINDOW MEAN  NODES\n"+
+		"    acme  sim/small       400          430.5         108%           12      2\n"+
+		"  globex  sim/small        50              0           0%            0      1\n"+
+		"DELIVERED NOW is summed over the nodes' engines (each its last 2 s); each engine holds the reservation on its own.\n"),
+		stdout.String())
+
+	out, _, err := runCmd(t, "", "--addr", fc.srvA.URL, "--api-key", adminKey, "usage", "--cluster", "--json")
+	require.NoError(t, err)
+	var got clusterUsageReport
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Len(t, got.Reservations, 2)
+	require.Equal(t, 430.5, got.Reservations[0].DeliveredTPS)
+	require.EqualValues(t, 1_036_812, got.Reservations[0].OutputTokens)
+}
+
 func TestUsageClusterJSONAndCSV(t *testing.T) {
 	fc := newFakeCluster(t)
 	out, _, err := runCmd(t, "", "--addr", fc.srvA.URL, "--api-key", adminKey, "usage", "--cluster", "--json")

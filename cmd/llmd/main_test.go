@@ -78,10 +78,11 @@ func TestResolveConfig(t *testing.T) {
 		"access and quota flags": {
 			args: []string{"--data-dir", "/d", "--insecure", "--redis", "redis://127.0.0.1:6379/0", "--quota-shadow",
 				"--quota-timeout", "40ms", "--tier-weights", "enterprise=10,batch=0.5", "--degrade-route", "sim/flagship=sim/small",
-				"--degrade-max-tokens", "64", "--degrade-queue-wait", "4s"},
+				"--degrade-max-tokens", "64", "--degrade-queue-wait", "4s", "--hot-tenant-rps", "500", "--hot-tenant-shards", "16"},
 			want: func(c *daemon.Config) {
 				c.DataDir, c.Insecure, c.RedisURL, c.QuotaShadow = "/d", true, "redis://127.0.0.1:6379/0", true
 				c.QuotaTimeout = 40 * time.Millisecond
+				c.HotTenantRPS, c.HotTenantShards = 500, 16
 				c.Engine.TierWeights[engine.PriorityBatch], c.Engine.TierWeights[engine.PriorityEnterprise] = 0.5, 10
 				c.DegradeRoutes = map[string]string{"sim/flagship": "sim/small"}
 				c.DegradeFreeMaxTokens = 64
@@ -166,6 +167,19 @@ func TestResolveConfig(t *testing.T) {
 		"bad degrade route": {
 			args: []string{"--degrade-route", "sim/flagship"},
 			err:  "MODEL=SMALLER",
+		},
+		"hot tenants without redis": {
+			args: []string{"--data-dir", "/d", "--hot-tenant-rps", "100"},
+			err:  "needs the quota in Redis",
+		},
+		"bad hot tenant shards": {
+			args: []string{"--data-dir", "/d", "--redis", "redis://127.0.0.1:6379/0", "--hot-tenant-rps", "100",
+				"--hot-tenant-shards", "1"},
+			err: "hot tenant shards is 1",
+		},
+		"bad hot tenant rate": {
+			env: map[string]string{"LLMD_HOT_TENANT_RPS": "-5", "LLMD_DATA_DIR": "/e"},
+			err: "hot tenant rate is -5",
 		},
 	}
 	for name, tc := range cases {

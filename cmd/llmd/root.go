@@ -118,6 +118,8 @@ type options struct {
 	maxClientLag   time.Duration
 	redis          string
 	quotaTimeout   time.Duration
+	hotTenantRPS   int64
+	hotShards      int
 	quotaShadow    bool
 	quotaEstimate  bool
 	degradeRoutes  []string
@@ -284,6 +286,9 @@ func (o *options) bind(fs *pflag.FlagSet) {
 		"close a streaming client this far behind its stream (it can resume); 0: no bound in time")
 	fs.StringVar(&o.redis, "redis", "", "keep quota buckets in Redis at this URL (redis://host:port/db), shared by every llmd using it")
 	fs.DurationVar(&o.quotaTimeout, "quota-timeout", def.QuotaTimeout, "bound on each Redis quota call; past it a local bucket decides")
+	fs.Int64Var(&o.hotTenantRPS, "hot-tenant-rps", def.HotTenantRPS,
+		"with --redis: split a tenant sending more than this many requests in one second into --hot-tenant-shards Redis sub-buckets, agreed in Redis (0: off)")
+	fs.IntVar(&o.hotShards, "hot-tenant-shards", def.HotTenantShards, "sub-buckets of a tenant detected hot by --hot-tenant-rps (2 to 64)")
 	fs.BoolVar(&o.quotaShadow, "quota-shadow", false, "evaluate quotas and log refusals, but admit every request")
 	fs.BoolVar(&o.quotaEstimate, "quota-estimate", false,
 		"reserve each tenant's learned answer length (p90 of its last 64) instead of max_tokens; longer answers are charged at the end")
@@ -419,6 +424,7 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.MaxConnections, cfg.MaxClientConnections = o.maxConns, o.maxClientConns
 	cfg.RedisURL = o.redis
 	cfg.QuotaTimeout = o.quotaTimeout
+	cfg.HotTenantRPS, cfg.HotTenantShards = o.hotTenantRPS, o.hotShards
 	cfg.QuotaShadow = o.quotaShadow
 	cfg.QuotaEstimate = o.quotaEstimate
 	cfg.DegradeFreeMaxTokens = o.degradeMax
