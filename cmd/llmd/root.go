@@ -586,6 +586,7 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	if err != nil {
 		return &usageError{err}
 	}
+	spareProcs(cfg.CPUThreads, getenv, logger)
 	if cfg.RedisURL != "" {
 		// go-redis reports failed dials through a process-wide logger;
 		// send them to ours, at debug level: the quota service counts and

@@ -33,6 +33,31 @@ type Pool struct {
 	// done, which Run awaits.
 	pending atomic.Int32
 	done    poolSignal
+
+	// Counters for Stats.
+	runs, callerParks, workerParks atomic.Uint64
+}
+
+// PoolStats counts a pool's hand-offs since it started: the barriers of a
+// forward step and how they were waited for.
+type PoolStats struct {
+	// Runs counts the Run calls that split their work over two threads
+	// or more: each is one barrier.
+	Runs uint64
+	// CallerParks counts the Runs whose caller parked waiting for the
+	// workers, after spinning for poolSpin; WorkerParks the times an idle
+	// worker parked. Each park costs a wake-up (a context switch, and on
+	// a busy machine the wait for a CPU) where a spin costs none.
+	CallerParks uint64
+	WorkerParks uint64
+}
+
+// Stats returns the pool's counters (zero for a nil pool).
+func (p *Pool) Stats() PoolStats {
+	if p == nil {
+		return PoolStats{}
+	}
+	return PoolStats{Runs: p.runs.Load(), CallerParks: p.callerParks.Load(), WorkerParks: p.workerParks.Load()}
 }
 
 // poolSpin is how long an idle worker, or Run waiting for the workers,
@@ -59,12 +84,13 @@ func (s *poolSignal) bump() {
 	}
 }
 
-// await returns the counter once it differs from old.
-func (s *poolSignal) await(old uint64) uint64 {
+// await returns the counter once it differs from old, and whether it
+// parked before it did.
+func (s *poolSignal) await(old uint64) (uint64, bool) {
 	var deadline time.Time
 	for i := 1; ; i++ {
 		if n := s.seq.Load(); n != old {
-			return n
+			return n, false
 		}
 		if i%256 == 0 {
 			runtime.Gosched() // let others on this thread run
@@ -83,12 +109,12 @@ func (s *poolSignal) await(old uint64) uint64 {
 		s.sleeping.Store(true)
 		if n := s.seq.Load(); n != old {
 			s.sleeping.Store(false)
-			return n
+			return n, false
 		}
 		<-s.wake
 		s.sleeping.Store(false)
 		if n := s.seq.Load(); n != old {
-			return n
+			return n, true
 		}
 	}
 }
@@ -128,7 +154,11 @@ func (p *Pool) work(w *poolWorker) {
 	defer p.wg.Done()
 	var seen uint64
 	for {
-		seen = w.signal.await(seen)
+		var parked bool
+		seen, parked = w.signal.await(seen)
+		if parked {
+			p.workerParks.Add(1)
+		}
 		if w.quit {
 			return
 		}
@@ -195,6 +225,7 @@ func (p *Pool) Run(n int, fn func(start, end int)) {
 	if p.closed {
 		panic("cpu: Run on a closed Pool")
 	}
+	p.runs.Add(1)
 	done := p.done.seq.Load()
 	p.pending.Store(int32(k - 1))
 	for i := 1; i < k; i++ {
@@ -203,7 +234,9 @@ func (p *Pool) Run(n int, fn func(start, end int)) {
 		w.signal.bump()
 	}
 	first := poolCall(poolTask{fn: fn, start: 0, end: n / k})
-	p.done.await(done)
+	if _, parked := p.done.await(done); parked {
+		p.callerParks.Add(1)
+	}
 	for _, w := range p.workers[:k-1] {
 		if first == nil {
 			first = w.panicked

@@ -107,6 +107,38 @@ func TestPoolOnOneProc(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*time.Second)
 }
 
+// TestPoolStats checks the counters: one barrier per Run that splits its
+// work, none for a Run on one thread; parks once the pool idles past its
+// spin.
+func TestPoolStats(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	for range 5 {
+		p.Run(2, func(start, end int) {})
+	}
+	p.Run(1, func(start, end int) {}) // one chunk: no barrier
+	assert.Equal(t, uint64(5), p.Stats().Runs)
+	assert.Zero(t, p.Stats().CallerParks)
+	// An idle worker parks after poolSpin and counts it when the next Run
+	// wakes it. (Retried: a thread descheduled through the whole spin
+	// sees the work before it parks.)
+	require.Eventually(t, func() bool {
+		time.Sleep(20 * poolSpin)
+		p.Run(2, func(start, end int) {})
+		return p.Stats().WorkerParks > 0
+	}, 10*time.Second, time.Millisecond)
+	// The caller parks when its worker takes longer than the spin.
+	require.Eventually(t, func() bool {
+		p.Run(2, func(start, end int) {
+			if start > 0 {
+				time.Sleep(20 * poolSpin)
+			}
+		})
+		return p.Stats().CallerParks > 0
+	}, 10*time.Second, time.Millisecond)
+	assert.Equal(t, PoolStats{}, (*Pool)(nil).Stats())
+}
+
 func TestPoolRunAfterClosePanics(t *testing.T) {
 	p := NewPool(2)
 	p.Close()
