@@ -16,7 +16,8 @@ import (
 var kernKQuantTypes = []gguf.TensorType{gguf.TypeQ4_K, gguf.TypeQ6_K}
 
 // TestKQuantRowsRegistered checks that the AVX-512 level, where this CPU
-// has it, takes one token of Q4_K and Q6_K through a rows kernel: the
+// has it, takes one token of Q4_K and Q6_K through a rows kernel, and
+// eight of Q4_K through the eight-token kernel: the
 // kernels register from two files, and a slip in their order would
 // silently leave the rows kernels out.
 func TestKQuantRowsRegistered(t *testing.T) {
@@ -29,12 +30,14 @@ func TestKQuantRowsRegistered(t *testing.T) {
 	}
 	require.True(t, ks.rowsSums[gguf.TypeQ6_K], "Q6_K's rows kernel takes the lane sums")
 	require.False(t, ks.rowsSums[gguf.TypeQ4_K], "Q4_K's rows kernel takes no lane sums")
+	require.NotNil(t, ks.dotQ8[gguf.TypeQ4_K], "Q4_K has no eight-token kernel")
 }
 
 // TestKQuantRowsMatchFamily checks, at every level with a K-quant rows
-// kernel, that each row gets exactly the bits that the one-token and the
-// four-token kernels give it, for the block counts of the 1.5B shape's
-// rows (6 and 35) and others, and that an empty call writes nothing.
+// kernel, that each row gets exactly the bits that the one-token, the
+// four-token and (where there is one) the eight-token kernels give it, for
+// the block counts of the 1.5B shape's rows (6 and 35) and others, and
+// that an empty call writes nothing.
 func TestKQuantRowsMatchFamily(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 24))
 	for _, level := range kernLevels() {
@@ -46,19 +49,24 @@ func TestKQuantRowsMatchFamily(t *testing.T) {
 			}
 			for _, nb := range []int{1, 4, 6, 35} {
 				t.Run(fmt.Sprintf("kern=%s/type=%s/blocks=%d", level, typ, nb), func(t *testing.T) {
-					const rows = 11
+					const rows, toks = 11, 8
 					cols := nb * typ.BlockSize()
 					nq := cols / kernQK
 					w := kernRandBlocks(rng, typ, rows*nb)
 					rb := len(w) / rows
-					xq, xd, xs := kernQuantized(kernRandActivations(rng, 4, cols), 4, cols)
-					dot4 := ks.dotQ4[typ]
+					xq, xd, xs := kernQuantized(kernRandActivations(rng, toks, cols), toks, cols)
+					dot4, dot8 := ks.dotQ4[typ], ks.dotQ8[typ]
 					require.NotNil(t, dot4)
 					four := make([][4]float32, rows)
+					eight := make([][8]float32, rows)
 					for r := range rows {
-						dot4(&four[r], w[r*rb:(r+1)*rb], xq, xd, xs)
+						wr := w[r*rb : (r+1)*rb]
+						dot4(&four[r], wr, xq[:4*cols], xd[:4*nq], xs[:4*nq])
+						if dot8 != nil {
+							dot8(&eight[r], wr, xq, xd, xs)
+						}
 					}
-					for tok := range 4 {
+					for tok := range toks {
 						q, d, s := xq[tok*cols:(tok+1)*cols], xd[tok*nq:(tok+1)*nq], xs[tok*nq:(tok+1)*nq]
 						var xc []int32
 						if ks.rowsSums[typ] {
@@ -71,7 +79,12 @@ func TestKQuantRowsMatchFamily(t *testing.T) {
 						for r := range rows {
 							one := ks.dotQ[typ](w[r*rb:(r+1)*rb], q, d, s)
 							require.Equal(t, math.Float32bits(one), math.Float32bits(out[r]), "token %d row %d: rows vs one", tok, r)
-							require.Equal(t, math.Float32bits(four[r][tok]), math.Float32bits(out[r]), "token %d row %d: rows vs four", tok, r)
+							if tok < 4 {
+								require.Equal(t, math.Float32bits(four[r][tok]), math.Float32bits(out[r]), "token %d row %d: rows vs four", tok, r)
+							}
+							if dot8 != nil {
+								require.Equal(t, math.Float32bits(eight[r][tok]), math.Float32bits(out[r]), "token %d row %d: rows vs eight", tok, r)
+							}
 						}
 						require.Equal(t, float32(42), out[rows], "wrote past the rows")
 						rowsDot(out[:0], w[:0], rb, q, d, s, xc)
