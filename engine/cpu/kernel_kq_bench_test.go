@@ -112,3 +112,75 @@ func BenchmarkKQMatMul(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkKQDot measures the K-quant dots of n tokens (1, 4, 8) with one
+// row of 1536 values (6 blocks; the eight tokens' activations fit in L1):
+// the kernels' compute per token. MB/s is weight bytes times n, so that
+// the kernels of any n compare per token.
+func BenchmarkKQDot(b *testing.B) {
+	const cols = 1536
+	ks := kernSetFor(kernUse)
+	rng := rand.New(rand.NewPCG(7, 8))
+	xq, xd, xs := kernQuantized(kernRandFloats(rng, 8*cols, 1), 8, cols)
+	nq := cols / kernQK
+	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+		w := kernRandBlocks(rng, typ, cols/typ.BlockSize())
+		for _, n := range []int{1, 4, 8} {
+			b.Run(fmt.Sprintf("type=%s/n=%d", strings.ToLower(typ.String()), n), func(b *testing.B) {
+				var res4 [4]float32
+				var res8 [8]float32
+				dot, dot4, dot8 := ks.dotQ[typ], ks.dotQ4[typ], ks.dotQ8[typ]
+				if (n == 4 && dot4 == nil) || (n == 8 && dot8 == nil) {
+					b.Skipf("%s has no %d-token kernel at %s", typ, n, kernUse)
+				}
+				b.SetBytes(int64(n * len(w)))
+				for b.Loop() {
+					switch n {
+					case 1:
+						dot(w, xq[:cols], xd[:nq], xs[:nq])
+					case 4:
+						dot4(&res4, w, xq[:4*cols], xd[:4*nq], xs[:4*nq])
+					case 8:
+						dot8(&res8, w, xq, xd, xs)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkKQPrompt measures MatMul of 64 tokens (a prompt's chunk) on the
+// 1.5B shape's K-quant matrices with (x8=true) and without (x8=false) the
+// eight-token kernels, on the pool's threads. MB/s is weight bytes times
+// the tokens: per token, as BenchmarkKQDot.
+func BenchmarkKQPrompt(b *testing.B) {
+	const n = 64
+	shapes := []struct {
+		typ        gguf.TensorType
+		rows, cols int
+	}{
+		{gguf.TypeQ4_K, 8960, 1536}, {gguf.TypeQ4_K, 1536, 8960}, {gguf.TypeQ6_K, 1536, 8960},
+	}
+	for _, sh := range shapes {
+		w, _ := kernRandWeight(b, rand.New(rand.NewPCG(3, 3)), sh.typ, sh.rows, sh.cols)
+		x := kernRandFloats(rand.New(rand.NewPCG(1, 1)), n*sh.cols, 1)
+		out := make([]float32, n*sh.rows)
+		for _, x8 := range []bool{true, false} {
+			name := fmt.Sprintf("type=%s/rows=%d/cols=%d/x8=%v", strings.ToLower(sh.typ.String()), sh.rows, sh.cols, x8)
+			b.Run(name, func(b *testing.B) {
+				kernBenchLevel(b)
+				ks := kernSetFor(kernUse)
+				if dot8 := ks.dotQ8[sh.typ]; !x8 && dot8 != nil {
+					delete(ks.dotQ8, sh.typ)
+					b.Cleanup(func() { ks.dotQ8[sh.typ] = dot8 })
+				}
+				pool := NewPool(*kernThreads)
+				defer pool.Close()
+				b.SetBytes(int64(n * len(w.Data)))
+				for b.Loop() {
+					MatMul(pool, out, w, x, n)
+				}
+			})
+		}
+	}
+}

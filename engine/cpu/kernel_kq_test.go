@@ -16,8 +16,7 @@ import (
 var kernKQuantTypes = []gguf.TensorType{gguf.TypeQ4_K, gguf.TypeQ6_K}
 
 // TestKQuantRowsRegistered checks that the AVX-512 level, where this CPU
-// has it, takes one token of Q4_K and Q6_K through a rows kernel, and
-// eight of Q4_K through the eight-token kernel: the
+// has it, takes one token of Q4_K and Q6_K through a rows kernel: the
 // kernels register from two files, and a slip in their order would
 // silently leave the rows kernels out.
 func TestKQuantRowsRegistered(t *testing.T) {
@@ -30,7 +29,6 @@ func TestKQuantRowsRegistered(t *testing.T) {
 	}
 	require.True(t, ks.rowsSums[gguf.TypeQ6_K], "Q6_K's rows kernel takes the lane sums")
 	require.False(t, ks.rowsSums[gguf.TypeQ4_K], "Q4_K's rows kernel takes no lane sums")
-	require.NotNil(t, ks.dotQ8[gguf.TypeQ4_K], "Q4_K has no eight-token kernel")
 }
 
 // TestKQuantRowsMatchFamily checks, at every level with a K-quant rows

@@ -25,7 +25,6 @@ func genKQuantsAVX512(a *asm) {
 	a.kqRowsTables()
 	a.dotQ4KRowsZ()
 	a.dotQ6KRowsZ()
-	a.dotQ4Kx8Z()
 }
 
 // kqSetupZ sets the AVX-512 kernels' constants: Z30 kernKqPerm, Z31 zero.
@@ -107,7 +106,6 @@ func (a *asm) kqRowsTables() {
 	// bytes 12..15 take s8..s11's high nibbles).
 	a.data("kernQ4KScMask", 0x0f0f0f0f3f3f3f3f, 0x0f0f0f0f3f3f3f3f)
 	a.data("kernQ4KScShift", 0, 0x0004000400000000)
-	a.data("kernQ4KSc30", 0x3030303030303030, 0x3030303030303030)
 	// VPERMPS orders: d in lanes 0..7 and dmin in 8..15; and, for chunk c,
 	// the factor of sub-block 2c in lanes 0..7 and of 2c+1 in 8..15.
 	var dm, chunks []uint32
@@ -280,115 +278,4 @@ func (a *asm) dotQ6KRowsZ() {
 		a.VFMADD231PS(Z9, Z7, []VecPhysical{Z0, Z1}[p%2])
 	}
 	a.kqRowsNext(210, 256, false)
-}
-
-// kqXsRow is token t's activation block sums in the eight-token K-quant
-// kernels: AX for tokens 0..3, BX for 4..7, R11 apart.
-func kqXsRow(t int) Mem {
-	if t >= 4 {
-		return row(RBX, 0, t-4, R11, R12)
-	}
-	return row(RAX, 0, t, R11, R12)
-}
-
-// dotQ4Kx8Z is kernDotQ4_Kx8AVX512: dotQ4KZ's arithmetic for eight tokens,
-// each token getting exactly the bits kernDotQ4_KAVX512 gives it. A block's
-// header (scales and mins, unpacked as in dotQ4KRowsZ) and its nibbles are
-// decoded once for all eight. Per token t: d·sc_j·xd_j goes to 32t(SP) and
-// feeds the masked broadcast FMAs into Z16+t (even chunks) and Z24+t (odd
-// ones), as in dotQ4KZ; the mins of tokens p and p+4 accumulate in the
-// halves of Z11+p, each lane the FMA dotQ4KZ's Y2 gets.
-//
-// Registers: Z0 the chunk's nibbles, Z1 and Z2 the dots, Z3..Z7 the
-// header, Z8 kernQ4KDmin, Z9 kernQ4KNib, Z10 0x0F bytes, Z15 two tokens'
-// sums. AX and BX walk the sums (kqXsRow).
-func (a *asm) dotQ4Kx8Z() {
-	a.text("kernDotQ4_Kx8AVX512", 256, sigDotQx8)
-	a.bcastbZ(0x0f, Z10)
-	a.VMOVDQU64(static("kernQ4KNib", 0), Z9)
-	a.VMOVDQU64(static("kernQ4KDmin", 0), Z8)
-	a.MOVL(U32(0x00ff), EAX)
-	a.KMOVW(EAX, K2)
-	a.MOVL(U32(0xff00), EAX)
-	a.KMOVW(EAX, K3)
-	a.xnSetup(8, false)
-	a.SHRQ(U8(3), RCX)
-	a.MOVQ(a.arg("xs_base"), RAX)
-	a.LEAQ(memx(RAX, 0, R11, 4), RBX)
-	even := []VecPhysical{Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23}
-	odd := []VecPhysical{Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}
-	min := []VecPhysical{Z11, Z12, Z13, Z14}
-	a.zeroD(even...)
-	a.zeroD(odd...)
-	a.zeroD(min...)
-	a.kLoop()
-
-	a.VCVTPH2PS(mem(RSI, 0), X3)
-	a.VPERMPS(Z3, Z8, Z4)
-	a.VMOVDQU(mem(RSI, 4), X5)
-	a.VPSHUFB(static("kernQ4KScLo", 0), X5, X6)
-	a.VPSHUFB(static("kernQ4KScHi", 0), X5, X7)
-	a.VPSRLVW(static("kernQ4KScShift", 0), X6, X6)
-	a.VPAND(static("kernQ4KScMask", 0), X6, X6)
-	a.VPSRLW(U8(2), X7, X7)
-	a.VPAND(static("kernQ4KSc30", 0), X7, X7)
-	a.VPOR(X7, X6, X6)
-	a.VPMOVZXBD(X6, Z6)
-	a.VCVTDQ2PS(Z6, Z6)
-	a.VMULPS(Z4, Z6, Z6)
-	a.VSHUFF64X2(U8(0xee), Z6, Z6, Z7) // dmin·m_j in both halves
-	for t := range 8 {
-		a.VMULPS(xdRow(0, t), Y6, Y1)
-		a.VMOVUPS(Y1, sp(32*t))
-	}
-	for p, z := range min {
-		a.VMOVUPS(kqXsRow(p), Y15)
-		a.VINSERTF64X4(U8(1), kqXsRow(p+4), Z15, Z15)
-		a.VFMADD231PS(Z15, Z7, z)
-	}
-	for c := range 4 {
-		a.VBROADCASTI64X4(mem(RSI, 16+32*c), Z0)
-		a.VPSRLVW(Z9, Z0, Z0)
-		a.VPANDD(Z10, Z0, Z0)
-		acc := even
-		if c%2 == 1 {
-			acc = odd
-		}
-		for t := range 8 {
-			d := []VecPhysical{Z1, Z2}[t%2]
-			a.VPXORD(d, d, d)
-			a.VPDPBUSD(xqRow(64*c, t), Z0, d)
-			a.VCVTDQ2PS(d, d)
-			a.VFMADD231PS_BCST(sp(32*t+8*c), d, K2, acc[t])
-			a.VFMADD231PS_BCST(sp(32*t+8*c+4), d, K3, acc[t])
-		}
-	}
-	a.ADDQ(U32(144), RSI)
-	a.ADDQ(U32(256), RDI)
-	a.ADDQ(U32(256), R13)
-	for _, r := range []Register{RDX, R8, RAX, RBX} {
-		a.ADDQ(U8(32), r)
-	}
-	a.DECQ(RCX)
-	a.JNZ(lbl("loop"))
-	a.Label("done")
-
-	// Token t's sum in Yt: its two accumulators added and folded (as
-	// kEnd's foldSums), less its mins; then hsum4's order.
-	sums := []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7}
-	for t, y := range sums {
-		a.VADDPS(odd[t], even[t], even[t])
-		a.VEXTRACTF64X4(U8(1), even[t], Y15)
-		a.VADDPS(Y15, even[t].AsY(), y)
-		if t < 4 {
-			a.VSUBPS(min[t].AsY(), y, y)
-		} else {
-			a.VEXTRACTF64X4(U8(1), min[t-4], Y15)
-			a.VSUBPS(Y15, y, y)
-		}
-	}
-	a.hsum4(Y0, Y1, Y2, Y3, 0)
-	a.hsum4(Y4, Y5, Y6, Y7, 16)
-	a.VZEROUPPER()
-	a.RET()
 }
