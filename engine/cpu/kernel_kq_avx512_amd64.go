@@ -5,6 +5,8 @@ package cpu
 import (
 	"reflect"
 
+	xcpu "golang.org/x/sys/cpu"
+
 	"github.com/llmd/llmd/model/gguf"
 )
 
@@ -20,17 +22,30 @@ func kernDotQ4_KRowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []
 //go:noescape
 func kernDotQ6_KRowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
 
-// kernKQuantRowsAVX512 lists the rows kernels with the one-token kernel
-// whose bits they give, and whether they take the lane sums.
+// The same with VGF2P8AFFINEQB (GFNI) for the nibble and bit moves: the
+// same values, fewer instructions.
+
+//go:noescape
+func kernDotQ4_KRowsGFNIAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
+
+//go:noescape
+func kernDotQ6_KRowsGFNIAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
+
+// kernKQuantRowsAVX512 lists the rows kernels (and their GFNI variants)
+// with the one-token kernel whose bits they give, and whether they take
+// the lane sums.
 var kernKQuantRowsAVX512 = []struct {
-	typ  gguf.TensorType
-	one  func(w []byte, xq []int8, xd, xs []float32) float32
-	rows kernRowsFunc
-	sums bool
+	typ        gguf.TensorType
+	one        func(w []byte, xq []int8, xd, xs []float32) float32
+	rows, gfni kernRowsFunc
+	sums       bool
 }{
-	{gguf.TypeQ4_K, kernDotQ4_KAVX512, kernDotQ4_KRowsAVX512, false},
-	{gguf.TypeQ6_K, kernDotQ6_KAVX512, kernDotQ6_KRowsAVX512, true},
+	{gguf.TypeQ4_K, kernDotQ4_KAVX512, kernDotQ4_KRowsAVX512, kernDotQ4_KRowsGFNIAVX512, false},
+	{gguf.TypeQ6_K, kernDotQ6_KAVX512, kernDotQ6_KRowsAVX512, kernDotQ6_KRowsGFNIAVX512, true},
 }
+
+// kernHasGFNI reports whether the CPU runs the GFNI variants.
+var kernHasGFNI = xcpu.X86.HasAVX512GFNI
 
 // This init runs after kernel_avx512_amd64.go's (the go tool hands a
 // package's files to the compiler in name order), so it completes the
@@ -38,7 +53,11 @@ var kernKQuantRowsAVX512 = []struct {
 // family: where the level's one-token kernel of the type is not the one
 // the rows kernel matches (another was registered), it stays out, and
 // the tokens go through that one-token kernel row by row.
-func init() {
+func init() { kernRegisterKQuantRows() }
+
+// kernRegisterKQuantRows installs the rows kernels in the AVX-512 set, the
+// GFNI variants where kernHasGFNI.
+func kernRegisterKQuantRows() {
 	s := kernSets[kernLevelAVX512]
 	if kernBest < kernLevelAVX512 || s == nil {
 		return
@@ -47,6 +66,10 @@ func init() {
 		if one := s.dotQ[k.typ]; one == nil || reflect.ValueOf(one).Pointer() != reflect.ValueOf(k.one).Pointer() {
 			continue
 		}
-		s.dotQRows[k.typ], s.rowsSums[k.typ] = k.rows, k.sums
+		rows := k.rows
+		if kernHasGFNI {
+			rows = k.gfni
+		}
+		s.dotQRows[k.typ], s.rowsSums[k.typ] = rows, k.sums
 	}
 }

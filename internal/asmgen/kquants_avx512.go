@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/mmcloughlin/avo/ir"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
 )
@@ -23,8 +24,10 @@ func genKQuantsAVX512(a *asm) {
 		a.dotIQ4NL(n, true)
 	}
 	a.kqRowsTables()
-	a.dotQ4KRowsZ()
-	a.dotQ6KRowsZ()
+	for _, gfni := range []bool{false, true} {
+		a.dotQ4KRowsZ(gfni)
+		a.dotQ6KRowsZ(gfni)
+	}
 }
 
 // kqSetupZ sets the AVX-512 kernels' constants: Z30 kernKqPerm, Z31 zero.
@@ -119,12 +122,58 @@ func (a *asm) kqRowsTables() {
 	}
 	a.data32("kernQ4KDmin", dm...)
 	a.data32("kernKqChunk", chunks...)
+	// VGF2P8AFFINEQB matrices (per qword; kqGF): the low nibble kept, the
+	// high nibble moved down; Q6_K's high bits 0-1, 2-3, 4-5 and 6-7 of qh
+	// moved to bits 4-5. Lower four qwords act on the lower 32 bytes.
+	lo, hi := kqGF(0, 1, 2, 3), kqGF(4, 5, 6, 7)
+	a.data("kernQ4KNibGF", lo, lo, lo, lo, hi, hi, hi, hi)
+	a.data("kernKqHiGF", hi, hi, hi, hi, hi, hi, hi, hi)
+	b01, b23 := kqGF(-1, -1, -1, -1, 0, 1), kqGF(-1, -1, -1, -1, 2, 3)
+	b45, b67 := kqGF(-1, -1, -1, -1, 4, 5), kqGF(-1, -1, -1, -1, 6, 7)
+	a.data("kernQ6KHEvenGF", b01, b01, b01, b01, b23, b23, b23, b23)
+	a.data("kernQ6KHOddGF", b45, b45, b45, b45, b67, b67, b67, b67)
 }
 
-// kqRowsStart starts the rows kernel of the type called name and loads R8
-// (out), R9 (rows), R10 (the first row) and R11 (rb).
-func (a *asm) kqRowsStart(name string) {
-	a.text("kernDot"+name+"RowsAVX512", 0, sigDotRows)
+// kqGF returns the VGF2P8AFFINEQB matrix (one qword) whose result byte has
+// bit j set to bit from[j] of the source byte, or 0 where from[j] < 0 or j
+// is past from: bit j of the result is the parity of the source and byte
+// 7−j of the matrix.
+func kqGF(from ...int) uint64 {
+	var m uint64
+	for j, k := range from {
+		if k >= 0 {
+			m |= uint64(1) << k << (8 * (7 - j))
+		}
+	}
+	return m
+}
+
+// VGF2P8AFFINEQB emits the GFNI affine transform, which avo v0.5.0's
+// instruction database lacks (as VPDPBUSD): each byte of x becomes the
+// matrix (per qword, memory or a register) times it, plus imm, in GF(2),
+// into dst (zmm registers).
+func (a *asm) VGF2P8AFFINEQB(imm U8, matrix Op, x, dst VecPhysical) {
+	if x.Size() != 64 || dst.Size() != 64 {
+		panic("asmgen: VGF2P8AFFINEQB: zmm registers only")
+	}
+	a.Instruction(&ir.Instruction{
+		Opcode:   "VGF2P8AFFINEQB",
+		Operands: []Op{imm, matrix, x, dst},
+		Inputs:   []Op{matrix, x},
+		Outputs:  []Op{dst},
+		ISA:      []string{"AVX512F", "GFNI"},
+	})
+}
+
+// kqRowsStart starts the rows kernel of the type called name (with GFNI:
+// its variant that takes VGF2P8AFFINEQB) and loads R8 (out), R9 (rows),
+// R10 (the first row) and R11 (rb).
+func (a *asm) kqRowsStart(name string, gfni bool) {
+	level := "AVX512"
+	if gfni {
+		level = "GFNIAVX512"
+	}
+	a.text("kernDot"+name+"Rows"+level, 0, sigDotRows)
 	a.MOVQ(a.arg("out_base"), R8)
 	a.MOVQ(a.arg("out_len"), R9)
 	a.MOVQ(a.arg("w_base"), R10)
@@ -177,14 +226,19 @@ func (a *asm) kqRowsNext(bsz, sumStep int, min bool) {
 	a.RET()
 }
 
-// dotQ4KRowsZ is kernDotQ4_KRowsAVX512: dotQ4KZ(1)'s arithmetic per row.
-// Constants: Z14 0x0F bytes, Z24 kernQ4KNib, Z15 kernQ4KDmin, Z20..Z23
+// dotQ4KRowsZ is kernDotQ4_KRowsAVX512 (with gfni,
+// kernDotQ4_KRowsGFNIAVX512): dotQ4KZ(1)'s arithmetic per row. Constants:
+// Z14 0x0F bytes, Z24 kernQ4KNib (kernQ4KNibGF), Z15 kernQ4KDmin, Z20..Z23
 // kernKqChunk's four orders, X25..X28 the scale tables, X29 0x30 bytes.
-func (a *asm) dotQ4KRowsZ() {
-	a.kqRowsStart("Q4_K")
+func (a *asm) dotQ4KRowsZ(gfni bool) {
+	a.kqRowsStart("Q4_K", gfni)
 	a.bcastbZ(0x0f, Z14)
 	a.bcastbZ(0x30, Z29)
-	a.VMOVDQU64(static("kernQ4KNib", 0), Z24)
+	if gfni {
+		a.VMOVDQU64(static("kernQ4KNibGF", 0), Z24)
+	} else {
+		a.VMOVDQU64(static("kernQ4KNib", 0), Z24)
+	}
 	a.VMOVDQU64(static("kernQ4KDmin", 0), Z15)
 	order := []VecPhysical{Z20, Z21, Z22, Z23}
 	for c, z := range order {
@@ -217,11 +271,17 @@ func (a *asm) dotQ4KRowsZ() {
 	a.VEXTRACTF64X4(U8(1), Z6, Y7)
 	a.VFMADD231PS(mem(R13, 0), Y7, Y2)
 	for c := range 4 {
-		// Chunk c's 32 bytes in both halves of Z9, the upper half
-		// shifted a nibble: sub-block 2c's values, then 2c+1's.
+		// Chunk c's 32 bytes in both halves of Z9, low nibbles in the
+		// lower half, high ones in the upper: sub-block 2c's values,
+		// then 2c+1's. One affine transform does the shift and the
+		// masks.
 		a.VBROADCASTI64X4(mem(RSI, 16+32*c), Z9)
-		a.VPSRLVW(Z24, Z9, Z9)
-		a.VPANDD(Z14, Z9, Z9)
+		if gfni {
+			a.VGF2P8AFFINEQB(0, Z24, Z9, Z9)
+		} else {
+			a.VPSRLVW(Z24, Z9, Z9)
+			a.VPANDD(Z14, Z9, Z9)
+		}
 		a.VPXORD(Z10, Z10, Z10)
 		a.VPDPBUSD(mem(RDI, 64*c), Z9, Z10)
 		a.VCVTDQ2PS(Z10, Z10)
@@ -231,13 +291,21 @@ func (a *asm) dotQ4KRowsZ() {
 	a.kqRowsNext(144, 32, true)
 }
 
-// dotQ6KRowsZ is kernDotQ6_KRowsAVX512: dotQ6KZ(1)'s arithmetic per row.
-// Constants: Z14 0x0F bytes, Z12 0x30 bytes, Z15 kernQ6Pair, and Z10,
-// Z28, Z29, Z30 the orders kernQ6Quad+4p, as dotQ6KZ has them.
-func (a *asm) dotQ6KRowsZ() {
-	a.kqRowsStart("Q6_K")
+// dotQ6KRowsZ is kernDotQ6_KRowsAVX512 (with gfni,
+// kernDotQ6_KRowsGFNIAVX512): dotQ6KZ(1)'s arithmetic per row. Constants:
+// Z14 0x0F bytes, Z12 0x30 bytes, Z15 kernQ6Pair, and Z10, Z28, Z29, Z30
+// the orders kernQ6Quad+4p, as dotQ6KZ has them; with gfni, Z11, Z13 and
+// Z12 the matrices kernQ6KHEvenGF, kernQ6KHOddGF and kernKqHiGF.
+func (a *asm) dotQ6KRowsZ(gfni bool) {
+	a.kqRowsStart("Q6_K", gfni)
 	a.bcastbZ(0x0f, Z14)
-	a.bcastbZ(0x30, Z12)
+	if gfni {
+		a.VMOVDQU64(static("kernQ6KHEvenGF", 0), Z11)
+		a.VMOVDQU64(static("kernQ6KHOddGF", 0), Z13)
+		a.VMOVDQU64(static("kernKqHiGF", 0), Z12)
+	} else {
+		a.bcastbZ(0x30, Z12)
+	}
 	a.VMOVDQU64(static("kernQ6Pair", 0), Z15)
 	a.VMOVDQU64(static("kernQ6Quad", 0), Z10)
 	a.MOVL(U32(4), EAX)
@@ -256,20 +324,36 @@ func (a *asm) dotQ6KRowsZ() {
 		// Z8 = q (0..63) of blocks 2(p%2), 2(p%2)+1 of half p/2, as
 		// dotQ6KZ builds q−32 before its sign trick.
 		h := p / 2
-		if p%2 == 0 {
+		switch {
+		case gfni && p%2 == 0:
+			// qh broadcast to both halves; its bits 0-1 (lower half)
+			// and 2-3 (upper) moved to bits 4-5 by one transform.
+			a.VMOVDQU64(mem(RSI, 64*h), Z4)
+			a.VPANDD(Z14, Z4, Z8)
+			a.VBROADCASTI64X4(mem(RSI, 128+32*h), Z6)
+			a.VGF2P8AFFINEQB(0, Z11, Z6, Z6)
+			a.VPORD(Z6, Z8, Z8)
+		case gfni:
+			a.VGF2P8AFFINEQB(0, Z12, Z4, Z8)
+			a.VBROADCASTI64X4(mem(RSI, 128+32*h), Z6)
+			a.VGF2P8AFFINEQB(0, Z13, Z6, Z6)
+			a.VPORD(Z6, Z8, Z8)
+		case p%2 == 0:
 			a.VMOVDQU64(mem(RSI, 64*h), Z4)
 			a.VMOVDQU(mem(RSI, 128+32*h), Y5)
 			a.VPSLLW(U8(4), Y5, Y6)
 			a.VPSLLW(U8(2), Y5, Y7)
 			a.VINSERTI64X4(U8(1), Y7, Z6, Z6)
 			a.VPANDD(Z14, Z4, Z8)
-		} else {
+		default:
 			a.VPSRLW(U8(4), Z4, Z8)
 			a.VPANDD(Z14, Z8, Z8)
 			a.VPSRLW(U8(2), Y5, Y7)
 			a.VINSERTI64X4(U8(1), Y7, Z5, Z6)
 		}
-		a.VPTERNLOGD(U8(0xf8), Z12, Z6, Z8) // Z8 |= Z6 & 0x30
+		if !gfni {
+			a.VPTERNLOGD(U8(0xf8), Z12, Z6, Z8) // Z8 |= Z6 & 0x30
+		}
 		// The lanes' Σ(q−32)·x: from −32·Σx, plus Σq·x.
 		a.VPSLLD(U8(2), mem(R13, 64*p), Z7)
 		a.VPDPBUSD(mem(RDI, 64*p), Z8, Z7)
