@@ -149,10 +149,10 @@ func BenchmarkKQDot(b *testing.B) {
 	}
 }
 
-// BenchmarkKQPrompt measures MatMul of 64 tokens (a prompt's chunk) on the
-// 1.5B shape's K-quant matrices with (x8=true) and without (x8=false) the
-// eight-token kernels, on the pool's threads. MB/s is weight bytes times
-// the tokens: per token, as BenchmarkKQDot.
+// BenchmarkKQPrompt measures MatMul of 64 tokens (a prompt's chunk: the
+// four-token kernels) on the 1.5B shape's K-quant matrices, on the pool's
+// threads. MB/s is weight bytes times the tokens: per token, as
+// BenchmarkKQDot.
 func BenchmarkKQPrompt(b *testing.B) {
 	const n = 64
 	shapes := []struct {
@@ -165,22 +165,15 @@ func BenchmarkKQPrompt(b *testing.B) {
 		w, _ := kernRandWeight(b, rand.New(rand.NewPCG(3, 3)), sh.typ, sh.rows, sh.cols)
 		x := kernRandFloats(rand.New(rand.NewPCG(1, 1)), n*sh.cols, 1)
 		out := make([]float32, n*sh.rows)
-		for _, x8 := range []bool{true, false} {
-			name := fmt.Sprintf("type=%s/rows=%d/cols=%d/x8=%v", strings.ToLower(sh.typ.String()), sh.rows, sh.cols, x8)
-			b.Run(name, func(b *testing.B) {
-				kernBenchLevel(b)
-				ks := kernSetFor(kernUse)
-				if dot8 := ks.dotQ8[sh.typ]; !x8 && dot8 != nil {
-					delete(ks.dotQ8, sh.typ)
-					b.Cleanup(func() { ks.dotQ8[sh.typ] = dot8 })
-				}
-				pool := NewPool(*kernThreads)
-				defer pool.Close()
-				b.SetBytes(int64(n * len(w.Data)))
-				for b.Loop() {
-					MatMul(pool, out, w, x, n)
-				}
-			})
-		}
+		name := fmt.Sprintf("type=%s/rows=%d/cols=%d", strings.ToLower(sh.typ.String()), sh.rows, sh.cols)
+		b.Run(name, func(b *testing.B) {
+			kernBenchLevel(b)
+			pool := NewPool(*kernThreads)
+			defer pool.Close()
+			b.SetBytes(int64(n * len(w.Data)))
+			for b.Loop() {
+				MatMul(pool, out, w, x, n)
+			}
+		})
 	}
 }
