@@ -5365,3 +5365,594 @@ done:
 	VMOVUPS      X8, (AX)
 	VZEROUPPER
 	RET
+
+DATA kernQ4KNib<>+0(SB)/8, $0x0000000000000000
+DATA kernQ4KNib<>+8(SB)/8, $0x0000000000000000
+DATA kernQ4KNib<>+16(SB)/8, $0x0000000000000000
+DATA kernQ4KNib<>+24(SB)/8, $0x0000000000000000
+DATA kernQ4KNib<>+32(SB)/8, $0x0004000400040004
+DATA kernQ4KNib<>+40(SB)/8, $0x0004000400040004
+DATA kernQ4KNib<>+48(SB)/8, $0x0004000400040004
+DATA kernQ4KNib<>+56(SB)/8, $0x0004000400040004
+GLOBL kernQ4KNib<>(SB), RODATA|NOPTR, $64
+
+DATA kernQ4KScLo<>+0(SB)/8, $0x0b0a090803020100
+DATA kernQ4KScLo<>+8(SB)/8, $0x0b0a090807060504
+GLOBL kernQ4KScLo<>(SB), RODATA|NOPTR, $16
+
+DATA kernQ4KScHi<>+0(SB)/8, $0x0302010080808080
+DATA kernQ4KScHi<>+8(SB)/8, $0x0706050480808080
+GLOBL kernQ4KScHi<>(SB), RODATA|NOPTR, $16
+
+DATA kernQ4KScMask<>+0(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA kernQ4KScMask<>+8(SB)/8, $0x0f0f0f0f3f3f3f3f
+GLOBL kernQ4KScMask<>(SB), RODATA|NOPTR, $16
+
+DATA kernQ4KScShift<>+0(SB)/8, $0x0000000000000000
+DATA kernQ4KScShift<>+8(SB)/8, $0x0004000400000000
+GLOBL kernQ4KScShift<>(SB), RODATA|NOPTR, $16
+
+DATA kernQ4KDmin<>+0(SB)/4, $0x00000000
+DATA kernQ4KDmin<>+4(SB)/4, $0x00000000
+DATA kernQ4KDmin<>+8(SB)/4, $0x00000000
+DATA kernQ4KDmin<>+12(SB)/4, $0x00000000
+DATA kernQ4KDmin<>+16(SB)/4, $0x00000000
+DATA kernQ4KDmin<>+20(SB)/4, $0x00000000
+DATA kernQ4KDmin<>+24(SB)/4, $0x00000000
+DATA kernQ4KDmin<>+28(SB)/4, $0x00000000
+DATA kernQ4KDmin<>+32(SB)/4, $0x00000001
+DATA kernQ4KDmin<>+36(SB)/4, $0x00000001
+DATA kernQ4KDmin<>+40(SB)/4, $0x00000001
+DATA kernQ4KDmin<>+44(SB)/4, $0x00000001
+DATA kernQ4KDmin<>+48(SB)/4, $0x00000001
+DATA kernQ4KDmin<>+52(SB)/4, $0x00000001
+DATA kernQ4KDmin<>+56(SB)/4, $0x00000001
+DATA kernQ4KDmin<>+60(SB)/4, $0x00000001
+GLOBL kernQ4KDmin<>(SB), RODATA|NOPTR, $64
+
+DATA kernKqChunk<>+0(SB)/4, $0x00000000
+DATA kernKqChunk<>+4(SB)/4, $0x00000000
+DATA kernKqChunk<>+8(SB)/4, $0x00000000
+DATA kernKqChunk<>+12(SB)/4, $0x00000000
+DATA kernKqChunk<>+16(SB)/4, $0x00000000
+DATA kernKqChunk<>+20(SB)/4, $0x00000000
+DATA kernKqChunk<>+24(SB)/4, $0x00000000
+DATA kernKqChunk<>+28(SB)/4, $0x00000000
+DATA kernKqChunk<>+32(SB)/4, $0x00000001
+DATA kernKqChunk<>+36(SB)/4, $0x00000001
+DATA kernKqChunk<>+40(SB)/4, $0x00000001
+DATA kernKqChunk<>+44(SB)/4, $0x00000001
+DATA kernKqChunk<>+48(SB)/4, $0x00000001
+DATA kernKqChunk<>+52(SB)/4, $0x00000001
+DATA kernKqChunk<>+56(SB)/4, $0x00000001
+DATA kernKqChunk<>+60(SB)/4, $0x00000001
+DATA kernKqChunk<>+64(SB)/4, $0x00000002
+DATA kernKqChunk<>+68(SB)/4, $0x00000002
+DATA kernKqChunk<>+72(SB)/4, $0x00000002
+DATA kernKqChunk<>+76(SB)/4, $0x00000002
+DATA kernKqChunk<>+80(SB)/4, $0x00000002
+DATA kernKqChunk<>+84(SB)/4, $0x00000002
+DATA kernKqChunk<>+88(SB)/4, $0x00000002
+DATA kernKqChunk<>+92(SB)/4, $0x00000002
+DATA kernKqChunk<>+96(SB)/4, $0x00000003
+DATA kernKqChunk<>+100(SB)/4, $0x00000003
+DATA kernKqChunk<>+104(SB)/4, $0x00000003
+DATA kernKqChunk<>+108(SB)/4, $0x00000003
+DATA kernKqChunk<>+112(SB)/4, $0x00000003
+DATA kernKqChunk<>+116(SB)/4, $0x00000003
+DATA kernKqChunk<>+120(SB)/4, $0x00000003
+DATA kernKqChunk<>+124(SB)/4, $0x00000003
+DATA kernKqChunk<>+128(SB)/4, $0x00000004
+DATA kernKqChunk<>+132(SB)/4, $0x00000004
+DATA kernKqChunk<>+136(SB)/4, $0x00000004
+DATA kernKqChunk<>+140(SB)/4, $0x00000004
+DATA kernKqChunk<>+144(SB)/4, $0x00000004
+DATA kernKqChunk<>+148(SB)/4, $0x00000004
+DATA kernKqChunk<>+152(SB)/4, $0x00000004
+DATA kernKqChunk<>+156(SB)/4, $0x00000004
+DATA kernKqChunk<>+160(SB)/4, $0x00000005
+DATA kernKqChunk<>+164(SB)/4, $0x00000005
+DATA kernKqChunk<>+168(SB)/4, $0x00000005
+DATA kernKqChunk<>+172(SB)/4, $0x00000005
+DATA kernKqChunk<>+176(SB)/4, $0x00000005
+DATA kernKqChunk<>+180(SB)/4, $0x00000005
+DATA kernKqChunk<>+184(SB)/4, $0x00000005
+DATA kernKqChunk<>+188(SB)/4, $0x00000005
+DATA kernKqChunk<>+192(SB)/4, $0x00000006
+DATA kernKqChunk<>+196(SB)/4, $0x00000006
+DATA kernKqChunk<>+200(SB)/4, $0x00000006
+DATA kernKqChunk<>+204(SB)/4, $0x00000006
+DATA kernKqChunk<>+208(SB)/4, $0x00000006
+DATA kernKqChunk<>+212(SB)/4, $0x00000006
+DATA kernKqChunk<>+216(SB)/4, $0x00000006
+DATA kernKqChunk<>+220(SB)/4, $0x00000006
+DATA kernKqChunk<>+224(SB)/4, $0x00000007
+DATA kernKqChunk<>+228(SB)/4, $0x00000007
+DATA kernKqChunk<>+232(SB)/4, $0x00000007
+DATA kernKqChunk<>+236(SB)/4, $0x00000007
+DATA kernKqChunk<>+240(SB)/4, $0x00000007
+DATA kernKqChunk<>+244(SB)/4, $0x00000007
+DATA kernKqChunk<>+248(SB)/4, $0x00000007
+DATA kernKqChunk<>+252(SB)/4, $0x00000007
+GLOBL kernKqChunk<>(SB), RODATA|NOPTR, $256
+
+DATA kernQ4KNibGF<>+0(SB)/8, $0x0102040800000000
+DATA kernQ4KNibGF<>+8(SB)/8, $0x0102040800000000
+DATA kernQ4KNibGF<>+16(SB)/8, $0x0102040800000000
+DATA kernQ4KNibGF<>+24(SB)/8, $0x0102040800000000
+DATA kernQ4KNibGF<>+32(SB)/8, $0x1020408000000000
+DATA kernQ4KNibGF<>+40(SB)/8, $0x1020408000000000
+DATA kernQ4KNibGF<>+48(SB)/8, $0x1020408000000000
+DATA kernQ4KNibGF<>+56(SB)/8, $0x1020408000000000
+GLOBL kernQ4KNibGF<>(SB), RODATA|NOPTR, $64
+
+DATA kernKqHiGF<>+0(SB)/8, $0x1020408000000000
+DATA kernKqHiGF<>+8(SB)/8, $0x1020408000000000
+DATA kernKqHiGF<>+16(SB)/8, $0x1020408000000000
+DATA kernKqHiGF<>+24(SB)/8, $0x1020408000000000
+DATA kernKqHiGF<>+32(SB)/8, $0x1020408000000000
+DATA kernKqHiGF<>+40(SB)/8, $0x1020408000000000
+DATA kernKqHiGF<>+48(SB)/8, $0x1020408000000000
+DATA kernKqHiGF<>+56(SB)/8, $0x1020408000000000
+GLOBL kernKqHiGF<>(SB), RODATA|NOPTR, $64
+
+DATA kernQ6KHEvenGF<>+0(SB)/8, $0x0000000001020000
+DATA kernQ6KHEvenGF<>+8(SB)/8, $0x0000000001020000
+DATA kernQ6KHEvenGF<>+16(SB)/8, $0x0000000001020000
+DATA kernQ6KHEvenGF<>+24(SB)/8, $0x0000000001020000
+DATA kernQ6KHEvenGF<>+32(SB)/8, $0x0000000004080000
+DATA kernQ6KHEvenGF<>+40(SB)/8, $0x0000000004080000
+DATA kernQ6KHEvenGF<>+48(SB)/8, $0x0000000004080000
+DATA kernQ6KHEvenGF<>+56(SB)/8, $0x0000000004080000
+GLOBL kernQ6KHEvenGF<>(SB), RODATA|NOPTR, $64
+
+DATA kernQ6KHOddGF<>+0(SB)/8, $0x0000000010200000
+DATA kernQ6KHOddGF<>+8(SB)/8, $0x0000000010200000
+DATA kernQ6KHOddGF<>+16(SB)/8, $0x0000000010200000
+DATA kernQ6KHOddGF<>+24(SB)/8, $0x0000000010200000
+DATA kernQ6KHOddGF<>+32(SB)/8, $0x0000000040800000
+DATA kernQ6KHOddGF<>+40(SB)/8, $0x0000000040800000
+DATA kernQ6KHOddGF<>+48(SB)/8, $0x0000000040800000
+DATA kernQ6KHOddGF<>+56(SB)/8, $0x0000000040800000
+GLOBL kernQ6KHOddGF<>(SB), RODATA|NOPTR, $64
+
+// func kernDotQ4_KRowsAVX512(out []float32, w []byte, rb int, xq []int8, xd []float32, xs []float32, xc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·kernDotQ4_KRowsAVX512(SB), NOSPLIT, $0-152
+	MOVQ         out_base+0(FP), R8
+	MOVQ         out_len+8(FP), R9
+	MOVQ         w_base+24(FP), R10
+	MOVQ         rb+48(FP), R11
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z14
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z29
+	VMOVDQU64    kernQ4KNib<>+0(SB), Z24
+	VMOVDQU64    kernQ4KDmin<>+0(SB), Z15
+	VMOVDQU64    kernKqChunk<>+0(SB), Z20
+	VMOVDQU64    kernKqChunk<>+64(SB), Z21
+	VMOVDQU64    kernKqChunk<>+128(SB), Z22
+	VMOVDQU64    kernKqChunk<>+192(SB), Z23
+	VMOVDQU64    kernQ4KScLo<>+0(SB), X25
+	VMOVDQU64    kernQ4KScHi<>+0(SB), X26
+	VMOVDQU64    kernQ4KScMask<>+0(SB), X27
+	VMOVDQU64    kernQ4KScShift<>+0(SB), X28
+
+row:
+	TESTQ  R9, R9
+	JZ     end
+	MOVQ   R10, SI
+	MOVQ   xq_base+56(FP), DI
+	MOVQ   xd_base+80(FP), DX
+	MOVQ   xs_base+104(FP), R13
+	MOVQ   xd_len+88(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VXORPS Y2, Y2, Y2
+	TESTQ  CX, CX
+	JZ     done
+
+loop:
+	VCVTPH2PS       (SI), X3
+	VPERMPS         Z3, Z15, Z4
+	VMOVDQU         4(SI), X5
+	VPSHUFB         X25, X5, X6
+	VPSHUFB         X26, X5, X7
+	VPSRLVW         X28, X6, X6
+	VPANDD          X27, X6, X6
+	VPSRLW          $0x02, X7, X7
+	VPANDD          X29, X7, X7
+	VPOR            X7, X6, X6
+	VPMOVZXBD       X6, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          Z4, Z6, Z6
+	VMULPS          (DX), Y6, Y8
+	VEXTRACTF64X4   $0x01, Z6, Y7
+	VFMADD231PS     (R13), Y7, Y2
+	VBROADCASTI64X4 16(SI), Z9
+	VPSRLVW         Z24, Z9, Z9
+	VPANDD          Z14, Z9, Z9
+	VPXORD          Z10, Z10, Z10
+	VPDPBUSD        (DI), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z8, Z20, Z11
+	VFMADD231PS     Z11, Z10, Z0
+	VBROADCASTI64X4 48(SI), Z9
+	VPSRLVW         Z24, Z9, Z9
+	VPANDD          Z14, Z9, Z9
+	VPXORD          Z10, Z10, Z10
+	VPDPBUSD        64(DI), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z8, Z21, Z11
+	VFMADD231PS     Z11, Z10, Z1
+	VBROADCASTI64X4 80(SI), Z9
+	VPSRLVW         Z24, Z9, Z9
+	VPANDD          Z14, Z9, Z9
+	VPXORD          Z10, Z10, Z10
+	VPDPBUSD        128(DI), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z8, Z22, Z11
+	VFMADD231PS     Z11, Z10, Z0
+	VBROADCASTI64X4 112(SI), Z9
+	VPSRLVW         Z24, Z9, Z9
+	VPANDD          Z14, Z9, Z9
+	VPXORD          Z10, Z10, Z10
+	VPDPBUSD        192(DI), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z8, Z23, Z11
+	VFMADD231PS     Z11, Z10, Z1
+	ADDQ            $0x00000090, SI
+	ADDQ            $0x00000100, DI
+	ADDQ            $0x20, DX
+	ADDQ            $0x00000020, R13
+	DECQ            CX
+	JNZ             loop
+
+done:
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VSUBPS        Y2, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, (R8)
+	ADDQ          $0x04, R8
+	ADDQ          R11, R10
+	DECQ          R9
+	JMP           row
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernDotQ6_KRowsAVX512(out []float32, w []byte, rb int, xq []int8, xd []float32, xs []float32, xc []int32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, F16C
+TEXT ·kernDotQ6_KRowsAVX512(SB), NOSPLIT, $0-152
+	MOVQ         out_base+0(FP), R8
+	MOVQ         out_len+8(FP), R9
+	MOVQ         w_base+24(FP), R10
+	MOVQ         rb+48(FP), R11
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z14
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z12
+	VMOVDQU64    kernQ6Pair<>+0(SB), Z15
+	VMOVDQU64    kernQ6Quad<>+0(SB), Z10
+	MOVL         $0x00000004, AX
+	VPBROADCASTD AX, Z9
+	VPADDD       Z9, Z10, Z28
+	VPADDD       Z9, Z28, Z29
+	VPADDD       Z9, Z29, Z30
+
+row:
+	TESTQ  R9, R9
+	JZ     end
+	MOVQ   R10, SI
+	MOVQ   xq_base+56(FP), DI
+	MOVQ   xd_base+80(FP), DX
+	MOVQ   xc_base+128(FP), R13
+	MOVQ   xd_len+88(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	TESTQ  CX, CX
+	JZ     done
+
+loop:
+	MOVWLZX      208(SI), AX
+	VMOVD        AX, X2
+	VCVTPH2PS    X2, X2
+	VBROADCASTSS X2, Z2
+	VPMOVSXBD    192(SI), Z3
+	VCVTDQ2PS    Z3, Z3
+	VMULPS       Z2, Z3, Z3
+	VMOVUPS      (DX), Y4
+	VPERMPS      Z4, Z15, Z24
+	VMULPS       Z3, Z24, Z24
+	VMOVDQU64    (SI), Z4
+	VMOVDQU      128(SI), Y5
+	VPSLLW       $0x04, Y5, Y6
+	VPSLLW       $0x02, Y5, Y7
+	VINSERTI64X4 $0x01, Y7, Z6, Z6
+	VPANDD       Z14, Z4, Z8
+	VPTERNLOGD   $0xf8, Z12, Z6, Z8
+	VPSLLD       $0x02, (R13), Z7
+	VPDPBUSD     (DI), Z8, Z7
+	VCVTDQ2PS    Z7, Z7
+	VPERMPS      Z24, Z10, Z9
+	VFMADD231PS  Z9, Z7, Z0
+	VPSRLW       $0x04, Z4, Z8
+	VPANDD       Z14, Z8, Z8
+	VPSRLW       $0x02, Y5, Y7
+	VINSERTI64X4 $0x01, Y7, Z5, Z6
+	VPTERNLOGD   $0xf8, Z12, Z6, Z8
+	VPSLLD       $0x02, 64(R13), Z7
+	VPDPBUSD     64(DI), Z8, Z7
+	VCVTDQ2PS    Z7, Z7
+	VPERMPS      Z24, Z28, Z9
+	VFMADD231PS  Z9, Z7, Z1
+	VMOVDQU64    64(SI), Z4
+	VMOVDQU      160(SI), Y5
+	VPSLLW       $0x04, Y5, Y6
+	VPSLLW       $0x02, Y5, Y7
+	VINSERTI64X4 $0x01, Y7, Z6, Z6
+	VPANDD       Z14, Z4, Z8
+	VPTERNLOGD   $0xf8, Z12, Z6, Z8
+	VPSLLD       $0x02, 128(R13), Z7
+	VPDPBUSD     128(DI), Z8, Z7
+	VCVTDQ2PS    Z7, Z7
+	VPERMPS      Z24, Z29, Z9
+	VFMADD231PS  Z9, Z7, Z0
+	VPSRLW       $0x04, Z4, Z8
+	VPANDD       Z14, Z8, Z8
+	VPSRLW       $0x02, Y5, Y7
+	VINSERTI64X4 $0x01, Y7, Z5, Z6
+	VPTERNLOGD   $0xf8, Z12, Z6, Z8
+	VPSLLD       $0x02, 192(R13), Z7
+	VPDPBUSD     192(DI), Z8, Z7
+	VCVTDQ2PS    Z7, Z7
+	VPERMPS      Z24, Z30, Z9
+	VFMADD231PS  Z9, Z7, Z1
+	ADDQ         $0x000000d2, SI
+	ADDQ         $0x00000100, DI
+	ADDQ         $0x20, DX
+	ADDQ         $0x00000100, R13
+	DECQ         CX
+	JNZ          loop
+
+done:
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, (R8)
+	ADDQ          $0x04, R8
+	ADDQ          R11, R10
+	DECQ          R9
+	JMP           row
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernDotQ4_KRowsGFNIAVX512(out []float32, w []byte, rb int, xq []int8, xd []float32, xs []float32, xc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, GFNI
+TEXT ·kernDotQ4_KRowsGFNIAVX512(SB), NOSPLIT, $0-152
+	MOVQ         out_base+0(FP), R8
+	MOVQ         out_len+8(FP), R9
+	MOVQ         w_base+24(FP), R10
+	MOVQ         rb+48(FP), R11
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z14
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z29
+	VMOVDQU64    kernQ4KNibGF<>+0(SB), Z24
+	VMOVDQU64    kernQ4KDmin<>+0(SB), Z15
+	VMOVDQU64    kernKqChunk<>+0(SB), Z20
+	VMOVDQU64    kernKqChunk<>+64(SB), Z21
+	VMOVDQU64    kernKqChunk<>+128(SB), Z22
+	VMOVDQU64    kernKqChunk<>+192(SB), Z23
+	VMOVDQU64    kernQ4KScLo<>+0(SB), X25
+	VMOVDQU64    kernQ4KScHi<>+0(SB), X26
+	VMOVDQU64    kernQ4KScMask<>+0(SB), X27
+	VMOVDQU64    kernQ4KScShift<>+0(SB), X28
+
+row:
+	TESTQ  R9, R9
+	JZ     end
+	MOVQ   R10, SI
+	MOVQ   xq_base+56(FP), DI
+	MOVQ   xd_base+80(FP), DX
+	MOVQ   xs_base+104(FP), R13
+	MOVQ   xd_len+88(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VXORPS Y2, Y2, Y2
+	TESTQ  CX, CX
+	JZ     done
+
+loop:
+	VCVTPH2PS       (SI), X3
+	VPERMPS         Z3, Z15, Z4
+	VMOVDQU         4(SI), X5
+	VPSHUFB         X25, X5, X6
+	VPSHUFB         X26, X5, X7
+	VPSRLVW         X28, X6, X6
+	VPANDD          X27, X6, X6
+	VPSRLW          $0x02, X7, X7
+	VPANDD          X29, X7, X7
+	VPOR            X7, X6, X6
+	VPMOVZXBD       X6, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          Z4, Z6, Z6
+	VMULPS          (DX), Y6, Y8
+	VEXTRACTF64X4   $0x01, Z6, Y7
+	VFMADD231PS     (R13), Y7, Y2
+	VBROADCASTI64X4 16(SI), Z9
+	VGF2P8AFFINEQB  $0x00, Z24, Z9, Z9
+	VPXORD          Z10, Z10, Z10
+	VPDPBUSD        (DI), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z8, Z20, Z11
+	VFMADD231PS     Z11, Z10, Z0
+	VBROADCASTI64X4 48(SI), Z9
+	VGF2P8AFFINEQB  $0x00, Z24, Z9, Z9
+	VPXORD          Z10, Z10, Z10
+	VPDPBUSD        64(DI), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z8, Z21, Z11
+	VFMADD231PS     Z11, Z10, Z1
+	VBROADCASTI64X4 80(SI), Z9
+	VGF2P8AFFINEQB  $0x00, Z24, Z9, Z9
+	VPXORD          Z10, Z10, Z10
+	VPDPBUSD        128(DI), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z8, Z22, Z11
+	VFMADD231PS     Z11, Z10, Z0
+	VBROADCASTI64X4 112(SI), Z9
+	VGF2P8AFFINEQB  $0x00, Z24, Z9, Z9
+	VPXORD          Z10, Z10, Z10
+	VPDPBUSD        192(DI), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z8, Z23, Z11
+	VFMADD231PS     Z11, Z10, Z1
+	ADDQ            $0x00000090, SI
+	ADDQ            $0x00000100, DI
+	ADDQ            $0x20, DX
+	ADDQ            $0x00000020, R13
+	DECQ            CX
+	JNZ             loop
+
+done:
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VSUBPS        Y2, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, (R8)
+	ADDQ          $0x04, R8
+	ADDQ          R11, R10
+	DECQ          R9
+	JMP           row
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernDotQ6_KRowsGFNIAVX512(out []float32, w []byte, rb int, xq []int8, xd []float32, xs []float32, xc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, F16C, GFNI
+TEXT ·kernDotQ6_KRowsGFNIAVX512(SB), NOSPLIT, $0-152
+	MOVQ         out_base+0(FP), R8
+	MOVQ         out_len+8(FP), R9
+	MOVQ         w_base+24(FP), R10
+	MOVQ         rb+48(FP), R11
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z14
+	VMOVDQU64    kernQ6KHEvenGF<>+0(SB), Z11
+	VMOVDQU64    kernQ6KHOddGF<>+0(SB), Z13
+	VMOVDQU64    kernKqHiGF<>+0(SB), Z12
+	VMOVDQU64    kernQ6Pair<>+0(SB), Z15
+	VMOVDQU64    kernQ6Quad<>+0(SB), Z10
+	MOVL         $0x00000004, AX
+	VPBROADCASTD AX, Z9
+	VPADDD       Z9, Z10, Z28
+	VPADDD       Z9, Z28, Z29
+	VPADDD       Z9, Z29, Z30
+
+row:
+	TESTQ  R9, R9
+	JZ     end
+	MOVQ   R10, SI
+	MOVQ   xq_base+56(FP), DI
+	MOVQ   xd_base+80(FP), DX
+	MOVQ   xc_base+128(FP), R13
+	MOVQ   xd_len+88(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	TESTQ  CX, CX
+	JZ     done
+
+loop:
+	MOVWLZX         208(SI), AX
+	VMOVD           AX, X2
+	VCVTPH2PS       X2, X2
+	VBROADCASTSS    X2, Z2
+	VPMOVSXBD       192(SI), Z3
+	VCVTDQ2PS       Z3, Z3
+	VMULPS          Z2, Z3, Z3
+	VMOVUPS         (DX), Y4
+	VPERMPS         Z4, Z15, Z24
+	VMULPS          Z3, Z24, Z24
+	VMOVDQU64       (SI), Z4
+	VPANDD          Z14, Z4, Z8
+	VBROADCASTI64X4 128(SI), Z6
+	VGF2P8AFFINEQB  $0x00, Z11, Z6, Z6
+	VPORD           Z6, Z8, Z8
+	VPSLLD          $0x02, (R13), Z7
+	VPDPBUSD        (DI), Z8, Z7
+	VCVTDQ2PS       Z7, Z7
+	VPERMPS         Z24, Z10, Z9
+	VFMADD231PS     Z9, Z7, Z0
+	VGF2P8AFFINEQB  $0x00, Z12, Z4, Z8
+	VBROADCASTI64X4 128(SI), Z6
+	VGF2P8AFFINEQB  $0x00, Z13, Z6, Z6
+	VPORD           Z6, Z8, Z8
+	VPSLLD          $0x02, 64(R13), Z7
+	VPDPBUSD        64(DI), Z8, Z7
+	VCVTDQ2PS       Z7, Z7
+	VPERMPS         Z24, Z28, Z9
+	VFMADD231PS     Z9, Z7, Z1
+	VMOVDQU64       64(SI), Z4
+	VPANDD          Z14, Z4, Z8
+	VBROADCASTI64X4 160(SI), Z6
+	VGF2P8AFFINEQB  $0x00, Z11, Z6, Z6
+	VPORD           Z6, Z8, Z8
+	VPSLLD          $0x02, 128(R13), Z7
+	VPDPBUSD        128(DI), Z8, Z7
+	VCVTDQ2PS       Z7, Z7
+	VPERMPS         Z24, Z29, Z9
+	VFMADD231PS     Z9, Z7, Z0
+	VGF2P8AFFINEQB  $0x00, Z12, Z4, Z8
+	VBROADCASTI64X4 160(SI), Z6
+	VGF2P8AFFINEQB  $0x00, Z13, Z6, Z6
+	VPORD           Z6, Z8, Z8
+	VPSLLD          $0x02, 192(R13), Z7
+	VPDPBUSD        192(DI), Z8, Z7
+	VCVTDQ2PS       Z7, Z7
+	VPERMPS         Z24, Z30, Z9
+	VFMADD231PS     Z9, Z7, Z1
+	ADDQ            $0x000000d2, SI
+	ADDQ            $0x00000100, DI
+	ADDQ            $0x20, DX
+	ADDQ            $0x00000100, R13
+	DECQ            CX
+	JNZ             loop
+
+done:
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, (R8)
+	ADDQ          $0x04, R8
+	ADDQ          R11, R10
+	DECQ          R9
+	JMP           row
+
+end:
+	VZEROUPPER
+	RET
