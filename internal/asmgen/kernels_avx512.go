@@ -37,12 +37,8 @@ func genKernelsAVX512(a *asm) {
 	const s4 = 0x0004000400040004
 	a.data("kernNibShift", 0, 0, s4, s4, 0, 0, s4, s4)
 
-	for _, q := range []q0Z{q8Z, q4Z} {
-		a.dotQ0Z(1, q)
-	}
-	for _, q := range []q0Z{q8Z, q4Z} {
-		a.dotQ0Z(4, q)
-	}
+	a.dotQ0Z(1, q8Z)
+	a.dotQ0Z(4, q8Z)
 	for _, n := range []int{1, 4} {
 		for _, f := range floatFmts {
 			a.fxZ(n, f)
@@ -54,14 +50,15 @@ func genKernelsAVX512(a *asm) {
 	a.dotQ4KZ(4)
 	a.dotQ6KZ(1)
 	a.dotQ6KZ(4)
-	for _, q := range []q0Z{q8Z, q4Z, q5Z} {
+	for _, q := range []q0Z{q8Z, q5Z} {
 		a.dotQ0Z(8, q)
 	}
-	for _, q := range []q0Z{q8Z, q4Z, q5Z} {
+	for _, q := range []q0Z{q8Z, q5Z} {
 		a.dotRowsZ(q)
 	}
 	a.dotF16x2x4Z()
 	genKQuantsAVX512(a)
+	genTilesAVX512(a)
 }
 
 // setup512 sets the constant registers, Z24 kernNibShift, and the half
