@@ -34,223 +34,6 @@ DATA kernNibShift<>+48(SB)/8, $0x0004000400040004
 DATA kernNibShift<>+56(SB)/8, $0x0004000400040004
 GLOBL kernNibShift<>(SB), RODATA|NOPTR, $64
 
-// func kernDotQ8_0AVX512(w []byte, xq []int8, xd []float32, xs []float32) float32
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·kernDotQ8_0AVX512(SB), NOSPLIT, $0-100
-	MOVQ         w_base+0(FP), SI
-	MOVQ         xq_base+24(FP), DI
-	MOVQ         xd_base+48(FP), DX
-	MOVQ         xd_len+56(FP), CX
-	VPXORD       Z31, Z31, Z31
-	MOVL         $0x0000000f, AX
-	VPBROADCASTB AX, Z14
-	MOVL         $0x00000008, AX
-	VPBROADCASTB AX, Z13
-	MOVL         $0x00000010, AX
-	VPBROADCASTB AX, Z12
-	MOVL         $0x000000ff, AX
-	KMOVW        AX, K2
-	MOVL         $0x0000ff00, AX
-	KMOVW        AX, K3
-	VMOVDQU64    kernNibShift<>+0(SB), Z24
-	VPXORD       Z0, Z0, Z0
-	VPXORD       Z1, Z1, Z1
-
-loop2:
-	CMPQ             CX, $0x02
-	JB               tail
-	VMOVDQU          2(SI), Y2
-	VINSERTI64X4     $0x01, 36(SI), Z2, Z2
-	VPMOVB2M         Z2, K1
-	VPABSB           Z2, Z3
-	VPBROADCASTW     (SI), Y4
-	VPBROADCASTW     34(SI), K3, Y4
-	VCVTPH2PS        Y4, Z4
-	VMOVDQU64        (DI), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX), Z7, K2, Z0
-	VFMADD231PS.BCST 4(DX), Z7, K3, Z1
-	ADDQ             $0x44, SI
-	ADDQ             $0x40, DI
-	ADDQ             $0x08, DX
-	SUBQ             $0x02, CX
-	JMP              loop2
-
-tail:
-	VADDPS           Z1, Z0, Z0
-	VEXTRACTF64X4    $0x01, Z0, Y1
-	VADDPS           Y1, Y0, Y0
-	TESTQ            CX, CX
-	JZ               done
-	VMOVDQU          2(SI), Y2
-	VPMOVB2M         Y2, K1
-	VPABSB           Y2, Y3
-	VPBROADCASTW     (SI), X4
-	VCVTPH2PS        X4, Y4
-	VMOVDQU          (DI), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX), Y7, Y0
-
-done:
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVSS       X0, ret+96(FP)
-	VZEROUPPER
-	RET
-
-// func kernDotQ8_0x4AVX512(res *[4]float32, w []byte, xq []int8, xd []float32, xs []float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·kernDotQ8_0x4AVX512(SB), NOSPLIT, $0-104
-	MOVQ         w_base+8(FP), SI
-	MOVQ         xq_base+32(FP), DI
-	MOVQ         xq_len+40(FP), R9
-	SHRQ         $0x02, R9
-	LEAQ         (R9)(R9*2), R10
-	MOVQ         xd_base+56(FP), DX
-	MOVQ         xd_len+64(FP), CX
-	SHRQ         $0x02, CX
-	MOVQ         CX, R11
-	SHLQ         $0x02, R11
-	LEAQ         (R11)(R11*2), R12
-	VPXORD       Z31, Z31, Z31
-	MOVL         $0x0000000f, AX
-	VPBROADCASTB AX, Z14
-	MOVL         $0x00000008, AX
-	VPBROADCASTB AX, Z13
-	MOVL         $0x00000010, AX
-	VPBROADCASTB AX, Z12
-	MOVL         $0x000000ff, AX
-	KMOVW        AX, K2
-	MOVL         $0x0000ff00, AX
-	KMOVW        AX, K3
-	VMOVDQU64    kernNibShift<>+0(SB), Z24
-	VPXORD       Z16, Z16, Z16
-	VPXORD       Z17, Z17, Z17
-	VPXORD       Z18, Z18, Z18
-	VPXORD       Z19, Z19, Z19
-	VPXORD       Z20, Z20, Z20
-	VPXORD       Z21, Z21, Z21
-	VPXORD       Z22, Z22, Z22
-	VPXORD       Z23, Z23, Z23
-
-loop2:
-	CMPQ             CX, $0x02
-	JB               tail
-	VMOVDQU          2(SI), Y2
-	VINSERTI64X4     $0x01, 36(SI), Z2, Z2
-	VPMOVB2M         Z2, K1
-	VPABSB           Z2, Z3
-	VPBROADCASTW     (SI), Y4
-	VPBROADCASTW     34(SI), K3, Y4
-	VCVTPH2PS        Y4, Z4
-	VMOVDQU64        (DI), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX), Z7, K2, Z16
-	VFMADD231PS.BCST 4(DX), Z7, K3, Z17
-	VMOVDQU64        (DI)(R9*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R11*1), Z7, K2, Z18
-	VFMADD231PS.BCST 4(DX)(R11*1), Z7, K3, Z19
-	VMOVDQU64        (DI)(R9*2), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R11*2), Z7, K2, Z20
-	VFMADD231PS.BCST 4(DX)(R11*2), Z7, K3, Z21
-	VMOVDQU64        (DI)(R10*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R12*1), Z7, K2, Z22
-	VFMADD231PS.BCST 4(DX)(R12*1), Z7, K3, Z23
-	ADDQ             $0x44, SI
-	ADDQ             $0x40, DI
-	ADDQ             $0x08, DX
-	SUBQ             $0x02, CX
-	JMP              loop2
-
-tail:
-	VADDPS           Z17, Z16, Z8
-	VADDPS           Z19, Z18, Z9
-	VADDPS           Z21, Z20, Z10
-	VADDPS           Z23, Z22, Z11
-	VEXTRACTF64X4    $0x01, Z8, Y0
-	VADDPS           Y0, Y8, Y8
-	VEXTRACTF64X4    $0x01, Z9, Y0
-	VADDPS           Y0, Y9, Y9
-	VEXTRACTF64X4    $0x01, Z10, Y0
-	VADDPS           Y0, Y10, Y10
-	VEXTRACTF64X4    $0x01, Z11, Y0
-	VADDPS           Y0, Y11, Y11
-	TESTQ            CX, CX
-	JZ               done
-	VMOVDQU          2(SI), Y2
-	VPMOVB2M         Y2, K1
-	VPABSB           Y2, Y3
-	VPBROADCASTW     (SI), X4
-	VCVTPH2PS        X4, Y4
-	VMOVDQU          (DI), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX), Y7, Y8
-	VMOVDQU          (DI)(R9*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R11*1), Y7, Y9
-	VMOVDQU          (DI)(R9*2), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R11*2), Y7, Y10
-	VMOVDQU          (DI)(R10*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R12*1), Y7, Y11
-
-done:
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
-	VEXTRACTF128 $0x01, Y8, X13
-	VADDPS       X13, X8, X8
-	MOVQ         res+0(FP), AX
-	VMOVUPS      X8, (AX)
-	VZEROUPPER
-	RET
-
 // func kernDotF32AVX512(w []float32, x []float32) float32
 // Requires: AVX, AVX512F
 TEXT ·kernDotF32AVX512(SB), NOSPLIT, $0-52
@@ -1669,224 +1452,6 @@ done:
 	VZEROUPPER
 	RET
 
-// func kernDotQ8_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd []float32, xs []float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·kernDotQ8_0x8AVX512(SB), NOSPLIT, $0-104
-	MOVQ         w_base+8(FP), SI
-	MOVQ         xq_base+32(FP), DI
-	MOVQ         xq_len+40(FP), R9
-	SHRQ         $0x03, R9
-	LEAQ         (R9)(R9*2), R10
-	LEAQ         (DI)(R9*4), R13
-	MOVQ         xd_base+56(FP), DX
-	MOVQ         xd_len+64(FP), CX
-	SHRQ         $0x03, CX
-	MOVQ         CX, R11
-	SHLQ         $0x02, R11
-	LEAQ         (R11)(R11*2), R12
-	LEAQ         (DX)(R11*4), R8
-	VPXORD       Z31, Z31, Z31
-	MOVL         $0x0000000f, AX
-	VPBROADCASTB AX, Z14
-	MOVL         $0x00000008, AX
-	VPBROADCASTB AX, Z13
-	MOVL         $0x00000010, AX
-	VPBROADCASTB AX, Z12
-	MOVL         $0x000000ff, AX
-	KMOVW        AX, K2
-	MOVL         $0x0000ff00, AX
-	KMOVW        AX, K3
-	VMOVDQU64    kernNibShift<>+0(SB), Z24
-	VPXORD       Z16, Z16, Z16
-	VPXORD       Z17, Z17, Z17
-	VPXORD       Z18, Z18, Z18
-	VPXORD       Z19, Z19, Z19
-	VPXORD       Z20, Z20, Z20
-	VPXORD       Z21, Z21, Z21
-	VPXORD       Z22, Z22, Z22
-	VPXORD       Z23, Z23, Z23
-
-loop2:
-	CMPQ             CX, $0x02
-	JB               tail
-	VMOVDQU          2(SI), Y2
-	VINSERTI64X4     $0x01, 36(SI), Z2, Z2
-	VPMOVB2M         Z2, K1
-	VPABSB           Z2, Z3
-	VPBROADCASTW     (SI), Y4
-	VPBROADCASTW     34(SI), K3, Y4
-	VCVTPH2PS        Y4, Z4
-	VMOVDQU64        (DI), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX), Z7, K2, Z16
-	VFMADD231PS.BCST 4(DX), Z7, K3, Z16
-	VMOVDQU64        (DI)(R9*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R11*1), Z7, K2, Z17
-	VFMADD231PS.BCST 4(DX)(R11*1), Z7, K3, Z17
-	VMOVDQU64        (DI)(R9*2), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R11*2), Z7, K2, Z18
-	VFMADD231PS.BCST 4(DX)(R11*2), Z7, K3, Z18
-	VMOVDQU64        (DI)(R10*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R12*1), Z7, K2, Z19
-	VFMADD231PS.BCST 4(DX)(R12*1), Z7, K3, Z19
-	VMOVDQU64        (R13), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (R8), Z7, K2, Z20
-	VFMADD231PS.BCST 4(R8), Z7, K3, Z20
-	VMOVDQU64        (R13)(R9*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (R8)(R11*1), Z7, K2, Z21
-	VFMADD231PS.BCST 4(R8)(R11*1), Z7, K3, Z21
-	VMOVDQU64        (R13)(R9*2), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (R8)(R11*2), Z7, K2, Z22
-	VFMADD231PS.BCST 4(R8)(R11*2), Z7, K3, Z22
-	VMOVDQU64        (R13)(R10*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (R8)(R12*1), Z7, K2, Z23
-	VFMADD231PS.BCST 4(R8)(R12*1), Z7, K3, Z23
-	ADDQ             $0x44, SI
-	ADDQ             $0x40, DI
-	ADDQ             $0x40, R13
-	ADDQ             $0x08, DX
-	ADDQ             $0x08, R8
-	SUBQ             $0x02, CX
-	JMP              loop2
-
-tail:
-	VEXTRACTF64X4    $0x01, Z16, Y8
-	VADDPS           Y8, Y16, Y8
-	VEXTRACTF64X4    $0x01, Z17, Y9
-	VADDPS           Y9, Y17, Y9
-	VEXTRACTF64X4    $0x01, Z18, Y10
-	VADDPS           Y10, Y18, Y10
-	VEXTRACTF64X4    $0x01, Z19, Y11
-	VADDPS           Y11, Y19, Y11
-	VEXTRACTF64X4    $0x01, Z20, Y0
-	VADDPS           Y0, Y20, Y0
-	VEXTRACTF64X4    $0x01, Z21, Y1
-	VADDPS           Y1, Y21, Y1
-	VEXTRACTF64X4    $0x01, Z22, Y5
-	VADDPS           Y5, Y22, Y5
-	VEXTRACTF64X4    $0x01, Z23, Y15
-	VADDPS           Y15, Y23, Y15
-	TESTQ            CX, CX
-	JZ               done
-	VMOVDQU          2(SI), Y2
-	VPMOVB2M         Y2, K1
-	VPABSB           Y2, Y3
-	VPBROADCASTW     (SI), X4
-	VCVTPH2PS        X4, Y4
-	VMOVDQU          (DI), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX), Y7, Y8
-	VMOVDQU          (DI)(R9*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R11*1), Y7, Y9
-	VMOVDQU          (DI)(R9*2), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R11*2), Y7, Y10
-	VMOVDQU          (DI)(R10*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R12*1), Y7, Y11
-	VMOVDQU          (R13), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (R8), Y7, Y0
-	VMOVDQU          (R13)(R9*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (R8)(R11*1), Y7, Y1
-	VMOVDQU          (R13)(R9*2), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (R8)(R11*2), Y7, Y5
-	VMOVDQU          (R13)(R10*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (R8)(R12*1), Y7, Y15
-
-done:
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
-	VEXTRACTF128 $0x01, Y8, X13
-	VADDPS       X13, X8, X8
-	MOVQ         res+0(FP), AX
-	VMOVUPS      X8, (AX)
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y15, Y5, Y5
-	VHADDPS      Y5, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X13
-	VADDPS       X13, X0, X0
-	MOVQ         res+0(FP), AX
-	VMOVUPS      X0, 16(AX)
-	VZEROUPPER
-	RET
-
 // func kernDotQ5_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd []float32, xs []float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
 TEXT ·kernDotQ5_0x8AVX512(SB), NOSPLIT, $0-104
@@ -2123,96 +1688,6 @@ done:
 	VZEROUPPER
 	RET
 
-// func kernDotQ8_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd []float32, xs []float32, xc []int32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·kernDotQ8_0RowsAVX512(SB), NOSPLIT, $0-152
-	MOVQ         out_base+0(FP), R8
-	MOVQ         out_len+8(FP), R9
-	MOVQ         w_base+24(FP), R10
-	MOVQ         rb+48(FP), R11
-	VPXORD       Z31, Z31, Z31
-	MOVL         $0x0000000f, AX
-	VPBROADCASTB AX, Z14
-	MOVL         $0x00000008, AX
-	VPBROADCASTB AX, Z13
-	MOVL         $0x00000010, AX
-	VPBROADCASTB AX, Z12
-	MOVL         $0x000000ff, AX
-	KMOVW        AX, K2
-	MOVL         $0x0000ff00, AX
-	KMOVW        AX, K3
-	VMOVDQU64    kernNibShift<>+0(SB), Z24
-
-row:
-	TESTQ  R9, R9
-	JZ     end
-	MOVQ   R10, SI
-	MOVQ   xq_base+56(FP), DI
-	MOVQ   xd_base+80(FP), DX
-	MOVQ   xd_len+88(FP), CX
-	MOVQ   xc_base+128(FP), R13
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-
-loop2:
-	CMPQ             CX, $0x02
-	JB               tail
-	VMOVDQU          2(SI), Y2
-	VINSERTI64X4     $0x01, 36(SI), Z2, Z2
-	VPMOVB2M         Z2, K1
-	VPABSB           Z2, Z3
-	VPBROADCASTW     (SI), Y4
-	VPBROADCASTW     34(SI), K3, Y4
-	VCVTPH2PS        Y4, Z4
-	VMOVDQU64        (DI), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX), Z7, K2, Z0
-	VFMADD231PS.BCST 4(DX), Z7, K3, Z1
-	ADDQ             $0x44, SI
-	ADDQ             $0x40, DI
-	ADDQ             $0x40, R13
-	ADDQ             $0x08, DX
-	SUBQ             $0x02, CX
-	JMP              loop2
-
-tail:
-	VADDPS           Z1, Z0, Z0
-	VEXTRACTF64X4    $0x01, Z0, Y1
-	VADDPS           Y1, Y0, Y0
-	TESTQ            CX, CX
-	JZ               done
-	VMOVDQU          2(SI), Y2
-	VPMOVB2M         Y2, K1
-	VPABSB           Y2, Y3
-	VPBROADCASTW     (SI), X4
-	VCVTPH2PS        X4, Y4
-	VMOVDQU          (DI), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX), Y7, Y0
-
-done:
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVSS       X0, (R8)
-	ADDQ         $0x04, R8
-	ADDQ         R11, R10
-	DECQ         R9
-	JMP          row
-
-end:
-	VZEROUPPER
-	RET
-
 // func kernDotQ5_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd []float32, xs []float32, xc []int32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
 TEXT ·kernDotQ5_0RowsAVX512(SB), NOSPLIT, $0-152
@@ -2240,7 +1715,6 @@ row:
 	MOVQ   xq_base+56(FP), DI
 	MOVQ   xd_base+80(FP), DX
 	MOVQ   xd_len+88(FP), CX
-	MOVQ   xc_base+128(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 
@@ -2275,7 +1749,6 @@ loop2:
 	VFMADD231PS.BCST 4(DX), Z7, K3, Z1
 	ADDQ             $0x2c, SI
 	ADDQ             $0x40, DI
-	ADDQ             $0x40, R13
 	ADDQ             $0x08, DX
 	SUBQ             $0x02, CX
 	JMP              loop2
@@ -5805,6 +5278,1244 @@ block:
 	VMULPS           Z8, Z17, Z17
 	VFMADD231PS.BCST (DX)(R13*1), Z17, Z25
 	ADDQ             $0x00000120, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z25, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x1AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VMOVDQU64        352(SI), Z4
+	VMOVDQU64        416(SI), Z5
+	VMOVDQU64        480(SI), Z6
+	VMOVDQU64        544(SI), Z7
+	VMOVDQU64        32(SI), Z10
+	VPXORD           Z11, Z11, Z11
+	VPBROADCASTD     (DI), Z26
+	VPDPBUSD         Z0, Z26, Z10
+	VPBROADCASTD     4(DI), Z27
+	VPDPBUSD         Z1, Z27, Z11
+	VPBROADCASTD     8(DI), Z28
+	VPDPBUSD         Z2, Z28, Z10
+	VPBROADCASTD     12(DI), Z29
+	VPDPBUSD         Z3, Z29, Z11
+	VPBROADCASTD     16(DI), Z30
+	VPDPBUSD         Z4, Z30, Z10
+	VPBROADCASTD     20(DI), Z31
+	VPDPBUSD         Z5, Z31, Z11
+	VPBROADCASTD     24(DI), Z26
+	VPDPBUSD         Z6, Z26, Z10
+	VPBROADCASTD     28(DI), Z27
+	VPDPBUSD         Z7, Z27, Z11
+	VPADDD           Z11, Z10, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	ADDQ             $0x00000260, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x2AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VMOVDQU64        352(SI), Z4
+	VMOVDQU64        416(SI), Z5
+	VMOVDQU64        480(SI), Z6
+	VMOVDQU64        544(SI), Z7
+	VMOVDQU64        32(SI), Z10
+	VMOVDQU64        32(SI), Z11
+	VPBROADCASTD     (DI), Z26
+	VPDPBUSD         Z0, Z26, Z10
+	VPBROADCASTD     (DI)(R9*4), Z28
+	VPDPBUSD         Z0, Z28, Z11
+	VPBROADCASTD     4(DI), Z27
+	VPDPBUSD         Z1, Z27, Z10
+	VPBROADCASTD     4(DI)(R9*4), Z29
+	VPDPBUSD         Z1, Z29, Z11
+	VPBROADCASTD     8(DI), Z28
+	VPDPBUSD         Z2, Z28, Z10
+	VPBROADCASTD     8(DI)(R9*4), Z30
+	VPDPBUSD         Z2, Z30, Z11
+	VPBROADCASTD     12(DI), Z29
+	VPDPBUSD         Z3, Z29, Z10
+	VPBROADCASTD     12(DI)(R9*4), Z31
+	VPDPBUSD         Z3, Z31, Z11
+	VPBROADCASTD     16(DI), Z30
+	VPDPBUSD         Z4, Z30, Z10
+	VPBROADCASTD     16(DI)(R9*4), Z26
+	VPDPBUSD         Z4, Z26, Z11
+	VPBROADCASTD     20(DI), Z31
+	VPDPBUSD         Z5, Z31, Z10
+	VPBROADCASTD     20(DI)(R9*4), Z27
+	VPDPBUSD         Z5, Z27, Z11
+	VPBROADCASTD     24(DI), Z26
+	VPDPBUSD         Z6, Z26, Z10
+	VPBROADCASTD     24(DI)(R9*4), Z28
+	VPDPBUSD         Z6, Z28, Z11
+	VPBROADCASTD     28(DI), Z27
+	VPDPBUSD         Z7, Z27, Z10
+	VPBROADCASTD     28(DI)(R9*4), Z29
+	VPDPBUSD         Z7, Z29, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	ADDQ             $0x00000260, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x3AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x3AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VMOVDQU64        352(SI), Z4
+	VMOVDQU64        416(SI), Z5
+	VMOVDQU64        480(SI), Z6
+	VMOVDQU64        544(SI), Z7
+	VMOVDQU64        32(SI), Z10
+	VMOVDQU64        32(SI), Z11
+	VMOVDQU64        32(SI), Z12
+	VPBROADCASTD     (DI), Z26
+	VPDPBUSD         Z0, Z26, Z10
+	VPBROADCASTD     (DI)(R9*4), Z28
+	VPDPBUSD         Z0, Z28, Z11
+	VPBROADCASTD     (DI)(R9*8), Z30
+	VPDPBUSD         Z0, Z30, Z12
+	VPBROADCASTD     4(DI), Z27
+	VPDPBUSD         Z1, Z27, Z10
+	VPBROADCASTD     4(DI)(R9*4), Z29
+	VPDPBUSD         Z1, Z29, Z11
+	VPBROADCASTD     4(DI)(R9*8), Z31
+	VPDPBUSD         Z1, Z31, Z12
+	VPBROADCASTD     8(DI), Z28
+	VPDPBUSD         Z2, Z28, Z10
+	VPBROADCASTD     8(DI)(R9*4), Z30
+	VPDPBUSD         Z2, Z30, Z11
+	VPBROADCASTD     8(DI)(R9*8), Z26
+	VPDPBUSD         Z2, Z26, Z12
+	VPBROADCASTD     12(DI), Z29
+	VPDPBUSD         Z3, Z29, Z10
+	VPBROADCASTD     12(DI)(R9*4), Z31
+	VPDPBUSD         Z3, Z31, Z11
+	VPBROADCASTD     12(DI)(R9*8), Z27
+	VPDPBUSD         Z3, Z27, Z12
+	VPBROADCASTD     16(DI), Z30
+	VPDPBUSD         Z4, Z30, Z10
+	VPBROADCASTD     16(DI)(R9*4), Z26
+	VPDPBUSD         Z4, Z26, Z11
+	VPBROADCASTD     16(DI)(R9*8), Z28
+	VPDPBUSD         Z4, Z28, Z12
+	VPBROADCASTD     20(DI), Z31
+	VPDPBUSD         Z5, Z31, Z10
+	VPBROADCASTD     20(DI)(R9*4), Z27
+	VPDPBUSD         Z5, Z27, Z11
+	VPBROADCASTD     20(DI)(R9*8), Z29
+	VPDPBUSD         Z5, Z29, Z12
+	VPBROADCASTD     24(DI), Z26
+	VPDPBUSD         Z6, Z26, Z10
+	VPBROADCASTD     24(DI)(R9*4), Z28
+	VPDPBUSD         Z6, Z28, Z11
+	VPBROADCASTD     24(DI)(R9*8), Z30
+	VPDPBUSD         Z6, Z30, Z12
+	VPBROADCASTD     28(DI), Z27
+	VPDPBUSD         Z7, Z27, Z10
+	VPBROADCASTD     28(DI)(R9*4), Z29
+	VPDPBUSD         Z7, Z29, Z11
+	VPBROADCASTD     28(DI)(R9*8), Z31
+	VPDPBUSD         Z7, Z31, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	ADDQ             $0x00000260, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x4AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x4AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VMOVDQU64        352(SI), Z4
+	VMOVDQU64        416(SI), Z5
+	VMOVDQU64        480(SI), Z6
+	VMOVDQU64        544(SI), Z7
+	VMOVDQU64        32(SI), Z10
+	VMOVDQU64        32(SI), Z11
+	VMOVDQU64        32(SI), Z12
+	VMOVDQU64        32(SI), Z13
+	VPBROADCASTD     (DI), Z26
+	VPDPBUSD         Z0, Z26, Z10
+	VPBROADCASTD     (DI)(R9*4), Z28
+	VPDPBUSD         Z0, Z28, Z11
+	VPBROADCASTD     (DI)(R9*8), Z30
+	VPDPBUSD         Z0, Z30, Z12
+	VPBROADCASTD     (DI)(R11*4), Z26
+	VPDPBUSD         Z0, Z26, Z13
+	VPBROADCASTD     4(DI), Z27
+	VPDPBUSD         Z1, Z27, Z10
+	VPBROADCASTD     4(DI)(R9*4), Z29
+	VPDPBUSD         Z1, Z29, Z11
+	VPBROADCASTD     4(DI)(R9*8), Z31
+	VPDPBUSD         Z1, Z31, Z12
+	VPBROADCASTD     4(DI)(R11*4), Z27
+	VPDPBUSD         Z1, Z27, Z13
+	VPBROADCASTD     8(DI), Z28
+	VPDPBUSD         Z2, Z28, Z10
+	VPBROADCASTD     8(DI)(R9*4), Z30
+	VPDPBUSD         Z2, Z30, Z11
+	VPBROADCASTD     8(DI)(R9*8), Z26
+	VPDPBUSD         Z2, Z26, Z12
+	VPBROADCASTD     8(DI)(R11*4), Z28
+	VPDPBUSD         Z2, Z28, Z13
+	VPBROADCASTD     12(DI), Z29
+	VPDPBUSD         Z3, Z29, Z10
+	VPBROADCASTD     12(DI)(R9*4), Z31
+	VPDPBUSD         Z3, Z31, Z11
+	VPBROADCASTD     12(DI)(R9*8), Z27
+	VPDPBUSD         Z3, Z27, Z12
+	VPBROADCASTD     12(DI)(R11*4), Z29
+	VPDPBUSD         Z3, Z29, Z13
+	VPBROADCASTD     16(DI), Z30
+	VPDPBUSD         Z4, Z30, Z10
+	VPBROADCASTD     16(DI)(R9*4), Z26
+	VPDPBUSD         Z4, Z26, Z11
+	VPBROADCASTD     16(DI)(R9*8), Z28
+	VPDPBUSD         Z4, Z28, Z12
+	VPBROADCASTD     16(DI)(R11*4), Z30
+	VPDPBUSD         Z4, Z30, Z13
+	VPBROADCASTD     20(DI), Z31
+	VPDPBUSD         Z5, Z31, Z10
+	VPBROADCASTD     20(DI)(R9*4), Z27
+	VPDPBUSD         Z5, Z27, Z11
+	VPBROADCASTD     20(DI)(R9*8), Z29
+	VPDPBUSD         Z5, Z29, Z12
+	VPBROADCASTD     20(DI)(R11*4), Z31
+	VPDPBUSD         Z5, Z31, Z13
+	VPBROADCASTD     24(DI), Z26
+	VPDPBUSD         Z6, Z26, Z10
+	VPBROADCASTD     24(DI)(R9*4), Z28
+	VPDPBUSD         Z6, Z28, Z11
+	VPBROADCASTD     24(DI)(R9*8), Z30
+	VPDPBUSD         Z6, Z30, Z12
+	VPBROADCASTD     24(DI)(R11*4), Z26
+	VPDPBUSD         Z6, Z26, Z13
+	VPBROADCASTD     28(DI), Z27
+	VPDPBUSD         Z7, Z27, Z10
+	VPBROADCASTD     28(DI)(R9*4), Z29
+	VPDPBUSD         Z7, Z29, Z11
+	VPBROADCASTD     28(DI)(R9*8), Z31
+	VPDPBUSD         Z7, Z31, Z12
+	VPBROADCASTD     28(DI)(R11*4), Z27
+	VPDPBUSD         Z7, Z27, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	ADDQ             $0x00000260, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x5AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x5AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VMOVDQU64        352(SI), Z4
+	VMOVDQU64        416(SI), Z5
+	VMOVDQU64        480(SI), Z6
+	VMOVDQU64        544(SI), Z7
+	VMOVDQU64        32(SI), Z10
+	VMOVDQU64        32(SI), Z11
+	VMOVDQU64        32(SI), Z12
+	VMOVDQU64        32(SI), Z13
+	VMOVDQU64        32(SI), Z14
+	VPBROADCASTD     (DI), Z26
+	VPDPBUSD         Z0, Z26, Z10
+	VPBROADCASTD     (DI)(R9*4), Z28
+	VPDPBUSD         Z0, Z28, Z11
+	VPBROADCASTD     (DI)(R9*8), Z30
+	VPDPBUSD         Z0, Z30, Z12
+	VPBROADCASTD     (DI)(R11*4), Z26
+	VPDPBUSD         Z0, Z26, Z13
+	VPBROADCASTD     (DI)(R10*8), Z28
+	VPDPBUSD         Z0, Z28, Z14
+	VPBROADCASTD     4(DI), Z27
+	VPDPBUSD         Z1, Z27, Z10
+	VPBROADCASTD     4(DI)(R9*4), Z29
+	VPDPBUSD         Z1, Z29, Z11
+	VPBROADCASTD     4(DI)(R9*8), Z31
+	VPDPBUSD         Z1, Z31, Z12
+	VPBROADCASTD     4(DI)(R11*4), Z27
+	VPDPBUSD         Z1, Z27, Z13
+	VPBROADCASTD     4(DI)(R10*8), Z29
+	VPDPBUSD         Z1, Z29, Z14
+	VPBROADCASTD     8(DI), Z28
+	VPDPBUSD         Z2, Z28, Z10
+	VPBROADCASTD     8(DI)(R9*4), Z30
+	VPDPBUSD         Z2, Z30, Z11
+	VPBROADCASTD     8(DI)(R9*8), Z26
+	VPDPBUSD         Z2, Z26, Z12
+	VPBROADCASTD     8(DI)(R11*4), Z28
+	VPDPBUSD         Z2, Z28, Z13
+	VPBROADCASTD     8(DI)(R10*8), Z30
+	VPDPBUSD         Z2, Z30, Z14
+	VPBROADCASTD     12(DI), Z29
+	VPDPBUSD         Z3, Z29, Z10
+	VPBROADCASTD     12(DI)(R9*4), Z31
+	VPDPBUSD         Z3, Z31, Z11
+	VPBROADCASTD     12(DI)(R9*8), Z27
+	VPDPBUSD         Z3, Z27, Z12
+	VPBROADCASTD     12(DI)(R11*4), Z29
+	VPDPBUSD         Z3, Z29, Z13
+	VPBROADCASTD     12(DI)(R10*8), Z31
+	VPDPBUSD         Z3, Z31, Z14
+	VPBROADCASTD     16(DI), Z30
+	VPDPBUSD         Z4, Z30, Z10
+	VPBROADCASTD     16(DI)(R9*4), Z26
+	VPDPBUSD         Z4, Z26, Z11
+	VPBROADCASTD     16(DI)(R9*8), Z28
+	VPDPBUSD         Z4, Z28, Z12
+	VPBROADCASTD     16(DI)(R11*4), Z30
+	VPDPBUSD         Z4, Z30, Z13
+	VPBROADCASTD     16(DI)(R10*8), Z26
+	VPDPBUSD         Z4, Z26, Z14
+	VPBROADCASTD     20(DI), Z31
+	VPDPBUSD         Z5, Z31, Z10
+	VPBROADCASTD     20(DI)(R9*4), Z27
+	VPDPBUSD         Z5, Z27, Z11
+	VPBROADCASTD     20(DI)(R9*8), Z29
+	VPDPBUSD         Z5, Z29, Z12
+	VPBROADCASTD     20(DI)(R11*4), Z31
+	VPDPBUSD         Z5, Z31, Z13
+	VPBROADCASTD     20(DI)(R10*8), Z27
+	VPDPBUSD         Z5, Z27, Z14
+	VPBROADCASTD     24(DI), Z26
+	VPDPBUSD         Z6, Z26, Z10
+	VPBROADCASTD     24(DI)(R9*4), Z28
+	VPDPBUSD         Z6, Z28, Z11
+	VPBROADCASTD     24(DI)(R9*8), Z30
+	VPDPBUSD         Z6, Z30, Z12
+	VPBROADCASTD     24(DI)(R11*4), Z26
+	VPDPBUSD         Z6, Z26, Z13
+	VPBROADCASTD     24(DI)(R10*8), Z28
+	VPDPBUSD         Z6, Z28, Z14
+	VPBROADCASTD     28(DI), Z27
+	VPDPBUSD         Z7, Z27, Z10
+	VPBROADCASTD     28(DI)(R9*4), Z29
+	VPDPBUSD         Z7, Z29, Z11
+	VPBROADCASTD     28(DI)(R9*8), Z31
+	VPDPBUSD         Z7, Z31, Z12
+	VPBROADCASTD     28(DI)(R11*4), Z27
+	VPDPBUSD         Z7, Z27, Z13
+	VPBROADCASTD     28(DI)(R10*8), Z29
+	VPDPBUSD         Z7, Z29, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	ADDQ             $0x00000260, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x6AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x6AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VMOVDQU64        352(SI), Z4
+	VMOVDQU64        416(SI), Z5
+	VMOVDQU64        480(SI), Z6
+	VMOVDQU64        544(SI), Z7
+	VMOVDQU64        32(SI), Z10
+	VMOVDQU64        32(SI), Z11
+	VMOVDQU64        32(SI), Z12
+	VMOVDQU64        32(SI), Z13
+	VMOVDQU64        32(SI), Z14
+	VMOVDQU64        32(SI), Z15
+	VPBROADCASTD     (DI), Z26
+	VPDPBUSD         Z0, Z26, Z10
+	VPBROADCASTD     (DI)(R9*4), Z28
+	VPDPBUSD         Z0, Z28, Z11
+	VPBROADCASTD     (DI)(R9*8), Z30
+	VPDPBUSD         Z0, Z30, Z12
+	VPBROADCASTD     (DI)(R11*4), Z26
+	VPDPBUSD         Z0, Z26, Z13
+	VPBROADCASTD     (DI)(R10*8), Z28
+	VPDPBUSD         Z0, Z28, Z14
+	VPBROADCASTD     (DI)(R12*4), Z30
+	VPDPBUSD         Z0, Z30, Z15
+	VPBROADCASTD     4(DI), Z27
+	VPDPBUSD         Z1, Z27, Z10
+	VPBROADCASTD     4(DI)(R9*4), Z29
+	VPDPBUSD         Z1, Z29, Z11
+	VPBROADCASTD     4(DI)(R9*8), Z31
+	VPDPBUSD         Z1, Z31, Z12
+	VPBROADCASTD     4(DI)(R11*4), Z27
+	VPDPBUSD         Z1, Z27, Z13
+	VPBROADCASTD     4(DI)(R10*8), Z29
+	VPDPBUSD         Z1, Z29, Z14
+	VPBROADCASTD     4(DI)(R12*4), Z31
+	VPDPBUSD         Z1, Z31, Z15
+	VPBROADCASTD     8(DI), Z28
+	VPDPBUSD         Z2, Z28, Z10
+	VPBROADCASTD     8(DI)(R9*4), Z30
+	VPDPBUSD         Z2, Z30, Z11
+	VPBROADCASTD     8(DI)(R9*8), Z26
+	VPDPBUSD         Z2, Z26, Z12
+	VPBROADCASTD     8(DI)(R11*4), Z28
+	VPDPBUSD         Z2, Z28, Z13
+	VPBROADCASTD     8(DI)(R10*8), Z30
+	VPDPBUSD         Z2, Z30, Z14
+	VPBROADCASTD     8(DI)(R12*4), Z26
+	VPDPBUSD         Z2, Z26, Z15
+	VPBROADCASTD     12(DI), Z29
+	VPDPBUSD         Z3, Z29, Z10
+	VPBROADCASTD     12(DI)(R9*4), Z31
+	VPDPBUSD         Z3, Z31, Z11
+	VPBROADCASTD     12(DI)(R9*8), Z27
+	VPDPBUSD         Z3, Z27, Z12
+	VPBROADCASTD     12(DI)(R11*4), Z29
+	VPDPBUSD         Z3, Z29, Z13
+	VPBROADCASTD     12(DI)(R10*8), Z31
+	VPDPBUSD         Z3, Z31, Z14
+	VPBROADCASTD     12(DI)(R12*4), Z27
+	VPDPBUSD         Z3, Z27, Z15
+	VPBROADCASTD     16(DI), Z30
+	VPDPBUSD         Z4, Z30, Z10
+	VPBROADCASTD     16(DI)(R9*4), Z26
+	VPDPBUSD         Z4, Z26, Z11
+	VPBROADCASTD     16(DI)(R9*8), Z28
+	VPDPBUSD         Z4, Z28, Z12
+	VPBROADCASTD     16(DI)(R11*4), Z30
+	VPDPBUSD         Z4, Z30, Z13
+	VPBROADCASTD     16(DI)(R10*8), Z26
+	VPDPBUSD         Z4, Z26, Z14
+	VPBROADCASTD     16(DI)(R12*4), Z28
+	VPDPBUSD         Z4, Z28, Z15
+	VPBROADCASTD     20(DI), Z31
+	VPDPBUSD         Z5, Z31, Z10
+	VPBROADCASTD     20(DI)(R9*4), Z27
+	VPDPBUSD         Z5, Z27, Z11
+	VPBROADCASTD     20(DI)(R9*8), Z29
+	VPDPBUSD         Z5, Z29, Z12
+	VPBROADCASTD     20(DI)(R11*4), Z31
+	VPDPBUSD         Z5, Z31, Z13
+	VPBROADCASTD     20(DI)(R10*8), Z27
+	VPDPBUSD         Z5, Z27, Z14
+	VPBROADCASTD     20(DI)(R12*4), Z29
+	VPDPBUSD         Z5, Z29, Z15
+	VPBROADCASTD     24(DI), Z26
+	VPDPBUSD         Z6, Z26, Z10
+	VPBROADCASTD     24(DI)(R9*4), Z28
+	VPDPBUSD         Z6, Z28, Z11
+	VPBROADCASTD     24(DI)(R9*8), Z30
+	VPDPBUSD         Z6, Z30, Z12
+	VPBROADCASTD     24(DI)(R11*4), Z26
+	VPDPBUSD         Z6, Z26, Z13
+	VPBROADCASTD     24(DI)(R10*8), Z28
+	VPDPBUSD         Z6, Z28, Z14
+	VPBROADCASTD     24(DI)(R12*4), Z30
+	VPDPBUSD         Z6, Z30, Z15
+	VPBROADCASTD     28(DI), Z27
+	VPDPBUSD         Z7, Z27, Z10
+	VPBROADCASTD     28(DI)(R9*4), Z29
+	VPDPBUSD         Z7, Z29, Z11
+	VPBROADCASTD     28(DI)(R9*8), Z31
+	VPDPBUSD         Z7, Z31, Z12
+	VPBROADCASTD     28(DI)(R11*4), Z27
+	VPDPBUSD         Z7, Z27, Z13
+	VPBROADCASTD     28(DI)(R10*8), Z29
+	VPDPBUSD         Z7, Z29, Z14
+	VPBROADCASTD     28(DI)(R12*4), Z31
+	VPDPBUSD         Z7, Z31, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	ADDQ             $0x00000260, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x7AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x7AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VMOVDQU64        352(SI), Z4
+	VMOVDQU64        416(SI), Z5
+	VMOVDQU64        480(SI), Z6
+	VMOVDQU64        544(SI), Z7
+	VMOVDQU64        32(SI), Z10
+	VMOVDQU64        32(SI), Z11
+	VMOVDQU64        32(SI), Z12
+	VMOVDQU64        32(SI), Z13
+	VMOVDQU64        32(SI), Z14
+	VMOVDQU64        32(SI), Z15
+	VMOVDQU64        32(SI), Z16
+	VPBROADCASTD     (DI), Z26
+	VPDPBUSD         Z0, Z26, Z10
+	VPBROADCASTD     (DI)(R9*4), Z28
+	VPDPBUSD         Z0, Z28, Z11
+	VPBROADCASTD     (DI)(R9*8), Z30
+	VPDPBUSD         Z0, Z30, Z12
+	VPBROADCASTD     (DI)(R11*4), Z26
+	VPDPBUSD         Z0, Z26, Z13
+	VPBROADCASTD     (DI)(R10*8), Z28
+	VPDPBUSD         Z0, Z28, Z14
+	VPBROADCASTD     (DI)(R12*4), Z30
+	VPDPBUSD         Z0, Z30, Z15
+	VPBROADCASTD     (DI)(R11*8), Z26
+	VPDPBUSD         Z0, Z26, Z16
+	VPBROADCASTD     4(DI), Z27
+	VPDPBUSD         Z1, Z27, Z10
+	VPBROADCASTD     4(DI)(R9*4), Z29
+	VPDPBUSD         Z1, Z29, Z11
+	VPBROADCASTD     4(DI)(R9*8), Z31
+	VPDPBUSD         Z1, Z31, Z12
+	VPBROADCASTD     4(DI)(R11*4), Z27
+	VPDPBUSD         Z1, Z27, Z13
+	VPBROADCASTD     4(DI)(R10*8), Z29
+	VPDPBUSD         Z1, Z29, Z14
+	VPBROADCASTD     4(DI)(R12*4), Z31
+	VPDPBUSD         Z1, Z31, Z15
+	VPBROADCASTD     4(DI)(R11*8), Z27
+	VPDPBUSD         Z1, Z27, Z16
+	VPBROADCASTD     8(DI), Z28
+	VPDPBUSD         Z2, Z28, Z10
+	VPBROADCASTD     8(DI)(R9*4), Z30
+	VPDPBUSD         Z2, Z30, Z11
+	VPBROADCASTD     8(DI)(R9*8), Z26
+	VPDPBUSD         Z2, Z26, Z12
+	VPBROADCASTD     8(DI)(R11*4), Z28
+	VPDPBUSD         Z2, Z28, Z13
+	VPBROADCASTD     8(DI)(R10*8), Z30
+	VPDPBUSD         Z2, Z30, Z14
+	VPBROADCASTD     8(DI)(R12*4), Z26
+	VPDPBUSD         Z2, Z26, Z15
+	VPBROADCASTD     8(DI)(R11*8), Z28
+	VPDPBUSD         Z2, Z28, Z16
+	VPBROADCASTD     12(DI), Z29
+	VPDPBUSD         Z3, Z29, Z10
+	VPBROADCASTD     12(DI)(R9*4), Z31
+	VPDPBUSD         Z3, Z31, Z11
+	VPBROADCASTD     12(DI)(R9*8), Z27
+	VPDPBUSD         Z3, Z27, Z12
+	VPBROADCASTD     12(DI)(R11*4), Z29
+	VPDPBUSD         Z3, Z29, Z13
+	VPBROADCASTD     12(DI)(R10*8), Z31
+	VPDPBUSD         Z3, Z31, Z14
+	VPBROADCASTD     12(DI)(R12*4), Z27
+	VPDPBUSD         Z3, Z27, Z15
+	VPBROADCASTD     12(DI)(R11*8), Z29
+	VPDPBUSD         Z3, Z29, Z16
+	VPBROADCASTD     16(DI), Z30
+	VPDPBUSD         Z4, Z30, Z10
+	VPBROADCASTD     16(DI)(R9*4), Z26
+	VPDPBUSD         Z4, Z26, Z11
+	VPBROADCASTD     16(DI)(R9*8), Z28
+	VPDPBUSD         Z4, Z28, Z12
+	VPBROADCASTD     16(DI)(R11*4), Z30
+	VPDPBUSD         Z4, Z30, Z13
+	VPBROADCASTD     16(DI)(R10*8), Z26
+	VPDPBUSD         Z4, Z26, Z14
+	VPBROADCASTD     16(DI)(R12*4), Z28
+	VPDPBUSD         Z4, Z28, Z15
+	VPBROADCASTD     16(DI)(R11*8), Z30
+	VPDPBUSD         Z4, Z30, Z16
+	VPBROADCASTD     20(DI), Z31
+	VPDPBUSD         Z5, Z31, Z10
+	VPBROADCASTD     20(DI)(R9*4), Z27
+	VPDPBUSD         Z5, Z27, Z11
+	VPBROADCASTD     20(DI)(R9*8), Z29
+	VPDPBUSD         Z5, Z29, Z12
+	VPBROADCASTD     20(DI)(R11*4), Z31
+	VPDPBUSD         Z5, Z31, Z13
+	VPBROADCASTD     20(DI)(R10*8), Z27
+	VPDPBUSD         Z5, Z27, Z14
+	VPBROADCASTD     20(DI)(R12*4), Z29
+	VPDPBUSD         Z5, Z29, Z15
+	VPBROADCASTD     20(DI)(R11*8), Z31
+	VPDPBUSD         Z5, Z31, Z16
+	VPBROADCASTD     24(DI), Z26
+	VPDPBUSD         Z6, Z26, Z10
+	VPBROADCASTD     24(DI)(R9*4), Z28
+	VPDPBUSD         Z6, Z28, Z11
+	VPBROADCASTD     24(DI)(R9*8), Z30
+	VPDPBUSD         Z6, Z30, Z12
+	VPBROADCASTD     24(DI)(R11*4), Z26
+	VPDPBUSD         Z6, Z26, Z13
+	VPBROADCASTD     24(DI)(R10*8), Z28
+	VPDPBUSD         Z6, Z28, Z14
+	VPBROADCASTD     24(DI)(R12*4), Z30
+	VPDPBUSD         Z6, Z30, Z15
+	VPBROADCASTD     24(DI)(R11*8), Z26
+	VPDPBUSD         Z6, Z26, Z16
+	VPBROADCASTD     28(DI), Z27
+	VPDPBUSD         Z7, Z27, Z10
+	VPBROADCASTD     28(DI)(R9*4), Z29
+	VPDPBUSD         Z7, Z29, Z11
+	VPBROADCASTD     28(DI)(R9*8), Z31
+	VPDPBUSD         Z7, Z31, Z12
+	VPBROADCASTD     28(DI)(R11*4), Z27
+	VPDPBUSD         Z7, Z27, Z13
+	VPBROADCASTD     28(DI)(R10*8), Z29
+	VPDPBUSD         Z7, Z29, Z14
+	VPBROADCASTD     28(DI)(R12*4), Z31
+	VPDPBUSD         Z7, Z31, Z15
+	VPBROADCASTD     28(DI)(R11*8), Z27
+	VPDPBUSD         Z7, Z27, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST (DX)(R11*2), Z16, Z24
+	ADDQ             $0x00000260, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x8AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x8AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VMOVDQU64        352(SI), Z4
+	VMOVDQU64        416(SI), Z5
+	VMOVDQU64        480(SI), Z6
+	VMOVDQU64        544(SI), Z7
+	VMOVDQU64        32(SI), Z10
+	VMOVDQU64        32(SI), Z11
+	VMOVDQU64        32(SI), Z12
+	VMOVDQU64        32(SI), Z13
+	VMOVDQU64        32(SI), Z14
+	VMOVDQU64        32(SI), Z15
+	VMOVDQU64        32(SI), Z16
+	VMOVDQU64        32(SI), Z17
+	VPBROADCASTD     (DI), Z26
+	VPDPBUSD         Z0, Z26, Z10
+	VPBROADCASTD     (DI)(R9*4), Z28
+	VPDPBUSD         Z0, Z28, Z11
+	VPBROADCASTD     (DI)(R9*8), Z30
+	VPDPBUSD         Z0, Z30, Z12
+	VPBROADCASTD     (DI)(R11*4), Z26
+	VPDPBUSD         Z0, Z26, Z13
+	VPBROADCASTD     (DI)(R10*8), Z28
+	VPDPBUSD         Z0, Z28, Z14
+	VPBROADCASTD     (DI)(R12*4), Z30
+	VPDPBUSD         Z0, Z30, Z15
+	VPBROADCASTD     (DI)(R11*8), Z26
+	VPDPBUSD         Z0, Z26, Z16
+	VPBROADCASTD     (DI)(R13*4), Z28
+	VPDPBUSD         Z0, Z28, Z17
+	VPBROADCASTD     4(DI), Z27
+	VPDPBUSD         Z1, Z27, Z10
+	VPBROADCASTD     4(DI)(R9*4), Z29
+	VPDPBUSD         Z1, Z29, Z11
+	VPBROADCASTD     4(DI)(R9*8), Z31
+	VPDPBUSD         Z1, Z31, Z12
+	VPBROADCASTD     4(DI)(R11*4), Z27
+	VPDPBUSD         Z1, Z27, Z13
+	VPBROADCASTD     4(DI)(R10*8), Z29
+	VPDPBUSD         Z1, Z29, Z14
+	VPBROADCASTD     4(DI)(R12*4), Z31
+	VPDPBUSD         Z1, Z31, Z15
+	VPBROADCASTD     4(DI)(R11*8), Z27
+	VPDPBUSD         Z1, Z27, Z16
+	VPBROADCASTD     4(DI)(R13*4), Z29
+	VPDPBUSD         Z1, Z29, Z17
+	VPBROADCASTD     8(DI), Z28
+	VPDPBUSD         Z2, Z28, Z10
+	VPBROADCASTD     8(DI)(R9*4), Z30
+	VPDPBUSD         Z2, Z30, Z11
+	VPBROADCASTD     8(DI)(R9*8), Z26
+	VPDPBUSD         Z2, Z26, Z12
+	VPBROADCASTD     8(DI)(R11*4), Z28
+	VPDPBUSD         Z2, Z28, Z13
+	VPBROADCASTD     8(DI)(R10*8), Z30
+	VPDPBUSD         Z2, Z30, Z14
+	VPBROADCASTD     8(DI)(R12*4), Z26
+	VPDPBUSD         Z2, Z26, Z15
+	VPBROADCASTD     8(DI)(R11*8), Z28
+	VPDPBUSD         Z2, Z28, Z16
+	VPBROADCASTD     8(DI)(R13*4), Z30
+	VPDPBUSD         Z2, Z30, Z17
+	VPBROADCASTD     12(DI), Z29
+	VPDPBUSD         Z3, Z29, Z10
+	VPBROADCASTD     12(DI)(R9*4), Z31
+	VPDPBUSD         Z3, Z31, Z11
+	VPBROADCASTD     12(DI)(R9*8), Z27
+	VPDPBUSD         Z3, Z27, Z12
+	VPBROADCASTD     12(DI)(R11*4), Z29
+	VPDPBUSD         Z3, Z29, Z13
+	VPBROADCASTD     12(DI)(R10*8), Z31
+	VPDPBUSD         Z3, Z31, Z14
+	VPBROADCASTD     12(DI)(R12*4), Z27
+	VPDPBUSD         Z3, Z27, Z15
+	VPBROADCASTD     12(DI)(R11*8), Z29
+	VPDPBUSD         Z3, Z29, Z16
+	VPBROADCASTD     12(DI)(R13*4), Z31
+	VPDPBUSD         Z3, Z31, Z17
+	VPBROADCASTD     16(DI), Z30
+	VPDPBUSD         Z4, Z30, Z10
+	VPBROADCASTD     16(DI)(R9*4), Z26
+	VPDPBUSD         Z4, Z26, Z11
+	VPBROADCASTD     16(DI)(R9*8), Z28
+	VPDPBUSD         Z4, Z28, Z12
+	VPBROADCASTD     16(DI)(R11*4), Z30
+	VPDPBUSD         Z4, Z30, Z13
+	VPBROADCASTD     16(DI)(R10*8), Z26
+	VPDPBUSD         Z4, Z26, Z14
+	VPBROADCASTD     16(DI)(R12*4), Z28
+	VPDPBUSD         Z4, Z28, Z15
+	VPBROADCASTD     16(DI)(R11*8), Z30
+	VPDPBUSD         Z4, Z30, Z16
+	VPBROADCASTD     16(DI)(R13*4), Z26
+	VPDPBUSD         Z4, Z26, Z17
+	VPBROADCASTD     20(DI), Z31
+	VPDPBUSD         Z5, Z31, Z10
+	VPBROADCASTD     20(DI)(R9*4), Z27
+	VPDPBUSD         Z5, Z27, Z11
+	VPBROADCASTD     20(DI)(R9*8), Z29
+	VPDPBUSD         Z5, Z29, Z12
+	VPBROADCASTD     20(DI)(R11*4), Z31
+	VPDPBUSD         Z5, Z31, Z13
+	VPBROADCASTD     20(DI)(R10*8), Z27
+	VPDPBUSD         Z5, Z27, Z14
+	VPBROADCASTD     20(DI)(R12*4), Z29
+	VPDPBUSD         Z5, Z29, Z15
+	VPBROADCASTD     20(DI)(R11*8), Z31
+	VPDPBUSD         Z5, Z31, Z16
+	VPBROADCASTD     20(DI)(R13*4), Z27
+	VPDPBUSD         Z5, Z27, Z17
+	VPBROADCASTD     24(DI), Z26
+	VPDPBUSD         Z6, Z26, Z10
+	VPBROADCASTD     24(DI)(R9*4), Z28
+	VPDPBUSD         Z6, Z28, Z11
+	VPBROADCASTD     24(DI)(R9*8), Z30
+	VPDPBUSD         Z6, Z30, Z12
+	VPBROADCASTD     24(DI)(R11*4), Z26
+	VPDPBUSD         Z6, Z26, Z13
+	VPBROADCASTD     24(DI)(R10*8), Z28
+	VPDPBUSD         Z6, Z28, Z14
+	VPBROADCASTD     24(DI)(R12*4), Z30
+	VPDPBUSD         Z6, Z30, Z15
+	VPBROADCASTD     24(DI)(R11*8), Z26
+	VPDPBUSD         Z6, Z26, Z16
+	VPBROADCASTD     24(DI)(R13*4), Z28
+	VPDPBUSD         Z6, Z28, Z17
+	VPBROADCASTD     28(DI), Z27
+	VPDPBUSD         Z7, Z27, Z10
+	VPBROADCASTD     28(DI)(R9*4), Z29
+	VPDPBUSD         Z7, Z29, Z11
+	VPBROADCASTD     28(DI)(R9*8), Z31
+	VPDPBUSD         Z7, Z31, Z12
+	VPBROADCASTD     28(DI)(R11*4), Z27
+	VPDPBUSD         Z7, Z27, Z13
+	VPBROADCASTD     28(DI)(R10*8), Z29
+	VPDPBUSD         Z7, Z29, Z14
+	VPBROADCASTD     28(DI)(R12*4), Z31
+	VPDPBUSD         Z7, Z31, Z15
+	VPBROADCASTD     28(DI)(R11*8), Z27
+	VPDPBUSD         Z7, Z27, Z16
+	VPBROADCASTD     28(DI)(R13*4), Z29
+	VPDPBUSD         Z7, Z29, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST (DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST (DX)(R13*1), Z17, Z25
+	ADDQ             $0x00000260, SI
 	ADDQ             $0x20, DI
 	ADDQ             $0x08, DX
 	DECQ             CX

@@ -1,9 +1,11 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"sync"
+	"unsafe"
 
 	"github.com/llmd/llmd/model/gguf"
 )
@@ -34,7 +36,8 @@ type kernTile struct {
 	// zeros) into dst, groups·nb·blockBytes bytes.
 	pack func(dst []byte, w Weight, r0, groups int)
 	// dc sets a token's two words per block: the bits of its scale xd[b],
-	// then the integer correction the kernels start each block from.
+	// then the integer correction the kernels start each block from (if
+	// any). It may recode the activations xq in place for the kernels.
 	dc func(dc []int32, xq []int8, xd, xs []float32)
 	// kern[T] takes T tokens (1..kernTileMax).
 	kern [kernTileMax + 1]kernTileFunc
@@ -63,8 +66,13 @@ func kernPackQ4_0(dst []byte, w Weight, r0, groups int) {
 	const bsz = 18
 	rb := w.rowBytes()
 	nb := w.Cols / kernQK
-	clear(dst[:groups*nb*kernQ4TileBlock])
+	gb := nb * kernQ4TileBlock
+	dst = dst[:groups*gb]
 	for g := range groups {
+		out := dst[g*gb : (g+1)*gb]
+		if r0+(g+1)*kernTileRows > w.Rows {
+			clear(out) // missing rows
+		}
 		for i := range kernTileRows {
 			r := r0 + g*kernTileRows + i
 			if r >= w.Rows {
@@ -72,11 +80,11 @@ func kernPackQ4_0(dst []byte, w Weight, r0, groups int) {
 			}
 			row := w.Data[r*rb : (r+1)*rb]
 			for b := range nb {
-				blk := row[b*bsz : (b+1)*bsz]
-				o := dst[(g*nb+b)*kernQ4TileBlock:]
+				blk := row[b*bsz : (b+1)*bsz : (b+1)*bsz]
+				o := out[b*kernQ4TileBlock : (b+1)*kernQ4TileBlock : (b+1)*kernQ4TileBlock]
 				o[2*i], o[2*i+1] = blk[0], blk[1]
 				for k := range 4 {
-					copy(o[32+64*k+4*i:32+64*k+4*i+4], blk[2+4*k:6+4*k])
+					binary.LittleEndian.PutUint32(o[32+64*k+4*i:], binary.LittleEndian.Uint32(blk[2+4*k:]))
 				}
 			}
 		}
@@ -98,6 +106,67 @@ func kernDCQ4_0(dc []int32, xq []int8, xd, xs []float32) {
 			sum = int32(math.RoundToEven(float64(xs[b]) / float64(d)))
 		}
 		dc[2*b], dc[2*b+1] = int32(math.Float32bits(d)), -8*sum
+	}
+}
+
+// kernPackQ8_0 is the Q8_0 tile layout: per group and block, the sixteen
+// rows' f16 scales (32 bytes), each row's -128·Σq (sixteen int32s), then
+// for k = 0..7 each row's qs[4k:4k+4] (64 bytes). Missing rows are zeros.
+func kernPackQ8_0(dst []byte, w Weight, r0, groups int) {
+	const bsz = 34
+	rb := w.rowBytes()
+	nb := w.Cols / kernQK
+	gb := nb * kernQ8TileBlock
+	dst = dst[:groups*gb]
+	for g := range groups {
+		out := dst[g*gb : (g+1)*gb]
+		if r0+(g+1)*kernTileRows > w.Rows {
+			clear(out) // missing rows
+		}
+		for i := range kernTileRows {
+			r := r0 + g*kernTileRows + i
+			if r >= w.Rows {
+				break
+			}
+			row := w.Data[r*rb : (r+1)*rb]
+			for b := range nb {
+				blk := row[b*bsz : (b+1)*bsz : (b+1)*bsz]
+				o := out[b*kernQ8TileBlock : (b+1)*kernQ8TileBlock : (b+1)*kernQ8TileBlock]
+				o[2*i], o[2*i+1] = blk[0], blk[1]
+				var sum int32
+				for _, q := range blk[2:] {
+					sum += int32(int8(q))
+				}
+				binary.LittleEndian.PutUint32(o[32+4*i:], uint32(-128*sum))
+				for k := range 8 {
+					binary.LittleEndian.PutUint32(o[96+64*k+4*i:], binary.LittleEndian.Uint32(blk[2+4*k:]))
+				}
+			}
+		}
+	}
+}
+
+// kernQ8TileBlock is the size of one block of a packed Q8_0 group.
+const kernQ8TileBlock = 32 + 64 + 16*32
+
+// kernDCQ8_0 sets, per block, the scale's bits (and a zero word), and
+// recodes xq as unsigned bytes x+128 (the flip of the sign bit): the
+// kernels dot them with the signed weights, whose packed -128·Σq puts the
+// offset back.
+func kernDCQ8_0(dc []int32, xq []int8, xd, xs []float32) {
+	for b, d := range xd {
+		dc[2*b], dc[2*b+1] = int32(math.Float32bits(d)), 0
+	}
+	i := 0
+	if len(xq) >= 8 {
+		u := unsafe.Slice((*uint64)(unsafe.Pointer(&xq[0])), len(xq)/8)
+		for j := range u {
+			u[j] ^= 0x8080808080808080
+		}
+		i = len(u) * 8
+	}
+	for ; i < len(xq); i++ {
+		xq[i] ^= -128
 	}
 }
 
@@ -205,6 +274,7 @@ func kernTileDots(typ gguf.TensorType, tl *kernTile) (
 		tl.pack(buf, wt, 0, 1)
 		dc := make([]int32, 2*T*nb)
 		cols := nb * kernQK
+		xq = append([]int8(nil), xq[:T*cols]...) // dc may recode it
 		for t := range T {
 			tl.dc(dc[2*t*nb:2*(t+1)*nb], xq[t*cols:(t+1)*cols], xd[t*nb:(t+1)*nb], xs[t*nb:(t+1)*nb])
 		}

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -31,7 +32,7 @@ func kernTileLevels(typ gguf.TensorType) []kernLevel {
 // (small tiles, so a row range spans several), for row counts that are
 // and are not whole groups of sixteen.
 func TestTileBatchInvariant(t *testing.T) {
-	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0} {
+	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0} {
 		levels := kernTileLevels(typ)
 		if len(levels) == 0 {
 			t.Skipf("no tile kernels for %s on this CPU (best level %s)", typ, kernBest)
@@ -145,7 +146,7 @@ func TestTileDCQ4_0(t *testing.T) {
 // BenchmarkTileKernel runs the tile kernels alone on weights that stay in
 // L2 (four groups of sixteen rows): their compute rate, in multiply-adds.
 func BenchmarkTileKernel(b *testing.B) {
-	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0} {
+	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0} {
 		tl := kernSetFor(kernBest).tile[typ]
 		if tl == nil {
 			b.Skipf("no tile kernels for %s on this CPU", typ)
@@ -167,6 +168,41 @@ func BenchmarkTileKernel(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.N)*float64(T*groups*kernTileRows*cols)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 			})
+		}
+	}
+}
+
+// TestTilePackQ8_0 checks the packed Q8_0 layout against the rows it comes
+// from: scales, the corrections -128·Σq and every value.
+func TestTilePackQ8_0(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const rows, cols = 19, 96
+	w, deq := kernRandWeight(t, rng, gguf.TypeQ8_0, rows, cols)
+	nb := cols / kernQK
+	groups := kernTileGroups(rows)
+	buf := make([]byte, groups*nb*kernQ8TileBlock)
+	for i := range buf {
+		buf[i] = 0xa5 // the missing rows must come out zero
+	}
+	kernPackQ8_0(buf, w, 0, groups)
+	for g := range groups {
+		for b := range nb {
+			blk := buf[(g*nb+b)*kernQ8TileBlock:]
+			for i := range kernTileRows {
+				r := g*kernTileRows + i
+				d := gguf.HalfToFloat32(binary.LittleEndian.Uint16(blk[2*i:]))
+				var sum int32
+				for j := range kernQK {
+					q := int8(blk[96+64*(j/4)+4*i+j%4])
+					sum += int32(q)
+					want := float32(0)
+					if r < rows {
+						want = deq[r*cols+b*kernQK+j]
+					}
+					require.Equal(t, want, d*float32(q), "group %d row %d block %d value %d", g, i, b, j)
+				}
+				require.Equal(t, -128*sum, int32(binary.LittleEndian.Uint32(blk[32+4*i:])), "group %d row %d block %d", g, i, b)
+			}
 		}
 	}
 }

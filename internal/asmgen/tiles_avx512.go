@@ -7,9 +7,10 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// The Q4_0 tile kernels of engine/cpu/kernel_avx512_amd64.s: a GEMM
-// micro-kernel whose sixteen int32 lanes are sixteen weight rows, for one to
-// eight tokens at a time (kernTileQ4_0x1AVX512 .. x8).
+// The Q4_0 and Q8_0 tile kernels of engine/cpu/kernel_avx512_amd64.s: a
+// GEMM micro-kernel whose sixteen int32 lanes are sixteen weight rows, for
+// one to eight tokens at a time (kernTileQ4_0x1AVX512 .. x8; Q8_0 as
+// q8Tile says).
 //
 // The weights come repacked in groups of sixteen rows (engine/cpu
 // kernPackQ4_0): per 32-value block, the sixteen rows' f16 scales (32
@@ -40,8 +41,10 @@ const (
 )
 
 func genTilesAVX512(a *asm) {
-	for n := 1; n <= tileMaxTokens; n++ {
-		a.q4Tile(n)
+	for _, q := range []tileType{q4Tile, q8Tile} {
+		for n := 1; n <= tileMaxTokens; n++ {
+			a.tile(q, n)
+		}
 	}
 }
 
@@ -88,16 +91,73 @@ func tileXQ(t, disp int) Mem {
 	return memx(RDI, disp, R13, 4)
 }
 
-// q4Tile is kernTileQ4_0x<n>AVX512: out[t·ostride + 16g + i] = the dot of
-// row i of group g with token t, for the groups in w.
-func (a *asm) q4Tile(n int) {
-	a.text(fmt.Sprintf("kernTileQ4_0x%dAVX512", n), 0, sigTile)
-	zv := func(i int) VecPhysical {
-		return []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
-			Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25}[i]
+// tileType is what differs between the tile kernels of two types: the
+// bytes of a packed block, how a block's weights come into Z0..Z7 (and its
+// scales into Z8), where a token's integer sum starts, and one VPDPBUSD
+// step: four activation bytes k of token t into isum.
+type tileType struct {
+	name    string
+	bsz     int
+	weights func(a *asm)
+	start   func(a *asm, t int, isum VecPhysical)
+	step    func(a *asm, t, k int, isum VecPhysical)
+}
+
+var (
+	// Q4_0: the nibbles unsigned, the activations signed and broadcast
+	// from memory; the sum starts from the token's -8·Σx (dc).
+	q4Tile = tileType{name: "Q4_0", bsz: q4TileBlock,
+		weights: func(a *asm) {
+			a.VCVTPH2PS(mem(RSI, 0), Z8)
+			for g := range 4 {
+				a.VMOVDQU64(mem(RSI, 32+64*g), tileZ(g))
+			}
+			for g := range 4 {
+				a.VPSRLW(U8(4), tileZ(g), tileZ(g+4))
+			}
+			for k := range 8 {
+				a.VPANDD(Z9, tileZ(k), tileZ(k))
+			}
+		},
+		start: func(a *asm, t int, isum VecPhysical) { a.VPBROADCASTD(tileDC(t, 4), isum) },
+		step: func(a *asm, t, k int, isum VecPhysical) {
+			a.vpdpbusdBcst(tileXQ(t, 4*k), tileZ(k), isum)
+		},
 	}
-	isum := func(t int) VecPhysical { return zv(10 + t) }
-	acc := func(t int) VecPhysical { return zv(18 + t) }
+	// Q8_0: the weights signed, the activations offset by 128 (x+128, as
+	// the engine recodes them: unsigned) and broadcast into a register
+	// (Z26..Z31 in turn); the sum starts from the row's -128·Σw of the
+	// block, packed after the scales: Σ w·(x+128) - 128·Σw = Σ w·x.
+	q8Tile = tileType{name: "Q8_0", bsz: q8TileBlock,
+		weights: func(a *asm) {
+			a.VCVTPH2PS(mem(RSI, 0), Z8)
+			for k := range 8 {
+				a.VMOVDQU64(mem(RSI, 96+64*k), tileZ(k))
+			}
+		},
+		start: func(a *asm, t int, isum VecPhysical) { a.VMOVDQU64(mem(RSI, 32), isum) },
+		step: func(a *asm, t, k int, isum VecPhysical) {
+			x := tileZ(26 + (8*t+k)%6)
+			a.VPBROADCASTD(tileXQ(t, 4*k), x)
+			a.VPDPBUSD(tileZ(k), x, isum)
+		},
+	}
+)
+
+const q8TileBlock = 32 + 64 + 16*32 // scales, corrections, values
+
+// tileZ is the zmm register Zi.
+func tileZ(i int) VecPhysical {
+	return []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
+		Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}[i]
+}
+
+// tile is kernTile<type>x<n>AVX512: out[t·ostride + 16g + i] = the dot of
+// row i of group g with token t, for the groups in w.
+func (a *asm) tile(q tileType, n int) {
+	a.text(fmt.Sprintf("kernTile%sx%dAVX512", q.name, n), 0, sigTile)
+	isum := func(t int) VecPhysical { return tileZ(10 + t) }
+	acc := func(t int) VecPhysical { return tileZ(18 + t) }
 
 	a.MOVQ(a.arg("w_base"), RSI)
 	a.MOVQ(a.arg("out_base"), R8)
@@ -121,30 +181,21 @@ func (a *asm) q4Tile(n int) {
 	a.jzero(RCX, "store")
 
 	a.Label("block")
-	a.VCVTPH2PS(mem(RSI, 0), Z8)
-	for g := range 4 {
-		a.VMOVDQU64(mem(RSI, 32+64*g), zv(g))
-	}
-	for g := range 4 {
-		a.VPSRLW(U8(4), zv(g), zv(g+4))
-	}
-	for k := range 8 {
-		a.VPANDD(Z9, zv(k), zv(k))
-	}
+	q.weights(a)
 	for t := range n {
-		a.VPBROADCASTD(tileDC(t, 4), isum(t))
+		q.start(a, t, isum(t))
 	}
 	if n == 1 {
 		// Two chains of four, added: integers, so exactly the same sum.
 		a.VPXORD(Z11, Z11, Z11)
 		for k := range 8 {
-			a.vpdpbusdBcst(tileXQ(0, 4*k), zv(k), zv(10+k%2))
+			q.step(a, 0, k, tileZ(10+k%2))
 		}
 		a.VPADDD(Z11, Z10, Z10)
 	} else {
 		for k := range 8 {
 			for t := range n {
-				a.vpdpbusdBcst(tileXQ(t, 4*k), zv(k), isum(t))
+				q.step(a, t, k, isum(t))
 			}
 		}
 	}
@@ -153,7 +204,7 @@ func (a *asm) q4Tile(n int) {
 		a.VMULPS(Z8, isum(t), isum(t))
 		a.VFMADD231PS_BCST(tileDC(t, 0), isum(t), acc(t))
 	}
-	a.ADDQ(U32(q4TileBlock), RSI)
+	a.ADDQ(U32(uint32(q.bsz)), RSI)
 	a.ADDQ(U8(32), RDI)
 	a.ADDQ(U8(8), RDX)
 	a.DECQ(RCX)
