@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -54,8 +55,17 @@ func kernTilePack(w Weight) []byte {
 		return nil
 	}
 	nb := w.Cols / kernQK
-	buf := alignedMake[byte](kernTileGroups(w.Rows) * nb * tl.blockBytes)
-	tl.pack(buf, w, 0, kernTileGroups(w.Rows))
+	groups, gb := kernTileGroups(w.Rows), nb*tl.blockBytes
+	buf := alignedMake[byte](groups * gb)
+	// Large weights are packed by as many goroutines as there are CPUs
+	// (loading a model packs each of its matrices).
+	k := min(runtime.GOMAXPROCS(0), groups*gb/(1<<20)+1, groups)
+	var wg sync.WaitGroup
+	for i := range k {
+		g0, g1 := i*groups/k, (i+1)*groups/k
+		wg.Go(func() { tl.pack(buf[g0*gb:g1*gb], w, g0*kernTileRows, g1-g0) })
+	}
+	wg.Wait()
 	return buf
 }
 
@@ -134,13 +144,12 @@ func kernPackQ8_0(dst []byte, w Weight, r0, groups int) {
 				o := out[b*kernQ8TileBlock : (b+1)*kernQ8TileBlock : (b+1)*kernQ8TileBlock]
 				o[2*i], o[2*i+1] = blk[0], blk[1]
 				var sum int32
-				for _, q := range blk[2:] {
-					sum += int32(int8(q))
+				for k := range 8 {
+					v := binary.LittleEndian.Uint32(blk[2+4*k:])
+					sum += int32(int8(v)) + int32(int8(v>>8)) + int32(int8(v>>16)) + int32(int8(v>>24))
+					binary.LittleEndian.PutUint32(o[96+64*k+4*i:], v)
 				}
 				binary.LittleEndian.PutUint32(o[32+4*i:], uint32(-128*sum))
-				for k := range 8 {
-					binary.LittleEndian.PutUint32(o[96+64*k+4*i:], binary.LittleEndian.Uint32(blk[2+4*k:]))
-				}
 			}
 		}
 	}

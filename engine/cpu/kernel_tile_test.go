@@ -97,7 +97,7 @@ func TestTilePackQ4_0(t *testing.T) {
 			blk := buf[(g*nb+b)*kernQ4TileBlock:]
 			for i := range kernTileRows {
 				r := g*kernTileRows + i
-				d := gguf.HalfToFloat32(uint16(blk[2*i]) | uint16(blk[2*i+1])<<8)
+				d := gguf.HalfToFloat32(binary.LittleEndian.Uint16(blk[2*i:]))
 				for j := range kernQK {
 					k := j % 16 / 4 // the 64 bytes that hold value j
 					q := blk[32+64*k+4*i+j%4]
@@ -204,5 +204,22 @@ func TestTilePackQ8_0(t *testing.T) {
 				require.Equal(t, -128*sum, int32(binary.LittleEndian.Uint32(blk[32+4*i:])), "group %d row %d block %d", g, i, b)
 			}
 		}
+	}
+}
+
+// BenchmarkTilePack measures the repacking NewWeight does at load: MB/s of
+// the file's bytes.
+func BenchmarkTilePack(b *testing.B) {
+	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0} {
+		b.Run(fmt.Sprintf("type=%s", typ), func(b *testing.B) {
+			if kernSetFor(kernBest).tile[typ] == nil {
+				b.Skipf("no tile kernels for %s on this CPU", typ)
+			}
+			w, _ := kernRandWeight(b, rand.New(rand.NewPCG(1, 2)), typ, 4864, 896)
+			b.SetBytes(int64(len(w.Data)))
+			for b.Loop() {
+				kernTilePack(w)
+			}
+		})
 	}
 }
