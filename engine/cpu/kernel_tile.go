@@ -6,7 +6,6 @@ import (
 	"math"
 	"runtime"
 	"sync"
-	"unsafe"
 
 	"github.com/llmd/llmd/model/gguf"
 )
@@ -37,8 +36,7 @@ type kernTile struct {
 	// zeros) into dst, groups·nb·blockBytes bytes.
 	pack func(dst []byte, w Weight, r0, groups int)
 	// dc sets a token's two words per block: the bits of its scale xd[b],
-	// then the integer correction the kernels start each block from (if
-	// any). It may recode the activations xq in place for the kernels.
+	// then the integer correction the kernels start each block from.
 	dc func(dc []int32, xq []int8, xd, xs []float32)
 	// kern[T] takes T tokens (1..kernTileMax).
 	kern [kernTileMax + 1]kernTileFunc
@@ -110,18 +108,26 @@ const kernQ4TileBlock = 32 + 16*16
 // than ½ of it and rounds to it exactly (and xd = 0 only for a block of
 // zeros).
 func kernDCQ4_0(dc []int32, xq []int8, xd, xs []float32) {
+	kernDCOffset(dc, xd, xs, -8)
+}
+
+// kernDCOffset sets dc's words per block: xd's bits and off·Σxq, with Σxq
+// read back from xs as kernDCQ4_0 says.
+func kernDCOffset(dc []int32, xd, xs []float32, off int32) {
 	for b, d := range xd {
 		var sum int32
 		if d != 0 {
 			sum = int32(math.RoundToEven(float64(xs[b]) / float64(d)))
 		}
-		dc[2*b], dc[2*b+1] = int32(math.Float32bits(d)), -8*sum
+		dc[2*b], dc[2*b+1] = int32(math.Float32bits(d)), off*sum
 	}
 }
 
 // kernPackQ8_0 is the Q8_0 tile layout: per group and block, the sixteen
-// rows' f16 scales (32 bytes), each row's -128·Σq (sixteen int32s), then
-// for k = 0..7 each row's qs[4k:4k+4] (64 bytes). Missing rows are zeros.
+// rows' f16 scales (32 bytes), then for k = 0..7 each row's qs[4k:4k+4]
+// (64 bytes), stored offset by 128 (q+128, the flip of the sign bit), as
+// VPDPBUSD's unsigned operand. Missing rows are zeros (scale 0). The size
+// is the file's.
 func kernPackQ8_0(dst []byte, w Weight, r0, groups int) {
 	const bsz = 34
 	rb := w.rowBytes()
@@ -143,40 +149,21 @@ func kernPackQ8_0(dst []byte, w Weight, r0, groups int) {
 				blk := row[b*bsz : (b+1)*bsz : (b+1)*bsz]
 				o := out[b*kernQ8TileBlock : (b+1)*kernQ8TileBlock : (b+1)*kernQ8TileBlock]
 				o[2*i], o[2*i+1] = blk[0], blk[1]
-				var sum int32
 				for k := range 8 {
-					v := binary.LittleEndian.Uint32(blk[2+4*k:])
-					sum += int32(int8(v)) + int32(int8(v>>8)) + int32(int8(v>>16)) + int32(int8(v>>24))
-					binary.LittleEndian.PutUint32(o[96+64*k+4*i:], v)
+					binary.LittleEndian.PutUint32(o[32+64*k+4*i:], binary.LittleEndian.Uint32(blk[2+4*k:])^0x80808080)
 				}
-				binary.LittleEndian.PutUint32(o[32+4*i:], uint32(-128*sum))
 			}
 		}
 	}
 }
 
 // kernQ8TileBlock is the size of one block of a packed Q8_0 group.
-const kernQ8TileBlock = 32 + 64 + 16*32
+const kernQ8TileBlock = 32 + 16*32
 
-// kernDCQ8_0 sets, per block, the scale's bits (and a zero word), and
-// recodes xq as unsigned bytes x+128 (the flip of the sign bit): the
-// kernels dot them with the signed weights, whose packed -128·Σq puts the
-// offset back.
+// kernDCQ8_0 sets, per block, the scale's bits and -128·Σxq (the kernels
+// dot the weights stored as q+128: Σ(q+128)·x - 128·Σx = Σq·x).
 func kernDCQ8_0(dc []int32, xq []int8, xd, xs []float32) {
-	for b, d := range xd {
-		dc[2*b], dc[2*b+1] = int32(math.Float32bits(d)), 0
-	}
-	i := 0
-	if len(xq) >= 8 {
-		u := unsafe.Slice((*uint64)(unsafe.Pointer(&xq[0])), len(xq)/8)
-		for j := range u {
-			u[j] ^= 0x8080808080808080
-		}
-		i = len(u) * 8
-	}
-	for ; i < len(xq); i++ {
-		xq[i] ^= -128
-	}
+	kernDCOffset(dc, xd, xs, -128)
 }
 
 // kernTileCall runs k on T tokens after checking every size the assembly
@@ -283,7 +270,6 @@ func kernTileDots(typ gguf.TensorType, tl *kernTile) (
 		tl.pack(buf, wt, 0, 1)
 		dc := make([]int32, 2*T*nb)
 		cols := nb * kernQK
-		xq = append([]int8(nil), xq[:T*cols]...) // dc may recode it
 		for t := range T {
 			tl.dc(dc[2*t*nb:2*(t+1)*nb], xq[t*cols:(t+1)*cols], xd[t*nb:(t+1)*nb], xs[t*nb:(t+1)*nb])
 		}

@@ -117,7 +117,8 @@ func TestTilePackQ4_0(t *testing.T) {
 }
 
 // TestTileDCQ4_0 checks that the per-block words hold the scale's bits and
-// -8 times the exact sum of the block's quantized activations.
+// -8 (Q4_0) or -128 (Q8_0) times the exact sum of the block's quantized
+// activations.
 func TestTileDCQ4_0(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	const cols = 32 * 40
@@ -130,15 +131,19 @@ func TestTileDCQ4_0(t *testing.T) {
 	for _, level := range kernLevels() { // each level's quantizer
 		xq, xd, xs := make([]int8, cols), make([]float32, nb), make([]float32, nb)
 		kernSetFor(level).quantize(xq, xd, xs, x)
-		dc := make([]int32, 2*nb)
-		kernDCQ4_0(dc, xq, xd, xs)
+		dc4, dc8 := make([]int32, 2*nb), make([]int32, 2*nb)
+		kernDCQ4_0(dc4, xq, xd, xs)
+		kernDCQ8_0(dc8, xq, xd, xs)
 		for b := range nb {
 			var sum int32
 			for _, v := range xq[b*kernQK : (b+1)*kernQK] {
 				sum += int32(v)
 			}
-			require.Equal(t, int32(math.Float32bits(xd[b])), dc[2*b], "kern=%s block %d", level, b)
-			require.Equal(t, -8*sum, dc[2*b+1], "kern=%s block %d", level, b)
+			for _, dc := range [][]int32{dc4, dc8} {
+				require.Equal(t, int32(math.Float32bits(xd[b])), dc[2*b], "kern=%s block %d", level, b)
+			}
+			require.Equal(t, -8*sum, dc4[2*b+1], "kern=%s block %d", level, b)
+			require.Equal(t, -128*sum, dc8[2*b+1], "kern=%s block %d", level, b)
 		}
 	}
 }
@@ -173,7 +178,7 @@ func BenchmarkTileKernel(b *testing.B) {
 }
 
 // TestTilePackQ8_0 checks the packed Q8_0 layout against the rows it comes
-// from: scales, the corrections -128·Σq and every value.
+// from: scales and every value (stored offset by 128).
 func TestTilePackQ8_0(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	const rows, cols = 19, 96
@@ -191,17 +196,14 @@ func TestTilePackQ8_0(t *testing.T) {
 			for i := range kernTileRows {
 				r := g*kernTileRows + i
 				d := gguf.HalfToFloat32(binary.LittleEndian.Uint16(blk[2*i:]))
-				var sum int32
 				for j := range kernQK {
-					q := int8(blk[96+64*(j/4)+4*i+j%4])
-					sum += int32(q)
+					q := int8(blk[32+64*(j/4)+4*i+j%4] ^ 0x80)
 					want := float32(0)
 					if r < rows {
 						want = deq[r*cols+b*kernQK+j]
 					}
 					require.Equal(t, want, d*float32(q), "group %d row %d block %d value %d", g, i, b, j)
 				}
-				require.Equal(t, -128*sum, int32(binary.LittleEndian.Uint32(blk[32+4*i:])), "group %d row %d block %d", g, i, b)
 			}
 		}
 	}

@@ -124,27 +124,22 @@ var (
 			a.vpdpbusdBcst(tileXQ(t, 4*k), tileZ(k), isum)
 		},
 	}
-	// Q8_0: the weights signed, the activations offset by 128 (x+128, as
-	// the engine recodes them: unsigned) and broadcast into a register
-	// (Z26..Z31 in turn); the sum starts from the row's -128·Σw of the
-	// block, packed after the scales: Σ w·(x+128) - 128·Σw = Σ w·x.
+	// Q8_0: the weights stored offset by 128 (w+128, unsigned; engine/cpu
+	// kernPackQ8_0), the activations signed and broadcast from memory; the
+	// sum starts from the token's -128·Σx (dc): Σ (w+128)·x - 128·Σx = Σ w·x.
 	q8Tile = tileType{name: "Q8_0", bsz: q8TileBlock,
 		weights: func(a *asm) {
 			a.VCVTPH2PS(mem(RSI, 0), Z8)
 			for k := range 8 {
-				a.VMOVDQU64(mem(RSI, 96+64*k), tileZ(k))
+				a.VMOVDQU64(mem(RSI, 32+64*k), tileZ(k))
 			}
 		},
-		start: func(a *asm, t int, isum VecPhysical) { a.VMOVDQU64(mem(RSI, 32), isum) },
-		step: func(a *asm, t, k int, isum VecPhysical) {
-			x := tileZ(26 + (8*t+k)%6)
-			a.VPBROADCASTD(tileXQ(t, 4*k), x)
-			a.VPDPBUSD(tileZ(k), x, isum)
-		},
+		start: q4Tile.start,
+		step:  q4Tile.step,
 	}
 )
 
-const q8TileBlock = 32 + 64 + 16*32 // scales, corrections, values
+const q8TileBlock = 32 + 16*32 // scales, values
 
 // tileZ is the zmm register Zi.
 func tileZ(i int) VecPhysical {
