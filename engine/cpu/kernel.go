@@ -15,16 +15,22 @@ import (
 //
 // The kernels read F32, F16 and BF16 data in place, as the host's words:
 // like GGUF itself they assume a little-endian host.
+//
+// Where the CPU has tile kernels for the type (Q4_0 with AVX-512 VNNI),
+// NewWeight also keeps a copy of the rows repacked for them, in groups of
+// sixteen rows (heap the size of Data): MatMul reads that copy, Row and
+// everything else read Data.
 type Weight struct {
 	Type       gguf.TensorType
 	Rows, Cols int
 	Data       []byte
+	tiles      []byte // the rows repacked for the type's tile kernels; nil without
 }
 
 // NewWeight checks that data holds exactly rows x cols of typ and returns the
-// Weight. It fails for a type model does not support, negative sizes, a
-// cols that is not a whole number of typ's blocks, or the wrong number of
-// bytes.
+// Weight (with its repacked copy, see Weight). It fails for a type model
+// does not support, negative sizes, a cols that is not a whole number of
+// typ's blocks, or the wrong number of bytes.
 func NewWeight(typ gguf.TensorType, rows, cols int, data []byte) (Weight, error) {
 	if rows < 0 || cols < 0 {
 		return Weight{}, fmt.Errorf("cpu: weight of %d x %d: negative size", rows, cols)
@@ -37,7 +43,9 @@ func NewWeight(typ gguf.TensorType, rows, cols int, data []byte) (Weight, error)
 	if hi != 0 || need != uint64(len(data)) {
 		return Weight{}, fmt.Errorf("cpu: weight of %d x %d %s needs %d x %d bytes, got %d", rows, cols, typ, rows, rb, len(data))
 	}
-	return Weight{Type: typ, Rows: rows, Cols: cols, Data: data}, nil
+	w := Weight{Type: typ, Rows: rows, Cols: cols, Data: data}
+	w.tiles = kernTilePack(w)
+	return w, nil
 }
 
 // rowBytes returns the size of one row, checking that w is well formed (as
@@ -123,7 +131,7 @@ func kernMatMul(p *Pool, ks *kernSet, out []float32, w Weight, x []float32, n in
 type kernScratch struct {
 	xq     []int8
 	xd, xs []float32
-	xc     []int32 // the kernLaneSums of the tokens a rows kernel takes
+	xc     []int32 // the tile kernels' per-block words (kernTile.dc), or the kernLaneSums of the tokens a rows kernel takes
 }
 
 var kernScratchPool = sync.Pool{New: func() any { return new(kernScratch) }}
@@ -141,7 +149,7 @@ func kernGetScratch(values, blocks int) *kernScratch {
 	return s
 }
 
-// lanes returns room for the kernLaneSums of n rows of activations.
+// lanes returns room for n int32s.
 func (s *kernScratch) lanes(n int) []int32 {
 	if cap(s.xc) < n {
 		s.xc = make([]int32, n)
@@ -151,6 +159,10 @@ func (s *kernScratch) lanes(n int) []int32 {
 
 // kernMatMulQuant is MatMul for the block-quantized types.
 func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []float32, n int) {
+	if tl := ks.tile[w.Type]; tl != nil {
+		kernMatMulTile(p, ks, tl, out, w, x, n)
+		return
+	}
 	cols, rows := w.Cols, w.Rows
 	nb := cols / kernQK
 	dot, dot4, dot8 := ks.dotQ[w.Type], ks.dotQ4[w.Type], ks.dotQ8[w.Type]
@@ -309,8 +321,9 @@ func kernFloats(b []byte) []float32 {
 type kernRowsFunc func(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
 
 // kernLaneSums sets xc[i] to -8 times the sum of xq[4i:4i+4], one int32 per
-// VNNI lane of activations: the Q4_0 rows kernels' correction for taking
-// the weights' nibbles unsigned (q-8 becomes q, less 8·Σx).
+// VNNI lane of activations: the correction a rows kernel needs when it
+// takes the weights' quants unsigned (Q6_K's q-32 becomes q, less 32·Σx:
+// four times these).
 func kernLaneSums(xc []int32, xq []int8) {
 	for i := range xc {
 		q := xq[4*i : 4*i+4 : 4*i+4]
@@ -340,6 +353,10 @@ type kernSet struct {
 	// is set, else nil.
 	dotQRows map[gguf.TensorType]kernRowsFunc
 	rowsSums map[gguf.TensorType]bool
+	// tile[t], where present, is how MatMul computes type t: the tile
+	// kernels, over the weights repacked (kernel_tile.go). dotQ[t],
+	// dotQ4[t] and dotQ8[t] then run them on one row, for the tests.
+	tile map[gguf.TensorType]*kernTile
 	// dotF32 returns Σ w[i]·x[i].
 	dotF32 func(w, x []float32) float32
 	// dotF16 and dotBF16 return the dot product of a row of half or bfloat16
@@ -372,9 +389,9 @@ func kernSetFor(l kernLevel) *kernSet {
 }
 
 // kernRegister installs s as level l's implementation, completing it from the
-// level below. A one-token dot and its four- and eight-token partners are
-// taken together, never one from each level: they must add in the same
-// order.
+// level below. A one-token dot and its four- and eight-token, rows and
+// tile partners are taken together, never one from each level: they must
+// add in the same order.
 func kernRegister(l kernLevel, s *kernSet) {
 	if l > kernLevelGo {
 		below := kernSetFor(l - 1)
@@ -418,10 +435,13 @@ func kernRegister(l kernLevel, s *kernSet) {
 		if s.rowsSums == nil {
 			s.rowsSums = map[gguf.TensorType]bool{}
 		}
+		if s.tile == nil {
+			s.tile = map[gguf.TensorType]*kernTile{}
+		}
 		for t, f := range below.dotQ {
 			if s.dotQ[t] == nil {
 				s.dotQ[t], s.dotQ4[t], s.dotQ8[t] = f, below.dotQ4[t], below.dotQ8[t]
-				s.dotQRows[t], s.rowsSums[t] = below.dotQRows[t], below.rowsSums[t]
+				s.dotQRows[t], s.rowsSums[t], s.tile[t] = below.dotQRows[t], below.rowsSums[t], below.tile[t]
 			}
 		}
 	}

@@ -7,39 +7,16 @@ import "github.com/llmd/llmd/model/gguf"
 // The AVX-512 kernels (kernel_avx512_amd64.s), with the same arguments as
 // their AVX2 namesakes. The conversions and the activation quantization
 // are AVX2's: both levels share the activation layout. Each type's one-token,
-// four-token and (Q4_0, Q5_0, Q8_0) eight-token dots come from the same
-// level and add in the same order, so that MatMul is batch-invariant.
-
-//go:noescape
-func kernDotQ8_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
-
-//go:noescape
-func kernDotQ4_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
-
-//go:noescape
-func kernDotQ8_0x4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
-
-//go:noescape
-func kernDotQ4_0x4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+// four-token and (Q5_0) eight-token dots come from the same level and add in
+// the same order, so that MatMul is batch-invariant. Q4_0 and Q8_0 go
+// through the tile kernels (kernel_tile.go), for every number of tokens.
 
 // The eight-token kernels: xq, xd and xs hold eight rows.
-
-//go:noescape
-func kernDotQ8_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
-
-//go:noescape
-func kernDotQ4_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
 
 //go:noescape
 func kernDotQ5_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
 
 // The rows kernels: one token's dot with each of len(out) rows.
-
-//go:noescape
-func kernDotQ8_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
-
-//go:noescape
-func kernDotQ4_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
 
 //go:noescape
 func kernDotQ5_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
@@ -86,15 +63,86 @@ func kernDotF16x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
 //go:noescape
 func kernDotBF16x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
 
+// The Q4_0 tile kernels (kernTileFunc), for 1..8 tokens.
+
+//go:noescape
+func kernTileQ4_0x1AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_0x2AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_0x3AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_0x4AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_0x5AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_0x6AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_0x7AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_0x8AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+// The Q8_0 tile kernels.
+
+//go:noescape
+func kernTileQ8_0x1AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ8_0x2AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ8_0x3AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ8_0x4AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ8_0x5AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ8_0x6AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ8_0x7AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ8_0x8AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
 func init() {
 	if kernBest < kernLevelAVX512 {
 		return
 	}
+	q4 := &kernTile{
+		blockBytes: kernQ4TileBlock,
+		pack:       kernPackQ4_0,
+		dc:         kernDCQ4_0,
+		kern: [kernTileMax + 1]kernTileFunc{nil,
+			kernTileQ4_0x1AVX512, kernTileQ4_0x2AVX512, kernTileQ4_0x3AVX512, kernTileQ4_0x4AVX512,
+			kernTileQ4_0x5AVX512, kernTileQ4_0x6AVX512, kernTileQ4_0x7AVX512, kernTileQ4_0x8AVX512},
+	}
+	q4Dot, q4Dot4, q4Dot8 := kernTileDots(gguf.TypeQ4_0, q4)
+	q8 := &kernTile{
+		blockBytes: kernQ8TileBlock,
+		pack:       kernPackQ8_0,
+		dc:         kernDCQ8_0,
+		kern: [kernTileMax + 1]kernTileFunc{nil,
+			kernTileQ8_0x1AVX512, kernTileQ8_0x2AVX512, kernTileQ8_0x3AVX512, kernTileQ8_0x4AVX512,
+			kernTileQ8_0x5AVX512, kernTileQ8_0x6AVX512, kernTileQ8_0x7AVX512, kernTileQ8_0x8AVX512},
+	}
+	q8Dot, q8Dot4, q8Dot8 := kernTileDots(gguf.TypeQ8_0, q8)
 	kernRegister(kernLevelAVX512, &kernSet{
+		tile: map[gguf.TensorType]*kernTile{gguf.TypeQ4_0: q4, gguf.TypeQ8_0: q8},
 		dotQ: map[gguf.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{
-			gguf.TypeQ4_0: kernDotQ4_0AVX512,
+			gguf.TypeQ4_0: q4Dot,
 			gguf.TypeQ5_0: kernDotQ5_0AVX512,
-			gguf.TypeQ8_0: kernDotQ8_0AVX512,
+			gguf.TypeQ8_0: q8Dot,
 			gguf.TypeQ4_K: kernDotQ4_KAVX512,
 			gguf.TypeQ6_K: kernDotQ6_KAVX512,
 
@@ -105,9 +153,9 @@ func init() {
 			gguf.TypeIQ4_NL: kernDotIQ4_NLAVX512,
 		},
 		dotQ4: map[gguf.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){
-			gguf.TypeQ4_0: kernDotQ4_0x4AVX512,
+			gguf.TypeQ4_0: q4Dot4,
 			gguf.TypeQ5_0: kernDotQ5_0x4AVX512,
-			gguf.TypeQ8_0: kernDotQ8_0x4AVX512,
+			gguf.TypeQ8_0: q8Dot4,
 			gguf.TypeQ4_K: kernDotQ4_Kx4AVX512,
 			gguf.TypeQ6_K: kernDotQ6_Kx4AVX512,
 
@@ -118,15 +166,12 @@ func init() {
 			gguf.TypeIQ4_NL: kernDotIQ4_NLx4AVX512,
 		},
 		dotQ8: map[gguf.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32){
-			gguf.TypeQ4_0: kernDotQ4_0x8AVX512,
+			gguf.TypeQ4_0: q4Dot8,
 			gguf.TypeQ5_0: kernDotQ5_0x8AVX512,
-			gguf.TypeQ8_0: kernDotQ8_0x8AVX512,
+			gguf.TypeQ8_0: q8Dot8,
 		},
-		rowsSums: map[gguf.TensorType]bool{gguf.TypeQ4_0: true},
 		dotQRows: map[gguf.TensorType]kernRowsFunc{
-			gguf.TypeQ4_0: kernDotQ4_0RowsAVX512,
 			gguf.TypeQ5_0: kernDotQ5_0RowsAVX512,
-			gguf.TypeQ8_0: kernDotQ8_0RowsAVX512,
 		},
 		dotFloat2x4: map[gguf.TensorType]func(res *[8]float32, w []byte, x []float32, stride int){
 			gguf.TypeF16: kernDotF16x2x4AVX512,

@@ -34,454 +34,6 @@ DATA kernNibShift<>+48(SB)/8, $0x0004000400040004
 DATA kernNibShift<>+56(SB)/8, $0x0004000400040004
 GLOBL kernNibShift<>(SB), RODATA|NOPTR, $64
 
-// func kernDotQ8_0AVX512(w []byte, xq []int8, xd []float32, xs []float32) float32
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·kernDotQ8_0AVX512(SB), NOSPLIT, $0-100
-	MOVQ         w_base+0(FP), SI
-	MOVQ         xq_base+24(FP), DI
-	MOVQ         xd_base+48(FP), DX
-	MOVQ         xd_len+56(FP), CX
-	VPXORD       Z31, Z31, Z31
-	MOVL         $0x0000000f, AX
-	VPBROADCASTB AX, Z14
-	MOVL         $0x00000008, AX
-	VPBROADCASTB AX, Z13
-	MOVL         $0x00000010, AX
-	VPBROADCASTB AX, Z12
-	MOVL         $0x000000ff, AX
-	KMOVW        AX, K2
-	MOVL         $0x0000ff00, AX
-	KMOVW        AX, K3
-	VMOVDQU64    kernNibShift<>+0(SB), Z24
-	VPXORD       Z0, Z0, Z0
-	VPXORD       Z1, Z1, Z1
-
-loop2:
-	CMPQ             CX, $0x02
-	JB               tail
-	VMOVDQU          2(SI), Y2
-	VINSERTI64X4     $0x01, 36(SI), Z2, Z2
-	VPMOVB2M         Z2, K1
-	VPABSB           Z2, Z3
-	VPBROADCASTW     (SI), Y4
-	VPBROADCASTW     34(SI), K3, Y4
-	VCVTPH2PS        Y4, Z4
-	VMOVDQU64        (DI), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX), Z7, K2, Z0
-	VFMADD231PS.BCST 4(DX), Z7, K3, Z1
-	ADDQ             $0x44, SI
-	ADDQ             $0x40, DI
-	ADDQ             $0x08, DX
-	SUBQ             $0x02, CX
-	JMP              loop2
-
-tail:
-	VADDPS           Z1, Z0, Z0
-	VEXTRACTF64X4    $0x01, Z0, Y1
-	VADDPS           Y1, Y0, Y0
-	TESTQ            CX, CX
-	JZ               done
-	VMOVDQU          2(SI), Y2
-	VPMOVB2M         Y2, K1
-	VPABSB           Y2, Y3
-	VPBROADCASTW     (SI), X4
-	VCVTPH2PS        X4, Y4
-	VMOVDQU          (DI), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX), Y7, Y0
-
-done:
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVSS       X0, ret+96(FP)
-	VZEROUPPER
-	RET
-
-// func kernDotQ4_0AVX512(w []byte, xq []int8, xd []float32, xs []float32) float32
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·kernDotQ4_0AVX512(SB), NOSPLIT, $0-100
-	MOVQ         w_base+0(FP), SI
-	MOVQ         xq_base+24(FP), DI
-	MOVQ         xd_base+48(FP), DX
-	MOVQ         xd_len+56(FP), CX
-	VPXORD       Z31, Z31, Z31
-	MOVL         $0x0000000f, AX
-	VPBROADCASTB AX, Z14
-	MOVL         $0x00000008, AX
-	VPBROADCASTB AX, Z13
-	MOVL         $0x00000010, AX
-	VPBROADCASTB AX, Z12
-	MOVL         $0x000000ff, AX
-	KMOVW        AX, K2
-	MOVL         $0x0000ff00, AX
-	KMOVW        AX, K3
-	VMOVDQU64    kernNibShift<>+0(SB), Z24
-	VPXORD       Z0, Z0, Z0
-	VPXORD       Z1, Z1, Z1
-
-loop2:
-	CMPQ             CX, $0x02
-	JB               tail
-	VBROADCASTI32X4  2(SI), Z2
-	VBROADCASTI32X4  20(SI), K3, Z2
-	VPSRLVW          Z24, Z2, Z2
-	VPANDD           Z14, Z2, Z2
-	VPSUBB           Z13, Z2, Z2
-	VPMOVB2M         Z2, K1
-	VPABSB           Z2, Z3
-	VPBROADCASTW     (SI), Y4
-	VPBROADCASTW     18(SI), K3, Y4
-	VCVTPH2PS        Y4, Z4
-	VMOVDQU64        (DI), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX), Z7, K2, Z0
-	VFMADD231PS.BCST 4(DX), Z7, K3, Z1
-	ADDQ             $0x24, SI
-	ADDQ             $0x40, DI
-	ADDQ             $0x08, DX
-	SUBQ             $0x02, CX
-	JMP              loop2
-
-tail:
-	VADDPS           Z1, Z0, Z0
-	VEXTRACTF64X4    $0x01, Z0, Y1
-	VADDPS           Y1, Y0, Y0
-	TESTQ            CX, CX
-	JZ               done
-	VMOVDQU          2(SI), X2
-	VPSRLW           $0x04, X2, X3
-	VINSERTI128      $0x01, X3, Y2, Y2
-	VPAND            Y14, Y2, Y2
-	VPSUBB           Y13, Y2, Y2
-	VPMOVB2M         Y2, K1
-	VPABSB           Y2, Y3
-	VPBROADCASTW     (SI), X4
-	VCVTPH2PS        X4, Y4
-	VMOVDQU          (DI), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX), Y7, Y0
-
-done:
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVSS       X0, ret+96(FP)
-	VZEROUPPER
-	RET
-
-// func kernDotQ8_0x4AVX512(res *[4]float32, w []byte, xq []int8, xd []float32, xs []float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·kernDotQ8_0x4AVX512(SB), NOSPLIT, $0-104
-	MOVQ         w_base+8(FP), SI
-	MOVQ         xq_base+32(FP), DI
-	MOVQ         xq_len+40(FP), R9
-	SHRQ         $0x02, R9
-	LEAQ         (R9)(R9*2), R10
-	MOVQ         xd_base+56(FP), DX
-	MOVQ         xd_len+64(FP), CX
-	SHRQ         $0x02, CX
-	MOVQ         CX, R11
-	SHLQ         $0x02, R11
-	LEAQ         (R11)(R11*2), R12
-	VPXORD       Z31, Z31, Z31
-	MOVL         $0x0000000f, AX
-	VPBROADCASTB AX, Z14
-	MOVL         $0x00000008, AX
-	VPBROADCASTB AX, Z13
-	MOVL         $0x00000010, AX
-	VPBROADCASTB AX, Z12
-	MOVL         $0x000000ff, AX
-	KMOVW        AX, K2
-	MOVL         $0x0000ff00, AX
-	KMOVW        AX, K3
-	VMOVDQU64    kernNibShift<>+0(SB), Z24
-	VPXORD       Z16, Z16, Z16
-	VPXORD       Z17, Z17, Z17
-	VPXORD       Z18, Z18, Z18
-	VPXORD       Z19, Z19, Z19
-	VPXORD       Z20, Z20, Z20
-	VPXORD       Z21, Z21, Z21
-	VPXORD       Z22, Z22, Z22
-	VPXORD       Z23, Z23, Z23
-
-loop2:
-	CMPQ             CX, $0x02
-	JB               tail
-	VMOVDQU          2(SI), Y2
-	VINSERTI64X4     $0x01, 36(SI), Z2, Z2
-	VPMOVB2M         Z2, K1
-	VPABSB           Z2, Z3
-	VPBROADCASTW     (SI), Y4
-	VPBROADCASTW     34(SI), K3, Y4
-	VCVTPH2PS        Y4, Z4
-	VMOVDQU64        (DI), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX), Z7, K2, Z16
-	VFMADD231PS.BCST 4(DX), Z7, K3, Z17
-	VMOVDQU64        (DI)(R9*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R11*1), Z7, K2, Z18
-	VFMADD231PS.BCST 4(DX)(R11*1), Z7, K3, Z19
-	VMOVDQU64        (DI)(R9*2), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R11*2), Z7, K2, Z20
-	VFMADD231PS.BCST 4(DX)(R11*2), Z7, K3, Z21
-	VMOVDQU64        (DI)(R10*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R12*1), Z7, K2, Z22
-	VFMADD231PS.BCST 4(DX)(R12*1), Z7, K3, Z23
-	ADDQ             $0x44, SI
-	ADDQ             $0x40, DI
-	ADDQ             $0x08, DX
-	SUBQ             $0x02, CX
-	JMP              loop2
-
-tail:
-	VADDPS           Z17, Z16, Z8
-	VADDPS           Z19, Z18, Z9
-	VADDPS           Z21, Z20, Z10
-	VADDPS           Z23, Z22, Z11
-	VEXTRACTF64X4    $0x01, Z8, Y0
-	VADDPS           Y0, Y8, Y8
-	VEXTRACTF64X4    $0x01, Z9, Y0
-	VADDPS           Y0, Y9, Y9
-	VEXTRACTF64X4    $0x01, Z10, Y0
-	VADDPS           Y0, Y10, Y10
-	VEXTRACTF64X4    $0x01, Z11, Y0
-	VADDPS           Y0, Y11, Y11
-	TESTQ            CX, CX
-	JZ               done
-	VMOVDQU          2(SI), Y2
-	VPMOVB2M         Y2, K1
-	VPABSB           Y2, Y3
-	VPBROADCASTW     (SI), X4
-	VCVTPH2PS        X4, Y4
-	VMOVDQU          (DI), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX), Y7, Y8
-	VMOVDQU          (DI)(R9*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R11*1), Y7, Y9
-	VMOVDQU          (DI)(R9*2), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R11*2), Y7, Y10
-	VMOVDQU          (DI)(R10*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R12*1), Y7, Y11
-
-done:
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
-	VEXTRACTF128 $0x01, Y8, X13
-	VADDPS       X13, X8, X8
-	MOVQ         res+0(FP), AX
-	VMOVUPS      X8, (AX)
-	VZEROUPPER
-	RET
-
-// func kernDotQ4_0x4AVX512(res *[4]float32, w []byte, xq []int8, xd []float32, xs []float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·kernDotQ4_0x4AVX512(SB), NOSPLIT, $0-104
-	MOVQ         w_base+8(FP), SI
-	MOVQ         xq_base+32(FP), DI
-	MOVQ         xq_len+40(FP), R9
-	SHRQ         $0x02, R9
-	LEAQ         (R9)(R9*2), R10
-	MOVQ         xd_base+56(FP), DX
-	MOVQ         xd_len+64(FP), CX
-	SHRQ         $0x02, CX
-	MOVQ         CX, R11
-	SHLQ         $0x02, R11
-	LEAQ         (R11)(R11*2), R12
-	VPXORD       Z31, Z31, Z31
-	MOVL         $0x0000000f, AX
-	VPBROADCASTB AX, Z14
-	MOVL         $0x00000008, AX
-	VPBROADCASTB AX, Z13
-	MOVL         $0x00000010, AX
-	VPBROADCASTB AX, Z12
-	MOVL         $0x000000ff, AX
-	KMOVW        AX, K2
-	MOVL         $0x0000ff00, AX
-	KMOVW        AX, K3
-	VMOVDQU64    kernNibShift<>+0(SB), Z24
-	VPXORD       Z16, Z16, Z16
-	VPXORD       Z17, Z17, Z17
-	VPXORD       Z18, Z18, Z18
-	VPXORD       Z19, Z19, Z19
-	VPXORD       Z20, Z20, Z20
-	VPXORD       Z21, Z21, Z21
-	VPXORD       Z22, Z22, Z22
-	VPXORD       Z23, Z23, Z23
-
-loop2:
-	CMPQ             CX, $0x02
-	JB               tail
-	VBROADCASTI32X4  2(SI), Z2
-	VBROADCASTI32X4  20(SI), K3, Z2
-	VPSRLVW          Z24, Z2, Z2
-	VPANDD           Z14, Z2, Z2
-	VPSUBB           Z13, Z2, Z2
-	VPMOVB2M         Z2, K1
-	VPABSB           Z2, Z3
-	VPBROADCASTW     (SI), Y4
-	VPBROADCASTW     18(SI), K3, Y4
-	VCVTPH2PS        Y4, Z4
-	VMOVDQU64        (DI), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX), Z7, K2, Z16
-	VFMADD231PS.BCST 4(DX), Z7, K3, Z17
-	VMOVDQU64        (DI)(R9*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R11*1), Z7, K2, Z18
-	VFMADD231PS.BCST 4(DX)(R11*1), Z7, K3, Z19
-	VMOVDQU64        (DI)(R9*2), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R11*2), Z7, K2, Z20
-	VFMADD231PS.BCST 4(DX)(R11*2), Z7, K3, Z21
-	VMOVDQU64        (DI)(R10*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R12*1), Z7, K2, Z22
-	VFMADD231PS.BCST 4(DX)(R12*1), Z7, K3, Z23
-	ADDQ             $0x24, SI
-	ADDQ             $0x40, DI
-	ADDQ             $0x08, DX
-	SUBQ             $0x02, CX
-	JMP              loop2
-
-tail:
-	VADDPS           Z17, Z16, Z8
-	VADDPS           Z19, Z18, Z9
-	VADDPS           Z21, Z20, Z10
-	VADDPS           Z23, Z22, Z11
-	VEXTRACTF64X4    $0x01, Z8, Y0
-	VADDPS           Y0, Y8, Y8
-	VEXTRACTF64X4    $0x01, Z9, Y0
-	VADDPS           Y0, Y9, Y9
-	VEXTRACTF64X4    $0x01, Z10, Y0
-	VADDPS           Y0, Y10, Y10
-	VEXTRACTF64X4    $0x01, Z11, Y0
-	VADDPS           Y0, Y11, Y11
-	TESTQ            CX, CX
-	JZ               done
-	VMOVDQU          2(SI), X2
-	VPSRLW           $0x04, X2, X3
-	VINSERTI128      $0x01, X3, Y2, Y2
-	VPAND            Y14, Y2, Y2
-	VPSUBB           Y13, Y2, Y2
-	VPMOVB2M         Y2, K1
-	VPABSB           Y2, Y3
-	VPBROADCASTW     (SI), X4
-	VCVTPH2PS        X4, Y4
-	VMOVDQU          (DI), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX), Y7, Y8
-	VMOVDQU          (DI)(R9*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R11*1), Y7, Y9
-	VMOVDQU          (DI)(R9*2), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R11*2), Y7, Y10
-	VMOVDQU          (DI)(R10*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R12*1), Y7, Y11
-
-done:
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
-	VEXTRACTF128 $0x01, Y8, X13
-	VADDPS       X13, X8, X8
-	MOVQ         res+0(FP), AX
-	VMOVUPS      X8, (AX)
-	VZEROUPPER
-	RET
-
 // func kernDotF32AVX512(w []float32, x []float32) float32
 // Requires: AVX, AVX512F
 TEXT ·kernDotF32AVX512(SB), NOSPLIT, $0-52
@@ -1900,449 +1452,6 @@ done:
 	VZEROUPPER
 	RET
 
-// func kernDotQ8_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd []float32, xs []float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·kernDotQ8_0x8AVX512(SB), NOSPLIT, $0-104
-	MOVQ         w_base+8(FP), SI
-	MOVQ         xq_base+32(FP), DI
-	MOVQ         xq_len+40(FP), R9
-	SHRQ         $0x03, R9
-	LEAQ         (R9)(R9*2), R10
-	LEAQ         (DI)(R9*4), R13
-	MOVQ         xd_base+56(FP), DX
-	MOVQ         xd_len+64(FP), CX
-	SHRQ         $0x03, CX
-	MOVQ         CX, R11
-	SHLQ         $0x02, R11
-	LEAQ         (R11)(R11*2), R12
-	LEAQ         (DX)(R11*4), R8
-	VPXORD       Z31, Z31, Z31
-	MOVL         $0x0000000f, AX
-	VPBROADCASTB AX, Z14
-	MOVL         $0x00000008, AX
-	VPBROADCASTB AX, Z13
-	MOVL         $0x00000010, AX
-	VPBROADCASTB AX, Z12
-	MOVL         $0x000000ff, AX
-	KMOVW        AX, K2
-	MOVL         $0x0000ff00, AX
-	KMOVW        AX, K3
-	VMOVDQU64    kernNibShift<>+0(SB), Z24
-	VPXORD       Z16, Z16, Z16
-	VPXORD       Z17, Z17, Z17
-	VPXORD       Z18, Z18, Z18
-	VPXORD       Z19, Z19, Z19
-	VPXORD       Z20, Z20, Z20
-	VPXORD       Z21, Z21, Z21
-	VPXORD       Z22, Z22, Z22
-	VPXORD       Z23, Z23, Z23
-
-loop2:
-	CMPQ             CX, $0x02
-	JB               tail
-	VMOVDQU          2(SI), Y2
-	VINSERTI64X4     $0x01, 36(SI), Z2, Z2
-	VPMOVB2M         Z2, K1
-	VPABSB           Z2, Z3
-	VPBROADCASTW     (SI), Y4
-	VPBROADCASTW     34(SI), K3, Y4
-	VCVTPH2PS        Y4, Z4
-	VMOVDQU64        (DI), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX), Z7, K2, Z16
-	VFMADD231PS.BCST 4(DX), Z7, K3, Z16
-	VMOVDQU64        (DI)(R9*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R11*1), Z7, K2, Z17
-	VFMADD231PS.BCST 4(DX)(R11*1), Z7, K3, Z17
-	VMOVDQU64        (DI)(R9*2), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R11*2), Z7, K2, Z18
-	VFMADD231PS.BCST 4(DX)(R11*2), Z7, K3, Z18
-	VMOVDQU64        (DI)(R10*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R12*1), Z7, K2, Z19
-	VFMADD231PS.BCST 4(DX)(R12*1), Z7, K3, Z19
-	VMOVDQU64        (R13), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (R8), Z7, K2, Z20
-	VFMADD231PS.BCST 4(R8), Z7, K3, Z20
-	VMOVDQU64        (R13)(R9*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (R8)(R11*1), Z7, K2, Z21
-	VFMADD231PS.BCST 4(R8)(R11*1), Z7, K3, Z21
-	VMOVDQU64        (R13)(R9*2), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (R8)(R11*2), Z7, K2, Z22
-	VFMADD231PS.BCST 4(R8)(R11*2), Z7, K3, Z22
-	VMOVDQU64        (R13)(R10*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (R8)(R12*1), Z7, K2, Z23
-	VFMADD231PS.BCST 4(R8)(R12*1), Z7, K3, Z23
-	ADDQ             $0x44, SI
-	ADDQ             $0x40, DI
-	ADDQ             $0x40, R13
-	ADDQ             $0x08, DX
-	ADDQ             $0x08, R8
-	SUBQ             $0x02, CX
-	JMP              loop2
-
-tail:
-	VEXTRACTF64X4    $0x01, Z16, Y8
-	VADDPS           Y8, Y16, Y8
-	VEXTRACTF64X4    $0x01, Z17, Y9
-	VADDPS           Y9, Y17, Y9
-	VEXTRACTF64X4    $0x01, Z18, Y10
-	VADDPS           Y10, Y18, Y10
-	VEXTRACTF64X4    $0x01, Z19, Y11
-	VADDPS           Y11, Y19, Y11
-	VEXTRACTF64X4    $0x01, Z20, Y0
-	VADDPS           Y0, Y20, Y0
-	VEXTRACTF64X4    $0x01, Z21, Y1
-	VADDPS           Y1, Y21, Y1
-	VEXTRACTF64X4    $0x01, Z22, Y5
-	VADDPS           Y5, Y22, Y5
-	VEXTRACTF64X4    $0x01, Z23, Y15
-	VADDPS           Y15, Y23, Y15
-	TESTQ            CX, CX
-	JZ               done
-	VMOVDQU          2(SI), Y2
-	VPMOVB2M         Y2, K1
-	VPABSB           Y2, Y3
-	VPBROADCASTW     (SI), X4
-	VCVTPH2PS        X4, Y4
-	VMOVDQU          (DI), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX), Y7, Y8
-	VMOVDQU          (DI)(R9*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R11*1), Y7, Y9
-	VMOVDQU          (DI)(R9*2), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R11*2), Y7, Y10
-	VMOVDQU          (DI)(R10*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R12*1), Y7, Y11
-	VMOVDQU          (R13), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (R8), Y7, Y0
-	VMOVDQU          (R13)(R9*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (R8)(R11*1), Y7, Y1
-	VMOVDQU          (R13)(R9*2), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (R8)(R11*2), Y7, Y5
-	VMOVDQU          (R13)(R10*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (R8)(R12*1), Y7, Y15
-
-done:
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
-	VEXTRACTF128 $0x01, Y8, X13
-	VADDPS       X13, X8, X8
-	MOVQ         res+0(FP), AX
-	VMOVUPS      X8, (AX)
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y15, Y5, Y5
-	VHADDPS      Y5, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X13
-	VADDPS       X13, X0, X0
-	MOVQ         res+0(FP), AX
-	VMOVUPS      X0, 16(AX)
-	VZEROUPPER
-	RET
-
-// func kernDotQ4_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd []float32, xs []float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·kernDotQ4_0x8AVX512(SB), NOSPLIT, $0-104
-	MOVQ         w_base+8(FP), SI
-	MOVQ         xq_base+32(FP), DI
-	MOVQ         xq_len+40(FP), R9
-	SHRQ         $0x03, R9
-	LEAQ         (R9)(R9*2), R10
-	LEAQ         (DI)(R9*4), R13
-	MOVQ         xd_base+56(FP), DX
-	MOVQ         xd_len+64(FP), CX
-	SHRQ         $0x03, CX
-	MOVQ         CX, R11
-	SHLQ         $0x02, R11
-	LEAQ         (R11)(R11*2), R12
-	LEAQ         (DX)(R11*4), R8
-	VPXORD       Z31, Z31, Z31
-	MOVL         $0x0000000f, AX
-	VPBROADCASTB AX, Z14
-	MOVL         $0x00000008, AX
-	VPBROADCASTB AX, Z13
-	MOVL         $0x00000010, AX
-	VPBROADCASTB AX, Z12
-	MOVL         $0x000000ff, AX
-	KMOVW        AX, K2
-	MOVL         $0x0000ff00, AX
-	KMOVW        AX, K3
-	VMOVDQU64    kernNibShift<>+0(SB), Z24
-	VPXORD       Z16, Z16, Z16
-	VPXORD       Z17, Z17, Z17
-	VPXORD       Z18, Z18, Z18
-	VPXORD       Z19, Z19, Z19
-	VPXORD       Z20, Z20, Z20
-	VPXORD       Z21, Z21, Z21
-	VPXORD       Z22, Z22, Z22
-	VPXORD       Z23, Z23, Z23
-
-loop2:
-	CMPQ             CX, $0x02
-	JB               tail
-	VBROADCASTI32X4  2(SI), Z2
-	VBROADCASTI32X4  20(SI), K3, Z2
-	VPSRLVW          Z24, Z2, Z2
-	VPANDD           Z14, Z2, Z2
-	VPSUBB           Z13, Z2, Z2
-	VPMOVB2M         Z2, K1
-	VPABSB           Z2, Z3
-	VPBROADCASTW     (SI), Y4
-	VPBROADCASTW     18(SI), K3, Y4
-	VCVTPH2PS        Y4, Z4
-	VMOVDQU64        (DI), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX), Z7, K2, Z16
-	VFMADD231PS.BCST 4(DX), Z7, K3, Z16
-	VMOVDQU64        (DI)(R9*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R11*1), Z7, K2, Z17
-	VFMADD231PS.BCST 4(DX)(R11*1), Z7, K3, Z17
-	VMOVDQU64        (DI)(R9*2), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R11*2), Z7, K2, Z18
-	VFMADD231PS.BCST 4(DX)(R11*2), Z7, K3, Z18
-	VMOVDQU64        (DI)(R10*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX)(R12*1), Z7, K2, Z19
-	VFMADD231PS.BCST 4(DX)(R12*1), Z7, K3, Z19
-	VMOVDQU64        (R13), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (R8), Z7, K2, Z20
-	VFMADD231PS.BCST 4(R8), Z7, K3, Z20
-	VMOVDQU64        (R13)(R9*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (R8)(R11*1), Z7, K2, Z21
-	VFMADD231PS.BCST 4(R8)(R11*1), Z7, K3, Z21
-	VMOVDQU64        (R13)(R9*2), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (R8)(R11*2), Z7, K2, Z22
-	VFMADD231PS.BCST 4(R8)(R11*2), Z7, K3, Z22
-	VMOVDQU64        (R13)(R10*1), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (R8)(R12*1), Z7, K2, Z23
-	VFMADD231PS.BCST 4(R8)(R12*1), Z7, K3, Z23
-	ADDQ             $0x24, SI
-	ADDQ             $0x40, DI
-	ADDQ             $0x40, R13
-	ADDQ             $0x08, DX
-	ADDQ             $0x08, R8
-	SUBQ             $0x02, CX
-	JMP              loop2
-
-tail:
-	VEXTRACTF64X4    $0x01, Z16, Y8
-	VADDPS           Y8, Y16, Y8
-	VEXTRACTF64X4    $0x01, Z17, Y9
-	VADDPS           Y9, Y17, Y9
-	VEXTRACTF64X4    $0x01, Z18, Y10
-	VADDPS           Y10, Y18, Y10
-	VEXTRACTF64X4    $0x01, Z19, Y11
-	VADDPS           Y11, Y19, Y11
-	VEXTRACTF64X4    $0x01, Z20, Y0
-	VADDPS           Y0, Y20, Y0
-	VEXTRACTF64X4    $0x01, Z21, Y1
-	VADDPS           Y1, Y21, Y1
-	VEXTRACTF64X4    $0x01, Z22, Y5
-	VADDPS           Y5, Y22, Y5
-	VEXTRACTF64X4    $0x01, Z23, Y15
-	VADDPS           Y15, Y23, Y15
-	TESTQ            CX, CX
-	JZ               done
-	VMOVDQU          2(SI), X2
-	VPSRLW           $0x04, X2, X3
-	VINSERTI128      $0x01, X3, Y2, Y2
-	VPAND            Y14, Y2, Y2
-	VPSUBB           Y13, Y2, Y2
-	VPMOVB2M         Y2, K1
-	VPABSB           Y2, Y3
-	VPBROADCASTW     (SI), X4
-	VCVTPH2PS        X4, Y4
-	VMOVDQU          (DI), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX), Y7, Y8
-	VMOVDQU          (DI)(R9*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R11*1), Y7, Y9
-	VMOVDQU          (DI)(R9*2), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R11*2), Y7, Y10
-	VMOVDQU          (DI)(R10*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX)(R12*1), Y7, Y11
-	VMOVDQU          (R13), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (R8), Y7, Y0
-	VMOVDQU          (R13)(R9*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (R8)(R11*1), Y7, Y1
-	VMOVDQU          (R13)(R9*2), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (R8)(R11*2), Y7, Y5
-	VMOVDQU          (R13)(R10*1), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (R8)(R12*1), Y7, Y15
-
-done:
-	VHADDPS      Y9, Y8, Y8
-	VHADDPS      Y11, Y10, Y10
-	VHADDPS      Y10, Y8, Y8
-	VEXTRACTF128 $0x01, Y8, X13
-	VADDPS       X13, X8, X8
-	MOVQ         res+0(FP), AX
-	VMOVUPS      X8, (AX)
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y15, Y5, Y5
-	VHADDPS      Y5, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X13
-	VADDPS       X13, X0, X0
-	MOVQ         res+0(FP), AX
-	VMOVUPS      X0, 16(AX)
-	VZEROUPPER
-	RET
-
 // func kernDotQ5_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd []float32, xs []float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
 TEXT ·kernDotQ5_0x8AVX512(SB), NOSPLIT, $0-104
@@ -2579,183 +1688,6 @@ done:
 	VZEROUPPER
 	RET
 
-// func kernDotQ8_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd []float32, xs []float32, xc []int32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·kernDotQ8_0RowsAVX512(SB), NOSPLIT, $0-152
-	MOVQ         out_base+0(FP), R8
-	MOVQ         out_len+8(FP), R9
-	MOVQ         w_base+24(FP), R10
-	MOVQ         rb+48(FP), R11
-	VPXORD       Z31, Z31, Z31
-	MOVL         $0x0000000f, AX
-	VPBROADCASTB AX, Z14
-	MOVL         $0x00000008, AX
-	VPBROADCASTB AX, Z13
-	MOVL         $0x00000010, AX
-	VPBROADCASTB AX, Z12
-	MOVL         $0x000000ff, AX
-	KMOVW        AX, K2
-	MOVL         $0x0000ff00, AX
-	KMOVW        AX, K3
-	VMOVDQU64    kernNibShift<>+0(SB), Z24
-
-row:
-	TESTQ  R9, R9
-	JZ     end
-	MOVQ   R10, SI
-	MOVQ   xq_base+56(FP), DI
-	MOVQ   xd_base+80(FP), DX
-	MOVQ   xd_len+88(FP), CX
-	MOVQ   xc_base+128(FP), R13
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-
-loop2:
-	CMPQ             CX, $0x02
-	JB               tail
-	VMOVDQU          2(SI), Y2
-	VINSERTI64X4     $0x01, 36(SI), Z2, Z2
-	VPMOVB2M         Z2, K1
-	VPABSB           Z2, Z3
-	VPBROADCASTW     (SI), Y4
-	VPBROADCASTW     34(SI), K3, Y4
-	VCVTPH2PS        Y4, Z4
-	VMOVDQU64        (DI), Z6
-	VPSUBB           Z6, Z31, K1, Z6
-	VPXORD           Z7, Z7, Z7
-	VPDPBUSD         Z6, Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX), Z7, K2, Z0
-	VFMADD231PS.BCST 4(DX), Z7, K3, Z1
-	ADDQ             $0x44, SI
-	ADDQ             $0x40, DI
-	ADDQ             $0x40, R13
-	ADDQ             $0x08, DX
-	SUBQ             $0x02, CX
-	JMP              loop2
-
-tail:
-	VADDPS           Z1, Z0, Z0
-	VEXTRACTF64X4    $0x01, Z0, Y1
-	VADDPS           Y1, Y0, Y0
-	TESTQ            CX, CX
-	JZ               done
-	VMOVDQU          2(SI), Y2
-	VPMOVB2M         Y2, K1
-	VPABSB           Y2, Y3
-	VPBROADCASTW     (SI), X4
-	VCVTPH2PS        X4, Y4
-	VMOVDQU          (DI), Y6
-	VPSUBB           Y6, Y31, K1, Y6
-	VPXORD           Y7, Y7, Y7
-	VPDPBUSD         Y6, Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX), Y7, Y0
-
-done:
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVSS       X0, (R8)
-	ADDQ         $0x04, R8
-	ADDQ         R11, R10
-	DECQ         R9
-	JMP          row
-
-end:
-	VZEROUPPER
-	RET
-
-// func kernDotQ4_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd []float32, xs []float32, xc []int32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·kernDotQ4_0RowsAVX512(SB), NOSPLIT, $0-152
-	MOVQ         out_base+0(FP), R8
-	MOVQ         out_len+8(FP), R9
-	MOVQ         w_base+24(FP), R10
-	MOVQ         rb+48(FP), R11
-	VPXORD       Z31, Z31, Z31
-	MOVL         $0x0000000f, AX
-	VPBROADCASTB AX, Z14
-	MOVL         $0x00000008, AX
-	VPBROADCASTB AX, Z13
-	MOVL         $0x00000010, AX
-	VPBROADCASTB AX, Z12
-	MOVL         $0x000000ff, AX
-	KMOVW        AX, K2
-	MOVL         $0x0000ff00, AX
-	KMOVW        AX, K3
-	VMOVDQU64    kernNibShift<>+0(SB), Z24
-
-row:
-	TESTQ  R9, R9
-	JZ     end
-	MOVQ   R10, SI
-	MOVQ   xq_base+56(FP), DI
-	MOVQ   xd_base+80(FP), DX
-	MOVQ   xd_len+88(FP), CX
-	MOVQ   xc_base+128(FP), R13
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-
-loop2:
-	CMPQ             CX, $0x02
-	JB               tail
-	VBROADCASTI32X4  2(SI), Z2
-	VBROADCASTI32X4  20(SI), K3, Z2
-	VPSRLVW          Z24, Z2, Z2
-	VPANDD           Z14, Z2, Z3
-	VPBROADCASTW     (SI), Y4
-	VPBROADCASTW     18(SI), K3, Y4
-	VCVTPH2PS        Y4, Z4
-	VMOVDQU64        (R13), Z7
-	VPDPBUSD         (DI), Z3, Z7
-	VCVTDQ2PS        Z7, Z7
-	VMULPS           Z4, Z7, Z7
-	VFMADD231PS.BCST (DX), Z7, K2, Z0
-	VFMADD231PS.BCST 4(DX), Z7, K3, Z1
-	ADDQ             $0x24, SI
-	ADDQ             $0x40, DI
-	ADDQ             $0x40, R13
-	ADDQ             $0x08, DX
-	SUBQ             $0x02, CX
-	JMP              loop2
-
-tail:
-	VADDPS           Z1, Z0, Z0
-	VEXTRACTF64X4    $0x01, Z0, Y1
-	VADDPS           Y1, Y0, Y0
-	TESTQ            CX, CX
-	JZ               done
-	VMOVDQU          2(SI), X2
-	VPSRLW           $0x04, X2, X3
-	VINSERTI128      $0x01, X3, Y2, Y2
-	VPAND            Y14, Y2, Y3
-	VPBROADCASTW     (SI), X4
-	VCVTPH2PS        X4, Y4
-	VMOVDQU          (R13), Y7
-	VPDPBUSD         (DI), Y3, Y7
-	VCVTDQ2PS        Y7, Y7
-	VMULPS           Y4, Y7, Y7
-	VFMADD231PS.BCST (DX), Y7, Y0
-
-done:
-	VHADDPS      Y0, Y0, Y0
-	VHADDPS      Y0, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVSS       X0, (R8)
-	ADDQ         $0x04, R8
-	ADDQ         R11, R10
-	DECQ         R9
-	JMP          row
-
-end:
-	VZEROUPPER
-	RET
-
 // func kernDotQ5_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd []float32, xs []float32, xc []int32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
 TEXT ·kernDotQ5_0RowsAVX512(SB), NOSPLIT, $0-152
@@ -2783,7 +1715,6 @@ row:
 	MOVQ   xq_base+56(FP), DI
 	MOVQ   xd_base+80(FP), DX
 	MOVQ   xd_len+88(FP), CX
-	MOVQ   xc_base+128(FP), R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 
@@ -2818,7 +1749,6 @@ loop2:
 	VFMADD231PS.BCST 4(DX), Z7, K3, Z1
 	ADDQ             $0x2c, SI
 	ADDQ             $0x40, DI
-	ADDQ             $0x40, R13
 	ADDQ             $0x08, DX
 	SUBQ             $0x02, CX
 	JMP              loop2
@@ -5952,6 +4882,1970 @@ done:
 	ADDQ          R11, R10
 	DECQ          R9
 	JMP           row
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_0x1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_0x1AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPXORD           Z11, Z11, Z11
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    4(DI), Z1, Z11
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    12(DI), Z3, Z11
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    20(DI), Z5, Z11
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    28(DI), Z7, Z11
+	VPADDD           Z11, Z10, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	ADDQ             $0x00000120, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_0x2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_0x2AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	ADDQ             $0x00000120, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_0x3AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_0x3AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	ADDQ             $0x00000120, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_0x4AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_0x4AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	ADDQ             $0x00000120, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_0x5AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_0x5AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R10*8), Z7, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	ADDQ             $0x00000120, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_0x6AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_0x6AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPBROADCASTD     4(DX)(R12*1), Z15
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST    (DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST    4(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST    8(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST    12(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST    16(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST    20(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST    24(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST    28(DI)(R12*4), Z7, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	ADDQ             $0x00000120, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_0x7AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_0x7AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPBROADCASTD     4(DX)(R12*1), Z15
+	VPBROADCASTD     4(DX)(R11*2), Z16
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST    (DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST    (DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST    4(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST    4(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST    8(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST    8(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST    12(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST    12(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST    16(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST    16(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST    20(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST    20(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST    24(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST    24(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST    28(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST    28(DI)(R11*8), Z7, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST (DX)(R11*2), Z16, Z24
+	ADDQ             $0x00000120, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_0x8AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_0x8AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPBROADCASTD     4(DX)(R12*1), Z15
+	VPBROADCASTD     4(DX)(R11*2), Z16
+	VPBROADCASTD     4(DX)(R13*1), Z17
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST    (DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST    (DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST    (DI)(R13*4), Z0, Z17
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST    4(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST    4(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST    4(DI)(R13*4), Z1, Z17
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST    8(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST    8(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST    8(DI)(R13*4), Z2, Z17
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST    12(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST    12(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST    12(DI)(R13*4), Z3, Z17
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST    16(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST    16(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST    16(DI)(R13*4), Z4, Z17
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST    20(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST    20(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST    20(DI)(R13*4), Z5, Z17
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST    24(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST    24(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST    24(DI)(R13*4), Z6, Z17
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST    28(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST    28(DI)(R11*8), Z7, Z16
+	VPDPBUSD.BCST    28(DI)(R13*4), Z7, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST (DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST (DX)(R13*1), Z17, Z25
+	ADDQ             $0x00000120, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z25, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x1AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VMOVDQU64        288(SI), Z4
+	VMOVDQU64        352(SI), Z5
+	VMOVDQU64        416(SI), Z6
+	VMOVDQU64        480(SI), Z7
+	VPBROADCASTD     4(DX), Z10
+	VPXORD           Z11, Z11, Z11
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    4(DI), Z1, Z11
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    12(DI), Z3, Z11
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    20(DI), Z5, Z11
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    28(DI), Z7, Z11
+	VPADDD           Z11, Z10, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	ADDQ             $0x00000220, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x2AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VMOVDQU64        288(SI), Z4
+	VMOVDQU64        352(SI), Z5
+	VMOVDQU64        416(SI), Z6
+	VMOVDQU64        480(SI), Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	ADDQ             $0x00000220, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x3AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x3AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VMOVDQU64        288(SI), Z4
+	VMOVDQU64        352(SI), Z5
+	VMOVDQU64        416(SI), Z6
+	VMOVDQU64        480(SI), Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	ADDQ             $0x00000220, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x4AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x4AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VMOVDQU64        288(SI), Z4
+	VMOVDQU64        352(SI), Z5
+	VMOVDQU64        416(SI), Z6
+	VMOVDQU64        480(SI), Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	ADDQ             $0x00000220, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x5AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x5AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VMOVDQU64        288(SI), Z4
+	VMOVDQU64        352(SI), Z5
+	VMOVDQU64        416(SI), Z6
+	VMOVDQU64        480(SI), Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R10*8), Z7, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	ADDQ             $0x00000220, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x6AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x6AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VMOVDQU64        288(SI), Z4
+	VMOVDQU64        352(SI), Z5
+	VMOVDQU64        416(SI), Z6
+	VMOVDQU64        480(SI), Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPBROADCASTD     4(DX)(R12*1), Z15
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST    (DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST    4(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST    8(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST    12(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST    16(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST    20(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST    24(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST    28(DI)(R12*4), Z7, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	ADDQ             $0x00000220, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x7AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x7AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VMOVDQU64        288(SI), Z4
+	VMOVDQU64        352(SI), Z5
+	VMOVDQU64        416(SI), Z6
+	VMOVDQU64        480(SI), Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPBROADCASTD     4(DX)(R12*1), Z15
+	VPBROADCASTD     4(DX)(R11*2), Z16
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST    (DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST    (DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST    4(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST    4(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST    8(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST    8(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST    12(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST    12(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST    16(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST    16(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST    20(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST    20(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST    24(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST    24(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST    28(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST    28(DI)(R11*8), Z7, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST (DX)(R11*2), Z16, Z24
+	ADDQ             $0x00000220, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x8AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ8_0x8AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VMOVDQU64        288(SI), Z4
+	VMOVDQU64        352(SI), Z5
+	VMOVDQU64        416(SI), Z6
+	VMOVDQU64        480(SI), Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPBROADCASTD     4(DX)(R12*1), Z15
+	VPBROADCASTD     4(DX)(R11*2), Z16
+	VPBROADCASTD     4(DX)(R13*1), Z17
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST    (DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST    (DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST    (DI)(R13*4), Z0, Z17
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST    4(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST    4(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST    4(DI)(R13*4), Z1, Z17
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST    8(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST    8(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST    8(DI)(R13*4), Z2, Z17
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST    12(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST    12(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST    12(DI)(R13*4), Z3, Z17
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST    16(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST    16(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST    16(DI)(R13*4), Z4, Z17
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST    20(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST    20(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST    20(DI)(R13*4), Z5, Z17
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST    24(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST    24(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST    24(DI)(R13*4), Z6, Z17
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST    28(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST    28(DI)(R11*8), Z7, Z16
+	VPDPBUSD.BCST    28(DI)(R13*4), Z7, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST (DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST (DX)(R13*1), Z17, Z25
+	ADDQ             $0x00000220, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z25, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
 
 end:
 	VZEROUPPER

@@ -32,7 +32,9 @@ type moeLayer struct {
 }
 
 // weights holds the model's weights. Matrices alias the model file's
-// tensor data; norms, biases and rope_freqs are converted to float32.
+// tensor data (Q4_0 and Q8_0 ones also keep a copy repacked for the tile
+// kernels where the CPU has them: heap the size of those tensors, see
+// Weight); norms, biases and rope_freqs are converted to float32.
 type weights struct {
 	embd      Weight // token_embd: Vocab rows of Dim
 	layers    []layer

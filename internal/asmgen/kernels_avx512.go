@@ -37,12 +37,6 @@ func genKernelsAVX512(a *asm) {
 	const s4 = 0x0004000400040004
 	a.data("kernNibShift", 0, 0, s4, s4, 0, 0, s4, s4)
 
-	for _, q := range []q0Z{q8Z, q4Z} {
-		a.dotQ0Z(1, q)
-	}
-	for _, q := range []q0Z{q8Z, q4Z} {
-		a.dotQ0Z(4, q)
-	}
 	for _, n := range []int{1, 4} {
 		for _, f := range floatFmts {
 			a.fxZ(n, f)
@@ -54,14 +48,11 @@ func genKernelsAVX512(a *asm) {
 	a.dotQ4KZ(4)
 	a.dotQ6KZ(1)
 	a.dotQ6KZ(4)
-	for _, q := range []q0Z{q8Z, q4Z, q5Z} {
-		a.dotQ0Z(8, q)
-	}
-	for _, q := range []q0Z{q8Z, q4Z, q5Z} {
-		a.dotRowsZ(q)
-	}
+	a.dotQ0Z(8, q5Z)
+	a.dotRowsZ(q5Z)
 	a.dotF16x2x4Z()
 	genKQuantsAVX512(a)
+	genTilesAVX512(a)
 }
 
 // setup512 sets the constant registers, Z24 kernNibShift, and the half
@@ -150,67 +141,18 @@ func (a *asm) oneScale() {
 	a.VCVTPH2PS(X4, Y4)
 }
 
-// q4PairNibbles loads blocks b, b+1 of Q4_0 at SI into Z2 as unsigned
-// nibbles, the 128-bit lanes [lo0 hi0 lo1 hi1] matching the activations'
-// order, and-ed with 0x0F into dst. Each block's 16 bytes are broadcast to
-// two lanes (block b+1's merged under K3) and lanes 1 and 3 shifted by a
-// nibble (Z24): loads and one shift instead of three shuffles, which this
-// core runs on fewer ports.
-func (a *asm) q4PairNibbles(dst VecPhysical) {
-	a.VBROADCASTI32X4(mem(RSI, 2), Z2)
-	a.VBROADCASTI32X4(mem(RSI, 20), K3, Z2)
-	a.VPSRLVW(Z24, Z2, Z2)
-	a.VPANDD(Z14, Z2, dst)
-}
-
-// q0Z describes a 32-value block type (Q8_0, Q4_0, Q5_0) for the AVX-512
-// kernels: bsz bytes a block; pair loads blocks b, b+1 at SI (signed
-// values in Z2, K1 and Z3 as signW, scales in Z4 as dwPair) and one the
-// single block b (Y2, K1, Y3, Y4 as oneW). pairU and oneU, where set, load
-// the unsigned values into Z3 (Y3) and the scales, for the rows kernel's
-// unsigned dot (see dotRowsZ).
+// q0Z describes a 32-value block type (Q5_0; Q4_0 and Q8_0 have tile
+// kernels, tiles_avx512.go) for the AVX-512 kernels: bsz bytes a block;
+// pair loads blocks b, b+1 at SI (signed values in Z2, K1 and Z3 as signW,
+// scales in Z4 as dwPair) and one the single block b (Y2, K1, Y3, Y4 as
+// oneW).
 type q0Z struct {
 	name      string
 	bsz       int
 	pair, one func(a *asm)
-	pairU     func(a *asm)
-	oneU      func(a *asm)
 }
 
 var (
-	q8Z = q0Z{name: "Q8_0", bsz: 34,
-		pair: func(a *asm) {
-			a.VMOVDQU(mem(RSI, 2), Y2)
-			a.VINSERTI64X4(U8(1), mem(RSI, 36), Z2, Z2)
-			a.signW(Z2)
-			a.dwPair(0, 34)
-		},
-		one: func(a *asm) {
-			a.VMOVDQU(mem(RSI, 2), Y2)
-			a.oneW()
-		},
-	}
-	q4Z = q0Z{name: "Q4_0", bsz: 18,
-		pair: func(a *asm) { // values q-8
-			a.q4PairNibbles(Z2)
-			a.VPSUBB(Z13, Z2, Z2)
-			a.signW(Z2)
-			a.dwPair(0, 18)
-		},
-		one: func(a *asm) {
-			a.q4Vals(0, Y2, X3)
-			a.oneW()
-		},
-		pairU: func(a *asm) {
-			a.q4PairNibbles(Z3)
-			a.dwPair(0, 18)
-		},
-		oneU: func(a *asm) {
-			a.q4Nibbles(0, Y2, X3)
-			a.VPAND(Y14, Y2, Y3)
-			a.oneScale()
-		},
-	}
 	// Q5_0: nibbles as Q4_0's, minus 16 where the fifth bit (qh, one bit
 	// per value) is clear.
 	q5Z = q0Z{name: "Q5_0", bsz: 22,
@@ -383,34 +325,12 @@ func (a *asm) dotQ0Z(n int, q q0Z) {
 // weight rows, rb bytes apart, in one call: dotQ0Z's one-token arithmetic
 // row after row, without a Go call per row (which costs as much as the dot
 // of a short row). R8 walks out, R9 counts the rows left, R10 is the row,
-// R11 rb, R13 walks xc.
-//
-// For Q4_0 (pairU set) it takes the nibbles as VPDPBUSD's unsigned operand
-// and the activations, unchanged, as its signed one: Σ(q-8)·x = Σq·x -
-// 8·Σx, where xc holds -8·Σx over each lane's four activation bytes (the
-// accumulator's start). A lane's integer is the sign trick's exactly, so a
-// row gets the one-token kernel's bits, with four vector operations fewer
-// per pair of blocks.
+// R11 rb. (xc is unused.)
 func (a *asm) dotRowsZ(q q0Z) {
 	a.text("kernDot"+q.name+"RowsAVX512", 0, sigDotRows)
 	pair, one := q.pair, q.one
 	tok := func() { a.tokPair(mem(RDI, 0), mem(RDX, 0), Z0, Z1) }
 	tokOne := func() { a.tokOne(mem(RDI, 0), mem(RDX, 0), Y0) }
-	if q.pairU != nil {
-		pair, one = q.pairU, q.oneU
-		tok = func() {
-			a.VMOVDQU64(mem(R13, 0), Z7)
-			a.VPDPBUSD(mem(RDI, 0), Z3, Z7)
-			a.VCVTDQ2PS(Z7, Z7)
-			a.scalePair(mem(RDX, 0), Z0, Z1)
-		}
-		tokOne = func() {
-			a.VMOVDQU(mem(R13, 0), Y7)
-			a.VPDPBUSD(mem(RDI, 0), Y3, Y7)
-			a.VCVTDQ2PS(Y7, Y7)
-			a.scaleOne(mem(RDX, 0), Y0)
-		}
-	}
 	a.MOVQ(a.arg("out_base"), R8)
 	a.MOVQ(a.arg("out_len"), R9)
 	a.MOVQ(a.arg("w_base"), R10)
@@ -423,7 +343,6 @@ func (a *asm) dotRowsZ(q q0Z) {
 	a.MOVQ(a.arg("xq_base"), RDI)
 	a.MOVQ(a.arg("xd_base"), RDX)
 	a.MOVQ(a.arg("xd_len"), RCX)
-	a.MOVQ(a.arg("xc_base"), R13)
 	a.zeroD(Z0, Z1)
 
 	a.whileN("loop2", RCX, 2, "tail", func() {
@@ -431,7 +350,6 @@ func (a *asm) dotRowsZ(q q0Z) {
 		tok()
 		a.ADDQ(U8(2*q.bsz), RSI)
 		a.ADDQ(U8(64), RDI)
-		a.ADDQ(U8(64), R13)
 		a.ADDQ(U8(8), RDX)
 	})
 

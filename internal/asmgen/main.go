@@ -206,6 +206,20 @@ func (a *asm) VPDPBUSD(src, mid, dst operand.Op) {
 	})
 }
 
+// vpdpbusdBcst is VPDPBUSD with its signed operand a 32-bit value at m
+// broadcast to every lane ({1to16}; the .BCST suffix), mid and dst zmm
+// registers.
+func (a *asm) vpdpbusdBcst(m operand.Mem, mid, dst reg.Register) {
+	a.Instruction(&ir.Instruction{
+		Opcode:   "VPDPBUSD",
+		Suffixes: []string{"BCST"},
+		Operands: []operand.Op{m, mid, dst},
+		Inputs:   []operand.Op{m, mid, dst},
+		Outputs:  []operand.Op{dst},
+		ISA:      []string{"AVX512VNNI"},
+	})
+}
+
 // Memory operands.
 
 // mem is disp(base).
