@@ -71,10 +71,19 @@ func kernTilePack(w Weight) []byte {
 // rows' f16 scales (32 bytes), then for g = 0..3 each row's qs[4g:4g+4]
 // (64 bytes). Missing rows are zeros (scale 0).
 func kernPackQ4_0(dst []byte, w Weight, r0, groups int) {
-	const bsz = 18
+	kernPackRows(dst, w, r0, groups, 18, kernQ4TileBlock, 0)
+}
+
+// kernPackRows packs groups of sixteen rows from r0 into dst, for blocks
+// of bsz bytes (an f16 scale, then the quants) into tile blocks of tb
+// bytes: the sixteen scales (32 bytes), then for each 4-byte word k of the
+// quants, the sixteen rows' word k (64 bytes), XORed with flip. Missing
+// rows are zeros (scale 0).
+func kernPackRows(dst []byte, w Weight, r0, groups, bsz, tb int, flip uint32) {
 	rb := w.rowBytes()
 	nb := w.Cols / kernQK
-	gb := nb * kernQ4TileBlock
+	gb := nb * tb
+	words := (bsz - 2) / 4
 	dst = dst[:groups*gb]
 	for g := range groups {
 		out := dst[g*gb : (g+1)*gb]
@@ -89,10 +98,10 @@ func kernPackQ4_0(dst []byte, w Weight, r0, groups int) {
 			row := w.Data[r*rb : (r+1)*rb]
 			for b := range nb {
 				blk := row[b*bsz : (b+1)*bsz : (b+1)*bsz]
-				o := out[b*kernQ4TileBlock : (b+1)*kernQ4TileBlock : (b+1)*kernQ4TileBlock]
+				o := out[b*tb : (b+1)*tb : (b+1)*tb]
 				o[2*i], o[2*i+1] = blk[0], blk[1]
-				for k := range 4 {
-					binary.LittleEndian.PutUint32(o[32+64*k+4*i:], binary.LittleEndian.Uint32(blk[2+4*k:]))
+				for k := range words {
+					binary.LittleEndian.PutUint32(o[32+64*k+4*i:], binary.LittleEndian.Uint32(blk[2+4*k:])^flip)
 				}
 			}
 		}
@@ -129,32 +138,7 @@ func kernDCOffset(dc []int32, xd, xs []float32, off int32) {
 // VPDPBUSD's unsigned operand. Missing rows are zeros (scale 0). The size
 // is the file's.
 func kernPackQ8_0(dst []byte, w Weight, r0, groups int) {
-	const bsz = 34
-	rb := w.rowBytes()
-	nb := w.Cols / kernQK
-	gb := nb * kernQ8TileBlock
-	dst = dst[:groups*gb]
-	for g := range groups {
-		out := dst[g*gb : (g+1)*gb]
-		if r0+(g+1)*kernTileRows > w.Rows {
-			clear(out) // missing rows
-		}
-		for i := range kernTileRows {
-			r := r0 + g*kernTileRows + i
-			if r >= w.Rows {
-				break
-			}
-			row := w.Data[r*rb : (r+1)*rb]
-			for b := range nb {
-				blk := row[b*bsz : (b+1)*bsz : (b+1)*bsz]
-				o := out[b*kernQ8TileBlock : (b+1)*kernQ8TileBlock : (b+1)*kernQ8TileBlock]
-				o[2*i], o[2*i+1] = blk[0], blk[1]
-				for k := range 8 {
-					binary.LittleEndian.PutUint32(o[32+64*k+4*i:], binary.LittleEndian.Uint32(blk[2+4*k:])^0x80808080)
-				}
-			}
-		}
-	}
+	kernPackRows(dst, w, r0, groups, 34, kernQ8TileBlock, 0x80808080)
 }
 
 // kernQ8TileBlock is the size of one block of a packed Q8_0 group.
