@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -15,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmd/llmd/engine"
-	"github.com/llmd/llmd/model"
 	"github.com/llmd/llmd/model/gguf"
 )
 
@@ -46,16 +43,7 @@ import (
 //
 //	LLMD_BENCH_GGUF=FILE LLMD_BENCH_THREADS=2 go test -run '^$' -bench '^BenchmarkFileServe$' -benchtime 2x ./engine/cpu/
 func BenchmarkFileServe(b *testing.B) {
-	path := os.Getenv("LLMD_BENCH_GGUF")
-	if path == "" {
-		b.Skip("set LLMD_BENCH_GGUF to a GGUF file to measure it")
-	}
-	f, err := gguf.Open(path)
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = f.Close() })
-	spec, err := model.SpecFromFile(f)
-	require.NoError(b, err)
-	name := "file=" + filepath.Base(path)
+	f, spec, name := benchFile(b)
 	for _, mode := range []string{"http", "greedy"} {
 		b.Run(fmt.Sprintf("%s/sampling=%s", name, mode), func(b *testing.B) {
 			benchServe(b, f, spec.Vocab, mode == "http")

@@ -98,6 +98,13 @@ func benchThreads() int {
 // LLMD_BENCH_GGUF=path (for example one `llmctl model init` wrote, which
 // llama.cpp's llama-bench reads too, for a comparison in the same run).
 func BenchmarkFile(b *testing.B) {
+	f, spec, name := benchFile(b)
+	benchExecutor(b, name, func(*testing.B) *gguf.File { return f }, spec.Vocab)
+}
+
+// benchFile opens the file LLMD_BENCH_GGUF names (skipping b without it)
+// for the benchmark's duration, with its spec and its benchmark name.
+func benchFile(b *testing.B) (*gguf.File, model.Spec, string) {
 	path := os.Getenv("LLMD_BENCH_GGUF")
 	if path == "" {
 		b.Skip("set LLMD_BENCH_GGUF to a GGUF file to measure it")
@@ -107,5 +114,5 @@ func BenchmarkFile(b *testing.B) {
 	b.Cleanup(func() { _ = f.Close() })
 	spec, err := model.SpecFromFile(f)
 	require.NoError(b, err)
-	benchExecutor(b, "file="+filepath.Base(path), func(*testing.B) *gguf.File { return f }, spec.Vocab)
+	return f, spec, "file=" + filepath.Base(path)
 }
