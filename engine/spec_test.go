@@ -178,6 +178,8 @@ func TestDraftRequestsEligibility(t *testing.T) {
 func TestSpecGate(t *testing.T) {
 	var g specGate
 	require.True(t, g.allow(1), "untried: speculate")
+	g.observe(1, true, 3, time.Second) // cold: the drafter caught up, not measured
+	require.True(t, g.allow(1), "the first step with drafts is not measured")
 	g.observe(1, true, 3, 100*time.Millisecond) // 30 tokens/s
 	require.False(t, g.allow(1), "plain not measured yet")
 	g.observe(1, false, 1, 50*time.Millisecond) // 20 tokens/s
@@ -188,17 +190,35 @@ func TestSpecGate(t *testing.T) {
 		}
 	}
 	require.Equal(t, 4*specGateProbe-4, on, "pays: on but for the probes")
+	g.observe(1, true, 3, 100*time.Millisecond) // warm again
 	for range 20 {
 		g.observe(1, true, 1, 100*time.Millisecond) // now 10 tokens/s
 	}
-	on = 0
-	for range 4 * specGateProbe {
+	g.observe(1, false, 1, 50*time.Millisecond)
+	// Off but for the probes, each of which speculates specGateBurst steps
+	// in a row, so that its later steps are measured warm.
+	var runs []int
+	run := 0
+	for range 4*specGateProbe + 4*specGateBurst {
 		if g.allow(1) {
-			on++
+			run++
+			continue
 		}
+		if run > 0 {
+			runs = append(runs, run)
+		}
+		run = 0
 	}
-	require.Equal(t, 4, on, "does not pay: off but for the probes")
+	require.Len(t, runs, 4, "does not pay: off but for the probes")
+	for _, r := range runs {
+		require.Equal(t, specGateBurst, r, "a probe's steps with drafts")
+	}
 	require.True(t, g.allow(2), "another batch size is measured on its own")
+
+	// A slow cold step after plain ones leaves the estimate alone.
+	before := g.spec[1]
+	g.observe(1, true, 1, 10*time.Second)
+	require.Equal(t, before, g.spec[1])
 
 	b := &Batch{Seqs: []SeqInput{{Tokens: []int32{1, 2}, Draft: 1, Sample: true}, {Tokens: []int32{3}, Sample: true}}}
 	decode, drafts := decodeOnly(b)

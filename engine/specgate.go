@@ -11,10 +11,18 @@ import "time"
 // probe now and then, run the other way, keeps both estimates fresh, so it
 // turns back on when the text becomes predictable again.
 //
+// A step that speculates right after one that did not is not measured: a
+// drafter that keeps state per sequence (a draft model) first catches up
+// with the tokens the plain steps committed, a cost of switching over, not
+// of speculating, which would otherwise make every probe look slower than
+// speculation runs. So a probe that speculates lasts specGateBurst steps.
+//
 // Locking: the step goroutine only.
 type specGate struct {
 	plain, spec [specGateBuckets]float64 // tokens/s, exponential moving averages; 0: not measured
 	steps       [specGateBuckets]uint64
+	warm        bool // the last decode step observed verified drafts
+	burst       int  // steps left of a probe that speculates
 }
 
 const (
@@ -25,6 +33,9 @@ const (
 	specGateProbe = 16
 	// specGateWeight is the weight of a new measurement in the averages.
 	specGateWeight = 0.3
+	// specGateBurst is the length of a probe that speculates: its first
+	// step is not measured.
+	specGateBurst = 3
 )
 
 func gateBucket(n int) int { return min(max(n, 0), specGateBuckets-1) }
@@ -32,6 +43,10 @@ func gateBucket(n int) int { return min(max(n, 0), specGateBuckets-1) }
 // allow reports whether the next step, with n running sequences, should
 // speculate.
 func (g *specGate) allow(n int) bool {
+	if g.burst > 0 {
+		g.burst--
+		return true
+	}
 	b := gateBucket(n)
 	g.steps[b]++
 	switch {
@@ -42,6 +57,9 @@ func (g *specGate) allow(n int) bool {
 	}
 	pays := g.spec[b] >= g.plain[b]
 	if g.steps[b]%specGateProbe == 0 {
+		if !pays {
+			g.burst = specGateBurst - 1
+		}
 		return !pays
 	}
 	return pays
@@ -49,9 +67,11 @@ func (g *specGate) allow(n int) bool {
 
 // observe records a decode-only step with n running sequences that
 // produced tokens output tokens in d (drafting included), with drafts
-// verified or not.
+// verified or not. A step with drafts after one without is not measured.
 func (g *specGate) observe(n int, spec bool, tokens int, d time.Duration) {
-	if d <= 0 || tokens <= 0 {
+	warm := g.warm
+	g.warm = spec
+	if d <= 0 || tokens <= 0 || spec && !warm {
 		return
 	}
 	b := gateBucket(n)
