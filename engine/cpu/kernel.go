@@ -204,7 +204,7 @@ func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 	// while the weights come from L2, and from memory only for the first
 	// eight. The kernels give a token the same bits.
 	rowTile := max(1, kernTileBytes/max(rb, 1))
-	p.Run(rows, func(r0, r1 int) {
+	p.Share(rows, kernGrain(p, rows, rowTile), func(r0, r1 int) {
 		var res [4]float32
 		var res8 [8]float32
 		for rt := r0; rt < r1; rt += rowTile {
@@ -267,7 +267,7 @@ func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 	}
 	dot4, dot24 := ks.dotFloat4[w.Type], ks.dotFloat2x4[w.Type]
 	rowTile := max(1, kernTileBytes/max(rb, 1))
-	p.Run(rows, func(r0, r1 int) {
+	p.Share(rows, kernGrain(p, rows, rowTile), func(r0, r1 int) {
 		var res [4]float32
 		var res8 [8]float32
 		for rt := r0; rt < r1; rt += rowTile {
@@ -307,6 +307,14 @@ func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 			}
 		}
 	})
+}
+
+// kernGrain is the chunk MatMul shares n rows (or groups of rows) out in,
+// tile of them fitting the cache: a tile, or less where that leaves fewer
+// than four chunks per thread, so that a thread that starts late takes
+// fewer.
+func kernGrain(p *Pool, n, tile int) int {
+	return max(1, min(tile, (n+4*p.Threads()-1)/(4*p.Threads())))
 }
 
 // kernFloats views little-endian float32 bytes as float32s.

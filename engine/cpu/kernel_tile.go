@@ -199,7 +199,7 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 	// weights come from L2, and from memory only for the first eight.
 	tileG := max(1, kernTileBytes/max(gb, 1))
 	full := rows / kernTileRows // groups without missing rows
-	p.Run(groups, func(g0, g1 int) {
+	p.Share(groups, kernGrain(p, groups, tileG), func(g0, g1 int) {
 		var buf []byte
 		if packed == nil {
 			bp := kernTileBufPool.Get().(*[]byte)
@@ -209,7 +209,7 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 			}
 			buf = *bp
 		}
-		var last [kernTileMax * kernTileRows]float32
+		var last []float32 // the short last group's rows; most matrices have none
 		for gt := g0; gt < g1; gt += tileG {
 			ge := min(g1, gt+tileG)
 			var wt []byte
@@ -227,7 +227,10 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 					kernTileCall(tl.kern[T], tl, T, out[t*rows+gt*kernTileRows:], rows, wt, whole, nb, q, d)
 				}
 				if whole < ge-gt { // the last group, short of rows
-					kernTileCall(tl.kern[T], tl, T, last[:], kernTileRows, wt[whole*gb:], 1, nb, q, d)
+					if last == nil {
+						last = make([]float32, kernTileMax*kernTileRows)
+					}
+					kernTileCall(tl.kern[T], tl, T, last, kernTileRows, wt[whole*gb:], 1, nb, q, d)
 					r0 := (gt + whole) * kernTileRows
 					for i := range T {
 						copy(out[(t+i)*rows+r0:(t+i+1)*rows], last[i*kernTileRows:])

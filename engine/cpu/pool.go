@@ -19,9 +19,14 @@ import (
 // instead costs a wake-up of tens of microseconds, and Go's scheduler may
 // even run it on the caller's thread only once the caller blocks.
 //
-// Run is safe for concurrent use (calls are serialized), but fn must not call
-// Run on the same pool: that deadlocks. A nil *Pool is valid and runs
-// everything on the caller's goroutine.
+// Run splits the work into one chunk per thread; Share cuts it finer and
+// lets each thread take chunks until none is left, so a thread that starts
+// late (its worker parked, or its CPU taken by another goroutine) does less
+// of it instead of holding up the rest.
+//
+// Run and Share are safe for concurrent use (calls are serialized), but fn
+// must not call Run or Share on the same pool: that deadlocks. A nil *Pool
+// is valid and runs everything on the caller's goroutine.
 type Pool struct {
 	threads int
 	mu      sync.Mutex // serializes Run and Close
@@ -33,6 +38,14 @@ type Pool struct {
 	// done, which Run awaits.
 	pending atomic.Int32
 	done    poolSignal
+
+	// The Share in progress: its chunks, handed out by next.
+	share struct {
+		fn            func(start, end int)
+		n, grain, cnt int
+		next          atomic.Int64
+	}
+	shareTask func(start, end int) // p.shareLoop, made once
 
 	// Counters for Stats.
 	runs, callerParks, workerParks atomic.Uint64
@@ -119,14 +132,23 @@ func (s *poolSignal) await(old uint64) (uint64, bool) {
 	}
 }
 
-// poolWorker is one worker goroutine's mailbox: Run writes task (or Close
-// quit) and then bumps signal.
+// poolWorker is one worker goroutine's mailbox: Run writes task and sets
+// state to poolAssigned (or Close sets quit), then bumps signal.
 type poolWorker struct {
 	signal   poolSignal
 	task     poolTask
-	quit     bool
-	panicked any // what the last task panicked with, or nil
+	state    atomic.Int32 // poolIdle, poolAssigned or poolRunning
+	quit     atomic.Bool  // read on every wake-up, stale ones included
+	panicked any          // what the last task panicked with, or nil
 }
+
+// A worker's task goes from poolAssigned to poolRunning when the worker
+// takes it, or back to poolIdle when Share withdraws it before that.
+const (
+	poolIdle int32 = iota
+	poolAssigned
+	poolRunning
+)
 
 // poolTask is one worker's share of a Run.
 type poolTask struct {
@@ -139,6 +161,7 @@ type poolTask struct {
 func NewPool(threads int) *Pool {
 	threads = max(threads, 1)
 	p := &Pool{threads: threads}
+	p.shareTask = p.shareLoop
 	p.done.wake = make(chan struct{}, 1)
 	p.wg.Add(threads - 1)
 	for range threads - 1 {
@@ -159,11 +182,15 @@ func (p *Pool) work(w *poolWorker) {
 		if parked {
 			p.workerParks.Add(1)
 		}
-		if w.quit {
+		if w.quit.Load() {
 			return
+		}
+		if !w.state.CompareAndSwap(poolAssigned, poolRunning) {
+			continue // withdrawn by Share, or a wake-up of one that was
 		}
 		w.panicked = poolCall(w.task)
 		w.task = poolTask{}
+		w.state.Store(poolIdle)
 		if p.pending.Add(-1) == 0 {
 			p.done.bump()
 		}
@@ -199,7 +226,7 @@ func (p *Pool) Close() {
 	}
 	p.closed = true
 	for _, w := range p.workers {
-		w.quit = true
+		w.quit.Store(true)
 		w.signal.bump()
 	}
 	p.wg.Wait()
@@ -229,21 +256,98 @@ func (p *Pool) Run(n int, fn func(start, end int)) {
 	done := p.done.seq.Load()
 	p.pending.Store(int32(k - 1))
 	for i := 1; i < k; i++ {
-		w := p.workers[i-1]
-		w.task = poolTask{fn: fn, start: i * n / k, end: (i + 1) * n / k}
-		w.signal.bump()
+		p.assign(p.workers[i-1], poolTask{fn: fn, start: i * n / k, end: (i + 1) * n / k})
 	}
 	first := poolCall(poolTask{fn: fn, start: 0, end: n / k})
-	if _, parked := p.done.await(done); parked {
-		p.callerParks.Add(1)
+	p.finish(k, done, true, first)
+}
+
+// assign hands t to the idle worker w and wakes it.
+func (p *Pool) assign(w *poolWorker, t poolTask) {
+	w.task = t
+	w.state.Store(poolAssigned)
+	w.signal.bump()
+}
+
+// finish ends a Run or Share over k threads whose caller's part returned
+// first (a panic value or nil): it waits for the workers still due (done
+// is the completion counter before they were assigned), or, unless wait,
+// first withdraws the tasks of those that have not started, then re-raises
+// the first panic.
+func (p *Pool) finish(k int, done uint64, wait bool, first any) {
+	await := true
+	if !wait {
+		for _, w := range p.workers[:k-1] {
+			// A withdrawn worker never touches its task: count it done here.
+			// Whoever brings pending to zero is the last: when that is the
+			// caller, no worker bumps done.
+			if w.state.CompareAndSwap(poolAssigned, poolIdle) && p.pending.Add(-1) == 0 {
+				await = false
+			}
+		}
+	}
+	if await {
+		if _, parked := p.done.await(done); parked {
+			p.callerParks.Add(1)
+		}
 	}
 	for _, w := range p.workers[:k-1] {
 		if first == nil {
 			first = w.panicked
 		}
 		w.panicked = nil
+		w.task = poolTask{}
 	}
 	if first != nil {
 		panic(first)
+	}
+}
+
+// Share calls fn over [0, n) in chunks of grain indices (the last may be
+// shorter) that the caller and the workers take in turn until none is left,
+// then returns; a worker that has not started by then is not waited for.
+// Each index is in exactly one chunk; fn may be called several times on one
+// goroutine and must not depend on which runs a chunk (MatMul's rows are
+// independent). A panic in fn is re-raised in the caller once every chunk
+// under way has finished.
+func (p *Pool) Share(n, grain int, fn func(start, end int)) {
+	if n <= 0 {
+		return
+	}
+	grain = max(grain, 1)
+	cnt := (n + grain - 1) / grain
+	k := min(cnt, p.Threads())
+	if k == 1 {
+		fn(0, n)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		panic("cpu: Share on a closed Pool")
+	}
+	p.runs.Add(1)
+	sh := &p.share
+	sh.fn, sh.n, sh.grain, sh.cnt = fn, n, grain, cnt
+	sh.next.Store(0)
+	done := p.done.seq.Load()
+	p.pending.Store(int32(k - 1))
+	for _, w := range p.workers[:k-1] {
+		p.assign(w, poolTask{fn: p.shareTask})
+	}
+	first := poolCall(poolTask{fn: p.shareTask})
+	p.finish(k, done, false, first)
+	sh.fn = nil
+}
+
+// shareLoop runs the chunks of the Share in progress until none is left.
+func (p *Pool) shareLoop(int, int) {
+	sh := &p.share
+	for {
+		i := int(sh.next.Add(1) - 1)
+		if i >= sh.cnt {
+			return
+		}
+		sh.fn(i*sh.grain, min(sh.n, (i+1)*sh.grain))
 	}
 }
