@@ -12,13 +12,23 @@ import (
 // decoding choice with no constraint, no min_tokens still to reach, no
 // logprobs, room for at least two more tokens within max_tokens and the
 // context, and not paused for low acceptance. It returns none while more
-// than SpecMaxBatch sequences run. The slice is reused by the next call;
-// pass it, filled, to SetDrafts before the next Step.
+// than SpecMaxBatch sequences run, and while a sequence waits or prefills:
+// a step that prefills is bound by compute, so the drafts it would verify
+// cost their full price, and a draft model would first have to catch up
+// with the new prompt (at 8 streams starting together that cost more than
+// speculation saved while the others were still prefilling). The slice is
+// reused by the next call; pass it, filled, to SetDrafts before the next
+// Step.
 func (s *Scheduler) DraftRequests() []DraftRequest {
 	s.drafting = s.drafting[:0]
 	s.draftReq = s.draftReq[:0]
-	if s.cfg.SpecMaxTokens <= 0 || len(s.running) > s.cfg.SpecMaxBatch {
+	if s.cfg.SpecMaxTokens <= 0 || len(s.running) > s.cfg.SpecMaxBatch || s.waiting.Len() > 0 {
 		return nil
+	}
+	for _, seq := range s.running {
+		if s.need(seq) > 1 {
+			return nil
+		}
 	}
 	limit := s.MaxSeqTokens()
 	for _, seq := range s.running {

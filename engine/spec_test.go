@@ -166,8 +166,18 @@ func TestDraftRequestsEligibility(t *testing.T) {
 	reqs := s.DraftRequests()
 	require.Len(t, reqs, 1)
 	require.Equal(t, 4, reqs[0].Max)
-	add("fourth", nil)
+	add("late", func(r *Request) { r.Prompt = make([]int32, 40) })
+	require.Empty(t, s.DraftRequests(), "a request waits to prefill")
+	s.cfg.MaxBatchTokens = 16 // the late prompt takes several steps
 	step()
+	require.Equal(t, 4, s.NumRunning())
+	s.cfg.SpecMaxBatch = 4
+	require.Empty(t, s.DraftRequests(), "a running sequence still prefills")
+	for range 3 {
+		step()
+	}
+	require.Len(t, s.DraftRequests(), 3, "prefill done: plain, late and min (past its min_tokens) draft")
+	s.cfg.SpecMaxBatch = 3
 	require.Empty(t, s.DraftRequests(), "four running sequences exceed SpecMaxBatch 3")
 }
 
