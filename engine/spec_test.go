@@ -183,7 +183,8 @@ func TestDraftRequestsEligibility(t *testing.T) {
 
 // TestSpecGate: speculation is tried first, then plain decoding measured,
 // then kept where it delivers more tokens per second and dropped where it
-// delivers fewer, with one probe in specGateProbe steps the other way, per
+// delivers fewer, with a probe the other way now and then (specGateProbe
+// steps apart, twice as far after each probe that changed nothing), per
 // batch size.
 func TestSpecGate(t *testing.T) {
 	var g specGate
@@ -193,36 +194,43 @@ func TestSpecGate(t *testing.T) {
 	g.observe(1, true, 3, 100*time.Millisecond) // 30 tokens/s
 	require.False(t, g.allow(1), "plain not measured yet")
 	g.observe(1, false, 1, 50*time.Millisecond) // 20 tokens/s
-	on := 0
-	for range 4 * specGateProbe {
-		if g.allow(1) {
-			on++
+
+	// probes runs steps allow calls and returns the lengths of the runs
+	// that went against the majority, and the gaps before them.
+	probes := func(steps int, majority bool) (runs, gaps []int) {
+		run, gap := 0, 0
+		for range steps {
+			if g.allow(1) != majority {
+				if run == 0 {
+					gaps = append(gaps, gap)
+					gap = 0
+				}
+				run++
+				continue
+			}
+			if run > 0 {
+				runs = append(runs, run)
+				run = 0
+			}
+			gap++
 		}
+		return runs, gaps
 	}
-	require.Equal(t, 4*specGateProbe-4, on, "pays: on but for the probes")
+	runs, gaps := probes(16+32+64+10, true)
+	require.Equal(t, []int{1, 1, 1}, runs, "pays: on but for one-step plain probes")
+	require.Equal(t, []int{15, 31, 63}, gaps, "the probes back off")
+
 	g.observe(1, true, 3, 100*time.Millisecond) // warm again
 	for range 20 {
 		g.observe(1, true, 1, 100*time.Millisecond) // now 10 tokens/s
 	}
 	g.observe(1, false, 1, 50*time.Millisecond)
 	// Off but for the probes, each of which speculates specGateBurst steps
-	// in a row, so that its later steps are measured warm.
-	var runs []int
-	run := 0
-	for range 4*specGateProbe + 4*specGateBurst {
-		if g.allow(1) {
-			run++
-			continue
-		}
-		if run > 0 {
-			runs = append(runs, run)
-		}
-		run = 0
-	}
-	require.Len(t, runs, 4, "does not pay: off but for the probes")
-	for _, r := range runs {
-		require.Equal(t, specGateBurst, r, "a probe's steps with drafts")
-	}
+	// in a row (so that its later steps are measured warm), backing off
+	// anew from specGateProbe since the decision changed.
+	runs, gaps = probes(16+32+64+3*specGateBurst+10, false)
+	require.Equal(t, []int{specGateBurst, specGateBurst, specGateBurst}, runs, "does not pay: off but for the probes")
+	require.Equal(t, []int{15, 31, 63}, gaps)
 	require.True(t, g.allow(2), "another batch size is measured on its own")
 
 	// A slow cold step after plain ones leaves the estimate alone.

@@ -17,20 +17,29 @@ import "time"
 // of speculating, which would otherwise make every probe look slower than
 // speculation runs. So a probe that speculates lasts specGateBurst steps.
 //
+// Probes cost: a probe that speculates where it does not pay loses its
+// steps and the draft model's catch-up. So each probe that leaves the
+// decision as it was doubles the steps to the next (specGateProbe up to
+// specGateMaxProbe), and a change of decision starts over from
+// specGateProbe.
+//
 // Locking: the step goroutine only.
 type specGate struct {
 	plain, spec [specGateBuckets]float64 // tokens/s, exponential moving averages; 0: not measured
-	steps       [specGateBuckets]uint64
-	warm        bool // the last decode step observed verified drafts
-	burst       int  // steps left of a probe that speculates
+	pays        [specGateBuckets]bool    // the last decision
+	every       [specGateBuckets]int     // steps between probes; 0: specGateProbe
+	since       [specGateBuckets]int     // steps since the last probe
+	warm        bool                     // the last decode step observed verified drafts
+	burst       int                      // steps left of a probe that speculates
 }
 
 const (
 	// specGateBuckets bounds the batch sizes told apart; larger ones share
 	// the last bucket.
 	specGateBuckets = 65
-	// specGateProbe: one step in this many runs the other way.
-	specGateProbe = 16
+	// specGateProbe and specGateMaxProbe bound the steps between two probes.
+	specGateProbe    = 16
+	specGateMaxProbe = 512
 	// specGateWeight is the weight of a new measurement in the averages.
 	specGateWeight = 0.3
 	// specGateBurst is the length of a probe that speculates: its first
@@ -48,7 +57,6 @@ func (g *specGate) allow(n int) bool {
 		return true
 	}
 	b := gateBucket(n)
-	g.steps[b]++
 	switch {
 	case g.spec[b] == 0:
 		return true
@@ -56,13 +64,17 @@ func (g *specGate) allow(n int) bool {
 		return false
 	}
 	pays := g.spec[b] >= g.plain[b]
-	if g.steps[b]%specGateProbe == 0 {
-		if !pays {
-			g.burst = specGateBurst - 1
-		}
-		return !pays
+	if pays != g.pays[b] || g.every[b] == 0 {
+		g.pays[b], g.every[b], g.since[b] = pays, specGateProbe, 0
 	}
-	return pays
+	if g.since[b]++; g.since[b] < g.every[b] {
+		return pays
+	}
+	g.since[b], g.every[b] = 0, min(2*g.every[b], specGateMaxProbe)
+	if !pays {
+		g.burst = specGateBurst - 1
+	}
+	return !pays
 }
 
 // observe records a decode-only step with n running sequences that
