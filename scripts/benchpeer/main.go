@@ -23,7 +23,7 @@
 // first token, whose ratio is llama.cpp's over llmd's (so above 1 is llmd
 // faster everywhere). The machine, the time window and the memory
 // bandwidth measured at the start and the end head the table; each shape
-// also shows its one-stream roofline (weight bytes per token over the
+// also shows its one-stream roofline (weight bytes per token over the read
 // bandwidth).
 package main
 
@@ -160,7 +160,7 @@ func run(ctx context.Context, cfg config) error {
 	t := &table{start: time.Now(), threads: cfg.threads, rounds: cfg.rounds, llamaVersion: llamaVersion(ctx, cfg.bin)}
 	t.machine = machine()
 	t.bwStart = bandwidth(cfg.threads)
-	logf("machine: %s; copy bandwidth %.1f GB/s", t.machine, t.bwStart)
+	logf("machine: %s; memory bandwidth: read %.1f GB/s, copy %.1f GB/s", t.machine, t.bwStart.read, t.bwStart.copy)
 	for _, sh := range selected {
 		path, err := writeShape(ctx, cfg, sh)
 		if err != nil {

@@ -34,7 +34,7 @@ func TestMarkdown(t *testing.T) {
 	r.add(mTTFT512, sideLlmd, 800)
 	r.failed[sideLlama] = 3
 	tb := &table{start: time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC), end: time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC),
-		machine: "cpu", llamaVersion: "1 (abc)", threads: 2, rounds: 1, bwStart: 30, bwEnd: 30, shapes: []*shapeResult{r}}
+		machine: "cpu", llamaVersion: "1 (abc)", threads: 2, rounds: 1, bwStart: bandwidths{read: 30, copy: 50}, bwEnd: bandwidths{read: 30, copy: 50}, shapes: []*shapeResult{r}}
 	md := tb.markdown()
 	require.Contains(t, md, "2026-12-02 07:00 to 08:00 UTC")
 	// 30 GB/s over 300 MB per token: a roofline of 100 tok/s, 99% reached.
@@ -42,4 +42,21 @@ func TestMarkdown(t *testing.T) {
 	require.Contains(t, md, "|  | 512-token prompt, TTFT ms (HTTP) | 1000 | 800 | **1.25x** |")
 	require.Contains(t, md, "| | failed requests through HTTP | 3 | 0 | |")
 	require.False(t, strings.Contains(md, mSrv8), "measures without samples are left out")
+}
+
+func TestSumWords(t *testing.T) {
+	b := make([]uint64, 21) // the last five words are past the last group of eight
+	for i := range b {
+		b[i] = uint64(i + 1)
+	}
+	assert.Equal(t, uint64(136), sumWords(b), "1+...+16")
+}
+
+func TestBandwidth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures for two seconds")
+	}
+	bw := bandwidth(1)
+	assert.Positive(t, bw.read)
+	assert.Positive(t, bw.copy)
 }
