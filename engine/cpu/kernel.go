@@ -273,24 +273,42 @@ func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 		for rt := r0; rt < r1; rt += rowTile {
 			re := min(r1, rt+rowTile)
 			t := 0
-			if dot4 != nil {
-				for ; t+4 <= n; t += 4 {
-					xt := x[t*cols : (t+4)*cols]
+			if dot24 != nil && n >= 4 {
+				// The first token reads the tile from memory, one row at a
+				// time (the stream the prefetchers follow best); groups of
+				// four tokens then find it in L2, two rows at a time, the
+				// last group overlapping the one before where n-1 is not a
+				// multiple of four (a token's bits do not depend on the
+				// kernel that computes them).
+				xt := x[:cols]
+				for r := rt; r < re; r++ {
+					out[r] = dot(w.Data[r*rb:(r+1)*rb], xt)
+				}
+				for t = 1; t < n; t += 4 {
+					s := min(t, n-4)
+					xt := x[s*cols : (s+4)*cols]
 					r := rt
-					// The first four tokens read the tile from memory, one
-					// row at a time: two rows at once stream at half the
-					// rate (the prefetchers lose track); the tokens after
-					// them find it in L2, where pairs pay.
-					if dot24 != nil && t > 0 {
-						for ; r+2 <= re; r += 2 {
-							dot24(&res8, w.Data[r*rb:(r+2)*rb], xt, cols)
-							for i := range 4 {
-								out[(t+i)*rows+r] = res8[i]
-								out[(t+i)*rows+r+1] = res8[4+i]
-							}
+					for ; r+2 <= re; r += 2 {
+						dot24(&res8, w.Data[r*rb:(r+2)*rb], xt, cols)
+						for i := range 4 {
+							out[(s+i)*rows+r] = res8[i]
+							out[(s+i)*rows+r+1] = res8[4+i]
 						}
 					}
 					for ; r < re; r++ {
+						dot4(&res, w.Data[r*rb:(r+1)*rb], xt, cols)
+						for i := range 4 {
+							out[(s+i)*rows+r] = res[i]
+						}
+					}
+					t = s
+				}
+				t = n
+			}
+			if dot4 != nil {
+				for ; t+4 <= n; t += 4 {
+					xt := x[t*cols : (t+4)*cols]
+					for r := rt; r < re; r++ {
 						dot4(&res, w.Data[r*rb:(r+1)*rb], xt, cols)
 						out[t*rows+r] = res[0]
 						out[(t+1)*rows+r] = res[1]
