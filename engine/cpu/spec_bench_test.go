@@ -25,7 +25,8 @@ var specBenchModes = []string{"off", "ngram", "draft", "agreeing"}
 // BenchmarkSpeculative measures speculative decoding end to end through
 // the engine on the CPU executor: the 0.5B shape in F16 (cpushapes; another
 // with LLMD_SPEC_SHAPE=tiny|small) as the target, decoding greedily 64
-// tokens (LLMD_SPEC_TOKENS=n for another length) after a repetitive prompt
+// tokens (LLMD_SPEC_TOKENS=n for another length; LLMD_SPEC_K=k for another
+// most draft tokens per step than --spec-tokens' default) after a repetitive prompt
 // (a 48-token passage three times), without speculation, with prompt
 // lookup, and with the target's own Q4_0 copy (the same random
 // draws, quantized) as the draft model; and, as "agreeing", a target whose
@@ -127,6 +128,11 @@ func specBenchRun(b *testing.B, tf, df *gguf.File, mode string, prompt []int32, 
 	require.NoError(b, err)
 	defer e.Close()
 	ecfg := engine.DefaultConfig()
+	if v := os.Getenv("LLMD_SPEC_K"); v != "" {
+		k, err := strconv.Atoi(v)
+		require.NoError(b, err, "LLMD_SPEC_K")
+		ecfg.Spec.MaxTokens = k
+	}
 	switch mode {
 	case "ngram":
 		ecfg.Spec.Drafter = engine.NgramDrafter{}
