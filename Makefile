@@ -15,7 +15,7 @@ GOTEST_FLAGS ?= -race -p 1 -timeout 15m
 # build of its cgo package.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all deps deps-test build run test bench bench-peer bench-cluster bench-grammar bench-shadow bench-upstream check-llamacpp-grammars soak lint fmt clean
+.PHONY: all deps deps-test build run test bench bench-peer bench-spec bench-cluster bench-grammar bench-shadow bench-upstream check-llamacpp-grammars soak lint fmt clean
 
 all: build
 
@@ -61,8 +61,8 @@ soak: deps
 # 'tiny/Q8_0', picks the models). Each benchmark runs BENCH_COUNT times (the
 # tables show the median); BENCH_SKIP names sections to leave as they are
 # (e.g. cluster,cpu), BENCH_ONLY the only ones to run. A failure leaves
-# BENCHMARKS.md untouched. With LLAMA_CPP_BIN or LLAMA_CPP_SRC set it then
-# runs make bench-peer too.
+# BENCHMARKS.md untouched. It then runs make bench-spec, and with
+# LLAMA_CPP_BIN or LLAMA_CPP_SRC set make bench-peer too.
 BENCH_COUNT ?= 3
 STREAMS ?= 10000
 BENCH_SKIP ?=
@@ -70,6 +70,7 @@ BENCH_ONLY ?=
 bench: deps
 	GO=$(GO) $(GO) run ./scripts/benchreport -count $(BENCH_COUNT) -streams $(STREAMS) \
 		-skip '$(BENCH_SKIP)' -only '$(BENCH_ONLY)' -file BENCHMARKS.md
+	$(MAKE) --no-print-directory bench-spec
 	@if [ -n "$(LLAMA_CPP_BIN)$(LLAMA_CPP_SRC)" ]; then $(MAKE) --no-print-directory bench-peer; \
 		else echo "make bench: no llama.cpp build given (LLAMA_CPP_BIN or LLAMA_CPP_SRC): the same-run comparison with it (make bench-peer) is skipped"; fi
 
@@ -85,6 +86,11 @@ bench-cluster: deps
 # bench-grammar: decode with a JSON schema against plain decode (~10 min).
 bench-grammar: deps
 	LLMD_GRAMMAR_BENCH=1 $(GO) test -run '^TestGrammarDecodeFigures$$' -count=1 -v -timeout 50m ./cmd/llmd/
+# bench-spec: speculative decoding against plain decoding on the CPU executor,
+# the 0.5B F16 target at 1 and 8 streams, 128 output tokens, 3 rounds with the
+# modes interleaved (~15 min; BenchmarkSpeculative in engine/cpu).
+bench-spec: deps
+	LLMD_SPEC_TOKENS=128 $(GO) test -run '^$$' -bench 'Speculative/shape=0.5B' -benchtime 3x -timeout 60m ./engine/cpu/
 # bench-shadow: the primary's TTFT with shadow traffic on and off (~3 min).
 bench-shadow: deps
 	LLMD_SHADOW_BENCH=1 $(GO) test -run '^TestShadowTTFTFigures$$' -count=1 -v -timeout 20m ./daemon/
