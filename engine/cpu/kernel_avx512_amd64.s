@@ -5595,6 +5595,554 @@ end:
 	VZEROUPPER
 	RET
 
+// func kernQ8KQ4_KGFNIAVX512(out []float32, ostride int, w []byte, rows int, rb int, x []byte, nsb int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, GFNI
+TEXT ·kernQ8KQ4_KGFNIAVX512(SB), NOSPLIT, $0-104
+	MOVQ         out_base+0(FP), R8
+	MOVQ         ostride+24(FP), DX
+	SHLQ         $0x02, DX
+	LEAQ         (DX)(DX*2), R13
+	MOVQ         rows+56(FP), R9
+	MOVQ         w_base+32(FP), R10
+	MOVQ         rb+64(FP), R11
+	MOVQ         nsb+96(FP), R12
+	IMUL3Q       $0x00000140, R12, R12
+	LEAQ         (R12)(R12*2), BX
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z31
+	VMOVDQU64    kernQ8KQ4Order<>+0(SB), Z20
+	VMOVDQU64    kernQ8KQ4Order<>+64(SB), Z21
+	VMOVDQU64    kernQ8KQ4Order<>+128(SB), Z22
+	VMOVDQU64    kernQ8KQ4Order<>+192(SB), Z23
+	VMOVDQU64    kernQ4KNibGF<>+0(SB), Z30
+	VMOVDQU64    kernQ8KMinOrder<>+0(SB), Y24
+	VMOVDQU64    kernQ4KScLo<>+0(SB), X25
+	VMOVDQU64    kernQ4KScHi<>+0(SB), X26
+	VMOVDQU64    kernQ4KScMask<>+0(SB), X27
+	VMOVDQU64    kernQ4KScShift<>+0(SB), X28
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z29
+
+row:
+	TESTQ  R9, R9
+	JZ     end
+	MOVQ   R10, SI
+	MOVQ   x_base+72(FP), DI
+	MOVQ   nsb+96(FP), CX
+	VPXORD Z0, Z0, Z0
+	TESTQ  CX, CX
+	JZ     done
+
+loop:
+	VCVTPH2PS       (SI), X17
+	VBROADCASTSS    X17, Z4
+	VMOVSHDUP       X17, X17
+	VBROADCASTSS    X17, Z5
+	VMOVDQU64       4(SI), X16
+	VPSHUFB         X25, X16, X18
+	VPSHUFB         X26, X16, X19
+	VPSRLVW         X28, X18, X18
+	VPANDD          X27, X18, X18
+	VPSRLW          $0x02, X19, X19
+	VPANDD          X29, X19, X19
+	VPORD           X19, X18, X18
+	VPMOVZXBW       X18, Y18
+	VPERMW          Y18, Y24, Y15
+	VBROADCASTI64X4 16(SI), Z9
+	VGF2P8AFFINEQB  $0x00, Z30, Z9, Z9
+	VPERMW          Z18, Z20, Z19
+	VPMADDUBSW      (DI), Z9, Z14
+	VPMADDWD        Z19, Z14, Z10
+	VBROADCASTI64X4 48(SI), Z9
+	VGF2P8AFFINEQB  $0x00, Z30, Z9, Z9
+	VPERMW          Z18, Z21, Z19
+	VPMADDUBSW      64(DI), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z10
+	VBROADCASTI64X4 80(SI), Z9
+	VGF2P8AFFINEQB  $0x00, Z30, Z9, Z9
+	VPERMW          Z18, Z22, Z19
+	VPMADDUBSW      128(DI), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z10
+	VBROADCASTI64X4 112(SI), Z9
+	VGF2P8AFFINEQB  $0x00, Z30, Z9, Z9
+	VPERMW          Z18, Z23, Z19
+	VPMADDUBSW      192(DI), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z10
+	VMULPS.BCST     288(DI), Z4, Z6
+	VMULPS.BCST     288(DI), Z5, Z7
+	VPMADDWD        256(DI), Y15, Y14
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z10, Z10
+	VADDPS          Z10, Z0, Z0
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z7, Z14, Z14
+	VSUBPS          Z14, Z0, Z0
+	ADDQ            $0x00000090, SI
+	ADDQ            $0x00000140, DI
+	DECQ            CX
+	JNZ             loop
+
+done:
+	VEXTRACTF64X4 $0x01, Z0, Y14
+	VADDPS        Y14, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X14
+	VADDPS        X14, X0, X0
+	VMOVSS        X0, (R8)
+	ADDQ          $0x04, R8
+	ADDQ          R11, R10
+	DECQ          R9
+	JMP           row
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernQ8KQ6_KGFNIAVX512(out []float32, ostride int, w []byte, rows int, rb int, x []byte, nsb int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, F16C, GFNI
+TEXT ·kernQ8KQ6_KGFNIAVX512(SB), NOSPLIT, $0-104
+	MOVQ         out_base+0(FP), R8
+	MOVQ         ostride+24(FP), DX
+	SHLQ         $0x02, DX
+	LEAQ         (DX)(DX*2), R13
+	MOVQ         rows+56(FP), R9
+	MOVQ         w_base+32(FP), R10
+	MOVQ         rb+64(FP), R11
+	MOVQ         nsb+96(FP), R12
+	IMUL3Q       $0x00000140, R12, R12
+	LEAQ         (R12)(R12*2), BX
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z31
+	VMOVDQU64    kernQ8KQ6Order<>+0(SB), Z20
+	VMOVDQU64    kernQ8KQ6Order<>+64(SB), Z21
+	VMOVDQU64    kernQ8KQ6Order<>+128(SB), Z22
+	VMOVDQU64    kernQ8KQ6Order<>+192(SB), Z23
+	VMOVDQU64    kernQ6KHEvenGF<>+0(SB), Z28
+	VMOVDQU64    kernQ6KHOddGF<>+0(SB), Z29
+	VMOVDQU64    kernKqHiGF<>+0(SB), Z30
+
+row:
+	TESTQ  R9, R9
+	JZ     end
+	MOVQ   R10, SI
+	MOVQ   x_base+72(FP), DI
+	MOVQ   nsb+96(FP), CX
+	VPXORD Z0, Z0, Z0
+	TESTQ  CX, CX
+	JZ     done
+
+loop:
+	MOVWLZX         208(SI), AX
+	VMOVD           AX, X17
+	VCVTPH2PS       X17, X17
+	VBROADCASTSS    X17, Z4
+	VPMOVSXBW       192(SI), Y18
+	VMOVDQU64       (SI), Z16
+	VPANDD          Z31, Z16, Z9
+	VBROADCASTI64X4 128(SI), Z26
+	VGF2P8AFFINEQB  $0x00, Z28, Z26, Z26
+	VPORD           Z26, Z9, Z9
+	VPERMW          Z18, Z20, Z19
+	VPMADDUBSW      (DI), Z9, Z14
+	VPMADDWD        Z19, Z14, Z10
+	VGF2P8AFFINEQB  $0x00, Z30, Z16, Z9
+	VBROADCASTI64X4 128(SI), Z26
+	VGF2P8AFFINEQB  $0x00, Z29, Z26, Z26
+	VPORD           Z26, Z9, Z9
+	VPERMW          Z18, Z21, Z19
+	VPMADDUBSW      64(DI), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z10
+	VMOVDQU64       64(SI), Z16
+	VPANDD          Z31, Z16, Z9
+	VBROADCASTI64X4 160(SI), Z26
+	VGF2P8AFFINEQB  $0x00, Z28, Z26, Z26
+	VPORD           Z26, Z9, Z9
+	VPERMW          Z18, Z22, Z19
+	VPMADDUBSW      128(DI), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z10
+	VGF2P8AFFINEQB  $0x00, Z30, Z16, Z9
+	VBROADCASTI64X4 160(SI), Z26
+	VGF2P8AFFINEQB  $0x00, Z29, Z26, Z26
+	VPORD           Z26, Z9, Z9
+	VPERMW          Z18, Z23, Z19
+	VPMADDUBSW      192(DI), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z10
+	VPMADDWD        256(DI), Y18, Y14
+	VPSLLD          $0x05, Z14, Z14
+	VPSUBD          Z14, Z10, Z10
+	VMULPS.BCST     288(DI), Z4, Z6
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z10, Z10
+	VADDPS          Z10, Z0, Z0
+	ADDQ            $0x000000d2, SI
+	ADDQ            $0x00000140, DI
+	DECQ            CX
+	JNZ             loop
+
+done:
+	VEXTRACTF64X4 $0x01, Z0, Y14
+	VADDPS        Y14, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X14
+	VADDPS        X14, X0, X0
+	VMOVSS        X0, (R8)
+	ADDQ          $0x04, R8
+	ADDQ          R11, R10
+	DECQ          R9
+	JMP           row
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernQ8KQ4_Kx4GFNIAVX512(out []float32, ostride int, w []byte, rows int, rb int, x []byte, nsb int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, GFNI
+TEXT ·kernQ8KQ4_Kx4GFNIAVX512(SB), NOSPLIT, $0-104
+	MOVQ         out_base+0(FP), R8
+	MOVQ         ostride+24(FP), DX
+	SHLQ         $0x02, DX
+	LEAQ         (DX)(DX*2), R13
+	MOVQ         rows+56(FP), R9
+	MOVQ         w_base+32(FP), R10
+	MOVQ         rb+64(FP), R11
+	MOVQ         nsb+96(FP), R12
+	IMUL3Q       $0x00000140, R12, R12
+	LEAQ         (R12)(R12*2), BX
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z31
+	VMOVDQU64    kernQ8KQ4Order<>+0(SB), Z20
+	VMOVDQU64    kernQ8KQ4Order<>+64(SB), Z21
+	VMOVDQU64    kernQ8KQ4Order<>+128(SB), Z22
+	VMOVDQU64    kernQ8KQ4Order<>+192(SB), Z23
+	VMOVDQU64    kernQ4KNibGF<>+0(SB), Z30
+	VMOVDQU64    kernQ8KMinOrder<>+0(SB), Y24
+	VMOVDQU64    kernQ4KScLo<>+0(SB), X25
+	VMOVDQU64    kernQ4KScHi<>+0(SB), X26
+	VMOVDQU64    kernQ4KScMask<>+0(SB), X27
+	VMOVDQU64    kernQ4KScShift<>+0(SB), X28
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z29
+
+row:
+	TESTQ  R9, R9
+	JZ     end
+	MOVQ   R10, SI
+	MOVQ   x_base+72(FP), DI
+	MOVQ   nsb+96(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	TESTQ  CX, CX
+	JZ     done
+
+loop:
+	VCVTPH2PS       (SI), X17
+	VBROADCASTSS    X17, Z4
+	VMOVSHDUP       X17, X17
+	VBROADCASTSS    X17, Z5
+	VMOVDQU64       4(SI), X16
+	VPSHUFB         X25, X16, X18
+	VPSHUFB         X26, X16, X19
+	VPSRLVW         X28, X18, X18
+	VPANDD          X27, X18, X18
+	VPSRLW          $0x02, X19, X19
+	VPANDD          X29, X19, X19
+	VPORD           X19, X18, X18
+	VPMOVZXBW       X18, Y18
+	VPERMW          Y18, Y24, Y15
+	VBROADCASTI64X4 16(SI), Z9
+	VGF2P8AFFINEQB  $0x00, Z30, Z9, Z9
+	VPERMW          Z18, Z20, Z19
+	VPMADDUBSW      (DI), Z9, Z14
+	VPMADDWD        Z19, Z14, Z10
+	VPMADDUBSW      (DI)(R12*1), Z9, Z14
+	VPMADDWD        Z19, Z14, Z11
+	VPMADDUBSW      (DI)(R12*2), Z9, Z14
+	VPMADDWD        Z19, Z14, Z12
+	VPMADDUBSW      (DI)(BX*1), Z9, Z14
+	VPMADDWD        Z19, Z14, Z13
+	VBROADCASTI64X4 48(SI), Z9
+	VGF2P8AFFINEQB  $0x00, Z30, Z9, Z9
+	VPERMW          Z18, Z21, Z19
+	VPMADDUBSW      64(DI), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z10
+	VPMADDUBSW      64(DI)(R12*1), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z11
+	VPMADDUBSW      64(DI)(R12*2), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z12
+	VPMADDUBSW      64(DI)(BX*1), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z13
+	VBROADCASTI64X4 80(SI), Z9
+	VGF2P8AFFINEQB  $0x00, Z30, Z9, Z9
+	VPERMW          Z18, Z22, Z19
+	VPMADDUBSW      128(DI), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z10
+	VPMADDUBSW      128(DI)(R12*1), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z11
+	VPMADDUBSW      128(DI)(R12*2), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z12
+	VPMADDUBSW      128(DI)(BX*1), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z13
+	VBROADCASTI64X4 112(SI), Z9
+	VGF2P8AFFINEQB  $0x00, Z30, Z9, Z9
+	VPERMW          Z18, Z23, Z19
+	VPMADDUBSW      192(DI), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z10
+	VPMADDUBSW      192(DI)(R12*1), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z11
+	VPMADDUBSW      192(DI)(R12*2), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z12
+	VPMADDUBSW      192(DI)(BX*1), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z13
+	VMULPS.BCST     288(DI), Z4, Z6
+	VMULPS.BCST     288(DI), Z5, Z7
+	VPMADDWD        256(DI), Y15, Y14
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z10, Z10
+	VADDPS          Z10, Z0, Z0
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z7, Z14, Z14
+	VSUBPS          Z14, Z0, Z0
+	VMULPS.BCST     288(DI)(R12*1), Z4, Z6
+	VMULPS.BCST     288(DI)(R12*1), Z5, Z7
+	VPMADDWD        256(DI)(R12*1), Y15, Y14
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          Z6, Z11, Z11
+	VADDPS          Z11, Z1, Z1
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z7, Z14, Z14
+	VSUBPS          Z14, Z1, Z1
+	VMULPS.BCST     288(DI)(R12*2), Z4, Z6
+	VMULPS.BCST     288(DI)(R12*2), Z5, Z7
+	VPMADDWD        256(DI)(R12*2), Y15, Y14
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z6, Z12, Z12
+	VADDPS          Z12, Z2, Z2
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z7, Z14, Z14
+	VSUBPS          Z14, Z2, Z2
+	VMULPS.BCST     288(DI)(BX*1), Z4, Z6
+	VMULPS.BCST     288(DI)(BX*1), Z5, Z7
+	VPMADDWD        256(DI)(BX*1), Y15, Y14
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z6, Z13, Z13
+	VADDPS          Z13, Z3, Z3
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z7, Z14, Z14
+	VSUBPS          Z14, Z3, Z3
+	ADDQ            $0x00000090, SI
+	ADDQ            $0x00000140, DI
+	DECQ            CX
+	JNZ             loop
+
+done:
+	VEXTRACTF64X4 $0x01, Z0, Y14
+	VADDPS        Y14, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X14
+	VADDPS        X14, X0, X0
+	VMOVSS        X0, (R8)
+	VEXTRACTF64X4 $0x01, Z1, Y14
+	VADDPS        Y14, Y1, Y1
+	VHADDPS       Y1, Y1, Y1
+	VHADDPS       Y1, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X14
+	VADDPS        X14, X1, X1
+	VMOVSS        X1, (R8)(DX*1)
+	VEXTRACTF64X4 $0x01, Z2, Y14
+	VADDPS        Y14, Y2, Y2
+	VHADDPS       Y2, Y2, Y2
+	VHADDPS       Y2, Y2, Y2
+	VEXTRACTF128  $0x01, Y2, X14
+	VADDPS        X14, X2, X2
+	VMOVSS        X2, (R8)(DX*2)
+	VEXTRACTF64X4 $0x01, Z3, Y14
+	VADDPS        Y14, Y3, Y3
+	VHADDPS       Y3, Y3, Y3
+	VHADDPS       Y3, Y3, Y3
+	VEXTRACTF128  $0x01, Y3, X14
+	VADDPS        X14, X3, X3
+	VMOVSS        X3, (R8)(R13*1)
+	ADDQ          $0x04, R8
+	ADDQ          R11, R10
+	DECQ          R9
+	JMP           row
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernQ8KQ6_Kx4GFNIAVX512(out []float32, ostride int, w []byte, rows int, rb int, x []byte, nsb int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, F16C, GFNI
+TEXT ·kernQ8KQ6_Kx4GFNIAVX512(SB), NOSPLIT, $0-104
+	MOVQ         out_base+0(FP), R8
+	MOVQ         ostride+24(FP), DX
+	SHLQ         $0x02, DX
+	LEAQ         (DX)(DX*2), R13
+	MOVQ         rows+56(FP), R9
+	MOVQ         w_base+32(FP), R10
+	MOVQ         rb+64(FP), R11
+	MOVQ         nsb+96(FP), R12
+	IMUL3Q       $0x00000140, R12, R12
+	LEAQ         (R12)(R12*2), BX
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z31
+	VMOVDQU64    kernQ8KQ6Order<>+0(SB), Z20
+	VMOVDQU64    kernQ8KQ6Order<>+64(SB), Z21
+	VMOVDQU64    kernQ8KQ6Order<>+128(SB), Z22
+	VMOVDQU64    kernQ8KQ6Order<>+192(SB), Z23
+	VMOVDQU64    kernQ6KHEvenGF<>+0(SB), Z28
+	VMOVDQU64    kernQ6KHOddGF<>+0(SB), Z29
+	VMOVDQU64    kernKqHiGF<>+0(SB), Z30
+
+row:
+	TESTQ  R9, R9
+	JZ     end
+	MOVQ   R10, SI
+	MOVQ   x_base+72(FP), DI
+	MOVQ   nsb+96(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	TESTQ  CX, CX
+	JZ     done
+
+loop:
+	MOVWLZX         208(SI), AX
+	VMOVD           AX, X17
+	VCVTPH2PS       X17, X17
+	VBROADCASTSS    X17, Z4
+	VPMOVSXBW       192(SI), Y18
+	VMOVDQU64       (SI), Z16
+	VPANDD          Z31, Z16, Z9
+	VBROADCASTI64X4 128(SI), Z26
+	VGF2P8AFFINEQB  $0x00, Z28, Z26, Z26
+	VPORD           Z26, Z9, Z9
+	VPERMW          Z18, Z20, Z19
+	VPMADDUBSW      (DI), Z9, Z14
+	VPMADDWD        Z19, Z14, Z10
+	VPMADDUBSW      (DI)(R12*1), Z9, Z14
+	VPMADDWD        Z19, Z14, Z11
+	VPMADDUBSW      (DI)(R12*2), Z9, Z14
+	VPMADDWD        Z19, Z14, Z12
+	VPMADDUBSW      (DI)(BX*1), Z9, Z14
+	VPMADDWD        Z19, Z14, Z13
+	VGF2P8AFFINEQB  $0x00, Z30, Z16, Z9
+	VBROADCASTI64X4 128(SI), Z26
+	VGF2P8AFFINEQB  $0x00, Z29, Z26, Z26
+	VPORD           Z26, Z9, Z9
+	VPERMW          Z18, Z21, Z19
+	VPMADDUBSW      64(DI), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z10
+	VPMADDUBSW      64(DI)(R12*1), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z11
+	VPMADDUBSW      64(DI)(R12*2), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z12
+	VPMADDUBSW      64(DI)(BX*1), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z13
+	VMOVDQU64       64(SI), Z16
+	VPANDD          Z31, Z16, Z9
+	VBROADCASTI64X4 160(SI), Z26
+	VGF2P8AFFINEQB  $0x00, Z28, Z26, Z26
+	VPORD           Z26, Z9, Z9
+	VPERMW          Z18, Z22, Z19
+	VPMADDUBSW      128(DI), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z10
+	VPMADDUBSW      128(DI)(R12*1), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z11
+	VPMADDUBSW      128(DI)(R12*2), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z12
+	VPMADDUBSW      128(DI)(BX*1), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z13
+	VGF2P8AFFINEQB  $0x00, Z30, Z16, Z9
+	VBROADCASTI64X4 160(SI), Z26
+	VGF2P8AFFINEQB  $0x00, Z29, Z26, Z26
+	VPORD           Z26, Z9, Z9
+	VPERMW          Z18, Z23, Z19
+	VPMADDUBSW      192(DI), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z10
+	VPMADDUBSW      192(DI)(R12*1), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z11
+	VPMADDUBSW      192(DI)(R12*2), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z12
+	VPMADDUBSW      192(DI)(BX*1), Z9, Z14
+	VPDPWSSD        Z19, Z14, Z13
+	VPMADDWD        256(DI), Y18, Y14
+	VPSLLD          $0x05, Z14, Z14
+	VPSUBD          Z14, Z10, Z10
+	VMULPS.BCST     288(DI), Z4, Z6
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z10, Z10
+	VADDPS          Z10, Z0, Z0
+	VPMADDWD        256(DI)(R12*1), Y18, Y14
+	VPSLLD          $0x05, Z14, Z14
+	VPSUBD          Z14, Z11, Z11
+	VMULPS.BCST     288(DI)(R12*1), Z4, Z6
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          Z6, Z11, Z11
+	VADDPS          Z11, Z1, Z1
+	VPMADDWD        256(DI)(R12*2), Y18, Y14
+	VPSLLD          $0x05, Z14, Z14
+	VPSUBD          Z14, Z12, Z12
+	VMULPS.BCST     288(DI)(R12*2), Z4, Z6
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z6, Z12, Z12
+	VADDPS          Z12, Z2, Z2
+	VPMADDWD        256(DI)(BX*1), Y18, Y14
+	VPSLLD          $0x05, Z14, Z14
+	VPSUBD          Z14, Z13, Z13
+	VMULPS.BCST     288(DI)(BX*1), Z4, Z6
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z6, Z13, Z13
+	VADDPS          Z13, Z3, Z3
+	ADDQ            $0x000000d2, SI
+	ADDQ            $0x00000140, DI
+	DECQ            CX
+	JNZ             loop
+
+done:
+	VEXTRACTF64X4 $0x01, Z0, Y14
+	VADDPS        Y14, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VHADDPS       Y0, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X14
+	VADDPS        X14, X0, X0
+	VMOVSS        X0, (R8)
+	VEXTRACTF64X4 $0x01, Z1, Y14
+	VADDPS        Y14, Y1, Y1
+	VHADDPS       Y1, Y1, Y1
+	VHADDPS       Y1, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X14
+	VADDPS        X14, X1, X1
+	VMOVSS        X1, (R8)(DX*1)
+	VEXTRACTF64X4 $0x01, Z2, Y14
+	VADDPS        Y14, Y2, Y2
+	VHADDPS       Y2, Y2, Y2
+	VHADDPS       Y2, Y2, Y2
+	VEXTRACTF128  $0x01, Y2, X14
+	VADDPS        X14, X2, X2
+	VMOVSS        X2, (R8)(DX*2)
+	VEXTRACTF64X4 $0x01, Z3, Y14
+	VADDPS        Y14, Y3, Y3
+	VHADDPS       Y3, Y3, Y3
+	VHADDPS       Y3, Y3, Y3
+	VEXTRACTF128  $0x01, Y3, X14
+	VADDPS        X14, X3, X3
+	VMOVSS        X3, (R8)(R13*1)
+	ADDQ          $0x04, R8
+	ADDQ          R11, R10
+	DECQ          R9
+	JMP           row
+
+end:
+	VZEROUPPER
+	RET
+
 // func kernTileQ4_0x1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
 TEXT ·kernTileQ4_0x1AVX512(SB), NOSPLIT, $0-120

@@ -61,9 +61,11 @@ func genQ8KAVX512(a *asm) {
 	a.data32("kernQ8KQ4Order", q4...)
 	a.data32("kernQ8KQ6Order", q6...)
 	a.data32("kernQ8KMinOrder", mins...)
-	for _, n := range []int{1, 4} {
-		a.q8kQ4K(n)
-		a.q8kQ6K(n)
+	for _, gfni := range []bool{false, true} {
+		for _, n := range []int{1, 4} {
+			a.q8kQ4K(n, gfni)
+			a.q8kQ6K(n, gfni)
+		}
 	}
 }
 
@@ -93,12 +95,16 @@ func q8kOut(t int) Mem {
 	return memx(R8, 0, R13, 1)
 }
 
-// q8kStart starts the n-token kernel of the type called name, loads the
-// general registers and Z20..Z23 with the chunk orders at table.
-func (a *asm) q8kStart(name string, n int, table string) {
+// q8kStart starts the n-token kernel of the type called name (with gfni,
+// its variant that unpacks with VGF2P8AFFINEQB), loads the general
+// registers and Z20..Z23 with the chunk orders at table.
+func (a *asm) q8kStart(name string, n int, gfni bool, table string) {
 	suffix := ""
 	if n > 1 {
 		suffix = "x4"
+	}
+	if gfni {
+		suffix += "GFNI"
 	}
 	a.text("kernQ8K"+name+suffix+"AVX512", 0, sigQ8K)
 	a.MOVQ(a.arg("out_base"), R8)
@@ -181,12 +187,17 @@ func (a *asm) q8kNext(bsz, n int) {
 	a.RET()
 }
 
-// q8kQ4K is kernQ8KQ4_KAVX512 (n = 1) or kernQ8KQ4_Kx4AVX512 (n = 4).
-// More constants: Z30 kernQ4KNib, Y24 kernQ8KMinOrder, X25..X28 the scale
-// tables of dotQ4KRowsZ, X29 0x30 bytes.
-func (a *asm) q8kQ4K(n int) {
-	a.q8kStart("Q4_K", n, "kernQ8KQ4Order")
-	a.VMOVDQU64(static("kernQ4KNib", 0), Z30)
+// q8kQ4K is kernQ8KQ4_KAVX512 (n = 1) or kernQ8KQ4_Kx4AVX512 (n = 4), or
+// with gfni their GFNI variants. More constants: Z30 kernQ4KNib
+// (kernQ4KNibGF), Y24 kernQ8KMinOrder, X25..X28 the scale tables of
+// dotQ4KRowsZ, X29 0x30 bytes.
+func (a *asm) q8kQ4K(n int, gfni bool) {
+	a.q8kStart("Q4_K", n, gfni, "kernQ8KQ4Order")
+	if gfni {
+		a.VMOVDQU64(static("kernQ4KNibGF", 0), Z30)
+	} else {
+		a.VMOVDQU64(static("kernQ4KNib", 0), Z30)
+	}
 	a.VMOVDQU64(static("kernQ8KMinOrder", 0), Y24)
 	a.VMOVDQU64(static("kernQ4KScLo", 0), X25)
 	a.VMOVDQU64(static("kernQ4KScHi", 0), X26)
@@ -216,8 +227,12 @@ func (a *asm) q8kQ4K(n int) {
 		// Chunk c's 32 bytes in both halves of Z9: low nibbles (sub-block
 		// 2c) in the lower half, high ones (2c+1) in the upper.
 		a.VBROADCASTI64X4(mem(RSI, 16+32*c), Z9)
-		a.VPSRLVW(Z30, Z9, Z9)
-		a.VPANDD(Z31, Z9, Z9)
+		if gfni {
+			a.VGF2P8AFFINEQB(0, Z30, Z9, Z9)
+		} else {
+			a.VPSRLVW(Z30, Z9, Z9)
+			a.VPANDD(Z31, Z9, Z9)
+		}
 		a.VPERMW(Z18, []VecPhysical{Z20, Z21, Z22, Z23}[c], Z19)
 		a.q8kChunk(c, n)
 	}
@@ -234,11 +249,19 @@ func (a *asm) q8kQ4K(n int) {
 	a.q8kNext(144, n)
 }
 
-// q8kQ6K is kernQ8KQ6_KAVX512 (n = 1) or kernQ8KQ6_Kx4AVX512 (n = 4).
-// More constants: Z30 0x30 bytes.
-func (a *asm) q8kQ6K(n int) {
-	a.q8kStart("Q6_K", n, "kernQ8KQ6Order")
-	a.bcastbZ(0x30, Z30)
+// q8kQ6K is kernQ8KQ6_KAVX512 (n = 1) or kernQ8KQ6_Kx4AVX512 (n = 4), or
+// with gfni their GFNI variants. More constants: Z30 0x30 bytes, or with
+// gfni Z28, Z29 and Z30 the matrices kernQ6KHEvenGF, kernQ6KHOddGF and
+// kernKqHiGF.
+func (a *asm) q8kQ6K(n int, gfni bool) {
+	a.q8kStart("Q6_K", n, gfni, "kernQ8KQ6Order")
+	if gfni {
+		a.VMOVDQU64(static("kernQ6KHEvenGF", 0), Z28)
+		a.VMOVDQU64(static("kernQ6KHOddGF", 0), Z29)
+		a.VMOVDQU64(static("kernKqHiGF", 0), Z30)
+	} else {
+		a.bcastbZ(0x30, Z30)
+	}
 	a.q8kRow(n)
 
 	// Z4 = d in every lane; Y18 = the sixteen scales as words.
@@ -251,20 +274,36 @@ func (a *asm) q8kQ6K(n int) {
 		// Z9 = the values 0..63 of chunk p (half p/2), as dotQ6KRowsZ
 		// builds them: ql's nibbles, qh's two bits on top (Z26).
 		h := p / 2
-		if p%2 == 0 {
+		switch {
+		case gfni && p%2 == 0:
+			// qh broadcast to both halves; its bits 0-1 (lower half)
+			// and 2-3 (upper) moved to bits 4-5 by one transform.
+			a.VMOVDQU64(mem(RSI, 64*h), Z16)
+			a.VPANDD(Z31, Z16, Z9)
+			a.VBROADCASTI64X4(mem(RSI, 128+32*h), Z26)
+			a.VGF2P8AFFINEQB(0, Z28, Z26, Z26)
+			a.VPORD(Z26, Z9, Z9)
+		case gfni:
+			a.VGF2P8AFFINEQB(0, Z30, Z16, Z9)
+			a.VBROADCASTI64X4(mem(RSI, 128+32*h), Z26)
+			a.VGF2P8AFFINEQB(0, Z29, Z26, Z26)
+			a.VPORD(Z26, Z9, Z9)
+		case p%2 == 0:
 			a.VMOVDQU64(mem(RSI, 64*h), Z16)
 			a.VMOVDQU64(mem(RSI, 128+32*h), Y25)
 			a.VPSLLW(U8(4), Y25, Y26)
 			a.VPSLLW(U8(2), Y25, Y27)
 			a.VINSERTI64X4(U8(1), Y27, Z26, Z26)
 			a.VPANDD(Z31, Z16, Z9)
-		} else {
+		default:
 			a.VPSRLW(U8(4), Z16, Z9)
 			a.VPANDD(Z31, Z9, Z9)
 			a.VPSRLW(U8(2), Y25, Y27)
 			a.VINSERTI64X4(U8(1), Y27, Z25, Z26)
 		}
-		a.VPTERNLOGD(U8(0xf8), Z30, Z26, Z9) // Z9 |= Z26 & 0x30
+		if !gfni {
+			a.VPTERNLOGD(U8(0xf8), Z30, Z26, Z9) // Z9 |= Z26 & 0x30
+		}
 		a.VPERMW(Z18, []VecPhysical{Z20, Z21, Z22, Z23}[p], Z19)
 		a.q8kChunk(p, n)
 	}
