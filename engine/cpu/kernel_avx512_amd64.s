@@ -5029,6 +5029,176 @@ DATA kernQ8KMinOrder<>+24(SB)/4, $0x000e000e
 DATA kernQ8KMinOrder<>+28(SB)/4, $0x000f000f
 GLOBL kernQ8KMinOrder<>(SB), RODATA|NOPTR, $32
 
+DATA kernQ8KSumOrder<>+0(SB)/4, $0x00000000
+DATA kernQ8KSumOrder<>+4(SB)/4, $0x00000004
+DATA kernQ8KSumOrder<>+8(SB)/4, $0x00000008
+DATA kernQ8KSumOrder<>+12(SB)/4, $0x0000000c
+DATA kernQ8KSumOrder<>+16(SB)/4, $0x00000010
+DATA kernQ8KSumOrder<>+20(SB)/4, $0x00000014
+DATA kernQ8KSumOrder<>+24(SB)/4, $0x00000018
+DATA kernQ8KSumOrder<>+28(SB)/4, $0x0000001c
+DATA kernQ8KSumOrder<>+32(SB)/4, $0x00000020
+DATA kernQ8KSumOrder<>+36(SB)/4, $0x00000024
+DATA kernQ8KSumOrder<>+40(SB)/4, $0x00000028
+DATA kernQ8KSumOrder<>+44(SB)/4, $0x0000002c
+DATA kernQ8KSumOrder<>+48(SB)/4, $0x00000030
+DATA kernQ8KSumOrder<>+52(SB)/4, $0x00000034
+DATA kernQ8KSumOrder<>+56(SB)/4, $0x00000038
+DATA kernQ8KSumOrder<>+60(SB)/4, $0x0000003c
+GLOBL kernQ8KSumOrder<>(SB), RODATA|NOPTR, $64
+
+// func kernQuantizeQ8KAVX512(dst []byte, x []float32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·kernQuantizeQ8KAVX512(SB), NOSPLIT, $0-48
+	MOVQ         dst_base+0(FP), DI
+	MOVQ         x_base+24(FP), SI
+	MOVQ         x_len+32(FP), CX
+	SHRQ         $0x08, CX
+	MOVL         $0x7fffffff, AX
+	VPBROADCASTD AX, Z31
+	MOVL         $0x00000001, AX
+	VPBROADCASTB AX, Z30
+	VMOVDQU64    kernQ8KSumOrder<>+0(SB), Z29
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	VPANDD        (SI), Z31, Z0
+	VPANDD        64(SI), Z31, Z1
+	VPANDD        128(SI), Z31, Z2
+	VPANDD        192(SI), Z31, Z3
+	VPANDD        256(SI), Z31, Z4
+	VPANDD        320(SI), Z31, Z5
+	VPANDD        384(SI), Z31, Z6
+	VPANDD        448(SI), Z31, Z7
+	VPANDD        512(SI), Z31, Z8
+	VPANDD        576(SI), Z31, Z9
+	VPANDD        640(SI), Z31, Z10
+	VPANDD        704(SI), Z31, Z11
+	VPANDD        768(SI), Z31, Z12
+	VPANDD        832(SI), Z31, Z13
+	VPANDD        896(SI), Z31, Z14
+	VPANDD        960(SI), Z31, Z15
+	VMAXPS        Z8, Z0, Z0
+	VMAXPS        Z9, Z1, Z1
+	VMAXPS        Z10, Z2, Z2
+	VMAXPS        Z11, Z3, Z3
+	VMAXPS        Z12, Z4, Z4
+	VMAXPS        Z13, Z5, Z5
+	VMAXPS        Z14, Z6, Z6
+	VMAXPS        Z15, Z7, Z7
+	VMAXPS        Z4, Z0, Z0
+	VMAXPS        Z5, Z1, Z1
+	VMAXPS        Z6, Z2, Z2
+	VMAXPS        Z7, Z3, Z3
+	VMAXPS        Z2, Z0, Z0
+	VMAXPS        Z3, Z1, Z1
+	VMAXPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VMAXPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VMAXPS        X1, X0, X0
+	VPSHUFD       $0x4e, X0, X1
+	VMAXPS        X1, X0, X0
+	VPSHUFD       $0xb1, X0, X1
+	VMAXPS        X1, X0, X0
+	MOVL          $0x0da24260, AX
+	VMOVD         AX, X4
+	MOVL          $0x42fe0000, AX
+	VMOVD         AX, X5
+	VDIVSS        X0, X5, X1
+	VCMPSS        $0x0d, X4, X0, X3
+	VANDPS        X3, X1, X1
+	VDIVSS        X5, X0, X2
+	VPXORD        Y3, Y3, Y3
+	VMOVDQU64     Y3, 288(DI)
+	VMOVSS        X2, 288(DI)
+	VBROADCASTSS  X1, Z16
+	VMULPS        (SI), Z16, Z0
+	VCVTPS2DQ     Z0, Z0
+	VPMOVSDB      Z0, (DI)
+	VMULPS        64(SI), Z16, Z1
+	VCVTPS2DQ     Z1, Z1
+	VPMOVSDB      Z1, 16(DI)
+	VMULPS        128(SI), Z16, Z2
+	VCVTPS2DQ     Z2, Z2
+	VPMOVSDB      Z2, 32(DI)
+	VMULPS        192(SI), Z16, Z3
+	VCVTPS2DQ     Z3, Z3
+	VPMOVSDB      Z3, 48(DI)
+	VMULPS        256(SI), Z16, Z4
+	VCVTPS2DQ     Z4, Z4
+	VPMOVSDB      Z4, 64(DI)
+	VMULPS        320(SI), Z16, Z5
+	VCVTPS2DQ     Z5, Z5
+	VPMOVSDB      Z5, 80(DI)
+	VMULPS        384(SI), Z16, Z6
+	VCVTPS2DQ     Z6, Z6
+	VPMOVSDB      Z6, 96(DI)
+	VMULPS        448(SI), Z16, Z7
+	VCVTPS2DQ     Z7, Z7
+	VPMOVSDB      Z7, 112(DI)
+	VMULPS        512(SI), Z16, Z8
+	VCVTPS2DQ     Z8, Z8
+	VPMOVSDB      Z8, 128(DI)
+	VMULPS        576(SI), Z16, Z9
+	VCVTPS2DQ     Z9, Z9
+	VPMOVSDB      Z9, 144(DI)
+	VMULPS        640(SI), Z16, Z10
+	VCVTPS2DQ     Z10, Z10
+	VPMOVSDB      Z10, 160(DI)
+	VMULPS        704(SI), Z16, Z11
+	VCVTPS2DQ     Z11, Z11
+	VPMOVSDB      Z11, 176(DI)
+	VMULPS        768(SI), Z16, Z12
+	VCVTPS2DQ     Z12, Z12
+	VPMOVSDB      Z12, 192(DI)
+	VMULPS        832(SI), Z16, Z13
+	VCVTPS2DQ     Z13, Z13
+	VPMOVSDB      Z13, 208(DI)
+	VMULPS        896(SI), Z16, Z14
+	VCVTPS2DQ     Z14, Z14
+	VPMOVSDB      Z14, 224(DI)
+	VMULPS        960(SI), Z16, Z15
+	VCVTPS2DQ     Z15, Z15
+	VPMOVSDB      Z15, 240(DI)
+	VPXORD        Z20, Z20, Z20
+	VPDPBUSD      (DI), Z30, Z20
+	VPSHUFD       $0x4e, Z20, Z24
+	VPADDD        Z24, Z20, Z20
+	VPSHUFD       $0xb1, Z20, Z24
+	VPADDD        Z24, Z20, Z20
+	VPXORD        Z21, Z21, Z21
+	VPDPBUSD      64(DI), Z30, Z21
+	VPSHUFD       $0x4e, Z21, Z24
+	VPADDD        Z24, Z21, Z21
+	VPSHUFD       $0xb1, Z21, Z24
+	VPADDD        Z24, Z21, Z21
+	VPXORD        Z22, Z22, Z22
+	VPDPBUSD      128(DI), Z30, Z22
+	VPSHUFD       $0x4e, Z22, Z24
+	VPADDD        Z24, Z22, Z22
+	VPSHUFD       $0xb1, Z22, Z24
+	VPADDD        Z24, Z22, Z22
+	VPXORD        Z23, Z23, Z23
+	VPDPBUSD      192(DI), Z30, Z23
+	VPSHUFD       $0x4e, Z23, Z24
+	VPADDD        Z24, Z23, Z23
+	VPSHUFD       $0xb1, Z23, Z24
+	VPADDD        Z24, Z23, Z23
+	VPERMT2D      Z21, Z29, Z20
+	VPERMT2D      Z23, Z29, Z22
+	VINSERTI64X4  $0x01, Y22, Z20, Z20
+	VPMOVDW       Z20, 256(DI)
+	ADDQ          $0x00000400, SI
+	ADDQ          $0x00000140, DI
+	DECQ          CX
+	JNZ           loop
+
+done:
+	VZEROUPPER
+	RET
+
 // func kernQ8KQ4_KAVX512(out []float32, ostride int, w []byte, rows int, rb int, x []byte, nsb int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
 TEXT ·kernQ8KQ4_KAVX512(SB), NOSPLIT, $0-104

@@ -49,6 +49,9 @@ const kernQ8KTile = 4
 // gives it, so that MatMul is batch-invariant.
 type kernQ8K struct {
 	one, tile kernQ8KFunc
+	// quantize is the level's kernQuantizeQ8K (the same bytes), nil for
+	// the portable one.
+	quantize func(dst []byte, x []float32)
 }
 
 // kernQuantizeQ8K quantizes len(x)/256 super-blocks of x into dst (as many
@@ -107,9 +110,13 @@ func kernMatMulQ8K(p *Pool, k *kernQ8K, out []float32, w Weight, rb int, x []flo
 		sc.xk = alignedMake[byte](n * tb)
 	}
 	xk := sc.xk[:n*tb]
+	q := k.quantize
+	if q == nil {
+		q = kernQuantizeQ8K
+	}
 	quantize := func(t0, t1 int) {
 		for t := t0; t < t1; t++ {
-			kernQuantizeQ8K(xk[t*tb:(t+1)*tb], x[t*cols:(t+1)*cols])
+			q(xk[t*tb:(t+1)*tb], x[t*cols:(t+1)*cols])
 		}
 	}
 	if n*cols >= 1<<15 {

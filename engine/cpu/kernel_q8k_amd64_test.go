@@ -55,6 +55,32 @@ func TestQ8KVariantsMatchGo(t *testing.T) {
 	}
 }
 
+// TestQuantizeQ8KAVX512 checks the AVX-512 quantizer against the portable
+// one byte for byte: Gaussian super-blocks, zero ones, ones below 1e-30
+// and ones with an outlier (kernRandActivations), and exact ties.
+func TestQuantizeQ8KAVX512(t *testing.T) {
+	if kernBest < kernLevelAVX512 {
+		t.Skipf("this CPU has no %s", kernLevelAVX512)
+	}
+	rng := rand.New(rand.NewPCG(75, 76))
+	for _, nsb := range []int{0, 1, 6, 35} {
+		x := kernRandActivations(rng, 1, nsb*kernQ8KValues)
+		if nsb > 1 {
+			for i := range x[256:512] {
+				x[256+i] = float32(i%255-127) / 2
+			}
+		}
+		want := make([]byte, nsb*kernQ8KBlock)
+		got := make([]byte, len(want))
+		for i := range got {
+			got[i] = 0xa5
+		}
+		kernQuantizeQ8K(want, x)
+		kernQuantizeQ8KChecked(got, x)
+		require.Equal(t, want, got, "%d super-blocks", nsb)
+	}
+}
+
 // BenchmarkQ8KVariants compares one thread's AVX-512 Q8_K kernels with and
 // without GFNI, 64 rows of 1536 values in L2, one token and four. MB/s is
 // weight bytes times the tokens.

@@ -73,22 +73,26 @@ func BenchmarkQ8KKernels(b *testing.B) {
 }
 
 // BenchmarkQuantizeQ8K measures the quantization of one token's 8960
-// activations (the 1.5B shape's FFN width) to Q8_K (way=q8k, portable Go)
-// and to the per-32 format (way=per32, the level's kernel). MB/s is
-// float32 bytes in.
+// activations (the 1.5B shape's FFN width) to Q8_K (way=q8k) and to the
+// per-32 format (way=per32), with the level's kernels. MB/s is float32
+// bytes in.
 func BenchmarkQuantizeQ8K(b *testing.B) {
 	const cols = 8960
 	x := kernRandFloats(rand.New(rand.NewPCG(9, 9)), cols, 1)
 	for _, way := range []string{"per32", "q8k"} {
 		b.Run("way="+way, func(b *testing.B) {
 			ks := kernSetFor(kernUse)
+			q8k := kernQuantizeQ8K
+			if k := ks.q8k[kernQ8KTypes[0]]; k != nil && k.quantize != nil {
+				q8k = k.quantize
+			}
 			xk := alignedMake[byte](cols / kernQ8KValues * kernQ8KBlock)
 			xq := alignedMake[int8](cols)
 			xd, xs := make([]float32, cols/kernQK), make([]float32, cols/kernQK)
 			b.SetBytes(4 * cols)
 			for b.Loop() {
 				if way == "q8k" {
-					kernQuantizeQ8K(xk, x)
+					q8k(xk, x)
 				} else {
 					ks.quantize(xq, xd, xs, x)
 				}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"math"
+
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
 )
@@ -61,6 +63,7 @@ func genQ8KAVX512(a *asm) {
 	a.data32("kernQ8KQ4Order", q4...)
 	a.data32("kernQ8KQ6Order", q6...)
 	a.data32("kernQ8KMinOrder", mins...)
+	a.q8kQuantize()
 	for _, gfni := range []bool{false, true} {
 		for _, n := range []int{1, 4} {
 			a.q8kQ4K(n, gfni)
@@ -316,4 +319,91 @@ func (a *asm) q8kQ6K(n int, gfni bool) {
 		a.q8kLanes(t, Z6)
 	}
 	a.q8kNext(210, n)
+}
+
+// q8kQuantize is kernQuantizeQ8KAVX512(dst []byte, x []float32): engine/cpu
+// kernQuantizeQ8K's quantization of len(x)/256 super-blocks, bit for bit.
+// Per super-block: m = max|x| (VPANDD, a VMAXPS tree, then across the
+// lanes); id = 127/m, or 0 where m < 1e-30 (VCMPSS's mask); d = m/127; the
+// quants VCVTPS2DQ(x·id) (round half to even, MXCSR's default) narrowed
+// by VPMOVSDB; the sums of 16 by VPDPBUSD of the stored quants with 1s,
+// then across each 128-bit lane, gathered by VPERMT2D and narrowed by
+// VPMOVDW. Constants: Z31 0x7FFFFFFF, Z30 0x01 bytes, Z29 the VPERMT2D
+// order.
+func (a *asm) q8kQuantize() {
+	var order []uint32
+	for i := range 16 {
+		order = append(order, uint32(4*i))
+	}
+	a.data32("kernQ8KSumOrder", order...)
+	a.text("kernQuantizeQ8KAVX512", 0, "func(dst []byte, x []float32)")
+	a.MOVQ(a.arg("dst_base"), RDI)
+	a.MOVQ(a.arg("x_base"), RSI)
+	a.MOVQ(a.arg("x_len"), RCX)
+	a.SHRQ(U8(8), RCX)
+	a.MOVL(U32(0x7fffffff), EAX)
+	a.VPBROADCASTD(EAX, Z31)
+	a.bcastbZ(0x01, Z30)
+	a.VMOVDQU64(static("kernQ8KSumOrder", 0), Z29)
+	a.kLoop()
+
+	z := []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15}
+	for k, v := range z {
+		a.VPANDD(mem(RSI, 64*k), Z31, v)
+	}
+	for w := 8; w >= 1; w /= 2 {
+		for k := range w {
+			a.VMAXPS(z[k+w], z[k], z[k])
+		}
+	}
+	a.VEXTRACTF64X4(U8(1), Z0, Y1)
+	a.VMAXPS(Y1, Y0, Y0)
+	a.VEXTRACTF128(U8(1), Y0, X1)
+	a.VMAXPS(X1, X0, X0)
+	a.VPSHUFD(U8(0x4e), X0, X1)
+	a.VMAXPS(X1, X0, X0)
+	a.VPSHUFD(U8(0xb1), X0, X1)
+	a.VMAXPS(X1, X0, X0) // m in every lane of X0
+	// X1 = id, X2 = d (X4 = 1e-30, X5 = 127: VCMPSS's xmm form takes
+	// only X0..X15); the padding, then d.
+	a.MOVL(U32(math.Float32bits(1e-30)), EAX)
+	a.VMOVD(EAX, X4)
+	a.MOVL(U32(math.Float32bits(127)), EAX)
+	a.VMOVD(EAX, X5)
+	a.VDIVSS(X0, X5, X1)
+	a.VCMPSS(U8(0x0d), X4, X0, X3) // m >= 1e-30
+	a.VANDPS(X3, X1, X1)
+	a.VDIVSS(X5, X0, X2)
+	a.VPXORD(Y3, Y3, Y3)
+	a.VMOVDQU64(Y3, mem(RDI, q8kScale))
+	a.VMOVSS(X2, mem(RDI, q8kScale))
+	a.VBROADCASTSS(X1, Z16)
+	for k, v := range z {
+		a.VMULPS(mem(RSI, 64*k), Z16, v)
+		a.VCVTPS2DQ(v, v)
+		a.VPMOVSDB(v, mem(RDI, 16*k))
+	}
+	// The sums of 16: group 4j+k in every dword of 128-bit lane k of
+	// Z20+j.
+	sums := []VecPhysical{Z20, Z21, Z22, Z23}
+	for j, v := range sums {
+		a.VPXORD(v, v, v)
+		a.VPDPBUSD(mem(RDI, 64*j), Z30, v)
+		a.VPSHUFD(U8(0x4e), v, Z24)
+		a.VPADDD(Z24, v, v)
+		a.VPSHUFD(U8(0xb1), v, Z24)
+		a.VPADDD(Z24, v, v)
+	}
+	a.VPERMT2D(Z21, Z29, Z20) // groups 0..7 in dwords 0..7
+	a.VPERMT2D(Z23, Z29, Z22) // groups 8..15
+	a.VINSERTI64X4(U8(1), Y22, Z20, Z20)
+	a.VPMOVDW(Z20, mem(RDI, q8kSums))
+
+	a.ADDQ(U32(1024), RSI)
+	a.ADDQ(U32(q8kBlock), RDI)
+	a.DECQ(RCX)
+	a.JNZ(lbl("loop"))
+	a.Label("done")
+	a.VZEROUPPER()
+	a.RET()
 }
