@@ -21,12 +21,12 @@ import (
 // per-32 format does it. With one scale per 256 values instead of eight,
 // each weight row is dotted in integers across the whole super-block (the
 // sub-block scales multiplied in integers) and converted to float once per
-// 256 values. The price is precision: a super-block's values are rounded
+// 256 values. The price is precision, a super-block's values being rounded
 // on the grid of its largest one: MatMul's relative error against float
 // products with the dequantized weights is about 1.3x the per-32 format's
 // on Gaussian activations and 2-2.8x where a few channels are outliers
-// (TestQ8KAccuracy states the contract and measures both); llama.cpp quantizes the activations of its K-quant
-// matmuls the same way (its Q8_K).
+// (TestQ8KAccuracy states the contract and measures both). llama.cpp
+// quantizes the activations of its K-quant matmuls the same way (Q8_K).
 const (
 	kernQ8KValues = 256
 	kernQ8KBlock  = 320
