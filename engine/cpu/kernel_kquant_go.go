@@ -1,6 +1,10 @@
 package cpu
 
-import "github.com/llmd/llmd/model/gguf"
+import (
+	"math"
+
+	"github.com/llmd/llmd/model/gguf"
+)
 
 // The portable kernels of Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS. They follow
 // the models that their SIMD kernels compute, so that those agree with
@@ -206,11 +210,11 @@ func kernDotIQ4_XSGo(w []byte, xq []int8, xd, _ []float32) float32 {
 // that the AVX-512 kernels compute, bit for bit. Per row and token, sixteen
 // int32 lanes I (lane l: the values 4l..4l+3 of each 64-value chunk of a
 // super-block, times the chunk's sub-block scale) sum a super-block's
-// products exactly; then, per lane, acc[l] += float32(I[l])·f with f =
-// d_w·d_x (each product rounded to float32, then added: never fused).
-// Q4_K's min term comes off the same lanes: M[j] = m_j·(bsum_2j +
-// bsum_2j+1) for j < 8 (0 above), acc[l] −= float32(M[l])·(dmin_w·d_x),
-// after the add. Q6_K's values are taken unsigned (0..63), so lane j < 8
+// products exactly; then, per lane, acc[l] = fma(float32(I[l]), f, acc[l])
+// with f = d_w·d_x (float32), fused: one rounding (kernFMA32). Q4_K's min
+// term comes off the same lanes: M[j] = m_j·(bsum_2j + bsum_2j+1) for
+// j < 8 (0 above), acc[l] = fma(−float32(M[l]), dmin_w·d_x, acc[l]),
+// after the first. Q6_K's values are taken unsigned (0..63), so lane j < 8
 // first loses 32·(sc_2j·bsum_2j + sc_2j+1·bsum_2j+1), in integers. The
 // result folds the lanes as foldz then hsumps do: a[l] = acc[l]+acc[l+8],
 // then ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
@@ -272,8 +276,8 @@ func kernQ8KDotQ4_K(w, x []byte, nsb int) float32 {
 			mn[j] = int32(m[j]) * (kernQ8KBSum(xb, 2*j) + kernQ8KBSum(xb, 2*j+1))
 		}
 		for l := range acc {
-			acc[l] += float32(float32(in[l]) * f)
-			acc[l] -= float32(float32(mn[l]) * fm)
+			acc[l] = kernFMA32(float32(in[l]), f, acc[l])
+			acc[l] = kernFMA32(-float32(mn[l]), fm, acc[l])
 		}
 	}
 	return kernQ8KFold(&acc)
@@ -312,8 +316,41 @@ func kernQ8KDotQ6_K(w, x []byte, nsb int) float32 {
 			in[j] -= 32 * (int32(int8(sc[2*j]))*kernQ8KBSum(xb, 2*j) + int32(int8(sc[2*j+1]))*kernQ8KBSum(xb, 2*j+1))
 		}
 		for l := range acc {
-			acc[l] += float32(float32(in[l]) * f)
+			acc[l] = kernFMA32(float32(in[l]), f, acc[l])
 		}
 	}
 	return kernQ8KFold(&acc)
+}
+
+// kernFMA32 returns a·b+c rounded once to float32 (round half to even), as
+// VFMADD231PS computes it. The product is exact in float64 and the sum is
+// rounded to float64 first; that second rounding can only go wrong where
+// the float64 sum falls exactly halfway between two float32s while the
+// exact sum does not (the float64 sum's error, from TwoSum, says which way
+// it lies).
+func kernFMA32(a, b, c float32) float32 {
+	p := float64(a) * float64(b)
+	s := p + float64(c)
+	r := float32(s)
+	if math.IsInf(s, 0) || math.IsNaN(s) || float64(r) == s {
+		return r
+	}
+	bv := s - p
+	e := (p - (s - bv)) + (float64(c) - bv)
+	if e == 0 {
+		return r
+	}
+	lo, hi := r, r
+	if float64(r) < s {
+		hi = math.Nextafter32(r, float32(math.Inf(1)))
+	} else {
+		lo = math.Nextafter32(r, float32(math.Inf(-1)))
+	}
+	if (float64(lo)+float64(hi))/2 != s {
+		return r
+	}
+	if e > 0 {
+		return hi
+	}
+	return lo
 }

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -293,5 +294,41 @@ func TestQ8KKernelsMatchGo(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestFMA32 checks kernFMA32 against a·b+c computed exactly (big.Float)
+// and rounded once to float32: random operands of many magnitudes, and
+// sums whose float64 rounding lands exactly halfway between two float32s
+// while the exact sum does not (where rounding twice goes wrong).
+func TestFMA32(t *testing.T) {
+	exact := func(a, b, c float32) float32 {
+		z := new(big.Float).SetPrec(400).SetFloat64(float64(a))
+		z.Mul(z, new(big.Float).SetFloat64(float64(b)))
+		z.Add(z, new(big.Float).SetFloat64(float64(c)))
+		f, _ := z.Float32()
+		return f
+	}
+	// a·b = 2^6 - 2^-40 exactly (a = 1+2^-23, b = 64·(1-2^-23)), c an odd
+	// float32 with a spacing of 2^7 at 2^30: in float64 c ± a·b rounds to
+	// the midpoint c ± 2^6, which ties to the even neighbour, c ± 2^7;
+	// the exact sum is on c's side.
+	a := math.Nextafter32(1, 2)
+	b := 64 * math.Nextafter32(math.Nextafter32(1, 0), 0)
+	c := float32(1<<30 + 1<<7)
+	cases := [][3]float32{{a, b, c}, {-a, b, -c}, {a, -b, c}, {-a, -b, -c}}
+	for _, k := range cases {
+		require.Equal(t, k[2], kernFMA32(k[0], k[1], k[2]), "fma(%v, %v, %v)", k[0], k[1], k[2])
+	}
+	rng := rand.New(rand.NewPCG(77, 78))
+	for range 200000 {
+		r := func() float32 {
+			return float32(rng.NormFloat64() * math.Pow(2, float64(rng.IntN(40)-20)))
+		}
+		cases = append(cases, [3]float32{r(), r(), r()})
+	}
+	for _, k := range cases {
+		want := exact(k[0], k[1], k[2])
+		require.Equal(t, math.Float32bits(want), math.Float32bits(kernFMA32(k[0], k[1], k[2])), "fma(%v, %v, %v)", k[0], k[1], k[2])
 	}
 }

@@ -23,8 +23,9 @@ import (
 //     of 16 gives m_j·Σx of the eight sub-blocks; Q6_K's offset (its values
 //     are q+32): VPMADDWD of the scales with the sums, times 32, comes off
 //     the integer lanes;
-//   - one convert, multiply and add per lane per 256 values and token
-//     (Q4_K: and one for the mins), a float32 factor d_w·d_x broadcast.
+//   - one convert and one fused multiply-add per lane per 256 values and
+//     token (Q4_K: and one for the mins), a float32 factor d_w·d_x
+//     broadcast.
 //
 // Each token's lanes go through the same instructions in both kernels, so
 // a token gets the same bits from either.
@@ -160,11 +161,10 @@ func (a *asm) q8kChunk(c, n int) {
 }
 
 // q8kLanes adds token t's integer lanes, converted and times the factor
-// in f, to its accumulator.
+// in f, to its accumulator (one fused multiply-add).
 func (a *asm) q8kLanes(t int, f VecPhysical) {
 	a.VCVTDQ2PS(zInt(t), zInt(t))
-	a.VMULPS(f, zInt(t), zInt(t))
-	a.VADDPS(zInt(t), zAcc(t), zAcc(t))
+	a.VFMADD231PS(f, zInt(t), zAcc(t))
 }
 
 // q8kNext ends a block (bsz bytes of weights) and, after the last, the
@@ -246,8 +246,7 @@ func (a *asm) q8kQ4K(n int, gfni bool) {
 		a.VPMADDWD(q8kX(t, q8kSums), Y15, Y14)
 		a.q8kLanes(t, Z6)
 		a.VCVTDQ2PS(Z14, Z14)
-		a.VMULPS(Z7, Z14, Z14)
-		a.VSUBPS(Z14, zAcc(t), zAcc(t))
+		a.VFNMADD231PS(Z7, Z14, zAcc(t))
 	}
 	a.q8kNext(144, n)
 }
