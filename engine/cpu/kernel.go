@@ -92,7 +92,9 @@ var kernTileBytes = 256 << 10
 // Q4_0, Q5_0, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS).
 //
 // For the quantized types the activations are first quantized per 32
-// values, as llama.cpp's Q8 activations: xq = x·(127/m) rounded half to
+// values (except where the level has Q8_K kernels for the type: Q4_K and
+// Q6_K at the AVX-512 level quantize per 256 values, kernel_q8k.go), as
+// llama.cpp's Q8 activations: xq = x·(127/m) rounded half to
 // even (in float32; m = max|x| of the block), with the float32 scale m/127,
 // and a block whose m is below 1e-30 all zeros. Each weight block is then
 // dotted in integers and scaled by the two block scales. That rounding
@@ -132,6 +134,7 @@ type kernScratch struct {
 	xq     []int8
 	xd, xs []float32
 	xc     []int32 // the tile kernels' per-block words (kernTile.dc), or the kernLaneSums of the tokens a rows kernel takes
+	xk     []byte  // Q8_K activations (kernMatMulQ8K)
 }
 
 var kernScratchPool = sync.Pool{New: func() any { return new(kernScratch) }}
@@ -161,6 +164,10 @@ func (s *kernScratch) lanes(n int) []int32 {
 func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []float32, n int) {
 	if tl := ks.tile[w.Type]; tl != nil {
 		kernMatMulTile(p, ks, tl, out, w, x, n)
+		return
+	}
+	if k := ks.q8k[w.Type]; k != nil {
+		kernMatMulQ8K(p, k, out, w, rb, x, n)
 		return
 	}
 	cols, rows := w.Cols, w.Rows
@@ -383,6 +390,10 @@ type kernSet struct {
 	// kernels, over the weights repacked (kernel_tile.go). dotQ[t],
 	// dotQ4[t] and dotQ8[t] then run them on one row, for the tests.
 	tile map[gguf.TensorType]*kernTile
+	// q8k[t], where present, is how MatMul computes type t: activations
+	// quantized per 256 values (kernel_q8k.go), dotted by q8k[t]'s
+	// kernels. dotQ[t] and its partners then serve only the tests.
+	q8k map[gguf.TensorType]*kernQ8K
 	// dotF32 returns Σ w[i]·x[i].
 	dotF32 func(w, x []float32) float32
 	// dotF16 and dotBF16 return the dot product of a row of half or bfloat16
@@ -464,10 +475,14 @@ func kernRegister(l kernLevel, s *kernSet) {
 		if s.tile == nil {
 			s.tile = map[gguf.TensorType]*kernTile{}
 		}
+		if s.q8k == nil {
+			s.q8k = map[gguf.TensorType]*kernQ8K{}
+		}
 		for t, f := range below.dotQ {
 			if s.dotQ[t] == nil {
 				s.dotQ[t], s.dotQ4[t], s.dotQ8[t] = f, below.dotQ4[t], below.dotQ8[t]
 				s.dotQRows[t], s.rowsSums[t], s.tile[t] = below.dotQRows[t], below.rowsSums[t], below.tile[t]
+				s.q8k[t] = below.q8k[t]
 			}
 		}
 	}

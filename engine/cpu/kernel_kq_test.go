@@ -16,9 +16,10 @@ import (
 var kernKQuantTypes = []gguf.TensorType{gguf.TypeQ4_K, gguf.TypeQ6_K}
 
 // TestKQuantRowsRegistered checks that the AVX-512 level, where this CPU
-// has it, takes one token of Q4_K and Q6_K through a rows kernel: the
+// has it, registers the per-32 rows kernels of Q4_K and Q6_K (the
 // kernels register from two files, and a slip in their order would
-// silently leave the rows kernels out.
+// silently leave them out) and that MatMul takes both types through the
+// Q8_K kernels there (kernel_q8k.go), which replace the per-32 family.
 func TestKQuantRowsRegistered(t *testing.T) {
 	if kernBest < kernLevelAVX512 {
 		t.Skipf("this CPU has no %s", kernLevelAVX512)
@@ -29,6 +30,13 @@ func TestKQuantRowsRegistered(t *testing.T) {
 	}
 	require.True(t, ks.rowsSums[gguf.TypeQ6_K], "Q6_K's rows kernel takes the lane sums")
 	require.False(t, ks.rowsSums[gguf.TypeQ4_K], "Q4_K's rows kernel takes no lane sums")
+	for _, typ := range kernKQuantTypes {
+		k := ks.q8k[typ]
+		require.NotNil(t, k, "%s has no Q8_K kernels", typ)
+		require.NotNil(t, k.one, "%s has no one-token Q8_K kernel", typ)
+		require.NotNil(t, k.tile, "%s has no four-token Q8_K kernel", typ)
+		require.NotNil(t, k.quantize, "%s has no Q8_K quantizer", typ)
+	}
 }
 
 // TestKQuantRowsMatchFamily checks, at every level with a K-quant rows

@@ -1,6 +1,10 @@
 package cpu
 
-import "github.com/llmd/llmd/model/gguf"
+import (
+	"math"
+
+	"github.com/llmd/llmd/model/gguf"
+)
 
 // The portable kernels of Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS. They follow
 // the models that their SIMD kernels compute, so that those agree with
@@ -200,4 +204,153 @@ func kernDotIQ4_XSGo(w []byte, xq []int8, xd, _ []float32) float32 {
 		}
 	}
 	return acc.sum()
+}
+
+// The portable Q8_K kernels of Q4_K and Q6_K (kernel_q8k.go): the model
+// that the AVX-512 kernels compute, bit for bit. Per row and token, sixteen
+// int32 lanes I (lane l: the values 4l..4l+3 of each 64-value chunk of a
+// super-block, times the chunk's sub-block scale) sum a super-block's
+// products exactly; then, per lane, acc[l] = fma(float32(I[l]), f, acc[l])
+// with f = d_w·d_x (float32), fused: one rounding (kernFMA32). Q4_K's min
+// term comes off the same lanes: M[j] = m_j·(bsum_2j + bsum_2j+1) for
+// j < 8 (0 above), acc[l] = fma(−float32(M[l]), dmin_w·d_x, acc[l]),
+// after the first. Q6_K's values are taken unsigned (0..63), so lane j < 8
+// first loses 32·(sc_2j·bsum_2j + sc_2j+1·bsum_2j+1), in integers. The
+// result folds the lanes as foldz then hsumps do: a[l] = acc[l]+acc[l+8],
+// then ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
+
+// kernQ8KGo returns the portable kernel of typ (Q4_K or Q6_K) for tokens
+// tokens at a time.
+func kernQ8KGo(typ gguf.TensorType, tokens int) kernQ8KFunc {
+	dot, bsz := kernQ8KDotQ4_K, 144
+	if typ == gguf.TypeQ6_K {
+		dot, bsz = kernQ8KDotQ6_K, 210
+	}
+	return func(out []float32, ostride int, w []byte, rows, rb int, x []byte, nsb int) {
+		kernQ8KCheck(out, ostride, w, rows, rb, x, nsb, tokens, bsz)
+		tb := nsb * kernQ8KBlock
+		for t := range tokens {
+			for r := range rows {
+				out[t*ostride+r] = dot(w[r*rb:r*rb+nsb*bsz], x[t*tb:(t+1)*tb], nsb)
+			}
+		}
+	}
+}
+
+// kernQ8KFold sums the sixteen lanes in the kernels' order.
+func kernQ8KFold(acc *[16]float32) float32 {
+	var a kernLaneAcc
+	for l := range a {
+		a[l] = acc[l] + acc[l+8]
+	}
+	return a.sum()
+}
+
+// kernQ8KDotQ4_K dots one Q4_K row (nsb blocks {f16 d, dmin; u8
+// scales[12]; u8 qs[128]}) with one token's Q8_K blocks. Chunk c (64
+// values) is qs[32c:32c+32]: low nibbles are sub-block 2c, high ones 2c+1.
+func kernQ8KDotQ4_K(w, x []byte, nsb int) float32 {
+	var acc [16]float32
+	for s := range nsb {
+		blk := w[144*s : 144*s+144]
+		xb := x[kernQ8KBlock*s : kernQ8KBlock*(s+1)]
+		xd := kernQ8KD(xb)
+		f, fm := kernHalf(blk)*xd, kernHalf(blk[2:])*xd
+		sc, m := kernQ4KScales(blk[4:16])
+		var in, mn [16]int32
+		for c := range 4 {
+			q := blk[16+32*c : 48+32*c]
+			for l := range 16 {
+				var v int32
+				for k := 4 * (l % 8); k < 4*(l%8)+4; k++ {
+					w := int32(q[k] & 15)
+					if l >= 8 {
+						w = int32(q[k] >> 4)
+					}
+					v += w * kernQ8KQuant(xb, 64*c+32*(l/8)+k)
+				}
+				in[l] += int32(sc[2*c+l/8]) * v
+			}
+		}
+		for j := range 8 {
+			mn[j] = int32(m[j]) * (kernQ8KBSum(xb, 2*j) + kernQ8KBSum(xb, 2*j+1))
+		}
+		for l := range acc {
+			acc[l] = kernFMA32(float32(in[l]), f, acc[l])
+			acc[l] = kernFMA32(-float32(mn[l]), fm, acc[l])
+		}
+	}
+	return kernQ8KFold(&acc)
+}
+
+// kernQ8KDotQ6_K dots one Q6_K row (nsb blocks {u8 ql[128]; u8 qh[64]; i8
+// scales[16]; f16 d}) with one token's Q8_K blocks. Chunk p (64 values) is
+// half p/2: the low (p even) or high nibbles of ql[64h:64h+64] with bits
+// 0-1, 2-3 (p even) or 4-5, 6-7 of qh[32h:32h+32] on top.
+func kernQ8KDotQ6_K(w, x []byte, nsb int) float32 {
+	var acc [16]float32
+	for s := range nsb {
+		blk := w[210*s : 210*s+210]
+		xb := x[kernQ8KBlock*s : kernQ8KBlock*(s+1)]
+		f := kernHalf(blk[208:]) * kernQ8KD(xb)
+		sc := blk[192:208]
+		var in [16]int32
+		for p := range 4 {
+			h := p / 2
+			ql, qh := blk[64*h:64*h+64], blk[128+32*h:160+32*h]
+			lo, hi := uint(4*(p%2)), uint(4*(p%2))
+			for l := range 16 {
+				var v int32
+				for k := 4 * l; k < 4*l+4; k++ {
+					sh := hi
+					if k >= 32 {
+						sh += 2
+					}
+					q := int32(ql[k]>>lo&15) | int32(qh[k%32]>>sh&3)<<4
+					v += q * kernQ8KQuant(xb, 64*p+k)
+				}
+				in[l] += int32(int8(sc[4*p+l/4])) * v
+			}
+		}
+		for j := range 8 {
+			in[j] -= 32 * (int32(int8(sc[2*j]))*kernQ8KBSum(xb, 2*j) + int32(int8(sc[2*j+1]))*kernQ8KBSum(xb, 2*j+1))
+		}
+		for l := range acc {
+			acc[l] = kernFMA32(float32(in[l]), f, acc[l])
+		}
+	}
+	return kernQ8KFold(&acc)
+}
+
+// kernFMA32 returns a·b+c rounded once to float32 (round half to even), as
+// VFMADD231PS computes it. The product is exact in float64 and the sum is
+// rounded to float64 first; that second rounding can only go wrong where
+// the float64 sum falls exactly halfway between two float32s while the
+// exact sum does not (the float64 sum's error, from TwoSum, says which way
+// it lies).
+func kernFMA32(a, b, c float32) float32 {
+	p := float64(a) * float64(b)
+	s := p + float64(c)
+	r := float32(s)
+	if math.IsInf(s, 0) || math.IsNaN(s) || float64(r) == s {
+		return r
+	}
+	bv := s - p
+	e := (p - (s - bv)) + (float64(c) - bv)
+	if e == 0 {
+		return r
+	}
+	lo, hi := r, r
+	if float64(r) < s {
+		hi = math.Nextafter32(r, float32(math.Inf(1)))
+	} else {
+		lo = math.Nextafter32(r, float32(math.Inf(-1)))
+	}
+	if (float64(lo)+float64(hi))/2 != s {
+		return r
+	}
+	if e > 0 {
+		return hi
+	}
+	return lo
 }

@@ -52,6 +52,7 @@ func genKernelsAVX512(a *asm) {
 	a.dotRowsZ(q5Z)
 	a.dotF16x2x4Z()
 	genKQuantsAVX512(a)
+	genQ8KAVX512(a)
 	genTilesAVX512(a)
 }
 

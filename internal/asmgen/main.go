@@ -176,29 +176,36 @@ func rep4(w uint64) []uint64 { return []uint64{w, w, w, w} }
 // instruction database lacks: an ir.Instruction built by hand with the
 // operand forms of Go's assembler (xmm/ymm/zmm or memory, then two
 // registers of the same width), which avo prints like any other.
-func (a *asm) VPDPBUSD(src, mid, dst operand.Op) {
+func (a *asm) VPDPBUSD(src, mid, dst operand.Op) { a.vnni("VPDPBUSD", src, mid, dst) }
+
+// VPDPWSSD is VPDPBUSD's word form (signed words multiplied in pairs and
+// summed into the int32 lanes of dst), which avo lacks too.
+func (a *asm) VPDPWSSD(src, mid, dst operand.Op) { a.vnni("VPDPWSSD", src, mid, dst) }
+
+// vnni emits the AVX-512 VNNI instruction op with VPDPBUSD's operands.
+func (a *asm) vnni(op string, src, mid, dst operand.Op) {
 	v, ok := dst.(reg.Register)
 	if !ok || v.Kind() != reg.KindVector {
-		panic("asmgen: VPDPBUSD: destination must be a vector register")
+		panic("asmgen: " + op + ": destination must be a vector register")
 	}
 	if m, ok := mid.(reg.Register); !ok || m.Kind() != reg.KindVector || m.Size() != v.Size() {
-		panic("asmgen: VPDPBUSD: second operand must be a vector register of the destination's width")
+		panic("asmgen: " + op + ": second operand must be a vector register of the destination's width")
 	}
 	switch s := src.(type) {
 	case operand.Mem:
 	case reg.Register:
 		if s.Kind() != reg.KindVector || s.Size() != v.Size() {
-			panic("asmgen: VPDPBUSD: first operand must be memory or a vector register of the destination's width")
+			panic("asmgen: " + op + ": first operand must be memory or a vector register of the destination's width")
 		}
 	default:
-		panic("asmgen: VPDPBUSD: bad first operand")
+		panic("asmgen: " + op + ": bad first operand")
 	}
 	isa := []string{"AVX512VNNI"}
 	if v.Size() < 64 {
 		isa = append(isa, "AVX512VL")
 	}
 	a.Instruction(&ir.Instruction{
-		Opcode:   "VPDPBUSD",
+		Opcode:   op,
 		Operands: []operand.Op{src, mid, dst},
 		Inputs:   []operand.Op{src, mid, dst},
 		Outputs:  []operand.Op{dst},
