@@ -56,7 +56,8 @@ type SpecConfig struct {
 	ExecutorDrafts bool
 	// MaxTokens is the most draft tokens verified per sequence and step
 	// (k). Each sequence's k adapts to its measured acceptance rate
-	// (specLen) up to MaxTokens. Default 5; at most MaxSpecTokens.
+	// (specLen) up to MaxTokens. Default 8 (on the CPU executor a step
+	// verifies 1+4m rows best, BENCHMARKS.md); at most MaxSpecTokens.
 	MaxTokens int
 	// MaxBatch is the most running sequences at which the engine still
 	// speculates: above it a step verifies no drafts, because a larger
@@ -70,7 +71,7 @@ type SpecConfig struct {
 
 // Defaults and limits of SpecConfig.
 const (
-	DefaultSpecTokens   = 5
+	DefaultSpecTokens   = 8
 	DefaultSpecMaxBatch = 4
 	MaxSpecTokens       = 15
 )

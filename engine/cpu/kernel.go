@@ -283,15 +283,15 @@ func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 			if dot24 != nil && n >= 4 {
 				// The first token reads the tile from memory, one row at a
 				// time (the stream the prefetchers follow best); groups of
-				// four tokens then find it in L2, two rows at a time, the
-				// last group overlapping the one before where n-1 is not a
-				// multiple of four (a token's bits do not depend on the
-				// kernel that computes them).
+				// four tokens then find it in L2, two rows at a time. Of
+				// the tokens left, three go as a group overlapping the one
+				// before (a token's bits do not depend on the kernel that
+				// computes them), one or two alone, below.
 				xt := x[:cols]
 				for r := rt; r < re; r++ {
 					out[r] = dot(w.Data[r*rb:(r+1)*rb], xt)
 				}
-				for t = 1; t < n; t += 4 {
+				for t = 1; n-t >= 3; t += 4 {
 					s := min(t, n-4)
 					xt := x[s*cols : (s+4)*cols]
 					r := rt
@@ -310,7 +310,6 @@ func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 					}
 					t = s
 				}
-				t = n
 			}
 			if dot4 != nil {
 				for ; t+4 <= n; t += 4 {
