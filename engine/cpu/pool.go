@@ -247,19 +247,28 @@ func (p *Pool) Run(n int, fn func(start, end int)) {
 		fn(0, n)
 		return
 	}
-	p.mu.Lock()
+	done := p.begin(k, "Run")
 	defer p.mu.Unlock()
-	if p.closed {
-		panic("cpu: Run on a closed Pool")
-	}
-	p.runs.Add(1)
-	done := p.done.seq.Load()
-	p.pending.Store(int32(k - 1))
 	for i := 1; i < k; i++ {
 		p.assign(p.workers[i-1], poolTask{fn: fn, start: i * n / k, end: (i + 1) * n / k})
 	}
 	first := poolCall(poolTask{fn: fn, start: 0, end: n / k})
 	p.finish(k, done, true, first)
+}
+
+// begin locks p for a Run or Share (op) over k threads, k-1 of them
+// workers, and returns the completion counter to await; it panics if p is
+// closed. The caller unlocks p.mu.
+func (p *Pool) begin(k int, op string) uint64 {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		panic("cpu: " + op + " on a closed Pool")
+	}
+	p.runs.Add(1)
+	done := p.done.seq.Load()
+	p.pending.Store(int32(k - 1))
+	return done
 }
 
 // assign hands t to the idle worker w and wakes it.
@@ -321,17 +330,11 @@ func (p *Pool) Share(n, grain int, fn func(start, end int)) {
 		fn(0, n)
 		return
 	}
-	p.mu.Lock()
+	done := p.begin(k, "Share")
 	defer p.mu.Unlock()
-	if p.closed {
-		panic("cpu: Share on a closed Pool")
-	}
-	p.runs.Add(1)
 	sh := &p.share
 	sh.fn, sh.n, sh.grain, sh.cnt = fn, n, grain, cnt
 	sh.next.Store(0)
-	done := p.done.seq.Load()
-	p.pending.Store(int32(k - 1))
 	for _, w := range p.workers[:k-1] {
 		p.assign(w, poolTask{fn: p.shareTask})
 	}
