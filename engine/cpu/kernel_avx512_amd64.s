@@ -4559,7 +4559,7 @@ end:
 	RET
 
 // func kernDotQ6_KRowsAVX512(out []float32, w []byte, rb int, xq []int8, xd []float32, xs []float32, xc []int32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, F16C
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
 TEXT ·kernDotQ6_KRowsAVX512(SB), NOSPLIT, $0-152
 	MOVQ         out_base+0(FP), R8
 	MOVQ         out_len+8(FP), R9
@@ -4603,7 +4603,7 @@ loop:
 	VPERMPS      Z4, Z15, Z24
 	VMULPS       Z3, Z24, Z24
 	VMOVDQU64    (SI), Z4
-	VMOVDQU      128(SI), Y5
+	VMOVDQU64    128(SI), Y5
 	VPSLLW       $0x04, Y5, Y6
 	VPSLLW       $0x02, Y5, Y7
 	VINSERTI64X4 $0x01, Y7, Z6, Z6
@@ -4625,7 +4625,7 @@ loop:
 	VPERMPS      Z24, Z28, Z9
 	VFMADD231PS  Z9, Z7, Z1
 	VMOVDQU64    64(SI), Z4
-	VMOVDQU      160(SI), Y5
+	VMOVDQU64    160(SI), Y5
 	VPSLLW       $0x04, Y5, Y6
 	VPSLLW       $0x02, Y5, Y7
 	VINSERTI64X4 $0x01, Y7, Z6, Z6

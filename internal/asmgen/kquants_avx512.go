@@ -323,37 +323,8 @@ func (a *asm) dotQ6KRowsZ(gfni bool) {
 	for p := range 4 {
 		// Z8 = q (0..63) of blocks 2(p%2), 2(p%2)+1 of half p/2, as
 		// dotQ6KZ builds q−32 before its sign trick.
-		h := p / 2
-		switch {
-		case gfni && p%2 == 0:
-			// qh broadcast to both halves; its bits 0-1 (lower half)
-			// and 2-3 (upper) moved to bits 4-5 by one transform.
-			a.VMOVDQU64(mem(RSI, 64*h), Z4)
-			a.VPANDD(Z14, Z4, Z8)
-			a.VBROADCASTI64X4(mem(RSI, 128+32*h), Z6)
-			a.VGF2P8AFFINEQB(0, Z11, Z6, Z6)
-			a.VPORD(Z6, Z8, Z8)
-		case gfni:
-			a.VGF2P8AFFINEQB(0, Z12, Z4, Z8)
-			a.VBROADCASTI64X4(mem(RSI, 128+32*h), Z6)
-			a.VGF2P8AFFINEQB(0, Z13, Z6, Z6)
-			a.VPORD(Z6, Z8, Z8)
-		case p%2 == 0:
-			a.VMOVDQU64(mem(RSI, 64*h), Z4)
-			a.VMOVDQU(mem(RSI, 128+32*h), Y5)
-			a.VPSLLW(U8(4), Y5, Y6)
-			a.VPSLLW(U8(2), Y5, Y7)
-			a.VINSERTI64X4(U8(1), Y7, Z6, Z6)
-			a.VPANDD(Z14, Z4, Z8)
-		default:
-			a.VPSRLW(U8(4), Z4, Z8)
-			a.VPANDD(Z14, Z8, Z8)
-			a.VPSRLW(U8(2), Y5, Y7)
-			a.VINSERTI64X4(U8(1), Y7, Z5, Z6)
-		}
-		if !gfni {
-			a.VPTERNLOGD(U8(0xf8), Z12, Z6, Z8) // Z8 |= Z6 & 0x30
-		}
+		a.q6kValues(p, gfni, q6kRegs{ql: Z4, out: Z8, qh: Z5, t: Z6, t2: Z7,
+			low: Z14, even: Z11, odd: Z13, hi: Z12})
 		// The lanes' Σ(q−32)·x: from −32·Σx, plus Σq·x.
 		a.VPSLLD(U8(2), mem(R13, 64*p), Z7)
 		a.VPDPBUSD(mem(RDI, 64*p), Z8, Z7)
@@ -362,4 +333,51 @@ func (a *asm) dotQ6KRowsZ(gfni bool) {
 		a.VFMADD231PS(Z9, Z7, []VecPhysical{Z0, Z1}[p%2])
 	}
 	a.kqRowsNext(210, 256, false)
+}
+
+// q6kRegs names the registers q6kValues works in: ql keeps the ql bytes
+// of an even chunk for the odd one after it, qh (its ymm half) the qh
+// bytes, t and t2 are scratch; low holds 0x0F bytes, hi 0x30 bytes or,
+// with GFNI, kernKqHiGF, and even and odd the matrices kernQ6KHEvenGF and
+// kernQ6KHOddGF.
+type q6kRegs struct {
+	ql, out, qh, t, t2 VecPhysical
+	low, even, odd, hi VecPhysical
+}
+
+// q6kValues sets r.out to the 6-bit values 0..63 of chunk p (of 64
+// values, half p/2) of the Q6_K block at SI: ql's nibbles, with qh's two
+// bits on top. An even chunk loads what the odd one after it reuses.
+func (a *asm) q6kValues(p int, gfni bool, r q6kRegs) {
+	h := p / 2
+	switch {
+	case gfni && p%2 == 0:
+		// qh broadcast to both halves; its bits 0-1 (lower half) and 2-3
+		// (upper) moved to bits 4-5 by one transform.
+		a.VMOVDQU64(mem(RSI, 64*h), r.ql)
+		a.VPANDD(r.low, r.ql, r.out)
+		a.VBROADCASTI64X4(mem(RSI, 128+32*h), r.t)
+		a.VGF2P8AFFINEQB(0, r.even, r.t, r.t)
+		a.VPORD(r.t, r.out, r.out)
+	case gfni:
+		a.VGF2P8AFFINEQB(0, r.hi, r.ql, r.out)
+		a.VBROADCASTI64X4(mem(RSI, 128+32*h), r.t)
+		a.VGF2P8AFFINEQB(0, r.odd, r.t, r.t)
+		a.VPORD(r.t, r.out, r.out)
+	case p%2 == 0:
+		a.VMOVDQU64(mem(RSI, 64*h), r.ql)
+		a.VMOVDQU64(mem(RSI, 128+32*h), r.qh.AsY())
+		a.VPSLLW(U8(4), r.qh.AsY(), r.t.AsY())
+		a.VPSLLW(U8(2), r.qh.AsY(), r.t2.AsY())
+		a.VINSERTI64X4(U8(1), r.t2.AsY(), r.t, r.t)
+		a.VPANDD(r.low, r.ql, r.out)
+	default:
+		a.VPSRLW(U8(4), r.ql, r.out)
+		a.VPANDD(r.low, r.out, r.out)
+		a.VPSRLW(U8(2), r.qh.AsY(), r.t2.AsY())
+		a.VINSERTI64X4(U8(1), r.t2.AsY(), r.qh, r.t)
+	}
+	if !gfni {
+		a.VPTERNLOGD(U8(0xf8), r.hi, r.t, r.out) // out |= t & 0x30
+	}
 }

@@ -274,38 +274,9 @@ func (a *asm) q8kQ6K(n int, gfni bool) {
 	a.VPMOVSXBW(mem(RSI, 192), Y18)
 	for p := range 4 {
 		// Z9 = the values 0..63 of chunk p (half p/2), as dotQ6KRowsZ
-		// builds them: ql's nibbles, qh's two bits on top (Z26).
-		h := p / 2
-		switch {
-		case gfni && p%2 == 0:
-			// qh broadcast to both halves; its bits 0-1 (lower half)
-			// and 2-3 (upper) moved to bits 4-5 by one transform.
-			a.VMOVDQU64(mem(RSI, 64*h), Z16)
-			a.VPANDD(Z31, Z16, Z9)
-			a.VBROADCASTI64X4(mem(RSI, 128+32*h), Z26)
-			a.VGF2P8AFFINEQB(0, Z28, Z26, Z26)
-			a.VPORD(Z26, Z9, Z9)
-		case gfni:
-			a.VGF2P8AFFINEQB(0, Z30, Z16, Z9)
-			a.VBROADCASTI64X4(mem(RSI, 128+32*h), Z26)
-			a.VGF2P8AFFINEQB(0, Z29, Z26, Z26)
-			a.VPORD(Z26, Z9, Z9)
-		case p%2 == 0:
-			a.VMOVDQU64(mem(RSI, 64*h), Z16)
-			a.VMOVDQU64(mem(RSI, 128+32*h), Y25)
-			a.VPSLLW(U8(4), Y25, Y26)
-			a.VPSLLW(U8(2), Y25, Y27)
-			a.VINSERTI64X4(U8(1), Y27, Z26, Z26)
-			a.VPANDD(Z31, Z16, Z9)
-		default:
-			a.VPSRLW(U8(4), Z16, Z9)
-			a.VPANDD(Z31, Z9, Z9)
-			a.VPSRLW(U8(2), Y25, Y27)
-			a.VINSERTI64X4(U8(1), Y27, Z25, Z26)
-		}
-		if !gfni {
-			a.VPTERNLOGD(U8(0xf8), Z30, Z26, Z9) // Z9 |= Z26 & 0x30
-		}
+		// builds them.
+		a.q6kValues(p, gfni, q6kRegs{ql: Z16, out: Z9, qh: Z25, t: Z26, t2: Z27,
+			low: Z31, even: Z28, odd: Z29, hi: Z30})
 		a.VPERMW(Z18, []VecPhysical{Z20, Z21, Z22, Z23}[p], Z19)
 		a.q8kChunk(p, n)
 	}
