@@ -4486,14 +4486,14 @@ row:
 loop:
 	VCVTPH2PS       (SI), X3
 	VPERMPS         Z3, Z15, Z4
-	VMOVDQU         4(SI), X5
+	VMOVDQU64       4(SI), X5
 	VPSHUFB         X25, X5, X6
 	VPSHUFB         X26, X5, X7
 	VPSRLVW         X28, X6, X6
 	VPANDD          X27, X6, X6
 	VPSRLW          $0x02, X7, X7
 	VPANDD          X29, X7, X7
-	VPOR            X7, X6, X6
+	VPORD           X7, X6, X6
 	VPMOVZXBD       X6, Z6
 	VCVTDQ2PS       Z6, Z6
 	VMULPS          Z4, Z6, Z6
@@ -4711,14 +4711,14 @@ row:
 loop:
 	VCVTPH2PS       (SI), X3
 	VPERMPS         Z3, Z15, Z4
-	VMOVDQU         4(SI), X5
+	VMOVDQU64       4(SI), X5
 	VPSHUFB         X25, X5, X6
 	VPSHUFB         X26, X5, X7
 	VPSRLVW         X28, X6, X6
 	VPANDD          X27, X6, X6
 	VPSRLW          $0x02, X7, X7
 	VPANDD          X29, X7, X7
-	VPOR            X7, X6, X6
+	VPORD           X7, X6, X6
 	VPMOVZXBD       X6, Z6
 	VCVTDQ2PS       Z6, Z6
 	VMULPS          Z4, Z6, Z6

@@ -254,14 +254,7 @@ func (a *asm) dotQ4KRowsZ(gfni bool) {
 	a.VCVTPH2PS(mem(RSI, 0), X3)
 	a.VPERMPS(Z3, Z15, Z4)
 	// X6 = sc0..sc7 then m0..m7, as q4kScales unpacks them.
-	a.VMOVDQU(mem(RSI, 4), X5)
-	a.VPSHUFB(X25, X5, X6)
-	a.VPSHUFB(X26, X5, X7)
-	a.VPSRLVW(X28, X6, X6)
-	a.VPANDD(X27, X6, X6)
-	a.VPSRLW(U8(2), X7, X7)
-	a.VPANDD(X29, X7, X7)
-	a.VPOR(X7, X6, X6)
+	a.q4kScalesX(X5, X6, X7)
 	// Z6 = d·sc_j (lanes 0..7) and dmin·m_j (8..15), rounded as dotQ4KZ's
 	// two VMULPS round them; Y8 = d·sc_j·xd_j, its stacked factors.
 	a.VPMOVZXBD(X6, Z6)
@@ -380,4 +373,19 @@ func (a *asm) q6kValues(p int, gfni bool, r q6kRegs) {
 	if !gfni {
 		a.VPTERNLOGD(U8(0xf8), r.hi, r.t, r.out) // out |= t & 0x30
 	}
+}
+
+// q4kScalesX sets out to the Q4_K block at SI's eight 6-bit scales then
+// its eight mins, one per byte, with the shuffles and shifts the rows
+// kernels keep in X25..X29 (kernQ4KScShift among them); raw and t are
+// scratch.
+func (a *asm) q4kScalesX(raw, out, t VecPhysical) {
+	a.VMOVDQU64(mem(RSI, 4), raw)
+	a.VPSHUFB(X25, raw, out)
+	a.VPSHUFB(X26, raw, t)
+	a.VPSRLVW(X28, out, out)
+	a.VPANDD(X27, out, out)
+	a.VPSRLW(U8(2), t, t)
+	a.VPANDD(X29, t, t)
+	a.VPORD(t, out, out)
 }

@@ -216,14 +216,7 @@ func (a *asm) q8kQ4K(n int, gfni bool) {
 	a.VBROADCASTSS(X17, Z5)
 	// Y18 = sc0..sc7, m0..m7 as words (dotQ4KRowsZ's unpacking); Y15 =
 	// the mins, each twice.
-	a.VMOVDQU64(mem(RSI, 4), X16)
-	a.VPSHUFB(X25, X16, X18)
-	a.VPSHUFB(X26, X16, X19)
-	a.VPSRLVW(X28, X18, X18)
-	a.VPANDD(X27, X18, X18)
-	a.VPSRLW(U8(2), X19, X19)
-	a.VPANDD(X29, X19, X19)
-	a.VPORD(X19, X18, X18)
+	a.q4kScalesX(X16, X18, X19)
 	a.VPMOVZXBW(X18, Y18)
 	a.VPERMW(Y18, Y24, Y15)
 	for c := range 4 {
