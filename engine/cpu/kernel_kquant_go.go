@@ -208,16 +208,20 @@ func kernDotIQ4_XSGo(w []byte, xq []int8, xd, _ []float32) float32 {
 
 // The portable Q8_K kernels of Q4_K and Q6_K (kernel_q8k.go): the model
 // that the AVX-512 kernels compute, bit for bit. Per row and token, sixteen
-// int32 lanes I (lane l: the values 4l..4l+3 of each 64-value chunk of a
-// super-block, times the chunk's sub-block scale) sum a super-block's
-// products exactly; then, per lane, acc[l] = fma(float32(I[l]), f, acc[l])
-// with f = d_w·d_x (float32), fused: one rounding (kernFMA32). Q4_K's min
-// term comes off the same lanes: M[j] = m_j·(bsum_2j + bsum_2j+1) for
-// j < 8 (0 above), acc[l] = fma(−float32(M[l]), dmin_w·d_x, acc[l]),
-// after the first. Q6_K's values are taken unsigned (0..63), so lane j < 8
-// first loses 32·(sc_2j·bsum_2j + sc_2j+1·bsum_2j+1), in integers. The
-// result folds the lanes as foldz then hsumps do: a[l] = acc[l]+acc[l+8],
-// then ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
+// int32 lanes I sum a super-block's products exactly, the sub-block scales
+// multiplied in integers. The 64-value chunks go in pairs (2k, 2k+1); lane
+// m of pair k takes the eight values 16·(m/4)+8·(m%2) .. +7 of chunk
+// 2k+(m%4)/2, times that sub-block's scale (the kernels' VPDPBUSD gives
+// sums of four values, VPACKSSDW packs two chunks' sums into words, and
+// VPDPWSSD multiplies them by the scales and adds pairs of words). Then,
+// per lane, acc[m] = fma(float32(I[m]), f, acc[m]) with f = d_w·d_x
+// (float32), fused: one rounding (kernFMA32). Q4_K's min term comes off
+// the same lanes: M[j] = m_j·(bsum_2j + bsum_2j+1) for j < 8 (0 above),
+// acc[l] = fma(−float32(M[l]), dmin_w·d_x, acc[l]), after the first. Q6_K's
+// values are taken unsigned (0..63), so lane j < 8 first loses
+// 32·(sc_2j·bsum_2j + sc_2j+1·bsum_2j+1), in integers. The result folds
+// the lanes as foldz then hsumps do: a[l] = acc[l]+acc[l+8], then
+// ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
 
 // kernQ8KGo returns the portable kernel of typ (Q4_K or Q6_K) for tokens
 // tokens at a time.
@@ -260,16 +264,20 @@ func kernQ8KDotQ4_K(w, x []byte, nsb int) float32 {
 		var in, mn [16]int32
 		for c := range 4 {
 			q := blk[16+32*c : 48+32*c]
-			for l := range 16 {
-				var v int32
-				for k := 4 * (l % 8); k < 4*(l%8)+4; k++ {
-					w := int32(q[k] & 15)
-					if l >= 8 {
-						w = int32(q[k] >> 4)
-					}
-					v += w * kernQ8KQuant(xb, 64*c+32*(l/8)+k)
+			for m := range 16 {
+				if (m%4)/2 != c%2 {
+					continue
 				}
-				in[l] += int32(sc[2*c+l/8]) * v
+				v0 := 16*(m/4) + 8*(m%2)
+				var v int32
+				for k := v0; k < v0+8; k++ {
+					w := int32(q[k%32] & 15)
+					if k >= 32 {
+						w = int32(q[k%32] >> 4)
+					}
+					v += w * kernQ8KQuant(xb, 64*c+k)
+				}
+				in[m] += int32(sc[2*c+m/8]) * v
 			}
 		}
 		for j := range 8 {
@@ -299,9 +307,13 @@ func kernQ8KDotQ6_K(w, x []byte, nsb int) float32 {
 			h := p / 2
 			ql, qh := blk[64*h:64*h+64], blk[128+32*h:160+32*h]
 			lo, hi := uint(4*(p%2)), uint(4*(p%2))
-			for l := range 16 {
+			for m := range 16 {
+				if (m%4)/2 != p%2 {
+					continue
+				}
+				v0 := 16*(m/4) + 8*(m%2)
 				var v int32
-				for k := 4 * l; k < 4*l+4; k++ {
+				for k := v0; k < v0+8; k++ {
 					sh := hi
 					if k >= 32 {
 						sh += 2
@@ -309,7 +321,7 @@ func kernQ8KDotQ6_K(w, x []byte, nsb int) float32 {
 					q := int32(ql[k]>>lo&15) | int32(qh[k%32]>>sh&3)<<4
 					v += q * kernQ8KQuant(xb, 64*p+k)
 				}
-				in[l] += int32(int8(sc[4*p+l/4])) * v
+				in[m] += int32(int8(sc[4*p+m/4])) * v
 			}
 		}
 		for j := range 8 {

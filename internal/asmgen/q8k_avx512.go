@@ -14,11 +14,14 @@ import (
 // the float32 scale). They compute engine/cpu's kernQ8KDotQ4_K and
 // kernQ8KDotQ6_K bit for bit:
 //
-//   - per 64-value chunk of a super-block, the weights' unsigned values
-//     (Q4_K's nibbles, Q6_K's 0..63) times a token's quants by VPMADDUBSW
-//     (word pairs), then VPDPWSSD with the chunk's sub-block scales as
+//   - per pair of 64-value chunks of a super-block, the weights' unsigned
+//     values (Q4_K's nibbles, Q6_K's 0..63) times a token's quants by one
+//     VPDPBUSD per chunk (sums of four products, at most 4·63·127 in
+//     magnitude), the two chunks' sums packed into words by VPACKSSDW
+//     (never saturating), then VPDPWSSD with the sub-block scales as
 //     words: the sixteen int32 lanes sum the whole super-block exactly,
-//     the scales multiplied in integers;
+//     the scales multiplied in integers; three multiplying instructions
+//     per 128 values where VPMADDUBSW and VPDPWSSD per chunk took four;
 //   - Q4_K's mins: VPMADDWD of the mins (each twice) with the token's sums
 //     of 16 gives m_j·Σx of the eight sub-blocks; Q6_K's offset (its values
 //     are q+32): VPMADDWD of the scales with the sums, times 32, comes off
@@ -34,9 +37,9 @@ import (
 // three times it; R9 counts the rows left, R10 is the row, R11 rb; SI the
 // weight block, DI token 0's activation block, R12 the tokens' stride
 // (nsb·q8kBlock), BX three times it; CX counts the blocks left. Z0+t is
-// token t's float accumulator, Z10+t its integer lanes, Z14 scratch, Z19
-// the chunk's scale words, Z9 its weight values, Z20..Z23 the chunks'
-// VPERMW orders, Z31 0x0F bytes.
+// token t's float accumulator, Z10+t its integer lanes, Z14 and Z23
+// scratch, Z19 the chunk pair's scale words, Z9 and Z22 its two chunks'
+// weight values, Z20 and Z21 the pairs' VPERMW orders, Z31 0x0F bytes.
 
 const (
 	sigQ8K   = "func(out []float32, ostride int, w []byte, rows, rb int, x []byte, nsb int)"
@@ -46,16 +49,18 @@ const (
 )
 
 func genQ8KAVX512(a *asm) {
-	// VPERMW orders per chunk c: Q4_K's words 0..15 take scale 2c and
-	// words 16..31 scale 2c+1 (of sc0..7, m0..7 as words); Q6_K's words
-	// 8k..8k+7 take scale 4c+k. And Q4_K's mins, each twice.
+	// VPERMW orders per chunk pair k: word i of the packed sums is, in
+	// 128-bit lane L = i/8, chunk c = 2k + (i%8)/4's values 16L+4(i%4) ..
+	// +3; it takes Q4_K's scale 2c + L/2 (of sc0..7, m0..7 as words) or
+	// Q6_K's 4c + L. And Q4_K's mins, each twice.
 	var q4, q6, mins []uint32
-	for c := range 4 {
+	for k := range 2 {
 		for i := 0; i < 32; i += 2 {
-			w0, w1 := uint32(2*c+i/16), uint32(2*c+(i+1)/16)
-			q4 = append(q4, w0|w1<<16)
-			v0, v1 := uint32(4*c+i/8), uint32(4*c+(i+1)/8)
-			q6 = append(q6, v0|v1<<16)
+			l, c := i/8, 2*k+(i%8)/4 // the same for words i and i+1
+			w := uint32(2*c + l/2)
+			q4 = append(q4, w|w<<16)
+			v := uint32(4*c + l)
+			q6 = append(q6, v|v<<16)
 		}
 	}
 	for i := 0; i < 16; i += 2 {
@@ -101,7 +106,7 @@ func q8kOut(t int) Mem {
 
 // q8kStart starts the n-token kernel of the type called name (with gfni,
 // its variant that unpacks with VGF2P8AFFINEQB), loads the general
-// registers and Z20..Z23 with the chunk orders at table.
+// registers and Z20, Z21 with the chunk pairs' orders at table.
 func (a *asm) q8kStart(name string, n int, gfni bool, table string) {
 	suffix := ""
 	if n > 1 {
@@ -122,9 +127,8 @@ func (a *asm) q8kStart(name string, n int, gfni bool, table string) {
 	a.IMUL3Q(U32(q8kBlock), R12, R12)
 	a.LEAQ(memx(R12, 0, R12, 2), RBX)
 	a.bcastbZ(0x0f, Z31)
-	for c, z := range []VecPhysical{Z20, Z21, Z22, Z23} {
-		a.VMOVDQU64(static(table, 64*c), z)
-	}
+	a.VMOVDQU64(static(table, 0), Z20)
+	a.VMOVDQU64(static(table, 64), Z21)
 }
 
 // q8kRow places the row loop (to end when no row is left) and, per row,
@@ -146,13 +150,17 @@ func zAcc(t int) VecPhysical { return []VecPhysical{Z0, Z1, Z2, Z3}[t] }
 func yAcc(t int) VecPhysical { return []VecPhysical{Y0, Y1, Y2, Y3}[t] }
 func zInt(t int) VecPhysical { return []VecPhysical{Z10, Z11, Z12, Z13}[t] }
 
-// q8kChunk adds chunk c's products of the weight values in Z9 with each
-// token's quants, times the scale words in Z19, into the integer lanes
-// (set by the first chunk).
-func (a *asm) q8kChunk(c, n int) {
+// q8kPair adds chunk pair k's products of the weight values in Z9 (chunk
+// 2k) and Z22 (2k+1) with each token's quants, times the scale words in
+// Z19, into the integer lanes (set by the first pair).
+func (a *asm) q8kPair(k, n int) {
 	for t := range n {
-		a.VPMADDUBSW(q8kX(t, 64*c), Z9, Z14)
-		if c == 0 {
+		a.VPXORD(Z14, Z14, Z14)
+		a.VPDPBUSD(q8kX(t, 128*k), Z9, Z14)
+		a.VPXORD(Z23, Z23, Z23)
+		a.VPDPBUSD(q8kX(t, 128*k+64), Z22, Z23)
+		a.VPACKSSDW(Z23, Z14, Z14)
+		if k == 0 {
 			a.VPMADDWD(Z19, Z14, zInt(t))
 		} else {
 			a.VPDPWSSD(Z19, Z14, zInt(t))
@@ -219,18 +227,22 @@ func (a *asm) q8kQ4K(n int, gfni bool) {
 	a.q4kScalesX(X16, X18, X19)
 	a.VPMOVZXBW(X18, Y18)
 	a.VPERMW(Y18, Y24, Y15)
-	for c := range 4 {
-		// Chunk c's 32 bytes in both halves of Z9: low nibbles (sub-block
-		// 2c) in the lower half, high ones (2c+1) in the upper.
-		a.VBROADCASTI64X4(mem(RSI, 16+32*c), Z9)
-		if gfni {
-			a.VGF2P8AFFINEQB(0, Z30, Z9, Z9)
-		} else {
-			a.VPSRLVW(Z30, Z9, Z9)
-			a.VPANDD(Z31, Z9, Z9)
+	for k := range 2 {
+		for i, z := range []VecPhysical{Z9, Z22} {
+			// Chunk c's 32 bytes in both halves of z: low nibbles
+			// (sub-block 2c) in the lower half, high ones (2c+1) in the
+			// upper.
+			c := 2*k + i
+			a.VBROADCASTI64X4(mem(RSI, 16+32*c), z)
+			if gfni {
+				a.VGF2P8AFFINEQB(0, Z30, z, z)
+			} else {
+				a.VPSRLVW(Z30, z, z)
+				a.VPANDD(Z31, z, z)
+			}
 		}
-		a.VPERMW(Z18, []VecPhysical{Z20, Z21, Z22, Z23}[c], Z19)
-		a.q8kChunk(c, n)
+		a.VPERMW(Z18, []VecPhysical{Z20, Z21}[k], Z19)
+		a.q8kPair(k, n)
 	}
 	for t := range n {
 		// Z6 = d·d_x, Z7 = dmin·d_x; Z14 = the mins' lanes (0..7).
@@ -265,13 +277,15 @@ func (a *asm) q8kQ6K(n int, gfni bool) {
 	a.VCVTPH2PS(X17, X17)
 	a.VBROADCASTSS(X17, Z4)
 	a.VPMOVSXBW(mem(RSI, 192), Y18)
-	for p := range 4 {
-		// Z9 = the values 0..63 of chunk p (half p/2), as dotQ6KRowsZ
-		// builds them.
-		a.q6kValues(p, gfni, q6kRegs{ql: Z16, out: Z9, qh: Z25, t: Z26, t2: Z27,
-			low: Z31, even: Z28, odd: Z29, hi: Z30})
-		a.VPERMW(Z18, []VecPhysical{Z20, Z21, Z22, Z23}[p], Z19)
-		a.q8kChunk(p, n)
+	for h := range 2 {
+		// Z9 and Z22 = the values 0..63 of chunks 2h and 2h+1 (half h),
+		// as dotQ6KRowsZ builds them.
+		for i, z := range []VecPhysical{Z9, Z22} {
+			a.q6kValues(2*h+i, gfni, q6kRegs{ql: Z16, out: z, qh: Z25, t: Z26, t2: Z27,
+				low: Z31, even: Z28, odd: Z29, hi: Z30})
+		}
+		a.VPERMW(Z18, []VecPhysical{Z20, Z21}[h], Z19)
+		a.q8kPair(h, n)
 	}
 	for t := range n {
 		// The offset: 32·Σ sc·bsum off lanes 0..7; Z6 = d·d_x.
