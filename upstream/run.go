@@ -107,6 +107,13 @@ func (s *Set) send(ctx context.Context, r *replica, job *pipeline.Job) (*http.Re
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("X-Request-Id", job.ID)
+	// An engine's server closes idle keep-alive connections (uvicorn after
+	// 5 s), and a request sent as it does finds its connection closed
+	// before any answer. Go's transport sends such a request again on a
+	// new connection only when it is marked replayable: this header does
+	// that (engines ignore it). At worst the engine saw the first one and
+	// frees it when it finds its client gone.
+	req.Header.Set("Idempotency-Key", job.ID)
 	resp, err := s.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

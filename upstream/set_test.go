@@ -31,6 +31,10 @@ type fakeEngine struct {
 	mu      sync.Mutex
 	order   []string                 // request ids, in arrival order
 	gates   map[string]chan struct{} // closed when the request may answer
+	// drop is a request id whose first arrival finds its connection
+	// closed unanswered, as a server closing an idle keep-alive
+	// connection does when a request crosses the close.
+	drop string
 }
 
 // gate is the channel request id waits on.
@@ -69,7 +73,18 @@ func newFakeEngine(t *testing.T) *fakeEngine {
 			id := r.Header.Get("X-Request-Id")
 			f.mu.Lock()
 			f.order = append(f.order, id)
+			drop := id == f.drop
+			if drop {
+				f.drop = ""
+			}
 			f.mu.Unlock()
+			if drop {
+				c, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					_ = c.Close()
+				}
+				return
+			}
 			gate := f.gate(id)
 			w.Header().Set("Content-Type", "text/event-stream")
 			w.WriteHeader(http.StatusOK)
@@ -285,6 +300,31 @@ func TestSetStalledEngine(t *testing.T) {
 	healthy := s.replicas[0].healthy
 	s.mu.Unlock()
 	require.False(t, healthy)
+}
+
+// TestSetRetriesAClosedKeepAliveConnection: a request sent on a kept-alive
+// connection that the engine closes unanswered (an idle timeout crossing
+// the request, as uvicorn's 5 s one does under vLLM) is sent again on a
+// new connection instead of failing the client's request.
+func TestSetRetriesAClosedKeepAliveConnection(t *testing.T) {
+	e := newFakeEngine(t)
+	s := startSet(t, Config{Poll: time.Hour}, e)
+	ctx := t.Context()
+	for _, id := range []string{"first", "second"} {
+		if id == "second" {
+			e.mu.Lock()
+			e.drop = id
+			e.mu.Unlock()
+		}
+		e.open(id)
+		run, err := s.Start(ctx, job(id, "a", engine.PriorityPaid, nil))
+		require.NoError(t, err, id)
+		sink := &nopSink{}
+		res := run.Relay(ctx, sink, nil)
+		require.NoError(t, res.Err, id)
+		require.Equal(t, "hi", sink.text, id)
+	}
+	require.Equal(t, []string{"first", "second", "second"}, e.arrived())
 }
 
 // TestSetLadder: requests that wait here past the high mark climb the
