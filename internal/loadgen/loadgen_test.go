@@ -40,6 +40,10 @@ type fakeServer struct {
 	*httptest.Server
 	inFlight, maxInFlight atomic.Int64
 	disconnects           atomic.Int64 // streams the client closed early
+	// served counts the requests that arrived; the one numbered drop
+	// (from 1) finds its connection closed unanswered, as a server's
+	// idle keep-alive timeout crossing the request closes it.
+	served, drop atomic.Int64
 
 	mu     sync.Mutex
 	bodies []api.ChatCompletionRequest
@@ -59,6 +63,12 @@ func (f *fakeServer) requests() []api.ChatCompletionRequest {
 }
 
 func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
+	if f.served.Add(1) == f.drop.Load() {
+		if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = c.Close()
+		}
+		return
+	}
 	n := f.inFlight.Add(1)
 	// finish leaves the count before the client can see the end of the
 	// response, so that its next request never overlaps this one here.
@@ -389,6 +399,20 @@ func TestTimeoutAndTransport(t *testing.T) {
 	ln.Close()
 	rep, _ = run(t, Config{BaseURL: "http://" + addr, Model: "m"}, spec(2, 1))
 	require.Equal(t, map[string]int{KindTransport: 2}, rep.Errors)
+}
+
+// TestClosedKeepAliveRetried: a request whose kept-alive connection the
+// server closes unanswered is sent again on a new one, not counted as the
+// server's failure.
+func TestClosedKeepAliveRetried(t *testing.T) {
+	t.Parallel()
+	f := newFakeServer(t)
+	f.drop.Store(2) // the second request: the first one's connection, reused
+	rep, _ := run(t, Config{BaseURL: f.URL, Model: "m", APIKeys: []string{"ok"}}, spec(3, 1))
+	require.Equal(t, 3, rep.Completed)
+	require.Empty(t, rep.Errors)
+	require.Equal(t, int64(4), f.served.Load())
+	require.Len(t, f.requests(), 3)
 }
 
 func TestStop(t *testing.T) {

@@ -228,6 +228,13 @@ func (r *Runner) do(ctx context.Context, start time.Time, it workload.Item, b []
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
+	// Servers close idle keep-alive connections (llama-server and uvicorn
+	// after 5 s, as between a run's phases), and a request sent on one as
+	// it closes fails before the server has read it. Marked replayable,
+	// it is sent again on a new connection by Go's transport, as the
+	// official SDKs retry it, instead of counting as the server's failure.
+	// The key is the run's start and the item's place: unique per request.
+	req.Header.Set("Idempotency-Key", fmt.Sprintf("llmctl-bench-%x-%d-%d", r.started.Load(), it.Conversation, it.Turn))
 	if key := r.key(it.Tenant); key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
