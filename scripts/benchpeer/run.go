@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmd/llmd/engine/cpu"
 	"github.com/llmd/llmd/model/gguf"
 )
 
@@ -378,9 +379,9 @@ func freePort() (int, error) {
 // bandwidths are the memory bandwidth figures of the machine, in GB/s,
 // with the run's threads.
 type bandwidths struct {
-	// read is the rate of a read-only stream (each goroutine summing its own
-	// buffer, far larger than the caches): the bound of a decode, which
-	// only reads the weights.
+	// read is the rate of a read-only stream with the executor's vector
+	// kernels (cpu.ReadBandwidth): the bound of a decode, which only reads
+	// the weights.
 	read float64
 	// copy counts the bytes read plus the bytes written by copying.
 	copy float64
@@ -399,52 +400,24 @@ func bandwidth(threads int) bandwidths {
 		}
 		copy(dsts[i], bufs[i]) // fault the pages in
 	}
-	// measure runs pass on every buffer, one goroutine each, for a
-	// second, and returns the bytes per second over all of them, counting
-	// per times the buffer's size per pass.
-	measure := func(pass func(i int), per int) float64 {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		total := 0.0
-		for i := range threads {
-			wg.Go(func() {
-				start := time.Now()
-				n := 0
-				for time.Since(start) < time.Second {
-					pass(i)
-					n++
-				}
-				mu.Lock()
-				total += float64(per*size*n) / time.Since(start).Seconds()
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		return total / 1e9
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0.0
+	for i := range threads {
+		wg.Go(func() {
+			start := time.Now()
+			n := 0
+			for time.Since(start) < time.Second {
+				copy(dsts[i], bufs[i])
+				n++
+			}
+			mu.Lock()
+			total += float64(2*size*n) / time.Since(start).Seconds()
+			mu.Unlock()
+		})
 	}
-	sums := make([]uint64, threads)
-	return bandwidths{
-		read: measure(func(i int) { sums[i] += sumWords(bufs[i]) }, 1),
-		copy: measure(func(i int) { copy(dsts[i], bufs[i]) }, 2),
-	}
-}
-
-// sumWords adds b's words in eight independent chains, so that the loads,
-// not the additions, bound it.
-func sumWords(b []uint64) uint64 {
-	var a0, a1, a2, a3, a4, a5, a6, a7 uint64
-	for i := 0; i+8 <= len(b); i += 8 {
-		w := b[i : i+8 : i+8]
-		a0 += w[0]
-		a1 += w[1]
-		a2 += w[2]
-		a3 += w[3]
-		a4 += w[4]
-		a5 += w[5]
-		a6 += w[6]
-		a7 += w[7]
-	}
-	return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7
+	wg.Wait()
+	return bandwidths{read: cpu.ReadBandwidth(threads, time.Second), copy: total / 1e9}
 }
 
 // machine describes the CPU.

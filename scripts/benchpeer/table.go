@@ -21,7 +21,7 @@ type table struct {
 // markdown renders the table with the run's conditions above it.
 func (t *table) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Same run, %s to %s UTC; %s; llama.cpp %s; %d threads on both sides; memory read bandwidth %.1f GB/s at the start, %.1f at the end (copy, bytes read plus written: %.1f and %.1f); %d rounds A/B interleaved, median [min-max].\n\n",
+	fmt.Fprintf(&b, "Same run, %s to %s UTC; %s; llama.cpp %s; %d threads on both sides; memory read bandwidth (vector loads) %.1f GB/s at the start, %.1f at the end (copy, bytes read plus written: %.1f and %.1f); %d rounds A/B interleaved, median [min-max].\n\n",
 		t.start.UTC().Format("2006-01-02 15:04"), t.end.UTC().Format("15:04"), t.machine, t.llamaVersion, t.threads,
 		t.bwStart.read, t.bwEnd.read, t.bwStart.copy, t.bwEnd.copy, t.rounds)
 	b.WriteString("| file | measure | llama.cpp | llmd | llmd vs llama.cpp |\n|---|---|---|---|---|\n")

@@ -44,14 +44,6 @@ func TestMarkdown(t *testing.T) {
 	require.False(t, strings.Contains(md, mSrv8), "measures without samples are left out")
 }
 
-func TestSumWords(t *testing.T) {
-	b := make([]uint64, 21) // the last five words are past the last group of eight
-	for i := range b {
-		b[i] = uint64(i + 1)
-	}
-	assert.Equal(t, uint64(136), sumWords(b), "1+...+16")
-}
-
 func TestBandwidth(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures for two seconds")
