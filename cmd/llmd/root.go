@@ -586,7 +586,11 @@ func serve(ctx context.Context, o options, getenv func(string) string, stdout, s
 	if err != nil {
 		return &usageError{err}
 	}
-	spareProcs(cfg.CPUThreads, getenv, logger)
+	// GOMAXPROCS stays the Go default (one P per CPU): a P beyond the CPU
+	// executor's threads let the runtime wake and spin threads that the
+	// operating system then shares with the pool's, 5x the context
+	// switches and 9-12% slower steps at 8 streams (BENCHMARKS.md, issue
+	// 22 item 4).
 	if cfg.RedisURL != "" {
 		// go-redis reports failed dials through a process-wide logger;
 		// send them to ours, at debug level: the quota service counts and
