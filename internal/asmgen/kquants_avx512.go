@@ -264,17 +264,7 @@ func (a *asm) dotQ4KRowsZ(gfni bool) {
 	a.VEXTRACTF64X4(U8(1), Z6, Y7)
 	a.VFMADD231PS(mem(R13, 0), Y7, Y2)
 	for c := range 4 {
-		// Chunk c's 32 bytes in both halves of Z9, low nibbles in the
-		// lower half, high ones in the upper: sub-block 2c's values,
-		// then 2c+1's. One affine transform does the shift and the
-		// masks.
-		a.VBROADCASTI64X4(mem(RSI, 16+32*c), Z9)
-		if gfni {
-			a.VGF2P8AFFINEQB(0, Z24, Z9, Z9)
-		} else {
-			a.VPSRLVW(Z24, Z9, Z9)
-			a.VPANDD(Z14, Z9, Z9)
-		}
+		a.q4kChunk(c, Z9, Z24, Z14, gfni)
 		a.VPXORD(Z10, Z10, Z10)
 		a.VPDPBUSD(mem(RDI, 64*c), Z9, Z10)
 		a.VCVTDQ2PS(Z10, Z10)
@@ -372,6 +362,21 @@ func (a *asm) q6kValues(p int, gfni bool, r q6kRegs) {
 	}
 	if !gfni {
 		a.VPTERNLOGD(U8(0xf8), r.hi, r.t, r.out) // out |= t & 0x30
+	}
+}
+
+// q4kChunk sets z to the Q4_K block at SI's chunk c (its 32 bytes of
+// quants) in both halves, low nibbles in the lower half and high ones in
+// the upper: sub-block 2c's values, then 2c+1's. With gfni, one affine
+// transform by the matrix in shift does the shift and the mask; without,
+// shift holds the word shifts (0, then 4) and mask 0x0F bytes.
+func (a *asm) q4kChunk(c int, z, shift, mask VecPhysical, gfni bool) {
+	a.VBROADCASTI64X4(mem(RSI, 16+32*c), z)
+	if gfni {
+		a.VGF2P8AFFINEQB(0, shift, z, z)
+	} else {
+		a.VPSRLVW(shift, z, z)
+		a.VPANDD(mask, z, z)
 	}
 }
 

@@ -228,19 +228,8 @@ func (a *asm) q8kQ4K(n int, gfni bool) {
 	a.VPMOVZXBW(X18, Y18)
 	a.VPERMW(Y18, Y24, Y15)
 	for k := range 2 {
-		for i, z := range []VecPhysical{Z9, Z22} {
-			// Chunk c's 32 bytes in both halves of z: low nibbles
-			// (sub-block 2c) in the lower half, high ones (2c+1) in the
-			// upper.
-			c := 2*k + i
-			a.VBROADCASTI64X4(mem(RSI, 16+32*c), z)
-			if gfni {
-				a.VGF2P8AFFINEQB(0, Z30, z, z)
-			} else {
-				a.VPSRLVW(Z30, z, z)
-				a.VPANDD(Z31, z, z)
-			}
-		}
+		a.q4kChunk(2*k, Z9, Z30, Z31, gfni)
+		a.q4kChunk(2*k+1, Z22, Z30, Z31, gfni)
 		a.VPERMW(Z18, []VecPhysical{Z20, Z21}[k], Z19)
 		a.q8kPair(k, n)
 	}
