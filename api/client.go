@@ -405,6 +405,7 @@ func (c *Client) ChatCompletionStream(ctx context.Context, req ChatCompletionReq
 			return streamReadError(ctx, err)
 		}
 		if ev.Data == "[DONE]" {
+			DrainAfterDone(resp.Body)
 			return nil
 		}
 		var chunk struct {

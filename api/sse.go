@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"time"
 )
 
 // MaxSSEEventBytes bounds one line and the data of one event read by
@@ -200,4 +201,16 @@ func AppendSSEComment(dst []byte, text string) []byte {
 	dst = append(dst, ": "...)
 	dst = append(dst, text...)
 	return append(dst, '\n', '\n')
+}
+
+// DrainAfterDone reads what follows a stream's "[DONE]" (the end of the
+// chunked body) so that the connection goes back to the client's pool:
+// closing a body before its EOF discards the connection, and a request on
+// a new connection is not retried if the server closes it unanswered. A
+// server that holds the stream open after [DONE] is cut off after a
+// second.
+func DrainAfterDone(body io.ReadCloser) {
+	t := time.AfterFunc(time.Second, func() { _ = body.Close() })
+	defer t.Stop()
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
 }

@@ -194,6 +194,7 @@ func (x *run) Relay(ctx context.Context, sink pipeline.Sink, progress *pipeline.
 			break
 		}
 		if ev.Data == "[DONE]" {
+			api.DrainAfterDone(x.resp.Body)
 			break
 		}
 		if bytes.Contains([]byte(ev.Data), []byte(`"error"`)) {

@@ -168,6 +168,10 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 		send(fmt.Sprintf(`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":50,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":16}}}`, tokens, 50+tokens))
 	}
 	send("[DONE]")
+	// The chunked body's end follows [DONE] a moment later, as it can from
+	// a real server: a client that stops reading at [DONE] loses the
+	// connection instead of reusing it.
+	time.Sleep(5 * time.Millisecond)
 }
 
 // spec is a small closed-loop workload.

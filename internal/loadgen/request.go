@@ -281,6 +281,7 @@ func (r *Runner) do(ctx context.Context, start time.Time, it workload.Item, b []
 		}
 		if ev.Data == "[DONE]" {
 			res.E2E = now.Sub(t0)
+			api.DrainAfterDone(resp.Body)
 			break
 		}
 		var chunk streamChunk
