@@ -115,6 +115,81 @@ func kernTileQ8_0x7AVX512(out []float32, ostride int, w []byte, groups, nb int, 
 //go:noescape
 func kernTileQ8_0x8AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
 
+// The Q5_0, Q4_K and Q6_K tile kernels (kernTileQ5_0Go, kernTileQ4_KGo
+// and kernTileQ6_KGo are their models).
+//
+//go:noescape
+func kernTileQ5_0x1AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ5_0x2AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ5_0x3AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ5_0x4AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ5_0x5AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ5_0x6AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ5_0x7AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ5_0x8AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_Kx1AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_Kx2AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_Kx3AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_Kx4AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_Kx5AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_Kx6AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_Kx7AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_Kx8AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ6_Kx1AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ6_Kx2AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ6_Kx3AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ6_Kx4AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ6_Kx5AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ6_Kx6AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ6_Kx7AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ6_Kx8AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
 func init() {
 	if kernBest < kernLevelAVX512 {
 		return
@@ -137,14 +212,43 @@ func init() {
 			kernTileQ8_0x5AVX512, kernTileQ8_0x6AVX512, kernTileQ8_0x7AVX512, kernTileQ8_0x8AVX512},
 	}
 	q8Dot, q8Dot4, q8Dot8 := kernTileDots(gguf.TypeQ8_0, q8)
+	q4k := &kernTile{
+		blockBytes: kernQ4KTileBlock,
+		pack:       kernPackQ4_K,
+		dc:         kernDCQ4_K,
+		kern: [kernTileMax + 1]kernTileFunc{nil,
+			kernTileQ4_Kx1AVX512, kernTileQ4_Kx2AVX512, kernTileQ4_Kx3AVX512, kernTileQ4_Kx4AVX512,
+			kernTileQ4_Kx5AVX512, kernTileQ4_Kx6AVX512, kernTileQ4_Kx7AVX512, kernTileQ4_Kx8AVX512},
+	}
+	q4kDot, q4kDot4, q4kDot8 := kernTileDots(gguf.TypeQ4_K, q4k)
+	q5 := &kernTile{
+		blockBytes: kernQ5TileBlock,
+		pack:       kernPackQ5_0,
+		dc:         kernDCQ5_0,
+		kern: [kernTileMax + 1]kernTileFunc{nil,
+			kernTileQ5_0x1AVX512, kernTileQ5_0x2AVX512, kernTileQ5_0x3AVX512, kernTileQ5_0x4AVX512,
+			kernTileQ5_0x5AVX512, kernTileQ5_0x6AVX512, kernTileQ5_0x7AVX512, kernTileQ5_0x8AVX512},
+	}
+	q5Dot, q5Dot4, q5Dot8 := kernTileDots(gguf.TypeQ5_0, q5)
+	q6k := &kernTile{
+		blockBytes: kernQ6KTileBlock,
+		pack:       kernPackQ6_K,
+		dc:         kernDCQ6_K,
+		dcWords:    4,
+		kern: [kernTileMax + 1]kernTileFunc{nil,
+			kernTileQ6_Kx1AVX512, kernTileQ6_Kx2AVX512, kernTileQ6_Kx3AVX512, kernTileQ6_Kx4AVX512,
+			kernTileQ6_Kx5AVX512, kernTileQ6_Kx6AVX512, kernTileQ6_Kx7AVX512, kernTileQ6_Kx8AVX512},
+	}
+	q6kDot, q6kDot4, q6kDot8 := kernTileDots(gguf.TypeQ6_K, q6k)
 	kernRegister(kernLevelAVX512, &kernSet{
-		tile: map[gguf.TensorType]*kernTile{gguf.TypeQ4_0: q4, gguf.TypeQ8_0: q8},
+		tile: map[gguf.TensorType]*kernTile{gguf.TypeQ4_0: q4, gguf.TypeQ8_0: q8, gguf.TypeQ4_K: q4k, gguf.TypeQ6_K: q6k,
+			gguf.TypeQ5_0: q5},
 		dotQ: map[gguf.TensorType]func(w []byte, xq []int8, xd, xs []float32) float32{
 			gguf.TypeQ4_0: q4Dot,
-			gguf.TypeQ5_0: kernDotQ5_0AVX512,
+			gguf.TypeQ5_0: q5Dot,
 			gguf.TypeQ8_0: q8Dot,
-			gguf.TypeQ4_K: kernDotQ4_KAVX512,
-			gguf.TypeQ6_K: kernDotQ6_KAVX512,
+			gguf.TypeQ4_K: q4kDot,
+			gguf.TypeQ6_K: q6kDot,
 
 			gguf.TypeQ2_K:   kernDotQ2_KAVX512,
 			gguf.TypeQ3_K:   kernDotQ3_KAVX512,
@@ -154,10 +258,10 @@ func init() {
 		},
 		dotQ4: map[gguf.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){
 			gguf.TypeQ4_0: q4Dot4,
-			gguf.TypeQ5_0: kernDotQ5_0x4AVX512,
+			gguf.TypeQ5_0: q5Dot4,
 			gguf.TypeQ8_0: q8Dot4,
-			gguf.TypeQ4_K: kernDotQ4_Kx4AVX512,
-			gguf.TypeQ6_K: kernDotQ6_Kx4AVX512,
+			gguf.TypeQ4_K: q4kDot4,
+			gguf.TypeQ6_K: q6kDot4,
 
 			gguf.TypeQ2_K:   kernDotQ2_Kx4AVX512,
 			gguf.TypeQ3_K:   kernDotQ3_Kx4AVX512,
@@ -167,11 +271,10 @@ func init() {
 		},
 		dotQ8: map[gguf.TensorType]func(res *[8]float32, w []byte, xq []int8, xd, xs []float32){
 			gguf.TypeQ4_0: q4Dot8,
-			gguf.TypeQ5_0: kernDotQ5_0x8AVX512,
+			gguf.TypeQ5_0: q5Dot8,
 			gguf.TypeQ8_0: q8Dot8,
-		},
-		dotQRows: map[gguf.TensorType]kernRowsFunc{
-			gguf.TypeQ5_0: kernDotQ5_0RowsAVX512,
+			gguf.TypeQ4_K: q4kDot8,
+			gguf.TypeQ6_K: q6kDot8,
 		},
 		dotFloat2x4: map[gguf.TensorType]func(res *[8]float32, w []byte, x []float32, stride int){
 			gguf.TypeF16: kernDotF16x2x4AVX512,

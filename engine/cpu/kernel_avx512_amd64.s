@@ -8230,3 +8230,13665 @@ store:
 end:
 	VZEROUPPER
 	RET
+
+// func kernTileQ5_0x1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ5_0x1AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000010, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPSLLW           $0x04, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSLLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSLLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSLLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPTERNLOGD       $0xf8, 32(SI), Z26, Z4
+	VPSRLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPXORD           Z11, Z11, Z11
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    4(DI), Z1, Z11
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    12(DI), Z3, Z11
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    20(DI), Z5, Z11
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    28(DI), Z7, Z11
+	VPADDD           Z11, Z10, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	ADDQ             $0x00000160, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ5_0x2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ5_0x2AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000010, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPSLLW           $0x04, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSLLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSLLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSLLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPTERNLOGD       $0xf8, 32(SI), Z26, Z4
+	VPSRLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	ADDQ             $0x00000160, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ5_0x3AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ5_0x3AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000010, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPSLLW           $0x04, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSLLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSLLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSLLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPTERNLOGD       $0xf8, 32(SI), Z26, Z4
+	VPSRLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	ADDQ             $0x00000160, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ5_0x4AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ5_0x4AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000010, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPSLLW           $0x04, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSLLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSLLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSLLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPTERNLOGD       $0xf8, 32(SI), Z26, Z4
+	VPSRLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	ADDQ             $0x00000160, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ5_0x5AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ5_0x5AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000010, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPSLLW           $0x04, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSLLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSLLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSLLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPTERNLOGD       $0xf8, 32(SI), Z26, Z4
+	VPSRLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R10*8), Z7, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	ADDQ             $0x00000160, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ5_0x6AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ5_0x6AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000010, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPSLLW           $0x04, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSLLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSLLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSLLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPTERNLOGD       $0xf8, 32(SI), Z26, Z4
+	VPSRLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPBROADCASTD     4(DX)(R12*1), Z15
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST    (DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST    4(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST    8(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST    12(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST    16(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST    20(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST    24(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST    28(DI)(R12*4), Z7, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	ADDQ             $0x00000160, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ5_0x7AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ5_0x7AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000010, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPSLLW           $0x04, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSLLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSLLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSLLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPTERNLOGD       $0xf8, 32(SI), Z26, Z4
+	VPSRLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPBROADCASTD     4(DX)(R12*1), Z15
+	VPBROADCASTD     4(DX)(R11*2), Z16
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST    (DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST    (DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST    4(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST    4(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST    8(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST    8(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST    12(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST    12(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST    16(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST    16(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST    20(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST    20(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST    24(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST    24(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST    28(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST    28(DI)(R11*8), Z7, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST (DX)(R11*2), Z16, Z24
+	ADDQ             $0x00000160, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ5_0x8AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ5_0x8AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000010, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPSLLW           $0x04, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSLLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSLLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSLLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPTERNLOGD       $0xf8, 32(SI), Z26, Z4
+	VPSRLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPBROADCASTD     4(DX)(R12*1), Z15
+	VPBROADCASTD     4(DX)(R11*2), Z16
+	VPBROADCASTD     4(DX)(R13*1), Z17
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST    (DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST    (DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST    (DI)(R13*4), Z0, Z17
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST    4(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST    4(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST    4(DI)(R13*4), Z1, Z17
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST    8(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST    8(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST    8(DI)(R13*4), Z2, Z17
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST    12(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST    12(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST    12(DI)(R13*4), Z3, Z17
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST    16(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST    16(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST    16(DI)(R13*4), Z4, Z17
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST    20(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST    20(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST    20(DI)(R13*4), Z5, Z17
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST    24(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST    24(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST    24(DI)(R13*4), Z6, Z17
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST    28(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST    28(DI)(R11*8), Z7, Z16
+	VPDPBUSD.BCST    28(DI)(R13*4), Z7, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST (DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST (DX)(R13*1), Z17, Z25
+	ADDQ             $0x00000160, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z25, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_Kx1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_Kx1AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS         (SI), Z27
+	VCVTPH2PS         32(SI), Z28
+	VPANDD            320(SI), Z9, Z0
+	VPANDD            384(SI), Z9, Z1
+	VPANDD            448(SI), Z9, Z2
+	VPANDD            512(SI), Z9, Z3
+	VPANDD            576(SI), Z9, Z4
+	VPANDD            640(SI), Z9, Z5
+	VPANDD            704(SI), Z9, Z6
+	VPANDD            768(SI), Z9, Z7
+	VPMOVZXBD         64(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         192(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     (DI), Z0, Z10
+	VPDPBUSD.BCST     4(DI), Z1, Z11
+	VPDPBUSD.BCST     8(DI), Z2, Z10
+	VPDPBUSD.BCST     12(DI), Z3, Z11
+	VPDPBUSD.BCST     16(DI), Z4, Z10
+	VPDPBUSD.BCST     20(DI), Z5, Z11
+	VPDPBUSD.BCST     24(DI), Z6, Z10
+	VPDPBUSD.BCST     28(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  (DX), Z10, Z18
+	VFNMADD231PS.BCST 4(DX), Z26, Z18
+	VPSRLW            $0x04, 320(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 384(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 448(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 512(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 576(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 640(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 704(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 768(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         80(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         208(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     32(DI), Z0, Z10
+	VPDPBUSD.BCST     36(DI), Z1, Z11
+	VPDPBUSD.BCST     40(DI), Z2, Z10
+	VPDPBUSD.BCST     44(DI), Z3, Z11
+	VPDPBUSD.BCST     48(DI), Z4, Z10
+	VPDPBUSD.BCST     52(DI), Z5, Z11
+	VPDPBUSD.BCST     56(DI), Z6, Z10
+	VPDPBUSD.BCST     60(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  8(DX), Z10, Z18
+	VFNMADD231PS.BCST 12(DX), Z26, Z18
+	VPANDD            832(SI), Z9, Z0
+	VPANDD            896(SI), Z9, Z1
+	VPANDD            960(SI), Z9, Z2
+	VPANDD            1024(SI), Z9, Z3
+	VPANDD            1088(SI), Z9, Z4
+	VPANDD            1152(SI), Z9, Z5
+	VPANDD            1216(SI), Z9, Z6
+	VPANDD            1280(SI), Z9, Z7
+	VPMOVZXBD         96(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         224(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     64(DI), Z0, Z10
+	VPDPBUSD.BCST     68(DI), Z1, Z11
+	VPDPBUSD.BCST     72(DI), Z2, Z10
+	VPDPBUSD.BCST     76(DI), Z3, Z11
+	VPDPBUSD.BCST     80(DI), Z4, Z10
+	VPDPBUSD.BCST     84(DI), Z5, Z11
+	VPDPBUSD.BCST     88(DI), Z6, Z10
+	VPDPBUSD.BCST     92(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  16(DX), Z10, Z18
+	VFNMADD231PS.BCST 20(DX), Z26, Z18
+	VPSRLW            $0x04, 832(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 896(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 960(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1024(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1088(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1152(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1216(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1280(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         112(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         240(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     96(DI), Z0, Z10
+	VPDPBUSD.BCST     100(DI), Z1, Z11
+	VPDPBUSD.BCST     104(DI), Z2, Z10
+	VPDPBUSD.BCST     108(DI), Z3, Z11
+	VPDPBUSD.BCST     112(DI), Z4, Z10
+	VPDPBUSD.BCST     116(DI), Z5, Z11
+	VPDPBUSD.BCST     120(DI), Z6, Z10
+	VPDPBUSD.BCST     124(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  24(DX), Z10, Z18
+	VFNMADD231PS.BCST 28(DX), Z26, Z18
+	VPANDD            1344(SI), Z9, Z0
+	VPANDD            1408(SI), Z9, Z1
+	VPANDD            1472(SI), Z9, Z2
+	VPANDD            1536(SI), Z9, Z3
+	VPANDD            1600(SI), Z9, Z4
+	VPANDD            1664(SI), Z9, Z5
+	VPANDD            1728(SI), Z9, Z6
+	VPANDD            1792(SI), Z9, Z7
+	VPMOVZXBD         128(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         256(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     128(DI), Z0, Z10
+	VPDPBUSD.BCST     132(DI), Z1, Z11
+	VPDPBUSD.BCST     136(DI), Z2, Z10
+	VPDPBUSD.BCST     140(DI), Z3, Z11
+	VPDPBUSD.BCST     144(DI), Z4, Z10
+	VPDPBUSD.BCST     148(DI), Z5, Z11
+	VPDPBUSD.BCST     152(DI), Z6, Z10
+	VPDPBUSD.BCST     156(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  32(DX), Z10, Z18
+	VFNMADD231PS.BCST 36(DX), Z26, Z18
+	VPSRLW            $0x04, 1344(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1408(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1472(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1536(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1600(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1664(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1728(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1792(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         144(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         272(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     160(DI), Z0, Z10
+	VPDPBUSD.BCST     164(DI), Z1, Z11
+	VPDPBUSD.BCST     168(DI), Z2, Z10
+	VPDPBUSD.BCST     172(DI), Z3, Z11
+	VPDPBUSD.BCST     176(DI), Z4, Z10
+	VPDPBUSD.BCST     180(DI), Z5, Z11
+	VPDPBUSD.BCST     184(DI), Z6, Z10
+	VPDPBUSD.BCST     188(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  40(DX), Z10, Z18
+	VFNMADD231PS.BCST 44(DX), Z26, Z18
+	VPANDD            1856(SI), Z9, Z0
+	VPANDD            1920(SI), Z9, Z1
+	VPANDD            1984(SI), Z9, Z2
+	VPANDD            2048(SI), Z9, Z3
+	VPANDD            2112(SI), Z9, Z4
+	VPANDD            2176(SI), Z9, Z5
+	VPANDD            2240(SI), Z9, Z6
+	VPANDD            2304(SI), Z9, Z7
+	VPMOVZXBD         160(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         288(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     192(DI), Z0, Z10
+	VPDPBUSD.BCST     196(DI), Z1, Z11
+	VPDPBUSD.BCST     200(DI), Z2, Z10
+	VPDPBUSD.BCST     204(DI), Z3, Z11
+	VPDPBUSD.BCST     208(DI), Z4, Z10
+	VPDPBUSD.BCST     212(DI), Z5, Z11
+	VPDPBUSD.BCST     216(DI), Z6, Z10
+	VPDPBUSD.BCST     220(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  48(DX), Z10, Z18
+	VFNMADD231PS.BCST 52(DX), Z26, Z18
+	VPSRLW            $0x04, 1856(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1920(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1984(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 2048(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 2112(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 2176(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 2240(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 2304(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         176(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         304(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     224(DI), Z0, Z10
+	VPDPBUSD.BCST     228(DI), Z1, Z11
+	VPDPBUSD.BCST     232(DI), Z2, Z10
+	VPDPBUSD.BCST     236(DI), Z3, Z11
+	VPDPBUSD.BCST     240(DI), Z4, Z10
+	VPDPBUSD.BCST     244(DI), Z5, Z11
+	VPDPBUSD.BCST     248(DI), Z6, Z10
+	VPDPBUSD.BCST     252(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  56(DX), Z10, Z18
+	VFNMADD231PS.BCST 60(DX), Z26, Z18
+	ADDQ              $0x00000940, SI
+	ADDQ              $0x00000100, DI
+	ADDQ              $0x40, DX
+	DECQ              CX
+	JNZ               block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_Kx2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_Kx2AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS         (SI), Z27
+	VCVTPH2PS         32(SI), Z28
+	VPANDD            320(SI), Z9, Z0
+	VPANDD            384(SI), Z9, Z1
+	VPANDD            448(SI), Z9, Z2
+	VPANDD            512(SI), Z9, Z3
+	VPANDD            576(SI), Z9, Z4
+	VPANDD            640(SI), Z9, Z5
+	VPANDD            704(SI), Z9, Z6
+	VPANDD            768(SI), Z9, Z7
+	VPMOVZXBD         64(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         192(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     (DI), Z0, Z10
+	VPDPBUSD.BCST     (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     4(DI), Z1, Z10
+	VPDPBUSD.BCST     4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     8(DI), Z2, Z10
+	VPDPBUSD.BCST     8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     12(DI), Z3, Z10
+	VPDPBUSD.BCST     12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     16(DI), Z4, Z10
+	VPDPBUSD.BCST     16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     20(DI), Z5, Z10
+	VPDPBUSD.BCST     20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     24(DI), Z6, Z10
+	VPDPBUSD.BCST     24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     28(DI), Z7, Z10
+	VPDPBUSD.BCST     28(DI)(R9*4), Z7, Z11
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  (DX), Z10, Z18
+	VFNMADD231PS.BCST 4(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  (DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 4(DX)(R9*1), Z26, Z19
+	VPSRLW            $0x04, 320(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 384(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 448(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 512(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 576(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 640(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 704(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 768(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         80(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         208(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     32(DI), Z0, Z10
+	VPDPBUSD.BCST     32(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     36(DI), Z1, Z10
+	VPDPBUSD.BCST     36(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     40(DI), Z2, Z10
+	VPDPBUSD.BCST     40(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     44(DI), Z3, Z10
+	VPDPBUSD.BCST     44(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     48(DI), Z4, Z10
+	VPDPBUSD.BCST     48(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     52(DI), Z5, Z10
+	VPDPBUSD.BCST     52(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     56(DI), Z6, Z10
+	VPDPBUSD.BCST     56(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     60(DI), Z7, Z10
+	VPDPBUSD.BCST     60(DI)(R9*4), Z7, Z11
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  8(DX), Z10, Z18
+	VFNMADD231PS.BCST 12(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  8(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 12(DX)(R9*1), Z26, Z19
+	VPANDD            832(SI), Z9, Z0
+	VPANDD            896(SI), Z9, Z1
+	VPANDD            960(SI), Z9, Z2
+	VPANDD            1024(SI), Z9, Z3
+	VPANDD            1088(SI), Z9, Z4
+	VPANDD            1152(SI), Z9, Z5
+	VPANDD            1216(SI), Z9, Z6
+	VPANDD            1280(SI), Z9, Z7
+	VPMOVZXBD         96(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         224(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     64(DI), Z0, Z10
+	VPDPBUSD.BCST     64(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     68(DI), Z1, Z10
+	VPDPBUSD.BCST     68(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     72(DI), Z2, Z10
+	VPDPBUSD.BCST     72(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     76(DI), Z3, Z10
+	VPDPBUSD.BCST     76(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     80(DI), Z4, Z10
+	VPDPBUSD.BCST     80(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     84(DI), Z5, Z10
+	VPDPBUSD.BCST     84(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     88(DI), Z6, Z10
+	VPDPBUSD.BCST     88(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     92(DI), Z7, Z10
+	VPDPBUSD.BCST     92(DI)(R9*4), Z7, Z11
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  16(DX), Z10, Z18
+	VFNMADD231PS.BCST 20(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  16(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 20(DX)(R9*1), Z26, Z19
+	VPSRLW            $0x04, 832(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 896(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 960(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1024(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1088(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1152(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1216(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1280(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         112(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         240(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     96(DI), Z0, Z10
+	VPDPBUSD.BCST     96(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     100(DI), Z1, Z10
+	VPDPBUSD.BCST     100(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     104(DI), Z2, Z10
+	VPDPBUSD.BCST     104(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     108(DI), Z3, Z10
+	VPDPBUSD.BCST     108(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     112(DI), Z4, Z10
+	VPDPBUSD.BCST     112(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     116(DI), Z5, Z10
+	VPDPBUSD.BCST     116(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     120(DI), Z6, Z10
+	VPDPBUSD.BCST     120(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     124(DI), Z7, Z10
+	VPDPBUSD.BCST     124(DI)(R9*4), Z7, Z11
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  24(DX), Z10, Z18
+	VFNMADD231PS.BCST 28(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  24(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 28(DX)(R9*1), Z26, Z19
+	VPANDD            1344(SI), Z9, Z0
+	VPANDD            1408(SI), Z9, Z1
+	VPANDD            1472(SI), Z9, Z2
+	VPANDD            1536(SI), Z9, Z3
+	VPANDD            1600(SI), Z9, Z4
+	VPANDD            1664(SI), Z9, Z5
+	VPANDD            1728(SI), Z9, Z6
+	VPANDD            1792(SI), Z9, Z7
+	VPMOVZXBD         128(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         256(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     128(DI), Z0, Z10
+	VPDPBUSD.BCST     128(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     132(DI), Z1, Z10
+	VPDPBUSD.BCST     132(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     136(DI), Z2, Z10
+	VPDPBUSD.BCST     136(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     140(DI), Z3, Z10
+	VPDPBUSD.BCST     140(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     144(DI), Z4, Z10
+	VPDPBUSD.BCST     144(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     148(DI), Z5, Z10
+	VPDPBUSD.BCST     148(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     152(DI), Z6, Z10
+	VPDPBUSD.BCST     152(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     156(DI), Z7, Z10
+	VPDPBUSD.BCST     156(DI)(R9*4), Z7, Z11
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  32(DX), Z10, Z18
+	VFNMADD231PS.BCST 36(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  32(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 36(DX)(R9*1), Z26, Z19
+	VPSRLW            $0x04, 1344(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1408(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1472(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1536(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1600(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1664(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1728(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1792(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         144(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         272(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     160(DI), Z0, Z10
+	VPDPBUSD.BCST     160(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     164(DI), Z1, Z10
+	VPDPBUSD.BCST     164(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     168(DI), Z2, Z10
+	VPDPBUSD.BCST     168(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     172(DI), Z3, Z10
+	VPDPBUSD.BCST     172(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     176(DI), Z4, Z10
+	VPDPBUSD.BCST     176(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     180(DI), Z5, Z10
+	VPDPBUSD.BCST     180(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     184(DI), Z6, Z10
+	VPDPBUSD.BCST     184(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     188(DI), Z7, Z10
+	VPDPBUSD.BCST     188(DI)(R9*4), Z7, Z11
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  40(DX), Z10, Z18
+	VFNMADD231PS.BCST 44(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  40(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 44(DX)(R9*1), Z26, Z19
+	VPANDD            1856(SI), Z9, Z0
+	VPANDD            1920(SI), Z9, Z1
+	VPANDD            1984(SI), Z9, Z2
+	VPANDD            2048(SI), Z9, Z3
+	VPANDD            2112(SI), Z9, Z4
+	VPANDD            2176(SI), Z9, Z5
+	VPANDD            2240(SI), Z9, Z6
+	VPANDD            2304(SI), Z9, Z7
+	VPMOVZXBD         160(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         288(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     192(DI), Z0, Z10
+	VPDPBUSD.BCST     192(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     196(DI), Z1, Z10
+	VPDPBUSD.BCST     196(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     200(DI), Z2, Z10
+	VPDPBUSD.BCST     200(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     204(DI), Z3, Z10
+	VPDPBUSD.BCST     204(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     208(DI), Z4, Z10
+	VPDPBUSD.BCST     208(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     212(DI), Z5, Z10
+	VPDPBUSD.BCST     212(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     216(DI), Z6, Z10
+	VPDPBUSD.BCST     216(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     220(DI), Z7, Z10
+	VPDPBUSD.BCST     220(DI)(R9*4), Z7, Z11
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  48(DX), Z10, Z18
+	VFNMADD231PS.BCST 52(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  48(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 52(DX)(R9*1), Z26, Z19
+	VPSRLW            $0x04, 1856(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1920(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1984(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 2048(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 2112(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 2176(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 2240(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 2304(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         176(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         304(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     224(DI), Z0, Z10
+	VPDPBUSD.BCST     224(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     228(DI), Z1, Z10
+	VPDPBUSD.BCST     228(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     232(DI), Z2, Z10
+	VPDPBUSD.BCST     232(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     236(DI), Z3, Z10
+	VPDPBUSD.BCST     236(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     240(DI), Z4, Z10
+	VPDPBUSD.BCST     240(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     244(DI), Z5, Z10
+	VPDPBUSD.BCST     244(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     248(DI), Z6, Z10
+	VPDPBUSD.BCST     248(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     252(DI), Z7, Z10
+	VPDPBUSD.BCST     252(DI)(R9*4), Z7, Z11
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  56(DX), Z10, Z18
+	VFNMADD231PS.BCST 60(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  56(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 60(DX)(R9*1), Z26, Z19
+	ADDQ              $0x00000940, SI
+	ADDQ              $0x00000100, DI
+	ADDQ              $0x40, DX
+	DECQ              CX
+	JNZ               block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_Kx3AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_Kx3AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS         (SI), Z27
+	VCVTPH2PS         32(SI), Z28
+	VPANDD            320(SI), Z9, Z0
+	VPANDD            384(SI), Z9, Z1
+	VPANDD            448(SI), Z9, Z2
+	VPANDD            512(SI), Z9, Z3
+	VPANDD            576(SI), Z9, Z4
+	VPANDD            640(SI), Z9, Z5
+	VPANDD            704(SI), Z9, Z6
+	VPANDD            768(SI), Z9, Z7
+	VPMOVZXBD         64(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         192(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPDPBUSD.BCST     (DI), Z0, Z10
+	VPDPBUSD.BCST     (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     4(DI), Z1, Z10
+	VPDPBUSD.BCST     4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     8(DI), Z2, Z10
+	VPDPBUSD.BCST     8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     12(DI), Z3, Z10
+	VPDPBUSD.BCST     12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     16(DI), Z4, Z10
+	VPDPBUSD.BCST     16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     20(DI), Z5, Z10
+	VPDPBUSD.BCST     20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     24(DI), Z6, Z10
+	VPDPBUSD.BCST     24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     28(DI), Z7, Z10
+	VPDPBUSD.BCST     28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     28(DI)(R9*8), Z7, Z12
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  (DX), Z10, Z18
+	VFNMADD231PS.BCST 4(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  (DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 4(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  (DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 4(DX)(R10*1), Z26, Z20
+	VPSRLW            $0x04, 320(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 384(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 448(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 512(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 576(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 640(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 704(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 768(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         80(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         208(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPDPBUSD.BCST     32(DI), Z0, Z10
+	VPDPBUSD.BCST     32(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     32(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     36(DI), Z1, Z10
+	VPDPBUSD.BCST     36(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     36(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     40(DI), Z2, Z10
+	VPDPBUSD.BCST     40(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     40(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     44(DI), Z3, Z10
+	VPDPBUSD.BCST     44(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     44(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     48(DI), Z4, Z10
+	VPDPBUSD.BCST     48(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     48(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     52(DI), Z5, Z10
+	VPDPBUSD.BCST     52(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     52(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     56(DI), Z6, Z10
+	VPDPBUSD.BCST     56(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     56(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     60(DI), Z7, Z10
+	VPDPBUSD.BCST     60(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     60(DI)(R9*8), Z7, Z12
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  8(DX), Z10, Z18
+	VFNMADD231PS.BCST 12(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  8(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 12(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  8(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 12(DX)(R10*1), Z26, Z20
+	VPANDD            832(SI), Z9, Z0
+	VPANDD            896(SI), Z9, Z1
+	VPANDD            960(SI), Z9, Z2
+	VPANDD            1024(SI), Z9, Z3
+	VPANDD            1088(SI), Z9, Z4
+	VPANDD            1152(SI), Z9, Z5
+	VPANDD            1216(SI), Z9, Z6
+	VPANDD            1280(SI), Z9, Z7
+	VPMOVZXBD         96(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         224(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPDPBUSD.BCST     64(DI), Z0, Z10
+	VPDPBUSD.BCST     64(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     64(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     68(DI), Z1, Z10
+	VPDPBUSD.BCST     68(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     68(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     72(DI), Z2, Z10
+	VPDPBUSD.BCST     72(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     72(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     76(DI), Z3, Z10
+	VPDPBUSD.BCST     76(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     76(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     80(DI), Z4, Z10
+	VPDPBUSD.BCST     80(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     80(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     84(DI), Z5, Z10
+	VPDPBUSD.BCST     84(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     84(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     88(DI), Z6, Z10
+	VPDPBUSD.BCST     88(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     88(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     92(DI), Z7, Z10
+	VPDPBUSD.BCST     92(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     92(DI)(R9*8), Z7, Z12
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  16(DX), Z10, Z18
+	VFNMADD231PS.BCST 20(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  16(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 20(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  16(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 20(DX)(R10*1), Z26, Z20
+	VPSRLW            $0x04, 832(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 896(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 960(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1024(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1088(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1152(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1216(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1280(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         112(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         240(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPDPBUSD.BCST     96(DI), Z0, Z10
+	VPDPBUSD.BCST     96(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     96(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     100(DI), Z1, Z10
+	VPDPBUSD.BCST     100(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     100(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     104(DI), Z2, Z10
+	VPDPBUSD.BCST     104(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     104(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     108(DI), Z3, Z10
+	VPDPBUSD.BCST     108(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     108(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     112(DI), Z4, Z10
+	VPDPBUSD.BCST     112(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     112(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     116(DI), Z5, Z10
+	VPDPBUSD.BCST     116(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     116(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     120(DI), Z6, Z10
+	VPDPBUSD.BCST     120(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     120(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     124(DI), Z7, Z10
+	VPDPBUSD.BCST     124(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     124(DI)(R9*8), Z7, Z12
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  24(DX), Z10, Z18
+	VFNMADD231PS.BCST 28(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  24(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 28(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  24(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 28(DX)(R10*1), Z26, Z20
+	VPANDD            1344(SI), Z9, Z0
+	VPANDD            1408(SI), Z9, Z1
+	VPANDD            1472(SI), Z9, Z2
+	VPANDD            1536(SI), Z9, Z3
+	VPANDD            1600(SI), Z9, Z4
+	VPANDD            1664(SI), Z9, Z5
+	VPANDD            1728(SI), Z9, Z6
+	VPANDD            1792(SI), Z9, Z7
+	VPMOVZXBD         128(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         256(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPDPBUSD.BCST     128(DI), Z0, Z10
+	VPDPBUSD.BCST     128(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     128(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     132(DI), Z1, Z10
+	VPDPBUSD.BCST     132(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     132(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     136(DI), Z2, Z10
+	VPDPBUSD.BCST     136(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     136(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     140(DI), Z3, Z10
+	VPDPBUSD.BCST     140(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     140(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     144(DI), Z4, Z10
+	VPDPBUSD.BCST     144(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     144(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     148(DI), Z5, Z10
+	VPDPBUSD.BCST     148(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     148(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     152(DI), Z6, Z10
+	VPDPBUSD.BCST     152(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     152(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     156(DI), Z7, Z10
+	VPDPBUSD.BCST     156(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     156(DI)(R9*8), Z7, Z12
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  32(DX), Z10, Z18
+	VFNMADD231PS.BCST 36(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  32(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 36(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  32(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 36(DX)(R10*1), Z26, Z20
+	VPSRLW            $0x04, 1344(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1408(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1472(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1536(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1600(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1664(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1728(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1792(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         144(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         272(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPDPBUSD.BCST     160(DI), Z0, Z10
+	VPDPBUSD.BCST     160(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     160(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     164(DI), Z1, Z10
+	VPDPBUSD.BCST     164(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     164(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     168(DI), Z2, Z10
+	VPDPBUSD.BCST     168(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     168(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     172(DI), Z3, Z10
+	VPDPBUSD.BCST     172(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     172(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     176(DI), Z4, Z10
+	VPDPBUSD.BCST     176(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     176(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     180(DI), Z5, Z10
+	VPDPBUSD.BCST     180(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     180(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     184(DI), Z6, Z10
+	VPDPBUSD.BCST     184(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     184(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     188(DI), Z7, Z10
+	VPDPBUSD.BCST     188(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     188(DI)(R9*8), Z7, Z12
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  40(DX), Z10, Z18
+	VFNMADD231PS.BCST 44(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  40(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 44(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  40(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 44(DX)(R10*1), Z26, Z20
+	VPANDD            1856(SI), Z9, Z0
+	VPANDD            1920(SI), Z9, Z1
+	VPANDD            1984(SI), Z9, Z2
+	VPANDD            2048(SI), Z9, Z3
+	VPANDD            2112(SI), Z9, Z4
+	VPANDD            2176(SI), Z9, Z5
+	VPANDD            2240(SI), Z9, Z6
+	VPANDD            2304(SI), Z9, Z7
+	VPMOVZXBD         160(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         288(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPDPBUSD.BCST     192(DI), Z0, Z10
+	VPDPBUSD.BCST     192(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     192(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     196(DI), Z1, Z10
+	VPDPBUSD.BCST     196(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     196(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     200(DI), Z2, Z10
+	VPDPBUSD.BCST     200(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     200(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     204(DI), Z3, Z10
+	VPDPBUSD.BCST     204(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     204(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     208(DI), Z4, Z10
+	VPDPBUSD.BCST     208(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     208(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     212(DI), Z5, Z10
+	VPDPBUSD.BCST     212(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     212(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     216(DI), Z6, Z10
+	VPDPBUSD.BCST     216(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     216(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     220(DI), Z7, Z10
+	VPDPBUSD.BCST     220(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     220(DI)(R9*8), Z7, Z12
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  48(DX), Z10, Z18
+	VFNMADD231PS.BCST 52(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  48(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 52(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  48(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 52(DX)(R10*1), Z26, Z20
+	VPSRLW            $0x04, 1856(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1920(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1984(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 2048(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 2112(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 2176(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 2240(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 2304(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         176(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         304(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPDPBUSD.BCST     224(DI), Z0, Z10
+	VPDPBUSD.BCST     224(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     224(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     228(DI), Z1, Z10
+	VPDPBUSD.BCST     228(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     228(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     232(DI), Z2, Z10
+	VPDPBUSD.BCST     232(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     232(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     236(DI), Z3, Z10
+	VPDPBUSD.BCST     236(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     236(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     240(DI), Z4, Z10
+	VPDPBUSD.BCST     240(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     240(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     244(DI), Z5, Z10
+	VPDPBUSD.BCST     244(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     244(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     248(DI), Z6, Z10
+	VPDPBUSD.BCST     248(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     248(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     252(DI), Z7, Z10
+	VPDPBUSD.BCST     252(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     252(DI)(R9*8), Z7, Z12
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  56(DX), Z10, Z18
+	VFNMADD231PS.BCST 60(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  56(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 60(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  56(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 60(DX)(R10*1), Z26, Z20
+	ADDQ              $0x00000940, SI
+	ADDQ              $0x00000100, DI
+	ADDQ              $0x40, DX
+	DECQ              CX
+	JNZ               block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_Kx4AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_Kx4AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS         (SI), Z27
+	VCVTPH2PS         32(SI), Z28
+	VPANDD            320(SI), Z9, Z0
+	VPANDD            384(SI), Z9, Z1
+	VPANDD            448(SI), Z9, Z2
+	VPANDD            512(SI), Z9, Z3
+	VPANDD            576(SI), Z9, Z4
+	VPANDD            640(SI), Z9, Z5
+	VPANDD            704(SI), Z9, Z6
+	VPANDD            768(SI), Z9, Z7
+	VPMOVZXBD         64(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         192(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     (DI), Z0, Z10
+	VPDPBUSD.BCST     (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     4(DI), Z1, Z10
+	VPDPBUSD.BCST     4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     8(DI), Z2, Z10
+	VPDPBUSD.BCST     8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     12(DI), Z3, Z10
+	VPDPBUSD.BCST     12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     16(DI), Z4, Z10
+	VPDPBUSD.BCST     16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     20(DI), Z5, Z10
+	VPDPBUSD.BCST     20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     24(DI), Z6, Z10
+	VPDPBUSD.BCST     24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     28(DI), Z7, Z10
+	VPDPBUSD.BCST     28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     28(DI)(R11*4), Z7, Z13
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  (DX), Z10, Z18
+	VFNMADD231PS.BCST 4(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  (DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 4(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  (DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 4(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  (DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 4(DX)(R11*1), Z26, Z21
+	VPSRLW            $0x04, 320(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 384(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 448(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 512(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 576(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 640(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 704(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 768(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         80(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         208(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     32(DI), Z0, Z10
+	VPDPBUSD.BCST     32(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     32(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     32(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     36(DI), Z1, Z10
+	VPDPBUSD.BCST     36(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     36(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     36(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     40(DI), Z2, Z10
+	VPDPBUSD.BCST     40(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     40(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     40(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     44(DI), Z3, Z10
+	VPDPBUSD.BCST     44(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     44(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     44(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     48(DI), Z4, Z10
+	VPDPBUSD.BCST     48(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     48(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     48(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     52(DI), Z5, Z10
+	VPDPBUSD.BCST     52(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     52(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     52(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     56(DI), Z6, Z10
+	VPDPBUSD.BCST     56(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     56(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     56(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     60(DI), Z7, Z10
+	VPDPBUSD.BCST     60(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     60(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     60(DI)(R11*4), Z7, Z13
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  8(DX), Z10, Z18
+	VFNMADD231PS.BCST 12(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  8(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 12(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  8(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 12(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  8(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 12(DX)(R11*1), Z26, Z21
+	VPANDD            832(SI), Z9, Z0
+	VPANDD            896(SI), Z9, Z1
+	VPANDD            960(SI), Z9, Z2
+	VPANDD            1024(SI), Z9, Z3
+	VPANDD            1088(SI), Z9, Z4
+	VPANDD            1152(SI), Z9, Z5
+	VPANDD            1216(SI), Z9, Z6
+	VPANDD            1280(SI), Z9, Z7
+	VPMOVZXBD         96(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         224(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     64(DI), Z0, Z10
+	VPDPBUSD.BCST     64(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     64(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     64(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     68(DI), Z1, Z10
+	VPDPBUSD.BCST     68(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     68(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     68(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     72(DI), Z2, Z10
+	VPDPBUSD.BCST     72(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     72(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     72(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     76(DI), Z3, Z10
+	VPDPBUSD.BCST     76(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     76(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     76(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     80(DI), Z4, Z10
+	VPDPBUSD.BCST     80(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     80(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     80(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     84(DI), Z5, Z10
+	VPDPBUSD.BCST     84(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     84(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     84(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     88(DI), Z6, Z10
+	VPDPBUSD.BCST     88(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     88(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     88(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     92(DI), Z7, Z10
+	VPDPBUSD.BCST     92(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     92(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     92(DI)(R11*4), Z7, Z13
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  16(DX), Z10, Z18
+	VFNMADD231PS.BCST 20(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  16(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 20(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  16(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 20(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  16(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 20(DX)(R11*1), Z26, Z21
+	VPSRLW            $0x04, 832(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 896(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 960(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1024(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1088(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1152(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1216(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1280(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         112(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         240(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     96(DI), Z0, Z10
+	VPDPBUSD.BCST     96(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     96(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     96(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     100(DI), Z1, Z10
+	VPDPBUSD.BCST     100(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     100(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     100(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     104(DI), Z2, Z10
+	VPDPBUSD.BCST     104(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     104(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     104(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     108(DI), Z3, Z10
+	VPDPBUSD.BCST     108(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     108(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     108(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     112(DI), Z4, Z10
+	VPDPBUSD.BCST     112(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     112(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     112(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     116(DI), Z5, Z10
+	VPDPBUSD.BCST     116(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     116(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     116(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     120(DI), Z6, Z10
+	VPDPBUSD.BCST     120(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     120(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     120(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     124(DI), Z7, Z10
+	VPDPBUSD.BCST     124(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     124(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     124(DI)(R11*4), Z7, Z13
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  24(DX), Z10, Z18
+	VFNMADD231PS.BCST 28(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  24(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 28(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  24(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 28(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  24(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 28(DX)(R11*1), Z26, Z21
+	VPANDD            1344(SI), Z9, Z0
+	VPANDD            1408(SI), Z9, Z1
+	VPANDD            1472(SI), Z9, Z2
+	VPANDD            1536(SI), Z9, Z3
+	VPANDD            1600(SI), Z9, Z4
+	VPANDD            1664(SI), Z9, Z5
+	VPANDD            1728(SI), Z9, Z6
+	VPANDD            1792(SI), Z9, Z7
+	VPMOVZXBD         128(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         256(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     128(DI), Z0, Z10
+	VPDPBUSD.BCST     128(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     128(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     128(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     132(DI), Z1, Z10
+	VPDPBUSD.BCST     132(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     132(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     132(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     136(DI), Z2, Z10
+	VPDPBUSD.BCST     136(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     136(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     136(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     140(DI), Z3, Z10
+	VPDPBUSD.BCST     140(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     140(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     140(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     144(DI), Z4, Z10
+	VPDPBUSD.BCST     144(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     144(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     144(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     148(DI), Z5, Z10
+	VPDPBUSD.BCST     148(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     148(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     148(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     152(DI), Z6, Z10
+	VPDPBUSD.BCST     152(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     152(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     152(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     156(DI), Z7, Z10
+	VPDPBUSD.BCST     156(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     156(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     156(DI)(R11*4), Z7, Z13
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  32(DX), Z10, Z18
+	VFNMADD231PS.BCST 36(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  32(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 36(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  32(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 36(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  32(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 36(DX)(R11*1), Z26, Z21
+	VPSRLW            $0x04, 1344(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1408(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1472(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1536(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1600(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1664(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1728(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1792(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         144(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         272(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     160(DI), Z0, Z10
+	VPDPBUSD.BCST     160(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     160(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     160(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     164(DI), Z1, Z10
+	VPDPBUSD.BCST     164(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     164(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     164(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     168(DI), Z2, Z10
+	VPDPBUSD.BCST     168(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     168(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     168(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     172(DI), Z3, Z10
+	VPDPBUSD.BCST     172(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     172(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     172(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     176(DI), Z4, Z10
+	VPDPBUSD.BCST     176(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     176(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     176(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     180(DI), Z5, Z10
+	VPDPBUSD.BCST     180(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     180(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     180(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     184(DI), Z6, Z10
+	VPDPBUSD.BCST     184(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     184(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     184(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     188(DI), Z7, Z10
+	VPDPBUSD.BCST     188(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     188(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     188(DI)(R11*4), Z7, Z13
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  40(DX), Z10, Z18
+	VFNMADD231PS.BCST 44(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  40(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 44(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  40(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 44(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  40(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 44(DX)(R11*1), Z26, Z21
+	VPANDD            1856(SI), Z9, Z0
+	VPANDD            1920(SI), Z9, Z1
+	VPANDD            1984(SI), Z9, Z2
+	VPANDD            2048(SI), Z9, Z3
+	VPANDD            2112(SI), Z9, Z4
+	VPANDD            2176(SI), Z9, Z5
+	VPANDD            2240(SI), Z9, Z6
+	VPANDD            2304(SI), Z9, Z7
+	VPMOVZXBD         160(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         288(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     192(DI), Z0, Z10
+	VPDPBUSD.BCST     192(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     192(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     192(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     196(DI), Z1, Z10
+	VPDPBUSD.BCST     196(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     196(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     196(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     200(DI), Z2, Z10
+	VPDPBUSD.BCST     200(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     200(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     200(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     204(DI), Z3, Z10
+	VPDPBUSD.BCST     204(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     204(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     204(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     208(DI), Z4, Z10
+	VPDPBUSD.BCST     208(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     208(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     208(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     212(DI), Z5, Z10
+	VPDPBUSD.BCST     212(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     212(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     212(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     216(DI), Z6, Z10
+	VPDPBUSD.BCST     216(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     216(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     216(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     220(DI), Z7, Z10
+	VPDPBUSD.BCST     220(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     220(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     220(DI)(R11*4), Z7, Z13
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  48(DX), Z10, Z18
+	VFNMADD231PS.BCST 52(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  48(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 52(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  48(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 52(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  48(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 52(DX)(R11*1), Z26, Z21
+	VPSRLW            $0x04, 1856(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1920(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1984(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 2048(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 2112(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 2176(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 2240(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 2304(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         176(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         304(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     224(DI), Z0, Z10
+	VPDPBUSD.BCST     224(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     224(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     224(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     228(DI), Z1, Z10
+	VPDPBUSD.BCST     228(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     228(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     228(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     232(DI), Z2, Z10
+	VPDPBUSD.BCST     232(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     232(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     232(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     236(DI), Z3, Z10
+	VPDPBUSD.BCST     236(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     236(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     236(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     240(DI), Z4, Z10
+	VPDPBUSD.BCST     240(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     240(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     240(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     244(DI), Z5, Z10
+	VPDPBUSD.BCST     244(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     244(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     244(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     248(DI), Z6, Z10
+	VPDPBUSD.BCST     248(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     248(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     248(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     252(DI), Z7, Z10
+	VPDPBUSD.BCST     252(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     252(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     252(DI)(R11*4), Z7, Z13
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  56(DX), Z10, Z18
+	VFNMADD231PS.BCST 60(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  56(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 60(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  56(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 60(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  56(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 60(DX)(R11*1), Z26, Z21
+	ADDQ              $0x00000940, SI
+	ADDQ              $0x00000100, DI
+	ADDQ              $0x40, DX
+	DECQ              CX
+	JNZ               block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_Kx5AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_Kx5AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS         (SI), Z27
+	VCVTPH2PS         32(SI), Z28
+	VPANDD            320(SI), Z9, Z0
+	VPANDD            384(SI), Z9, Z1
+	VPANDD            448(SI), Z9, Z2
+	VPANDD            512(SI), Z9, Z3
+	VPANDD            576(SI), Z9, Z4
+	VPANDD            640(SI), Z9, Z5
+	VPANDD            704(SI), Z9, Z6
+	VPANDD            768(SI), Z9, Z7
+	VPMOVZXBD         64(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         192(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPDPBUSD.BCST     (DI), Z0, Z10
+	VPDPBUSD.BCST     (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     4(DI), Z1, Z10
+	VPDPBUSD.BCST     4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     8(DI), Z2, Z10
+	VPDPBUSD.BCST     8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     12(DI), Z3, Z10
+	VPDPBUSD.BCST     12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     16(DI), Z4, Z10
+	VPDPBUSD.BCST     16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     20(DI), Z5, Z10
+	VPDPBUSD.BCST     20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     24(DI), Z6, Z10
+	VPDPBUSD.BCST     24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     28(DI), Z7, Z10
+	VPDPBUSD.BCST     28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     28(DI)(R10*8), Z7, Z14
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  (DX), Z10, Z18
+	VFNMADD231PS.BCST 4(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  (DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 4(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  (DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 4(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  (DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 4(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  (DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 4(DX)(R9*4), Z26, Z22
+	VPSRLW            $0x04, 320(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 384(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 448(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 512(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 576(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 640(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 704(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 768(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         80(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         208(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPDPBUSD.BCST     32(DI), Z0, Z10
+	VPDPBUSD.BCST     32(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     32(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     32(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     32(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     36(DI), Z1, Z10
+	VPDPBUSD.BCST     36(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     36(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     36(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     36(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     40(DI), Z2, Z10
+	VPDPBUSD.BCST     40(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     40(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     40(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     40(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     44(DI), Z3, Z10
+	VPDPBUSD.BCST     44(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     44(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     44(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     44(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     48(DI), Z4, Z10
+	VPDPBUSD.BCST     48(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     48(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     48(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     48(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     52(DI), Z5, Z10
+	VPDPBUSD.BCST     52(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     52(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     52(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     52(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     56(DI), Z6, Z10
+	VPDPBUSD.BCST     56(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     56(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     56(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     56(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     60(DI), Z7, Z10
+	VPDPBUSD.BCST     60(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     60(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     60(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     60(DI)(R10*8), Z7, Z14
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  8(DX), Z10, Z18
+	VFNMADD231PS.BCST 12(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  8(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 12(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  8(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 12(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  8(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 12(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  8(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 12(DX)(R9*4), Z26, Z22
+	VPANDD            832(SI), Z9, Z0
+	VPANDD            896(SI), Z9, Z1
+	VPANDD            960(SI), Z9, Z2
+	VPANDD            1024(SI), Z9, Z3
+	VPANDD            1088(SI), Z9, Z4
+	VPANDD            1152(SI), Z9, Z5
+	VPANDD            1216(SI), Z9, Z6
+	VPANDD            1280(SI), Z9, Z7
+	VPMOVZXBD         96(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         224(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPDPBUSD.BCST     64(DI), Z0, Z10
+	VPDPBUSD.BCST     64(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     64(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     64(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     64(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     68(DI), Z1, Z10
+	VPDPBUSD.BCST     68(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     68(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     68(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     68(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     72(DI), Z2, Z10
+	VPDPBUSD.BCST     72(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     72(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     72(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     72(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     76(DI), Z3, Z10
+	VPDPBUSD.BCST     76(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     76(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     76(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     76(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     80(DI), Z4, Z10
+	VPDPBUSD.BCST     80(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     80(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     80(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     80(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     84(DI), Z5, Z10
+	VPDPBUSD.BCST     84(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     84(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     84(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     84(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     88(DI), Z6, Z10
+	VPDPBUSD.BCST     88(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     88(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     88(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     88(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     92(DI), Z7, Z10
+	VPDPBUSD.BCST     92(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     92(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     92(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     92(DI)(R10*8), Z7, Z14
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  16(DX), Z10, Z18
+	VFNMADD231PS.BCST 20(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  16(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 20(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  16(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 20(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  16(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 20(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  16(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 20(DX)(R9*4), Z26, Z22
+	VPSRLW            $0x04, 832(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 896(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 960(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1024(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1088(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1152(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1216(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1280(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         112(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         240(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPDPBUSD.BCST     96(DI), Z0, Z10
+	VPDPBUSD.BCST     96(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     96(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     96(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     96(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     100(DI), Z1, Z10
+	VPDPBUSD.BCST     100(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     100(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     100(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     100(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     104(DI), Z2, Z10
+	VPDPBUSD.BCST     104(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     104(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     104(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     104(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     108(DI), Z3, Z10
+	VPDPBUSD.BCST     108(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     108(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     108(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     108(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     112(DI), Z4, Z10
+	VPDPBUSD.BCST     112(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     112(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     112(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     112(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     116(DI), Z5, Z10
+	VPDPBUSD.BCST     116(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     116(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     116(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     116(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     120(DI), Z6, Z10
+	VPDPBUSD.BCST     120(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     120(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     120(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     120(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     124(DI), Z7, Z10
+	VPDPBUSD.BCST     124(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     124(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     124(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     124(DI)(R10*8), Z7, Z14
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  24(DX), Z10, Z18
+	VFNMADD231PS.BCST 28(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  24(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 28(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  24(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 28(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  24(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 28(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  24(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 28(DX)(R9*4), Z26, Z22
+	VPANDD            1344(SI), Z9, Z0
+	VPANDD            1408(SI), Z9, Z1
+	VPANDD            1472(SI), Z9, Z2
+	VPANDD            1536(SI), Z9, Z3
+	VPANDD            1600(SI), Z9, Z4
+	VPANDD            1664(SI), Z9, Z5
+	VPANDD            1728(SI), Z9, Z6
+	VPANDD            1792(SI), Z9, Z7
+	VPMOVZXBD         128(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         256(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPDPBUSD.BCST     128(DI), Z0, Z10
+	VPDPBUSD.BCST     128(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     128(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     128(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     128(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     132(DI), Z1, Z10
+	VPDPBUSD.BCST     132(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     132(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     132(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     132(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     136(DI), Z2, Z10
+	VPDPBUSD.BCST     136(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     136(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     136(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     136(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     140(DI), Z3, Z10
+	VPDPBUSD.BCST     140(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     140(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     140(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     140(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     144(DI), Z4, Z10
+	VPDPBUSD.BCST     144(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     144(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     144(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     144(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     148(DI), Z5, Z10
+	VPDPBUSD.BCST     148(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     148(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     148(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     148(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     152(DI), Z6, Z10
+	VPDPBUSD.BCST     152(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     152(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     152(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     152(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     156(DI), Z7, Z10
+	VPDPBUSD.BCST     156(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     156(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     156(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     156(DI)(R10*8), Z7, Z14
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  32(DX), Z10, Z18
+	VFNMADD231PS.BCST 36(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  32(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 36(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  32(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 36(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  32(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 36(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  32(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 36(DX)(R9*4), Z26, Z22
+	VPSRLW            $0x04, 1344(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1408(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1472(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1536(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1600(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1664(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1728(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1792(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         144(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         272(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPDPBUSD.BCST     160(DI), Z0, Z10
+	VPDPBUSD.BCST     160(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     160(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     160(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     160(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     164(DI), Z1, Z10
+	VPDPBUSD.BCST     164(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     164(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     164(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     164(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     168(DI), Z2, Z10
+	VPDPBUSD.BCST     168(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     168(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     168(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     168(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     172(DI), Z3, Z10
+	VPDPBUSD.BCST     172(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     172(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     172(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     172(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     176(DI), Z4, Z10
+	VPDPBUSD.BCST     176(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     176(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     176(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     176(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     180(DI), Z5, Z10
+	VPDPBUSD.BCST     180(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     180(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     180(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     180(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     184(DI), Z6, Z10
+	VPDPBUSD.BCST     184(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     184(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     184(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     184(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     188(DI), Z7, Z10
+	VPDPBUSD.BCST     188(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     188(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     188(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     188(DI)(R10*8), Z7, Z14
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  40(DX), Z10, Z18
+	VFNMADD231PS.BCST 44(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  40(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 44(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  40(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 44(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  40(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 44(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  40(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 44(DX)(R9*4), Z26, Z22
+	VPANDD            1856(SI), Z9, Z0
+	VPANDD            1920(SI), Z9, Z1
+	VPANDD            1984(SI), Z9, Z2
+	VPANDD            2048(SI), Z9, Z3
+	VPANDD            2112(SI), Z9, Z4
+	VPANDD            2176(SI), Z9, Z5
+	VPANDD            2240(SI), Z9, Z6
+	VPANDD            2304(SI), Z9, Z7
+	VPMOVZXBD         160(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         288(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPDPBUSD.BCST     192(DI), Z0, Z10
+	VPDPBUSD.BCST     192(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     192(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     192(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     192(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     196(DI), Z1, Z10
+	VPDPBUSD.BCST     196(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     196(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     196(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     196(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     200(DI), Z2, Z10
+	VPDPBUSD.BCST     200(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     200(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     200(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     200(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     204(DI), Z3, Z10
+	VPDPBUSD.BCST     204(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     204(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     204(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     204(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     208(DI), Z4, Z10
+	VPDPBUSD.BCST     208(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     208(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     208(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     208(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     212(DI), Z5, Z10
+	VPDPBUSD.BCST     212(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     212(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     212(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     212(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     216(DI), Z6, Z10
+	VPDPBUSD.BCST     216(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     216(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     216(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     216(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     220(DI), Z7, Z10
+	VPDPBUSD.BCST     220(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     220(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     220(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     220(DI)(R10*8), Z7, Z14
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  48(DX), Z10, Z18
+	VFNMADD231PS.BCST 52(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  48(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 52(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  48(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 52(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  48(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 52(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  48(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 52(DX)(R9*4), Z26, Z22
+	VPSRLW            $0x04, 1856(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1920(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1984(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 2048(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 2112(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 2176(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 2240(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 2304(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         176(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         304(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPDPBUSD.BCST     224(DI), Z0, Z10
+	VPDPBUSD.BCST     224(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     224(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     224(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     224(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     228(DI), Z1, Z10
+	VPDPBUSD.BCST     228(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     228(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     228(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     228(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     232(DI), Z2, Z10
+	VPDPBUSD.BCST     232(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     232(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     232(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     232(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     236(DI), Z3, Z10
+	VPDPBUSD.BCST     236(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     236(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     236(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     236(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     240(DI), Z4, Z10
+	VPDPBUSD.BCST     240(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     240(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     240(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     240(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     244(DI), Z5, Z10
+	VPDPBUSD.BCST     244(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     244(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     244(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     244(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     248(DI), Z6, Z10
+	VPDPBUSD.BCST     248(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     248(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     248(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     248(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     252(DI), Z7, Z10
+	VPDPBUSD.BCST     252(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     252(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     252(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     252(DI)(R10*8), Z7, Z14
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  56(DX), Z10, Z18
+	VFNMADD231PS.BCST 60(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  56(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 60(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  56(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 60(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  56(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 60(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  56(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 60(DX)(R9*4), Z26, Z22
+	ADDQ              $0x00000940, SI
+	ADDQ              $0x00000100, DI
+	ADDQ              $0x40, DX
+	DECQ              CX
+	JNZ               block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_Kx6AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_Kx6AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS         (SI), Z27
+	VCVTPH2PS         32(SI), Z28
+	VPANDD            320(SI), Z9, Z0
+	VPANDD            384(SI), Z9, Z1
+	VPANDD            448(SI), Z9, Z2
+	VPANDD            512(SI), Z9, Z3
+	VPANDD            576(SI), Z9, Z4
+	VPANDD            640(SI), Z9, Z5
+	VPANDD            704(SI), Z9, Z6
+	VPANDD            768(SI), Z9, Z7
+	VPMOVZXBD         64(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         192(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPDPBUSD.BCST     (DI), Z0, Z10
+	VPDPBUSD.BCST     (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     (DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     4(DI), Z1, Z10
+	VPDPBUSD.BCST     4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     4(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     8(DI), Z2, Z10
+	VPDPBUSD.BCST     8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     8(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     12(DI), Z3, Z10
+	VPDPBUSD.BCST     12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     12(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     16(DI), Z4, Z10
+	VPDPBUSD.BCST     16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     16(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     20(DI), Z5, Z10
+	VPDPBUSD.BCST     20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     20(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     24(DI), Z6, Z10
+	VPDPBUSD.BCST     24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     24(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     28(DI), Z7, Z10
+	VPDPBUSD.BCST     28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     28(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     28(DI)(R12*4), Z7, Z15
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  (DX), Z10, Z18
+	VFNMADD231PS.BCST 4(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  (DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 4(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  (DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 4(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  (DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 4(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  (DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 4(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  (DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 4(DX)(R12*1), Z26, Z23
+	VPSRLW            $0x04, 320(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 384(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 448(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 512(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 576(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 640(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 704(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 768(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         80(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         208(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPDPBUSD.BCST     32(DI), Z0, Z10
+	VPDPBUSD.BCST     32(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     32(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     32(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     32(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     32(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     36(DI), Z1, Z10
+	VPDPBUSD.BCST     36(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     36(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     36(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     36(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     36(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     40(DI), Z2, Z10
+	VPDPBUSD.BCST     40(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     40(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     40(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     40(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     40(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     44(DI), Z3, Z10
+	VPDPBUSD.BCST     44(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     44(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     44(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     44(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     44(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     48(DI), Z4, Z10
+	VPDPBUSD.BCST     48(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     48(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     48(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     48(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     48(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     52(DI), Z5, Z10
+	VPDPBUSD.BCST     52(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     52(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     52(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     52(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     52(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     56(DI), Z6, Z10
+	VPDPBUSD.BCST     56(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     56(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     56(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     56(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     56(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     60(DI), Z7, Z10
+	VPDPBUSD.BCST     60(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     60(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     60(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     60(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     60(DI)(R12*4), Z7, Z15
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  8(DX), Z10, Z18
+	VFNMADD231PS.BCST 12(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  8(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 12(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  8(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 12(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  8(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 12(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  8(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 12(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  8(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 12(DX)(R12*1), Z26, Z23
+	VPANDD            832(SI), Z9, Z0
+	VPANDD            896(SI), Z9, Z1
+	VPANDD            960(SI), Z9, Z2
+	VPANDD            1024(SI), Z9, Z3
+	VPANDD            1088(SI), Z9, Z4
+	VPANDD            1152(SI), Z9, Z5
+	VPANDD            1216(SI), Z9, Z6
+	VPANDD            1280(SI), Z9, Z7
+	VPMOVZXBD         96(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         224(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPDPBUSD.BCST     64(DI), Z0, Z10
+	VPDPBUSD.BCST     64(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     64(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     64(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     64(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     64(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     68(DI), Z1, Z10
+	VPDPBUSD.BCST     68(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     68(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     68(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     68(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     68(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     72(DI), Z2, Z10
+	VPDPBUSD.BCST     72(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     72(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     72(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     72(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     72(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     76(DI), Z3, Z10
+	VPDPBUSD.BCST     76(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     76(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     76(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     76(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     76(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     80(DI), Z4, Z10
+	VPDPBUSD.BCST     80(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     80(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     80(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     80(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     80(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     84(DI), Z5, Z10
+	VPDPBUSD.BCST     84(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     84(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     84(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     84(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     84(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     88(DI), Z6, Z10
+	VPDPBUSD.BCST     88(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     88(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     88(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     88(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     88(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     92(DI), Z7, Z10
+	VPDPBUSD.BCST     92(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     92(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     92(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     92(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     92(DI)(R12*4), Z7, Z15
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  16(DX), Z10, Z18
+	VFNMADD231PS.BCST 20(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  16(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 20(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  16(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 20(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  16(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 20(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  16(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 20(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  16(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 20(DX)(R12*1), Z26, Z23
+	VPSRLW            $0x04, 832(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 896(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 960(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1024(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1088(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1152(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1216(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1280(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         112(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         240(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPDPBUSD.BCST     96(DI), Z0, Z10
+	VPDPBUSD.BCST     96(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     96(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     96(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     96(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     96(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     100(DI), Z1, Z10
+	VPDPBUSD.BCST     100(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     100(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     100(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     100(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     100(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     104(DI), Z2, Z10
+	VPDPBUSD.BCST     104(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     104(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     104(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     104(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     104(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     108(DI), Z3, Z10
+	VPDPBUSD.BCST     108(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     108(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     108(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     108(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     108(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     112(DI), Z4, Z10
+	VPDPBUSD.BCST     112(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     112(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     112(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     112(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     112(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     116(DI), Z5, Z10
+	VPDPBUSD.BCST     116(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     116(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     116(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     116(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     116(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     120(DI), Z6, Z10
+	VPDPBUSD.BCST     120(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     120(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     120(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     120(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     120(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     124(DI), Z7, Z10
+	VPDPBUSD.BCST     124(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     124(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     124(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     124(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     124(DI)(R12*4), Z7, Z15
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  24(DX), Z10, Z18
+	VFNMADD231PS.BCST 28(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  24(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 28(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  24(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 28(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  24(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 28(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  24(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 28(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  24(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 28(DX)(R12*1), Z26, Z23
+	VPANDD            1344(SI), Z9, Z0
+	VPANDD            1408(SI), Z9, Z1
+	VPANDD            1472(SI), Z9, Z2
+	VPANDD            1536(SI), Z9, Z3
+	VPANDD            1600(SI), Z9, Z4
+	VPANDD            1664(SI), Z9, Z5
+	VPANDD            1728(SI), Z9, Z6
+	VPANDD            1792(SI), Z9, Z7
+	VPMOVZXBD         128(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         256(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPDPBUSD.BCST     128(DI), Z0, Z10
+	VPDPBUSD.BCST     128(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     128(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     128(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     128(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     128(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     132(DI), Z1, Z10
+	VPDPBUSD.BCST     132(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     132(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     132(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     132(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     132(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     136(DI), Z2, Z10
+	VPDPBUSD.BCST     136(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     136(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     136(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     136(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     136(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     140(DI), Z3, Z10
+	VPDPBUSD.BCST     140(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     140(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     140(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     140(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     140(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     144(DI), Z4, Z10
+	VPDPBUSD.BCST     144(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     144(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     144(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     144(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     144(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     148(DI), Z5, Z10
+	VPDPBUSD.BCST     148(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     148(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     148(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     148(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     148(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     152(DI), Z6, Z10
+	VPDPBUSD.BCST     152(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     152(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     152(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     152(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     152(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     156(DI), Z7, Z10
+	VPDPBUSD.BCST     156(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     156(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     156(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     156(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     156(DI)(R12*4), Z7, Z15
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  32(DX), Z10, Z18
+	VFNMADD231PS.BCST 36(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  32(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 36(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  32(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 36(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  32(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 36(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  32(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 36(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  32(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 36(DX)(R12*1), Z26, Z23
+	VPSRLW            $0x04, 1344(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1408(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1472(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1536(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1600(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1664(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1728(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1792(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         144(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         272(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPDPBUSD.BCST     160(DI), Z0, Z10
+	VPDPBUSD.BCST     160(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     160(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     160(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     160(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     160(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     164(DI), Z1, Z10
+	VPDPBUSD.BCST     164(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     164(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     164(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     164(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     164(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     168(DI), Z2, Z10
+	VPDPBUSD.BCST     168(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     168(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     168(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     168(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     168(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     172(DI), Z3, Z10
+	VPDPBUSD.BCST     172(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     172(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     172(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     172(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     172(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     176(DI), Z4, Z10
+	VPDPBUSD.BCST     176(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     176(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     176(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     176(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     176(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     180(DI), Z5, Z10
+	VPDPBUSD.BCST     180(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     180(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     180(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     180(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     180(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     184(DI), Z6, Z10
+	VPDPBUSD.BCST     184(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     184(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     184(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     184(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     184(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     188(DI), Z7, Z10
+	VPDPBUSD.BCST     188(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     188(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     188(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     188(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     188(DI)(R12*4), Z7, Z15
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  40(DX), Z10, Z18
+	VFNMADD231PS.BCST 44(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  40(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 44(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  40(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 44(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  40(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 44(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  40(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 44(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  40(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 44(DX)(R12*1), Z26, Z23
+	VPANDD            1856(SI), Z9, Z0
+	VPANDD            1920(SI), Z9, Z1
+	VPANDD            1984(SI), Z9, Z2
+	VPANDD            2048(SI), Z9, Z3
+	VPANDD            2112(SI), Z9, Z4
+	VPANDD            2176(SI), Z9, Z5
+	VPANDD            2240(SI), Z9, Z6
+	VPANDD            2304(SI), Z9, Z7
+	VPMOVZXBD         160(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         288(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPDPBUSD.BCST     192(DI), Z0, Z10
+	VPDPBUSD.BCST     192(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     192(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     192(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     192(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     192(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     196(DI), Z1, Z10
+	VPDPBUSD.BCST     196(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     196(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     196(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     196(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     196(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     200(DI), Z2, Z10
+	VPDPBUSD.BCST     200(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     200(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     200(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     200(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     200(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     204(DI), Z3, Z10
+	VPDPBUSD.BCST     204(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     204(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     204(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     204(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     204(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     208(DI), Z4, Z10
+	VPDPBUSD.BCST     208(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     208(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     208(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     208(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     208(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     212(DI), Z5, Z10
+	VPDPBUSD.BCST     212(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     212(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     212(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     212(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     212(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     216(DI), Z6, Z10
+	VPDPBUSD.BCST     216(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     216(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     216(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     216(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     216(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     220(DI), Z7, Z10
+	VPDPBUSD.BCST     220(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     220(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     220(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     220(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     220(DI)(R12*4), Z7, Z15
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  48(DX), Z10, Z18
+	VFNMADD231PS.BCST 52(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  48(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 52(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  48(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 52(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  48(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 52(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  48(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 52(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  48(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 52(DX)(R12*1), Z26, Z23
+	VPSRLW            $0x04, 1856(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1920(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1984(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 2048(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 2112(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 2176(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 2240(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 2304(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         176(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         304(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPDPBUSD.BCST     224(DI), Z0, Z10
+	VPDPBUSD.BCST     224(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     224(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     224(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     224(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     224(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     228(DI), Z1, Z10
+	VPDPBUSD.BCST     228(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     228(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     228(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     228(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     228(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     232(DI), Z2, Z10
+	VPDPBUSD.BCST     232(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     232(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     232(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     232(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     232(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     236(DI), Z3, Z10
+	VPDPBUSD.BCST     236(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     236(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     236(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     236(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     236(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     240(DI), Z4, Z10
+	VPDPBUSD.BCST     240(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     240(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     240(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     240(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     240(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     244(DI), Z5, Z10
+	VPDPBUSD.BCST     244(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     244(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     244(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     244(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     244(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     248(DI), Z6, Z10
+	VPDPBUSD.BCST     248(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     248(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     248(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     248(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     248(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     252(DI), Z7, Z10
+	VPDPBUSD.BCST     252(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     252(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     252(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     252(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     252(DI)(R12*4), Z7, Z15
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  56(DX), Z10, Z18
+	VFNMADD231PS.BCST 60(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  56(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 60(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  56(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 60(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  56(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 60(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  56(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 60(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  56(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 60(DX)(R12*1), Z26, Z23
+	ADDQ              $0x00000940, SI
+	ADDQ              $0x00000100, DI
+	ADDQ              $0x40, DX
+	DECQ              CX
+	JNZ               block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_Kx7AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_Kx7AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS         (SI), Z27
+	VCVTPH2PS         32(SI), Z28
+	VPANDD            320(SI), Z9, Z0
+	VPANDD            384(SI), Z9, Z1
+	VPANDD            448(SI), Z9, Z2
+	VPANDD            512(SI), Z9, Z3
+	VPANDD            576(SI), Z9, Z4
+	VPANDD            640(SI), Z9, Z5
+	VPANDD            704(SI), Z9, Z6
+	VPANDD            768(SI), Z9, Z7
+	VPMOVZXBD         64(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         192(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPDPBUSD.BCST     (DI), Z0, Z10
+	VPDPBUSD.BCST     (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     (DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     (DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     4(DI), Z1, Z10
+	VPDPBUSD.BCST     4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     4(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     4(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     8(DI), Z2, Z10
+	VPDPBUSD.BCST     8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     8(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     8(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     12(DI), Z3, Z10
+	VPDPBUSD.BCST     12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     12(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     12(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     16(DI), Z4, Z10
+	VPDPBUSD.BCST     16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     16(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     16(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     20(DI), Z5, Z10
+	VPDPBUSD.BCST     20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     20(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     20(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     24(DI), Z6, Z10
+	VPDPBUSD.BCST     24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     24(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     24(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     28(DI), Z7, Z10
+	VPDPBUSD.BCST     28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     28(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     28(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     28(DI)(R11*8), Z7, Z16
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  (DX), Z10, Z18
+	VFNMADD231PS.BCST 4(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  (DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 4(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  (DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 4(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  (DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 4(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  (DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 4(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  (DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 4(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  (DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 4(DX)(R11*2), Z26, Z24
+	VPSRLW            $0x04, 320(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 384(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 448(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 512(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 576(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 640(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 704(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 768(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         80(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         208(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPDPBUSD.BCST     32(DI), Z0, Z10
+	VPDPBUSD.BCST     32(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     32(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     32(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     32(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     32(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     32(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     36(DI), Z1, Z10
+	VPDPBUSD.BCST     36(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     36(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     36(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     36(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     36(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     36(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     40(DI), Z2, Z10
+	VPDPBUSD.BCST     40(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     40(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     40(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     40(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     40(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     40(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     44(DI), Z3, Z10
+	VPDPBUSD.BCST     44(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     44(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     44(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     44(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     44(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     44(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     48(DI), Z4, Z10
+	VPDPBUSD.BCST     48(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     48(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     48(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     48(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     48(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     48(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     52(DI), Z5, Z10
+	VPDPBUSD.BCST     52(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     52(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     52(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     52(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     52(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     52(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     56(DI), Z6, Z10
+	VPDPBUSD.BCST     56(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     56(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     56(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     56(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     56(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     56(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     60(DI), Z7, Z10
+	VPDPBUSD.BCST     60(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     60(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     60(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     60(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     60(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     60(DI)(R11*8), Z7, Z16
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  8(DX), Z10, Z18
+	VFNMADD231PS.BCST 12(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  8(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 12(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  8(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 12(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  8(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 12(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  8(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 12(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  8(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 12(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  8(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 12(DX)(R11*2), Z26, Z24
+	VPANDD            832(SI), Z9, Z0
+	VPANDD            896(SI), Z9, Z1
+	VPANDD            960(SI), Z9, Z2
+	VPANDD            1024(SI), Z9, Z3
+	VPANDD            1088(SI), Z9, Z4
+	VPANDD            1152(SI), Z9, Z5
+	VPANDD            1216(SI), Z9, Z6
+	VPANDD            1280(SI), Z9, Z7
+	VPMOVZXBD         96(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         224(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPDPBUSD.BCST     64(DI), Z0, Z10
+	VPDPBUSD.BCST     64(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     64(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     64(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     64(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     64(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     64(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     68(DI), Z1, Z10
+	VPDPBUSD.BCST     68(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     68(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     68(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     68(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     68(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     68(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     72(DI), Z2, Z10
+	VPDPBUSD.BCST     72(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     72(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     72(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     72(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     72(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     72(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     76(DI), Z3, Z10
+	VPDPBUSD.BCST     76(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     76(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     76(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     76(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     76(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     76(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     80(DI), Z4, Z10
+	VPDPBUSD.BCST     80(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     80(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     80(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     80(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     80(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     80(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     84(DI), Z5, Z10
+	VPDPBUSD.BCST     84(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     84(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     84(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     84(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     84(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     84(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     88(DI), Z6, Z10
+	VPDPBUSD.BCST     88(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     88(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     88(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     88(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     88(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     88(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     92(DI), Z7, Z10
+	VPDPBUSD.BCST     92(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     92(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     92(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     92(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     92(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     92(DI)(R11*8), Z7, Z16
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  16(DX), Z10, Z18
+	VFNMADD231PS.BCST 20(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  16(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 20(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  16(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 20(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  16(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 20(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  16(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 20(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  16(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 20(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  16(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 20(DX)(R11*2), Z26, Z24
+	VPSRLW            $0x04, 832(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 896(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 960(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1024(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1088(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1152(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1216(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1280(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         112(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         240(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPDPBUSD.BCST     96(DI), Z0, Z10
+	VPDPBUSD.BCST     96(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     96(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     96(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     96(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     96(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     96(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     100(DI), Z1, Z10
+	VPDPBUSD.BCST     100(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     100(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     100(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     100(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     100(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     100(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     104(DI), Z2, Z10
+	VPDPBUSD.BCST     104(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     104(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     104(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     104(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     104(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     104(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     108(DI), Z3, Z10
+	VPDPBUSD.BCST     108(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     108(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     108(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     108(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     108(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     108(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     112(DI), Z4, Z10
+	VPDPBUSD.BCST     112(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     112(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     112(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     112(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     112(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     112(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     116(DI), Z5, Z10
+	VPDPBUSD.BCST     116(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     116(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     116(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     116(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     116(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     116(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     120(DI), Z6, Z10
+	VPDPBUSD.BCST     120(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     120(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     120(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     120(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     120(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     120(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     124(DI), Z7, Z10
+	VPDPBUSD.BCST     124(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     124(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     124(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     124(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     124(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     124(DI)(R11*8), Z7, Z16
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  24(DX), Z10, Z18
+	VFNMADD231PS.BCST 28(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  24(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 28(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  24(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 28(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  24(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 28(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  24(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 28(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  24(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 28(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  24(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 28(DX)(R11*2), Z26, Z24
+	VPANDD            1344(SI), Z9, Z0
+	VPANDD            1408(SI), Z9, Z1
+	VPANDD            1472(SI), Z9, Z2
+	VPANDD            1536(SI), Z9, Z3
+	VPANDD            1600(SI), Z9, Z4
+	VPANDD            1664(SI), Z9, Z5
+	VPANDD            1728(SI), Z9, Z6
+	VPANDD            1792(SI), Z9, Z7
+	VPMOVZXBD         128(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         256(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPDPBUSD.BCST     128(DI), Z0, Z10
+	VPDPBUSD.BCST     128(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     128(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     128(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     128(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     128(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     128(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     132(DI), Z1, Z10
+	VPDPBUSD.BCST     132(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     132(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     132(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     132(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     132(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     132(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     136(DI), Z2, Z10
+	VPDPBUSD.BCST     136(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     136(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     136(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     136(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     136(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     136(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     140(DI), Z3, Z10
+	VPDPBUSD.BCST     140(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     140(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     140(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     140(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     140(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     140(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     144(DI), Z4, Z10
+	VPDPBUSD.BCST     144(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     144(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     144(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     144(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     144(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     144(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     148(DI), Z5, Z10
+	VPDPBUSD.BCST     148(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     148(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     148(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     148(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     148(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     148(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     152(DI), Z6, Z10
+	VPDPBUSD.BCST     152(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     152(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     152(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     152(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     152(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     152(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     156(DI), Z7, Z10
+	VPDPBUSD.BCST     156(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     156(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     156(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     156(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     156(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     156(DI)(R11*8), Z7, Z16
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  32(DX), Z10, Z18
+	VFNMADD231PS.BCST 36(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  32(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 36(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  32(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 36(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  32(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 36(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  32(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 36(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  32(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 36(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  32(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 36(DX)(R11*2), Z26, Z24
+	VPSRLW            $0x04, 1344(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1408(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1472(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1536(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1600(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1664(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1728(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1792(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         144(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         272(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPDPBUSD.BCST     160(DI), Z0, Z10
+	VPDPBUSD.BCST     160(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     160(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     160(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     160(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     160(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     160(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     164(DI), Z1, Z10
+	VPDPBUSD.BCST     164(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     164(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     164(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     164(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     164(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     164(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     168(DI), Z2, Z10
+	VPDPBUSD.BCST     168(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     168(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     168(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     168(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     168(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     168(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     172(DI), Z3, Z10
+	VPDPBUSD.BCST     172(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     172(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     172(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     172(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     172(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     172(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     176(DI), Z4, Z10
+	VPDPBUSD.BCST     176(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     176(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     176(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     176(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     176(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     176(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     180(DI), Z5, Z10
+	VPDPBUSD.BCST     180(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     180(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     180(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     180(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     180(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     180(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     184(DI), Z6, Z10
+	VPDPBUSD.BCST     184(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     184(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     184(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     184(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     184(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     184(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     188(DI), Z7, Z10
+	VPDPBUSD.BCST     188(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     188(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     188(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     188(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     188(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     188(DI)(R11*8), Z7, Z16
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  40(DX), Z10, Z18
+	VFNMADD231PS.BCST 44(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  40(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 44(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  40(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 44(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  40(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 44(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  40(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 44(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  40(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 44(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  40(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 44(DX)(R11*2), Z26, Z24
+	VPANDD            1856(SI), Z9, Z0
+	VPANDD            1920(SI), Z9, Z1
+	VPANDD            1984(SI), Z9, Z2
+	VPANDD            2048(SI), Z9, Z3
+	VPANDD            2112(SI), Z9, Z4
+	VPANDD            2176(SI), Z9, Z5
+	VPANDD            2240(SI), Z9, Z6
+	VPANDD            2304(SI), Z9, Z7
+	VPMOVZXBD         160(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         288(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPDPBUSD.BCST     192(DI), Z0, Z10
+	VPDPBUSD.BCST     192(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     192(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     192(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     192(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     192(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     192(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     196(DI), Z1, Z10
+	VPDPBUSD.BCST     196(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     196(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     196(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     196(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     196(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     196(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     200(DI), Z2, Z10
+	VPDPBUSD.BCST     200(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     200(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     200(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     200(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     200(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     200(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     204(DI), Z3, Z10
+	VPDPBUSD.BCST     204(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     204(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     204(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     204(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     204(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     204(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     208(DI), Z4, Z10
+	VPDPBUSD.BCST     208(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     208(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     208(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     208(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     208(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     208(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     212(DI), Z5, Z10
+	VPDPBUSD.BCST     212(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     212(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     212(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     212(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     212(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     212(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     216(DI), Z6, Z10
+	VPDPBUSD.BCST     216(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     216(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     216(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     216(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     216(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     216(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     220(DI), Z7, Z10
+	VPDPBUSD.BCST     220(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     220(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     220(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     220(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     220(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     220(DI)(R11*8), Z7, Z16
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  48(DX), Z10, Z18
+	VFNMADD231PS.BCST 52(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  48(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 52(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  48(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 52(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  48(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 52(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  48(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 52(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  48(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 52(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  48(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 52(DX)(R11*2), Z26, Z24
+	VPSRLW            $0x04, 1856(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1920(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1984(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 2048(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 2112(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 2176(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 2240(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 2304(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         176(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         304(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPDPBUSD.BCST     224(DI), Z0, Z10
+	VPDPBUSD.BCST     224(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     224(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     224(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     224(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     224(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     224(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     228(DI), Z1, Z10
+	VPDPBUSD.BCST     228(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     228(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     228(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     228(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     228(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     228(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     232(DI), Z2, Z10
+	VPDPBUSD.BCST     232(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     232(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     232(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     232(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     232(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     232(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     236(DI), Z3, Z10
+	VPDPBUSD.BCST     236(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     236(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     236(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     236(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     236(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     236(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     240(DI), Z4, Z10
+	VPDPBUSD.BCST     240(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     240(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     240(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     240(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     240(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     240(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     244(DI), Z5, Z10
+	VPDPBUSD.BCST     244(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     244(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     244(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     244(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     244(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     244(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     248(DI), Z6, Z10
+	VPDPBUSD.BCST     248(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     248(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     248(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     248(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     248(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     248(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     252(DI), Z7, Z10
+	VPDPBUSD.BCST     252(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     252(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     252(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     252(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     252(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     252(DI)(R11*8), Z7, Z16
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  56(DX), Z10, Z18
+	VFNMADD231PS.BCST 60(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  56(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 60(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  56(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 60(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  56(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 60(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  56(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 60(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  56(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 60(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  56(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 60(DX)(R11*2), Z26, Z24
+	ADDQ              $0x00000940, SI
+	ADDQ              $0x00000100, DI
+	ADDQ              $0x40, DX
+	DECQ              CX
+	JNZ               block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_Kx8AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ4_Kx8AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS         (SI), Z27
+	VCVTPH2PS         32(SI), Z28
+	VPANDD            320(SI), Z9, Z0
+	VPANDD            384(SI), Z9, Z1
+	VPANDD            448(SI), Z9, Z2
+	VPANDD            512(SI), Z9, Z3
+	VPANDD            576(SI), Z9, Z4
+	VPANDD            640(SI), Z9, Z5
+	VPANDD            704(SI), Z9, Z6
+	VPANDD            768(SI), Z9, Z7
+	VPMOVZXBD         64(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         192(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPXORD            Z17, Z17, Z17
+	VPDPBUSD.BCST     (DI), Z0, Z10
+	VPDPBUSD.BCST     (DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     (DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     (DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     (DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     (DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     (DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     (DI)(R13*4), Z0, Z17
+	VPDPBUSD.BCST     4(DI), Z1, Z10
+	VPDPBUSD.BCST     4(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     4(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     4(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     4(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     4(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     4(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     4(DI)(R13*4), Z1, Z17
+	VPDPBUSD.BCST     8(DI), Z2, Z10
+	VPDPBUSD.BCST     8(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     8(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     8(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     8(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     8(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     8(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     8(DI)(R13*4), Z2, Z17
+	VPDPBUSD.BCST     12(DI), Z3, Z10
+	VPDPBUSD.BCST     12(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     12(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     12(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     12(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     12(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     12(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     12(DI)(R13*4), Z3, Z17
+	VPDPBUSD.BCST     16(DI), Z4, Z10
+	VPDPBUSD.BCST     16(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     16(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     16(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     16(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     16(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     16(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     16(DI)(R13*4), Z4, Z17
+	VPDPBUSD.BCST     20(DI), Z5, Z10
+	VPDPBUSD.BCST     20(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     20(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     20(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     20(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     20(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     20(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     20(DI)(R13*4), Z5, Z17
+	VPDPBUSD.BCST     24(DI), Z6, Z10
+	VPDPBUSD.BCST     24(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     24(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     24(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     24(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     24(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     24(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     24(DI)(R13*4), Z6, Z17
+	VPDPBUSD.BCST     28(DI), Z7, Z10
+	VPDPBUSD.BCST     28(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     28(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     28(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     28(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     28(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     28(DI)(R11*8), Z7, Z16
+	VPDPBUSD.BCST     28(DI)(R13*4), Z7, Z17
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  (DX), Z10, Z18
+	VFNMADD231PS.BCST 4(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  (DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 4(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  (DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 4(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  (DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 4(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  (DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 4(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  (DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 4(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  (DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 4(DX)(R11*2), Z26, Z24
+	VCVTDQ2PS         Z17, Z17
+	VMULPS            Z8, Z17, Z17
+	VFMADD231PS.BCST  (DX)(R13*1), Z17, Z25
+	VFNMADD231PS.BCST 4(DX)(R13*1), Z26, Z25
+	VPSRLW            $0x04, 320(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 384(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 448(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 512(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 576(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 640(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 704(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 768(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         80(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         208(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPXORD            Z17, Z17, Z17
+	VPDPBUSD.BCST     32(DI), Z0, Z10
+	VPDPBUSD.BCST     32(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     32(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     32(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     32(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     32(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     32(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     32(DI)(R13*4), Z0, Z17
+	VPDPBUSD.BCST     36(DI), Z1, Z10
+	VPDPBUSD.BCST     36(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     36(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     36(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     36(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     36(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     36(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     36(DI)(R13*4), Z1, Z17
+	VPDPBUSD.BCST     40(DI), Z2, Z10
+	VPDPBUSD.BCST     40(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     40(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     40(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     40(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     40(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     40(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     40(DI)(R13*4), Z2, Z17
+	VPDPBUSD.BCST     44(DI), Z3, Z10
+	VPDPBUSD.BCST     44(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     44(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     44(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     44(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     44(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     44(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     44(DI)(R13*4), Z3, Z17
+	VPDPBUSD.BCST     48(DI), Z4, Z10
+	VPDPBUSD.BCST     48(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     48(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     48(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     48(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     48(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     48(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     48(DI)(R13*4), Z4, Z17
+	VPDPBUSD.BCST     52(DI), Z5, Z10
+	VPDPBUSD.BCST     52(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     52(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     52(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     52(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     52(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     52(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     52(DI)(R13*4), Z5, Z17
+	VPDPBUSD.BCST     56(DI), Z6, Z10
+	VPDPBUSD.BCST     56(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     56(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     56(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     56(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     56(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     56(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     56(DI)(R13*4), Z6, Z17
+	VPDPBUSD.BCST     60(DI), Z7, Z10
+	VPDPBUSD.BCST     60(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     60(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     60(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     60(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     60(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     60(DI)(R11*8), Z7, Z16
+	VPDPBUSD.BCST     60(DI)(R13*4), Z7, Z17
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  8(DX), Z10, Z18
+	VFNMADD231PS.BCST 12(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  8(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 12(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  8(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 12(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  8(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 12(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  8(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 12(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  8(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 12(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  8(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 12(DX)(R11*2), Z26, Z24
+	VCVTDQ2PS         Z17, Z17
+	VMULPS            Z8, Z17, Z17
+	VFMADD231PS.BCST  8(DX)(R13*1), Z17, Z25
+	VFNMADD231PS.BCST 12(DX)(R13*1), Z26, Z25
+	VPANDD            832(SI), Z9, Z0
+	VPANDD            896(SI), Z9, Z1
+	VPANDD            960(SI), Z9, Z2
+	VPANDD            1024(SI), Z9, Z3
+	VPANDD            1088(SI), Z9, Z4
+	VPANDD            1152(SI), Z9, Z5
+	VPANDD            1216(SI), Z9, Z6
+	VPANDD            1280(SI), Z9, Z7
+	VPMOVZXBD         96(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         224(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPXORD            Z17, Z17, Z17
+	VPDPBUSD.BCST     64(DI), Z0, Z10
+	VPDPBUSD.BCST     64(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     64(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     64(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     64(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     64(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     64(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     64(DI)(R13*4), Z0, Z17
+	VPDPBUSD.BCST     68(DI), Z1, Z10
+	VPDPBUSD.BCST     68(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     68(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     68(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     68(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     68(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     68(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     68(DI)(R13*4), Z1, Z17
+	VPDPBUSD.BCST     72(DI), Z2, Z10
+	VPDPBUSD.BCST     72(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     72(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     72(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     72(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     72(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     72(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     72(DI)(R13*4), Z2, Z17
+	VPDPBUSD.BCST     76(DI), Z3, Z10
+	VPDPBUSD.BCST     76(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     76(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     76(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     76(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     76(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     76(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     76(DI)(R13*4), Z3, Z17
+	VPDPBUSD.BCST     80(DI), Z4, Z10
+	VPDPBUSD.BCST     80(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     80(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     80(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     80(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     80(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     80(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     80(DI)(R13*4), Z4, Z17
+	VPDPBUSD.BCST     84(DI), Z5, Z10
+	VPDPBUSD.BCST     84(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     84(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     84(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     84(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     84(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     84(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     84(DI)(R13*4), Z5, Z17
+	VPDPBUSD.BCST     88(DI), Z6, Z10
+	VPDPBUSD.BCST     88(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     88(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     88(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     88(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     88(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     88(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     88(DI)(R13*4), Z6, Z17
+	VPDPBUSD.BCST     92(DI), Z7, Z10
+	VPDPBUSD.BCST     92(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     92(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     92(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     92(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     92(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     92(DI)(R11*8), Z7, Z16
+	VPDPBUSD.BCST     92(DI)(R13*4), Z7, Z17
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  16(DX), Z10, Z18
+	VFNMADD231PS.BCST 20(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  16(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 20(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  16(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 20(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  16(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 20(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  16(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 20(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  16(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 20(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  16(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 20(DX)(R11*2), Z26, Z24
+	VCVTDQ2PS         Z17, Z17
+	VMULPS            Z8, Z17, Z17
+	VFMADD231PS.BCST  16(DX)(R13*1), Z17, Z25
+	VFNMADD231PS.BCST 20(DX)(R13*1), Z26, Z25
+	VPSRLW            $0x04, 832(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 896(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 960(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1024(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1088(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1152(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1216(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1280(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         112(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         240(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPXORD            Z17, Z17, Z17
+	VPDPBUSD.BCST     96(DI), Z0, Z10
+	VPDPBUSD.BCST     96(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     96(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     96(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     96(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     96(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     96(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     96(DI)(R13*4), Z0, Z17
+	VPDPBUSD.BCST     100(DI), Z1, Z10
+	VPDPBUSD.BCST     100(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     100(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     100(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     100(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     100(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     100(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     100(DI)(R13*4), Z1, Z17
+	VPDPBUSD.BCST     104(DI), Z2, Z10
+	VPDPBUSD.BCST     104(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     104(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     104(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     104(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     104(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     104(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     104(DI)(R13*4), Z2, Z17
+	VPDPBUSD.BCST     108(DI), Z3, Z10
+	VPDPBUSD.BCST     108(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     108(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     108(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     108(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     108(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     108(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     108(DI)(R13*4), Z3, Z17
+	VPDPBUSD.BCST     112(DI), Z4, Z10
+	VPDPBUSD.BCST     112(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     112(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     112(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     112(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     112(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     112(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     112(DI)(R13*4), Z4, Z17
+	VPDPBUSD.BCST     116(DI), Z5, Z10
+	VPDPBUSD.BCST     116(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     116(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     116(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     116(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     116(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     116(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     116(DI)(R13*4), Z5, Z17
+	VPDPBUSD.BCST     120(DI), Z6, Z10
+	VPDPBUSD.BCST     120(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     120(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     120(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     120(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     120(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     120(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     120(DI)(R13*4), Z6, Z17
+	VPDPBUSD.BCST     124(DI), Z7, Z10
+	VPDPBUSD.BCST     124(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     124(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     124(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     124(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     124(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     124(DI)(R11*8), Z7, Z16
+	VPDPBUSD.BCST     124(DI)(R13*4), Z7, Z17
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  24(DX), Z10, Z18
+	VFNMADD231PS.BCST 28(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  24(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 28(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  24(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 28(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  24(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 28(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  24(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 28(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  24(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 28(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  24(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 28(DX)(R11*2), Z26, Z24
+	VCVTDQ2PS         Z17, Z17
+	VMULPS            Z8, Z17, Z17
+	VFMADD231PS.BCST  24(DX)(R13*1), Z17, Z25
+	VFNMADD231PS.BCST 28(DX)(R13*1), Z26, Z25
+	VPANDD            1344(SI), Z9, Z0
+	VPANDD            1408(SI), Z9, Z1
+	VPANDD            1472(SI), Z9, Z2
+	VPANDD            1536(SI), Z9, Z3
+	VPANDD            1600(SI), Z9, Z4
+	VPANDD            1664(SI), Z9, Z5
+	VPANDD            1728(SI), Z9, Z6
+	VPANDD            1792(SI), Z9, Z7
+	VPMOVZXBD         128(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         256(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPXORD            Z17, Z17, Z17
+	VPDPBUSD.BCST     128(DI), Z0, Z10
+	VPDPBUSD.BCST     128(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     128(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     128(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     128(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     128(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     128(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     128(DI)(R13*4), Z0, Z17
+	VPDPBUSD.BCST     132(DI), Z1, Z10
+	VPDPBUSD.BCST     132(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     132(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     132(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     132(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     132(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     132(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     132(DI)(R13*4), Z1, Z17
+	VPDPBUSD.BCST     136(DI), Z2, Z10
+	VPDPBUSD.BCST     136(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     136(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     136(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     136(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     136(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     136(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     136(DI)(R13*4), Z2, Z17
+	VPDPBUSD.BCST     140(DI), Z3, Z10
+	VPDPBUSD.BCST     140(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     140(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     140(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     140(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     140(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     140(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     140(DI)(R13*4), Z3, Z17
+	VPDPBUSD.BCST     144(DI), Z4, Z10
+	VPDPBUSD.BCST     144(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     144(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     144(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     144(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     144(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     144(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     144(DI)(R13*4), Z4, Z17
+	VPDPBUSD.BCST     148(DI), Z5, Z10
+	VPDPBUSD.BCST     148(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     148(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     148(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     148(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     148(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     148(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     148(DI)(R13*4), Z5, Z17
+	VPDPBUSD.BCST     152(DI), Z6, Z10
+	VPDPBUSD.BCST     152(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     152(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     152(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     152(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     152(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     152(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     152(DI)(R13*4), Z6, Z17
+	VPDPBUSD.BCST     156(DI), Z7, Z10
+	VPDPBUSD.BCST     156(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     156(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     156(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     156(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     156(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     156(DI)(R11*8), Z7, Z16
+	VPDPBUSD.BCST     156(DI)(R13*4), Z7, Z17
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  32(DX), Z10, Z18
+	VFNMADD231PS.BCST 36(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  32(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 36(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  32(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 36(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  32(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 36(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  32(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 36(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  32(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 36(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  32(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 36(DX)(R11*2), Z26, Z24
+	VCVTDQ2PS         Z17, Z17
+	VMULPS            Z8, Z17, Z17
+	VFMADD231PS.BCST  32(DX)(R13*1), Z17, Z25
+	VFNMADD231PS.BCST 36(DX)(R13*1), Z26, Z25
+	VPSRLW            $0x04, 1344(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1408(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1472(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1536(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1600(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1664(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1728(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1792(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         144(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         272(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPXORD            Z17, Z17, Z17
+	VPDPBUSD.BCST     160(DI), Z0, Z10
+	VPDPBUSD.BCST     160(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     160(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     160(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     160(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     160(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     160(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     160(DI)(R13*4), Z0, Z17
+	VPDPBUSD.BCST     164(DI), Z1, Z10
+	VPDPBUSD.BCST     164(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     164(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     164(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     164(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     164(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     164(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     164(DI)(R13*4), Z1, Z17
+	VPDPBUSD.BCST     168(DI), Z2, Z10
+	VPDPBUSD.BCST     168(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     168(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     168(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     168(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     168(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     168(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     168(DI)(R13*4), Z2, Z17
+	VPDPBUSD.BCST     172(DI), Z3, Z10
+	VPDPBUSD.BCST     172(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     172(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     172(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     172(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     172(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     172(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     172(DI)(R13*4), Z3, Z17
+	VPDPBUSD.BCST     176(DI), Z4, Z10
+	VPDPBUSD.BCST     176(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     176(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     176(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     176(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     176(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     176(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     176(DI)(R13*4), Z4, Z17
+	VPDPBUSD.BCST     180(DI), Z5, Z10
+	VPDPBUSD.BCST     180(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     180(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     180(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     180(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     180(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     180(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     180(DI)(R13*4), Z5, Z17
+	VPDPBUSD.BCST     184(DI), Z6, Z10
+	VPDPBUSD.BCST     184(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     184(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     184(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     184(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     184(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     184(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     184(DI)(R13*4), Z6, Z17
+	VPDPBUSD.BCST     188(DI), Z7, Z10
+	VPDPBUSD.BCST     188(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     188(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     188(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     188(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     188(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     188(DI)(R11*8), Z7, Z16
+	VPDPBUSD.BCST     188(DI)(R13*4), Z7, Z17
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  40(DX), Z10, Z18
+	VFNMADD231PS.BCST 44(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  40(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 44(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  40(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 44(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  40(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 44(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  40(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 44(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  40(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 44(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  40(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 44(DX)(R11*2), Z26, Z24
+	VCVTDQ2PS         Z17, Z17
+	VMULPS            Z8, Z17, Z17
+	VFMADD231PS.BCST  40(DX)(R13*1), Z17, Z25
+	VFNMADD231PS.BCST 44(DX)(R13*1), Z26, Z25
+	VPANDD            1856(SI), Z9, Z0
+	VPANDD            1920(SI), Z9, Z1
+	VPANDD            1984(SI), Z9, Z2
+	VPANDD            2048(SI), Z9, Z3
+	VPANDD            2112(SI), Z9, Z4
+	VPANDD            2176(SI), Z9, Z5
+	VPANDD            2240(SI), Z9, Z6
+	VPANDD            2304(SI), Z9, Z7
+	VPMOVZXBD         160(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         288(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPXORD            Z17, Z17, Z17
+	VPDPBUSD.BCST     192(DI), Z0, Z10
+	VPDPBUSD.BCST     192(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     192(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     192(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     192(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     192(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     192(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     192(DI)(R13*4), Z0, Z17
+	VPDPBUSD.BCST     196(DI), Z1, Z10
+	VPDPBUSD.BCST     196(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     196(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     196(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     196(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     196(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     196(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     196(DI)(R13*4), Z1, Z17
+	VPDPBUSD.BCST     200(DI), Z2, Z10
+	VPDPBUSD.BCST     200(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     200(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     200(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     200(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     200(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     200(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     200(DI)(R13*4), Z2, Z17
+	VPDPBUSD.BCST     204(DI), Z3, Z10
+	VPDPBUSD.BCST     204(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     204(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     204(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     204(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     204(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     204(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     204(DI)(R13*4), Z3, Z17
+	VPDPBUSD.BCST     208(DI), Z4, Z10
+	VPDPBUSD.BCST     208(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     208(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     208(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     208(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     208(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     208(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     208(DI)(R13*4), Z4, Z17
+	VPDPBUSD.BCST     212(DI), Z5, Z10
+	VPDPBUSD.BCST     212(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     212(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     212(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     212(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     212(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     212(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     212(DI)(R13*4), Z5, Z17
+	VPDPBUSD.BCST     216(DI), Z6, Z10
+	VPDPBUSD.BCST     216(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     216(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     216(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     216(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     216(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     216(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     216(DI)(R13*4), Z6, Z17
+	VPDPBUSD.BCST     220(DI), Z7, Z10
+	VPDPBUSD.BCST     220(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     220(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     220(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     220(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     220(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     220(DI)(R11*8), Z7, Z16
+	VPDPBUSD.BCST     220(DI)(R13*4), Z7, Z17
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  48(DX), Z10, Z18
+	VFNMADD231PS.BCST 52(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  48(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 52(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  48(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 52(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  48(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 52(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  48(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 52(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  48(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 52(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  48(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 52(DX)(R11*2), Z26, Z24
+	VCVTDQ2PS         Z17, Z17
+	VMULPS            Z8, Z17, Z17
+	VFMADD231PS.BCST  48(DX)(R13*1), Z17, Z25
+	VFNMADD231PS.BCST 52(DX)(R13*1), Z26, Z25
+	VPSRLW            $0x04, 1856(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1920(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1984(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 2048(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 2112(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 2176(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 2240(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 2304(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         176(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         304(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPXORD            Z14, Z14, Z14
+	VPXORD            Z15, Z15, Z15
+	VPXORD            Z16, Z16, Z16
+	VPXORD            Z17, Z17, Z17
+	VPDPBUSD.BCST     224(DI), Z0, Z10
+	VPDPBUSD.BCST     224(DI)(R9*4), Z0, Z11
+	VPDPBUSD.BCST     224(DI)(R9*8), Z0, Z12
+	VPDPBUSD.BCST     224(DI)(R11*4), Z0, Z13
+	VPDPBUSD.BCST     224(DI)(R10*8), Z0, Z14
+	VPDPBUSD.BCST     224(DI)(R12*4), Z0, Z15
+	VPDPBUSD.BCST     224(DI)(R11*8), Z0, Z16
+	VPDPBUSD.BCST     224(DI)(R13*4), Z0, Z17
+	VPDPBUSD.BCST     228(DI), Z1, Z10
+	VPDPBUSD.BCST     228(DI)(R9*4), Z1, Z11
+	VPDPBUSD.BCST     228(DI)(R9*8), Z1, Z12
+	VPDPBUSD.BCST     228(DI)(R11*4), Z1, Z13
+	VPDPBUSD.BCST     228(DI)(R10*8), Z1, Z14
+	VPDPBUSD.BCST     228(DI)(R12*4), Z1, Z15
+	VPDPBUSD.BCST     228(DI)(R11*8), Z1, Z16
+	VPDPBUSD.BCST     228(DI)(R13*4), Z1, Z17
+	VPDPBUSD.BCST     232(DI), Z2, Z10
+	VPDPBUSD.BCST     232(DI)(R9*4), Z2, Z11
+	VPDPBUSD.BCST     232(DI)(R9*8), Z2, Z12
+	VPDPBUSD.BCST     232(DI)(R11*4), Z2, Z13
+	VPDPBUSD.BCST     232(DI)(R10*8), Z2, Z14
+	VPDPBUSD.BCST     232(DI)(R12*4), Z2, Z15
+	VPDPBUSD.BCST     232(DI)(R11*8), Z2, Z16
+	VPDPBUSD.BCST     232(DI)(R13*4), Z2, Z17
+	VPDPBUSD.BCST     236(DI), Z3, Z10
+	VPDPBUSD.BCST     236(DI)(R9*4), Z3, Z11
+	VPDPBUSD.BCST     236(DI)(R9*8), Z3, Z12
+	VPDPBUSD.BCST     236(DI)(R11*4), Z3, Z13
+	VPDPBUSD.BCST     236(DI)(R10*8), Z3, Z14
+	VPDPBUSD.BCST     236(DI)(R12*4), Z3, Z15
+	VPDPBUSD.BCST     236(DI)(R11*8), Z3, Z16
+	VPDPBUSD.BCST     236(DI)(R13*4), Z3, Z17
+	VPDPBUSD.BCST     240(DI), Z4, Z10
+	VPDPBUSD.BCST     240(DI)(R9*4), Z4, Z11
+	VPDPBUSD.BCST     240(DI)(R9*8), Z4, Z12
+	VPDPBUSD.BCST     240(DI)(R11*4), Z4, Z13
+	VPDPBUSD.BCST     240(DI)(R10*8), Z4, Z14
+	VPDPBUSD.BCST     240(DI)(R12*4), Z4, Z15
+	VPDPBUSD.BCST     240(DI)(R11*8), Z4, Z16
+	VPDPBUSD.BCST     240(DI)(R13*4), Z4, Z17
+	VPDPBUSD.BCST     244(DI), Z5, Z10
+	VPDPBUSD.BCST     244(DI)(R9*4), Z5, Z11
+	VPDPBUSD.BCST     244(DI)(R9*8), Z5, Z12
+	VPDPBUSD.BCST     244(DI)(R11*4), Z5, Z13
+	VPDPBUSD.BCST     244(DI)(R10*8), Z5, Z14
+	VPDPBUSD.BCST     244(DI)(R12*4), Z5, Z15
+	VPDPBUSD.BCST     244(DI)(R11*8), Z5, Z16
+	VPDPBUSD.BCST     244(DI)(R13*4), Z5, Z17
+	VPDPBUSD.BCST     248(DI), Z6, Z10
+	VPDPBUSD.BCST     248(DI)(R9*4), Z6, Z11
+	VPDPBUSD.BCST     248(DI)(R9*8), Z6, Z12
+	VPDPBUSD.BCST     248(DI)(R11*4), Z6, Z13
+	VPDPBUSD.BCST     248(DI)(R10*8), Z6, Z14
+	VPDPBUSD.BCST     248(DI)(R12*4), Z6, Z15
+	VPDPBUSD.BCST     248(DI)(R11*8), Z6, Z16
+	VPDPBUSD.BCST     248(DI)(R13*4), Z6, Z17
+	VPDPBUSD.BCST     252(DI), Z7, Z10
+	VPDPBUSD.BCST     252(DI)(R9*4), Z7, Z11
+	VPDPBUSD.BCST     252(DI)(R9*8), Z7, Z12
+	VPDPBUSD.BCST     252(DI)(R11*4), Z7, Z13
+	VPDPBUSD.BCST     252(DI)(R10*8), Z7, Z14
+	VPDPBUSD.BCST     252(DI)(R12*4), Z7, Z15
+	VPDPBUSD.BCST     252(DI)(R11*8), Z7, Z16
+	VPDPBUSD.BCST     252(DI)(R13*4), Z7, Z17
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  56(DX), Z10, Z18
+	VFNMADD231PS.BCST 60(DX), Z26, Z18
+	VCVTDQ2PS         Z11, Z11
+	VMULPS            Z8, Z11, Z11
+	VFMADD231PS.BCST  56(DX)(R9*1), Z11, Z19
+	VFNMADD231PS.BCST 60(DX)(R9*1), Z26, Z19
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z8, Z12, Z12
+	VFMADD231PS.BCST  56(DX)(R10*1), Z12, Z20
+	VFNMADD231PS.BCST 60(DX)(R10*1), Z26, Z20
+	VCVTDQ2PS         Z13, Z13
+	VMULPS            Z8, Z13, Z13
+	VFMADD231PS.BCST  56(DX)(R11*1), Z13, Z21
+	VFNMADD231PS.BCST 60(DX)(R11*1), Z26, Z21
+	VCVTDQ2PS         Z14, Z14
+	VMULPS            Z8, Z14, Z14
+	VFMADD231PS.BCST  56(DX)(R9*4), Z14, Z22
+	VFNMADD231PS.BCST 60(DX)(R9*4), Z26, Z22
+	VCVTDQ2PS         Z15, Z15
+	VMULPS            Z8, Z15, Z15
+	VFMADD231PS.BCST  56(DX)(R12*1), Z15, Z23
+	VFNMADD231PS.BCST 60(DX)(R12*1), Z26, Z23
+	VCVTDQ2PS         Z16, Z16
+	VMULPS            Z8, Z16, Z16
+	VFMADD231PS.BCST  56(DX)(R11*2), Z16, Z24
+	VFNMADD231PS.BCST 60(DX)(R11*2), Z26, Z24
+	VCVTDQ2PS         Z17, Z17
+	VMULPS            Z8, Z17, Z17
+	VFMADD231PS.BCST  56(DX)(R13*1), Z17, Z25
+	VFNMADD231PS.BCST 60(DX)(R13*1), Z26, Z25
+	ADDQ              $0x00000940, SI
+	ADDQ              $0x00000100, DI
+	ADDQ              $0x40, DX
+	DECQ              CX
+	JNZ               block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z25, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ6_Kx1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ6_Kx1AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x04, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z27
+	VPANDD           288(SI), Z9, Z0
+	VPSLLW           $0x04, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           352(SI), Z9, Z1
+	VPSLLW           $0x04, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           416(SI), Z9, Z2
+	VPSLLW           $0x04, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           480(SI), Z9, Z3
+	VPSLLW           $0x04, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           544(SI), Z9, Z4
+	VPSLLW           $0x04, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           608(SI), Z9, Z5
+	VPSLLW           $0x04, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           672(SI), Z9, Z6
+	VPSLLW           $0x04, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           736(SI), Z9, Z7
+	VPSLLW           $0x04, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        32(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     4(DX), Z10
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VPMOVSXBD        48(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     8(DX), Z10
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VPANDD           800(SI), Z9, Z0
+	VPSLLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           864(SI), Z9, Z1
+	VPSLLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           928(SI), Z9, Z2
+	VPSLLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           992(SI), Z9, Z3
+	VPSLLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1056(SI), Z9, Z4
+	VPSLLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1120(SI), Z9, Z5
+	VPSLLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1184(SI), Z9, Z6
+	VPSLLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1248(SI), Z9, Z7
+	VPSLLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        64(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     20(DX), Z10
+	VPDPBUSD.BCST    32(DI), Z0, Z10
+	VPDPBUSD.BCST    36(DI), Z1, Z10
+	VPDPBUSD.BCST    40(DI), Z2, Z10
+	VPDPBUSD.BCST    44(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VPMOVSXBD        80(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     24(DX), Z10
+	VPDPBUSD.BCST    48(DI), Z4, Z10
+	VPDPBUSD.BCST    52(DI), Z5, Z10
+	VPDPBUSD.BCST    56(DI), Z6, Z10
+	VPDPBUSD.BCST    60(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VPSRLW           $0x04, 288(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2336(SI), Z26, Z0
+	VPSRLW           $0x04, 352(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2400(SI), Z26, Z1
+	VPSRLW           $0x04, 416(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2464(SI), Z26, Z2
+	VPSRLW           $0x04, 480(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 2528(SI), Z26, Z3
+	VPSRLW           $0x04, 544(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 2592(SI), Z26, Z4
+	VPSRLW           $0x04, 608(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 2656(SI), Z26, Z5
+	VPSRLW           $0x04, 672(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 2720(SI), Z26, Z6
+	VPSRLW           $0x04, 736(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 2784(SI), Z26, Z7
+	VPMOVSXBD        96(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     36(DX), Z10
+	VPDPBUSD.BCST    64(DI), Z0, Z10
+	VPDPBUSD.BCST    68(DI), Z1, Z10
+	VPDPBUSD.BCST    72(DI), Z2, Z10
+	VPDPBUSD.BCST    76(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VPMOVSXBD        112(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     40(DX), Z10
+	VPDPBUSD.BCST    80(DI), Z4, Z10
+	VPDPBUSD.BCST    84(DI), Z5, Z10
+	VPDPBUSD.BCST    88(DI), Z6, Z10
+	VPDPBUSD.BCST    92(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VPSRLW           $0x04, 800(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 864(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 928(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 992(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 1056(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 1120(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 1184(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 1248(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        128(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     52(DX), Z10
+	VPDPBUSD.BCST    96(DI), Z0, Z10
+	VPDPBUSD.BCST    100(DI), Z1, Z10
+	VPDPBUSD.BCST    104(DI), Z2, Z10
+	VPDPBUSD.BCST    108(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VPMOVSXBD        144(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     56(DX), Z10
+	VPDPBUSD.BCST    112(DI), Z4, Z10
+	VPDPBUSD.BCST    116(DI), Z5, Z10
+	VPDPBUSD.BCST    120(DI), Z6, Z10
+	VPDPBUSD.BCST    124(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VPANDD           1312(SI), Z9, Z0
+	VPSLLW           $0x04, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1376(SI), Z9, Z1
+	VPSLLW           $0x04, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1440(SI), Z9, Z2
+	VPSLLW           $0x04, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           1504(SI), Z9, Z3
+	VPSLLW           $0x04, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1568(SI), Z9, Z4
+	VPSLLW           $0x04, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1632(SI), Z9, Z5
+	VPSLLW           $0x04, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1696(SI), Z9, Z6
+	VPSLLW           $0x04, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1760(SI), Z9, Z7
+	VPSLLW           $0x04, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        160(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     68(DX), Z10
+	VPDPBUSD.BCST    128(DI), Z0, Z10
+	VPDPBUSD.BCST    132(DI), Z1, Z10
+	VPDPBUSD.BCST    136(DI), Z2, Z10
+	VPDPBUSD.BCST    140(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VPMOVSXBD        176(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     72(DX), Z10
+	VPDPBUSD.BCST    144(DI), Z4, Z10
+	VPDPBUSD.BCST    148(DI), Z5, Z10
+	VPDPBUSD.BCST    152(DI), Z6, Z10
+	VPDPBUSD.BCST    156(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VPANDD           1824(SI), Z9, Z0
+	VPSLLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1888(SI), Z9, Z1
+	VPSLLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1952(SI), Z9, Z2
+	VPSLLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           2016(SI), Z9, Z3
+	VPSLLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           2080(SI), Z9, Z4
+	VPSLLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           2144(SI), Z9, Z5
+	VPSLLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           2208(SI), Z9, Z6
+	VPSLLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           2272(SI), Z9, Z7
+	VPSLLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        192(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     84(DX), Z10
+	VPDPBUSD.BCST    160(DI), Z0, Z10
+	VPDPBUSD.BCST    164(DI), Z1, Z10
+	VPDPBUSD.BCST    168(DI), Z2, Z10
+	VPDPBUSD.BCST    172(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VPMOVSXBD        208(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     88(DX), Z10
+	VPDPBUSD.BCST    176(DI), Z4, Z10
+	VPDPBUSD.BCST    180(DI), Z5, Z10
+	VPDPBUSD.BCST    184(DI), Z6, Z10
+	VPDPBUSD.BCST    188(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VPSRLW           $0x04, 1312(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2848(SI), Z26, Z0
+	VPSRLW           $0x04, 1376(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2912(SI), Z26, Z1
+	VPSRLW           $0x04, 1440(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2976(SI), Z26, Z2
+	VPSRLW           $0x04, 1504(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 3040(SI), Z26, Z3
+	VPSRLW           $0x04, 1568(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 3104(SI), Z26, Z4
+	VPSRLW           $0x04, 1632(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 3168(SI), Z26, Z5
+	VPSRLW           $0x04, 1696(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 3232(SI), Z26, Z6
+	VPSRLW           $0x04, 1760(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 3296(SI), Z26, Z7
+	VPMOVSXBD        224(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     100(DX), Z10
+	VPDPBUSD.BCST    192(DI), Z0, Z10
+	VPDPBUSD.BCST    196(DI), Z1, Z10
+	VPDPBUSD.BCST    200(DI), Z2, Z10
+	VPDPBUSD.BCST    204(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VPMOVSXBD        240(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     104(DX), Z10
+	VPDPBUSD.BCST    208(DI), Z4, Z10
+	VPDPBUSD.BCST    212(DI), Z5, Z10
+	VPDPBUSD.BCST    216(DI), Z6, Z10
+	VPDPBUSD.BCST    220(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VPSRLW           $0x04, 1824(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 1888(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 1952(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 2016(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 2080(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 2144(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 2208(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 2272(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        256(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     116(DX), Z10
+	VPDPBUSD.BCST    224(DI), Z0, Z10
+	VPDPBUSD.BCST    228(DI), Z1, Z10
+	VPDPBUSD.BCST    232(DI), Z2, Z10
+	VPDPBUSD.BCST    236(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VPMOVSXBD        272(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     120(DX), Z10
+	VPDPBUSD.BCST    240(DI), Z4, Z10
+	VPDPBUSD.BCST    244(DI), Z5, Z10
+	VPDPBUSD.BCST    248(DI), Z6, Z10
+	VPDPBUSD.BCST    252(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	ADDQ             $0x00000d20, SI
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x00000080, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ6_Kx2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ6_Kx2AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x04, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z27
+	VPANDD           288(SI), Z9, Z0
+	VPSLLW           $0x04, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           352(SI), Z9, Z1
+	VPSLLW           $0x04, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           416(SI), Z9, Z2
+	VPSLLW           $0x04, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           480(SI), Z9, Z3
+	VPSLLW           $0x04, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           544(SI), Z9, Z4
+	VPSLLW           $0x04, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           608(SI), Z9, Z5
+	VPSLLW           $0x04, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           672(SI), Z9, Z6
+	VPSLLW           $0x04, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           736(SI), Z9, Z7
+	VPSLLW           $0x04, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        32(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*2), Z3, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VPMOVSXBD        48(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     8(DX), Z10
+	VPBROADCASTD     8(DX)(R9*1), Z11
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*2), Z7, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VPANDD           800(SI), Z9, Z0
+	VPSLLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           864(SI), Z9, Z1
+	VPSLLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           928(SI), Z9, Z2
+	VPSLLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           992(SI), Z9, Z3
+	VPSLLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1056(SI), Z9, Z4
+	VPSLLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1120(SI), Z9, Z5
+	VPSLLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1184(SI), Z9, Z6
+	VPSLLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1248(SI), Z9, Z7
+	VPSLLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        64(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     20(DX), Z10
+	VPBROADCASTD     20(DX)(R9*1), Z11
+	VPDPBUSD.BCST    32(DI), Z0, Z10
+	VPDPBUSD.BCST    32(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    36(DI), Z1, Z10
+	VPDPBUSD.BCST    36(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    40(DI), Z2, Z10
+	VPDPBUSD.BCST    40(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    44(DI), Z3, Z10
+	VPDPBUSD.BCST    44(DI)(R9*2), Z3, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VPMOVSXBD        80(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     24(DX), Z10
+	VPBROADCASTD     24(DX)(R9*1), Z11
+	VPDPBUSD.BCST    48(DI), Z4, Z10
+	VPDPBUSD.BCST    48(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    52(DI), Z5, Z10
+	VPDPBUSD.BCST    52(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    56(DI), Z6, Z10
+	VPDPBUSD.BCST    56(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    60(DI), Z7, Z10
+	VPDPBUSD.BCST    60(DI)(R9*2), Z7, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VPSRLW           $0x04, 288(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2336(SI), Z26, Z0
+	VPSRLW           $0x04, 352(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2400(SI), Z26, Z1
+	VPSRLW           $0x04, 416(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2464(SI), Z26, Z2
+	VPSRLW           $0x04, 480(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 2528(SI), Z26, Z3
+	VPSRLW           $0x04, 544(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 2592(SI), Z26, Z4
+	VPSRLW           $0x04, 608(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 2656(SI), Z26, Z5
+	VPSRLW           $0x04, 672(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 2720(SI), Z26, Z6
+	VPSRLW           $0x04, 736(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 2784(SI), Z26, Z7
+	VPMOVSXBD        96(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     36(DX), Z10
+	VPBROADCASTD     36(DX)(R9*1), Z11
+	VPDPBUSD.BCST    64(DI), Z0, Z10
+	VPDPBUSD.BCST    64(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    68(DI), Z1, Z10
+	VPDPBUSD.BCST    68(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    72(DI), Z2, Z10
+	VPDPBUSD.BCST    72(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    76(DI), Z3, Z10
+	VPDPBUSD.BCST    76(DI)(R9*2), Z3, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VPMOVSXBD        112(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     40(DX), Z10
+	VPBROADCASTD     40(DX)(R9*1), Z11
+	VPDPBUSD.BCST    80(DI), Z4, Z10
+	VPDPBUSD.BCST    80(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    84(DI), Z5, Z10
+	VPDPBUSD.BCST    84(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    88(DI), Z6, Z10
+	VPDPBUSD.BCST    88(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    92(DI), Z7, Z10
+	VPDPBUSD.BCST    92(DI)(R9*2), Z7, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VPSRLW           $0x04, 800(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 864(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 928(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 992(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 1056(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 1120(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 1184(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 1248(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        128(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     52(DX), Z10
+	VPBROADCASTD     52(DX)(R9*1), Z11
+	VPDPBUSD.BCST    96(DI), Z0, Z10
+	VPDPBUSD.BCST    96(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    100(DI), Z1, Z10
+	VPDPBUSD.BCST    100(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    104(DI), Z2, Z10
+	VPDPBUSD.BCST    104(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    108(DI), Z3, Z10
+	VPDPBUSD.BCST    108(DI)(R9*2), Z3, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VPMOVSXBD        144(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     56(DX), Z10
+	VPBROADCASTD     56(DX)(R9*1), Z11
+	VPDPBUSD.BCST    112(DI), Z4, Z10
+	VPDPBUSD.BCST    112(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    116(DI), Z5, Z10
+	VPDPBUSD.BCST    116(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    120(DI), Z6, Z10
+	VPDPBUSD.BCST    120(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    124(DI), Z7, Z10
+	VPDPBUSD.BCST    124(DI)(R9*2), Z7, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VPANDD           1312(SI), Z9, Z0
+	VPSLLW           $0x04, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1376(SI), Z9, Z1
+	VPSLLW           $0x04, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1440(SI), Z9, Z2
+	VPSLLW           $0x04, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           1504(SI), Z9, Z3
+	VPSLLW           $0x04, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1568(SI), Z9, Z4
+	VPSLLW           $0x04, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1632(SI), Z9, Z5
+	VPSLLW           $0x04, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1696(SI), Z9, Z6
+	VPSLLW           $0x04, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1760(SI), Z9, Z7
+	VPSLLW           $0x04, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        160(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     68(DX), Z10
+	VPBROADCASTD     68(DX)(R9*1), Z11
+	VPDPBUSD.BCST    128(DI), Z0, Z10
+	VPDPBUSD.BCST    128(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    132(DI), Z1, Z10
+	VPDPBUSD.BCST    132(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    136(DI), Z2, Z10
+	VPDPBUSD.BCST    136(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    140(DI), Z3, Z10
+	VPDPBUSD.BCST    140(DI)(R9*2), Z3, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VPMOVSXBD        176(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     72(DX), Z10
+	VPBROADCASTD     72(DX)(R9*1), Z11
+	VPDPBUSD.BCST    144(DI), Z4, Z10
+	VPDPBUSD.BCST    144(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    148(DI), Z5, Z10
+	VPDPBUSD.BCST    148(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    152(DI), Z6, Z10
+	VPDPBUSD.BCST    152(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    156(DI), Z7, Z10
+	VPDPBUSD.BCST    156(DI)(R9*2), Z7, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VPANDD           1824(SI), Z9, Z0
+	VPSLLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1888(SI), Z9, Z1
+	VPSLLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1952(SI), Z9, Z2
+	VPSLLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           2016(SI), Z9, Z3
+	VPSLLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           2080(SI), Z9, Z4
+	VPSLLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           2144(SI), Z9, Z5
+	VPSLLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           2208(SI), Z9, Z6
+	VPSLLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           2272(SI), Z9, Z7
+	VPSLLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        192(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     84(DX), Z10
+	VPBROADCASTD     84(DX)(R9*1), Z11
+	VPDPBUSD.BCST    160(DI), Z0, Z10
+	VPDPBUSD.BCST    160(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    164(DI), Z1, Z10
+	VPDPBUSD.BCST    164(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    168(DI), Z2, Z10
+	VPDPBUSD.BCST    168(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    172(DI), Z3, Z10
+	VPDPBUSD.BCST    172(DI)(R9*2), Z3, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VPMOVSXBD        208(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     88(DX), Z10
+	VPBROADCASTD     88(DX)(R9*1), Z11
+	VPDPBUSD.BCST    176(DI), Z4, Z10
+	VPDPBUSD.BCST    176(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    180(DI), Z5, Z10
+	VPDPBUSD.BCST    180(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    184(DI), Z6, Z10
+	VPDPBUSD.BCST    184(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    188(DI), Z7, Z10
+	VPDPBUSD.BCST    188(DI)(R9*2), Z7, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VPSRLW           $0x04, 1312(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2848(SI), Z26, Z0
+	VPSRLW           $0x04, 1376(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2912(SI), Z26, Z1
+	VPSRLW           $0x04, 1440(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2976(SI), Z26, Z2
+	VPSRLW           $0x04, 1504(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 3040(SI), Z26, Z3
+	VPSRLW           $0x04, 1568(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 3104(SI), Z26, Z4
+	VPSRLW           $0x04, 1632(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 3168(SI), Z26, Z5
+	VPSRLW           $0x04, 1696(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 3232(SI), Z26, Z6
+	VPSRLW           $0x04, 1760(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 3296(SI), Z26, Z7
+	VPMOVSXBD        224(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     100(DX), Z10
+	VPBROADCASTD     100(DX)(R9*1), Z11
+	VPDPBUSD.BCST    192(DI), Z0, Z10
+	VPDPBUSD.BCST    192(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    196(DI), Z1, Z10
+	VPDPBUSD.BCST    196(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    200(DI), Z2, Z10
+	VPDPBUSD.BCST    200(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    204(DI), Z3, Z10
+	VPDPBUSD.BCST    204(DI)(R9*2), Z3, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VPMOVSXBD        240(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     104(DX), Z10
+	VPBROADCASTD     104(DX)(R9*1), Z11
+	VPDPBUSD.BCST    208(DI), Z4, Z10
+	VPDPBUSD.BCST    208(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    212(DI), Z5, Z10
+	VPDPBUSD.BCST    212(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    216(DI), Z6, Z10
+	VPDPBUSD.BCST    216(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    220(DI), Z7, Z10
+	VPDPBUSD.BCST    220(DI)(R9*2), Z7, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VPSRLW           $0x04, 1824(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 1888(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 1952(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 2016(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 2080(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 2144(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 2208(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 2272(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        256(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     116(DX), Z10
+	VPBROADCASTD     116(DX)(R9*1), Z11
+	VPDPBUSD.BCST    224(DI), Z0, Z10
+	VPDPBUSD.BCST    224(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    228(DI), Z1, Z10
+	VPDPBUSD.BCST    228(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    232(DI), Z2, Z10
+	VPDPBUSD.BCST    232(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    236(DI), Z3, Z10
+	VPDPBUSD.BCST    236(DI)(R9*2), Z3, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VPMOVSXBD        272(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     120(DX), Z10
+	VPBROADCASTD     120(DX)(R9*1), Z11
+	VPDPBUSD.BCST    240(DI), Z4, Z10
+	VPDPBUSD.BCST    240(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    244(DI), Z5, Z10
+	VPDPBUSD.BCST    244(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    248(DI), Z6, Z10
+	VPDPBUSD.BCST    248(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    252(DI), Z7, Z10
+	VPDPBUSD.BCST    252(DI)(R9*2), Z7, Z11
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	ADDQ             $0x00000d20, SI
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x00000080, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ6_Kx3AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ6_Kx3AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x04, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z27
+	VPANDD           288(SI), Z9, Z0
+	VPSLLW           $0x04, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           352(SI), Z9, Z1
+	VPSLLW           $0x04, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           416(SI), Z9, Z2
+	VPSLLW           $0x04, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           480(SI), Z9, Z3
+	VPSLLW           $0x04, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           544(SI), Z9, Z4
+	VPSLLW           $0x04, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           608(SI), Z9, Z5
+	VPSLLW           $0x04, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           672(SI), Z9, Z6
+	VPSLLW           $0x04, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           736(SI), Z9, Z7
+	VPSLLW           $0x04, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        32(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VPMOVSXBD        48(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     8(DX), Z10
+	VPBROADCASTD     8(DX)(R9*1), Z11
+	VPBROADCASTD     8(DX)(R10*1), Z12
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VPANDD           800(SI), Z9, Z0
+	VPSLLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           864(SI), Z9, Z1
+	VPSLLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           928(SI), Z9, Z2
+	VPSLLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           992(SI), Z9, Z3
+	VPSLLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1056(SI), Z9, Z4
+	VPSLLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1120(SI), Z9, Z5
+	VPSLLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1184(SI), Z9, Z6
+	VPSLLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1248(SI), Z9, Z7
+	VPSLLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        64(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     20(DX), Z10
+	VPBROADCASTD     20(DX)(R9*1), Z11
+	VPBROADCASTD     20(DX)(R10*1), Z12
+	VPDPBUSD.BCST    32(DI), Z0, Z10
+	VPDPBUSD.BCST    32(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    32(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    36(DI), Z1, Z10
+	VPDPBUSD.BCST    36(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    36(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    40(DI), Z2, Z10
+	VPDPBUSD.BCST    40(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    40(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    44(DI), Z3, Z10
+	VPDPBUSD.BCST    44(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    44(DI)(R9*4), Z3, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 16(DX)(R10*1), Z12, Z20
+	VPMOVSXBD        80(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     24(DX), Z10
+	VPBROADCASTD     24(DX)(R9*1), Z11
+	VPBROADCASTD     24(DX)(R10*1), Z12
+	VPDPBUSD.BCST    48(DI), Z4, Z10
+	VPDPBUSD.BCST    48(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    48(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    52(DI), Z5, Z10
+	VPDPBUSD.BCST    52(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    52(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    56(DI), Z6, Z10
+	VPDPBUSD.BCST    56(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    56(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    60(DI), Z7, Z10
+	VPDPBUSD.BCST    60(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    60(DI)(R9*4), Z7, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 16(DX)(R10*1), Z12, Z20
+	VPSRLW           $0x04, 288(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2336(SI), Z26, Z0
+	VPSRLW           $0x04, 352(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2400(SI), Z26, Z1
+	VPSRLW           $0x04, 416(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2464(SI), Z26, Z2
+	VPSRLW           $0x04, 480(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 2528(SI), Z26, Z3
+	VPSRLW           $0x04, 544(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 2592(SI), Z26, Z4
+	VPSRLW           $0x04, 608(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 2656(SI), Z26, Z5
+	VPSRLW           $0x04, 672(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 2720(SI), Z26, Z6
+	VPSRLW           $0x04, 736(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 2784(SI), Z26, Z7
+	VPMOVSXBD        96(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     36(DX), Z10
+	VPBROADCASTD     36(DX)(R9*1), Z11
+	VPBROADCASTD     36(DX)(R10*1), Z12
+	VPDPBUSD.BCST    64(DI), Z0, Z10
+	VPDPBUSD.BCST    64(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    64(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    68(DI), Z1, Z10
+	VPDPBUSD.BCST    68(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    68(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    72(DI), Z2, Z10
+	VPDPBUSD.BCST    72(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    72(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    76(DI), Z3, Z10
+	VPDPBUSD.BCST    76(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    76(DI)(R9*4), Z3, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 32(DX)(R10*1), Z12, Z20
+	VPMOVSXBD        112(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     40(DX), Z10
+	VPBROADCASTD     40(DX)(R9*1), Z11
+	VPBROADCASTD     40(DX)(R10*1), Z12
+	VPDPBUSD.BCST    80(DI), Z4, Z10
+	VPDPBUSD.BCST    80(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    80(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    84(DI), Z5, Z10
+	VPDPBUSD.BCST    84(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    84(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    88(DI), Z6, Z10
+	VPDPBUSD.BCST    88(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    88(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    92(DI), Z7, Z10
+	VPDPBUSD.BCST    92(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    92(DI)(R9*4), Z7, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 32(DX)(R10*1), Z12, Z20
+	VPSRLW           $0x04, 800(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 864(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 928(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 992(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 1056(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 1120(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 1184(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 1248(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        128(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     52(DX), Z10
+	VPBROADCASTD     52(DX)(R9*1), Z11
+	VPBROADCASTD     52(DX)(R10*1), Z12
+	VPDPBUSD.BCST    96(DI), Z0, Z10
+	VPDPBUSD.BCST    96(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    96(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    100(DI), Z1, Z10
+	VPDPBUSD.BCST    100(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    100(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    104(DI), Z2, Z10
+	VPDPBUSD.BCST    104(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    104(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    108(DI), Z3, Z10
+	VPDPBUSD.BCST    108(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    108(DI)(R9*4), Z3, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 48(DX)(R10*1), Z12, Z20
+	VPMOVSXBD        144(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     56(DX), Z10
+	VPBROADCASTD     56(DX)(R9*1), Z11
+	VPBROADCASTD     56(DX)(R10*1), Z12
+	VPDPBUSD.BCST    112(DI), Z4, Z10
+	VPDPBUSD.BCST    112(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    112(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    116(DI), Z5, Z10
+	VPDPBUSD.BCST    116(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    116(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    120(DI), Z6, Z10
+	VPDPBUSD.BCST    120(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    120(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    124(DI), Z7, Z10
+	VPDPBUSD.BCST    124(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    124(DI)(R9*4), Z7, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 48(DX)(R10*1), Z12, Z20
+	VPANDD           1312(SI), Z9, Z0
+	VPSLLW           $0x04, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1376(SI), Z9, Z1
+	VPSLLW           $0x04, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1440(SI), Z9, Z2
+	VPSLLW           $0x04, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           1504(SI), Z9, Z3
+	VPSLLW           $0x04, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1568(SI), Z9, Z4
+	VPSLLW           $0x04, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1632(SI), Z9, Z5
+	VPSLLW           $0x04, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1696(SI), Z9, Z6
+	VPSLLW           $0x04, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1760(SI), Z9, Z7
+	VPSLLW           $0x04, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        160(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     68(DX), Z10
+	VPBROADCASTD     68(DX)(R9*1), Z11
+	VPBROADCASTD     68(DX)(R10*1), Z12
+	VPDPBUSD.BCST    128(DI), Z0, Z10
+	VPDPBUSD.BCST    128(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    128(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    132(DI), Z1, Z10
+	VPDPBUSD.BCST    132(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    132(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    136(DI), Z2, Z10
+	VPDPBUSD.BCST    136(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    136(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    140(DI), Z3, Z10
+	VPDPBUSD.BCST    140(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    140(DI)(R9*4), Z3, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 64(DX)(R10*1), Z12, Z20
+	VPMOVSXBD        176(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     72(DX), Z10
+	VPBROADCASTD     72(DX)(R9*1), Z11
+	VPBROADCASTD     72(DX)(R10*1), Z12
+	VPDPBUSD.BCST    144(DI), Z4, Z10
+	VPDPBUSD.BCST    144(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    144(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    148(DI), Z5, Z10
+	VPDPBUSD.BCST    148(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    148(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    152(DI), Z6, Z10
+	VPDPBUSD.BCST    152(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    152(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    156(DI), Z7, Z10
+	VPDPBUSD.BCST    156(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    156(DI)(R9*4), Z7, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 64(DX)(R10*1), Z12, Z20
+	VPANDD           1824(SI), Z9, Z0
+	VPSLLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1888(SI), Z9, Z1
+	VPSLLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1952(SI), Z9, Z2
+	VPSLLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           2016(SI), Z9, Z3
+	VPSLLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           2080(SI), Z9, Z4
+	VPSLLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           2144(SI), Z9, Z5
+	VPSLLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           2208(SI), Z9, Z6
+	VPSLLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           2272(SI), Z9, Z7
+	VPSLLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        192(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     84(DX), Z10
+	VPBROADCASTD     84(DX)(R9*1), Z11
+	VPBROADCASTD     84(DX)(R10*1), Z12
+	VPDPBUSD.BCST    160(DI), Z0, Z10
+	VPDPBUSD.BCST    160(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    160(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    164(DI), Z1, Z10
+	VPDPBUSD.BCST    164(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    164(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    168(DI), Z2, Z10
+	VPDPBUSD.BCST    168(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    168(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    172(DI), Z3, Z10
+	VPDPBUSD.BCST    172(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    172(DI)(R9*4), Z3, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 80(DX)(R10*1), Z12, Z20
+	VPMOVSXBD        208(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     88(DX), Z10
+	VPBROADCASTD     88(DX)(R9*1), Z11
+	VPBROADCASTD     88(DX)(R10*1), Z12
+	VPDPBUSD.BCST    176(DI), Z4, Z10
+	VPDPBUSD.BCST    176(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    176(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    180(DI), Z5, Z10
+	VPDPBUSD.BCST    180(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    180(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    184(DI), Z6, Z10
+	VPDPBUSD.BCST    184(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    184(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    188(DI), Z7, Z10
+	VPDPBUSD.BCST    188(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    188(DI)(R9*4), Z7, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 80(DX)(R10*1), Z12, Z20
+	VPSRLW           $0x04, 1312(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2848(SI), Z26, Z0
+	VPSRLW           $0x04, 1376(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2912(SI), Z26, Z1
+	VPSRLW           $0x04, 1440(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2976(SI), Z26, Z2
+	VPSRLW           $0x04, 1504(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 3040(SI), Z26, Z3
+	VPSRLW           $0x04, 1568(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 3104(SI), Z26, Z4
+	VPSRLW           $0x04, 1632(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 3168(SI), Z26, Z5
+	VPSRLW           $0x04, 1696(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 3232(SI), Z26, Z6
+	VPSRLW           $0x04, 1760(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 3296(SI), Z26, Z7
+	VPMOVSXBD        224(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     100(DX), Z10
+	VPBROADCASTD     100(DX)(R9*1), Z11
+	VPBROADCASTD     100(DX)(R10*1), Z12
+	VPDPBUSD.BCST    192(DI), Z0, Z10
+	VPDPBUSD.BCST    192(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    192(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    196(DI), Z1, Z10
+	VPDPBUSD.BCST    196(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    196(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    200(DI), Z2, Z10
+	VPDPBUSD.BCST    200(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    200(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    204(DI), Z3, Z10
+	VPDPBUSD.BCST    204(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    204(DI)(R9*4), Z3, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 96(DX)(R10*1), Z12, Z20
+	VPMOVSXBD        240(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     104(DX), Z10
+	VPBROADCASTD     104(DX)(R9*1), Z11
+	VPBROADCASTD     104(DX)(R10*1), Z12
+	VPDPBUSD.BCST    208(DI), Z4, Z10
+	VPDPBUSD.BCST    208(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    208(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    212(DI), Z5, Z10
+	VPDPBUSD.BCST    212(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    212(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    216(DI), Z6, Z10
+	VPDPBUSD.BCST    216(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    216(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    220(DI), Z7, Z10
+	VPDPBUSD.BCST    220(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    220(DI)(R9*4), Z7, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 96(DX)(R10*1), Z12, Z20
+	VPSRLW           $0x04, 1824(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 1888(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 1952(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 2016(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 2080(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 2144(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 2208(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 2272(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        256(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     116(DX), Z10
+	VPBROADCASTD     116(DX)(R9*1), Z11
+	VPBROADCASTD     116(DX)(R10*1), Z12
+	VPDPBUSD.BCST    224(DI), Z0, Z10
+	VPDPBUSD.BCST    224(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    224(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    228(DI), Z1, Z10
+	VPDPBUSD.BCST    228(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    228(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    232(DI), Z2, Z10
+	VPDPBUSD.BCST    232(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    232(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    236(DI), Z3, Z10
+	VPDPBUSD.BCST    236(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    236(DI)(R9*4), Z3, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 112(DX)(R10*1), Z12, Z20
+	VPMOVSXBD        272(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     120(DX), Z10
+	VPBROADCASTD     120(DX)(R9*1), Z11
+	VPBROADCASTD     120(DX)(R10*1), Z12
+	VPDPBUSD.BCST    240(DI), Z4, Z10
+	VPDPBUSD.BCST    240(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    240(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    244(DI), Z5, Z10
+	VPDPBUSD.BCST    244(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    244(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    248(DI), Z6, Z10
+	VPDPBUSD.BCST    248(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    248(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    252(DI), Z7, Z10
+	VPDPBUSD.BCST    252(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    252(DI)(R9*4), Z7, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 112(DX)(R10*1), Z12, Z20
+	ADDQ             $0x00000d20, SI
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x00000080, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ6_Kx4AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ6_Kx4AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x04, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z27
+	VPANDD           288(SI), Z9, Z0
+	VPSLLW           $0x04, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           352(SI), Z9, Z1
+	VPSLLW           $0x04, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           416(SI), Z9, Z2
+	VPSLLW           $0x04, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           480(SI), Z9, Z3
+	VPSLLW           $0x04, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           544(SI), Z9, Z4
+	VPSLLW           $0x04, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           608(SI), Z9, Z5
+	VPSLLW           $0x04, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           672(SI), Z9, Z6
+	VPSLLW           $0x04, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           736(SI), Z9, Z7
+	VPSLLW           $0x04, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        32(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*2), Z3, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VPMOVSXBD        48(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     8(DX), Z10
+	VPBROADCASTD     8(DX)(R9*1), Z11
+	VPBROADCASTD     8(DX)(R10*1), Z12
+	VPBROADCASTD     8(DX)(R11*1), Z13
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*2), Z7, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VPANDD           800(SI), Z9, Z0
+	VPSLLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           864(SI), Z9, Z1
+	VPSLLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           928(SI), Z9, Z2
+	VPSLLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           992(SI), Z9, Z3
+	VPSLLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1056(SI), Z9, Z4
+	VPSLLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1120(SI), Z9, Z5
+	VPSLLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1184(SI), Z9, Z6
+	VPSLLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1248(SI), Z9, Z7
+	VPSLLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        64(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     20(DX), Z10
+	VPBROADCASTD     20(DX)(R9*1), Z11
+	VPBROADCASTD     20(DX)(R10*1), Z12
+	VPBROADCASTD     20(DX)(R11*1), Z13
+	VPDPBUSD.BCST    32(DI), Z0, Z10
+	VPDPBUSD.BCST    32(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    32(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    32(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    36(DI), Z1, Z10
+	VPDPBUSD.BCST    36(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    36(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    36(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    40(DI), Z2, Z10
+	VPDPBUSD.BCST    40(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    40(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    40(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    44(DI), Z3, Z10
+	VPDPBUSD.BCST    44(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    44(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    44(DI)(R11*2), Z3, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 16(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 16(DX)(R11*1), Z13, Z21
+	VPMOVSXBD        80(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     24(DX), Z10
+	VPBROADCASTD     24(DX)(R9*1), Z11
+	VPBROADCASTD     24(DX)(R10*1), Z12
+	VPBROADCASTD     24(DX)(R11*1), Z13
+	VPDPBUSD.BCST    48(DI), Z4, Z10
+	VPDPBUSD.BCST    48(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    48(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    48(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    52(DI), Z5, Z10
+	VPDPBUSD.BCST    52(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    52(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    52(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    56(DI), Z6, Z10
+	VPDPBUSD.BCST    56(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    56(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    56(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    60(DI), Z7, Z10
+	VPDPBUSD.BCST    60(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    60(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    60(DI)(R11*2), Z7, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 16(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 16(DX)(R11*1), Z13, Z21
+	VPSRLW           $0x04, 288(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2336(SI), Z26, Z0
+	VPSRLW           $0x04, 352(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2400(SI), Z26, Z1
+	VPSRLW           $0x04, 416(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2464(SI), Z26, Z2
+	VPSRLW           $0x04, 480(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 2528(SI), Z26, Z3
+	VPSRLW           $0x04, 544(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 2592(SI), Z26, Z4
+	VPSRLW           $0x04, 608(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 2656(SI), Z26, Z5
+	VPSRLW           $0x04, 672(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 2720(SI), Z26, Z6
+	VPSRLW           $0x04, 736(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 2784(SI), Z26, Z7
+	VPMOVSXBD        96(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     36(DX), Z10
+	VPBROADCASTD     36(DX)(R9*1), Z11
+	VPBROADCASTD     36(DX)(R10*1), Z12
+	VPBROADCASTD     36(DX)(R11*1), Z13
+	VPDPBUSD.BCST    64(DI), Z0, Z10
+	VPDPBUSD.BCST    64(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    64(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    64(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    68(DI), Z1, Z10
+	VPDPBUSD.BCST    68(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    68(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    68(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    72(DI), Z2, Z10
+	VPDPBUSD.BCST    72(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    72(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    72(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    76(DI), Z3, Z10
+	VPDPBUSD.BCST    76(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    76(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    76(DI)(R11*2), Z3, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 32(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 32(DX)(R11*1), Z13, Z21
+	VPMOVSXBD        112(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     40(DX), Z10
+	VPBROADCASTD     40(DX)(R9*1), Z11
+	VPBROADCASTD     40(DX)(R10*1), Z12
+	VPBROADCASTD     40(DX)(R11*1), Z13
+	VPDPBUSD.BCST    80(DI), Z4, Z10
+	VPDPBUSD.BCST    80(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    80(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    80(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    84(DI), Z5, Z10
+	VPDPBUSD.BCST    84(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    84(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    84(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    88(DI), Z6, Z10
+	VPDPBUSD.BCST    88(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    88(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    88(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    92(DI), Z7, Z10
+	VPDPBUSD.BCST    92(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    92(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    92(DI)(R11*2), Z7, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 32(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 32(DX)(R11*1), Z13, Z21
+	VPSRLW           $0x04, 800(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 864(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 928(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 992(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 1056(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 1120(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 1184(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 1248(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        128(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     52(DX), Z10
+	VPBROADCASTD     52(DX)(R9*1), Z11
+	VPBROADCASTD     52(DX)(R10*1), Z12
+	VPBROADCASTD     52(DX)(R11*1), Z13
+	VPDPBUSD.BCST    96(DI), Z0, Z10
+	VPDPBUSD.BCST    96(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    96(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    96(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    100(DI), Z1, Z10
+	VPDPBUSD.BCST    100(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    100(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    100(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    104(DI), Z2, Z10
+	VPDPBUSD.BCST    104(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    104(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    104(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    108(DI), Z3, Z10
+	VPDPBUSD.BCST    108(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    108(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    108(DI)(R11*2), Z3, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 48(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 48(DX)(R11*1), Z13, Z21
+	VPMOVSXBD        144(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     56(DX), Z10
+	VPBROADCASTD     56(DX)(R9*1), Z11
+	VPBROADCASTD     56(DX)(R10*1), Z12
+	VPBROADCASTD     56(DX)(R11*1), Z13
+	VPDPBUSD.BCST    112(DI), Z4, Z10
+	VPDPBUSD.BCST    112(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    112(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    112(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    116(DI), Z5, Z10
+	VPDPBUSD.BCST    116(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    116(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    116(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    120(DI), Z6, Z10
+	VPDPBUSD.BCST    120(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    120(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    120(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    124(DI), Z7, Z10
+	VPDPBUSD.BCST    124(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    124(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    124(DI)(R11*2), Z7, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 48(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 48(DX)(R11*1), Z13, Z21
+	VPANDD           1312(SI), Z9, Z0
+	VPSLLW           $0x04, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1376(SI), Z9, Z1
+	VPSLLW           $0x04, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1440(SI), Z9, Z2
+	VPSLLW           $0x04, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           1504(SI), Z9, Z3
+	VPSLLW           $0x04, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1568(SI), Z9, Z4
+	VPSLLW           $0x04, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1632(SI), Z9, Z5
+	VPSLLW           $0x04, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1696(SI), Z9, Z6
+	VPSLLW           $0x04, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1760(SI), Z9, Z7
+	VPSLLW           $0x04, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        160(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     68(DX), Z10
+	VPBROADCASTD     68(DX)(R9*1), Z11
+	VPBROADCASTD     68(DX)(R10*1), Z12
+	VPBROADCASTD     68(DX)(R11*1), Z13
+	VPDPBUSD.BCST    128(DI), Z0, Z10
+	VPDPBUSD.BCST    128(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    128(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    128(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    132(DI), Z1, Z10
+	VPDPBUSD.BCST    132(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    132(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    132(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    136(DI), Z2, Z10
+	VPDPBUSD.BCST    136(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    136(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    136(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    140(DI), Z3, Z10
+	VPDPBUSD.BCST    140(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    140(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    140(DI)(R11*2), Z3, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 64(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 64(DX)(R11*1), Z13, Z21
+	VPMOVSXBD        176(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     72(DX), Z10
+	VPBROADCASTD     72(DX)(R9*1), Z11
+	VPBROADCASTD     72(DX)(R10*1), Z12
+	VPBROADCASTD     72(DX)(R11*1), Z13
+	VPDPBUSD.BCST    144(DI), Z4, Z10
+	VPDPBUSD.BCST    144(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    144(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    144(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    148(DI), Z5, Z10
+	VPDPBUSD.BCST    148(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    148(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    148(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    152(DI), Z6, Z10
+	VPDPBUSD.BCST    152(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    152(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    152(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    156(DI), Z7, Z10
+	VPDPBUSD.BCST    156(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    156(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    156(DI)(R11*2), Z7, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 64(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 64(DX)(R11*1), Z13, Z21
+	VPANDD           1824(SI), Z9, Z0
+	VPSLLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1888(SI), Z9, Z1
+	VPSLLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1952(SI), Z9, Z2
+	VPSLLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           2016(SI), Z9, Z3
+	VPSLLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           2080(SI), Z9, Z4
+	VPSLLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           2144(SI), Z9, Z5
+	VPSLLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           2208(SI), Z9, Z6
+	VPSLLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           2272(SI), Z9, Z7
+	VPSLLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        192(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     84(DX), Z10
+	VPBROADCASTD     84(DX)(R9*1), Z11
+	VPBROADCASTD     84(DX)(R10*1), Z12
+	VPBROADCASTD     84(DX)(R11*1), Z13
+	VPDPBUSD.BCST    160(DI), Z0, Z10
+	VPDPBUSD.BCST    160(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    160(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    160(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    164(DI), Z1, Z10
+	VPDPBUSD.BCST    164(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    164(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    164(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    168(DI), Z2, Z10
+	VPDPBUSD.BCST    168(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    168(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    168(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    172(DI), Z3, Z10
+	VPDPBUSD.BCST    172(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    172(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    172(DI)(R11*2), Z3, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 80(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 80(DX)(R11*1), Z13, Z21
+	VPMOVSXBD        208(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     88(DX), Z10
+	VPBROADCASTD     88(DX)(R9*1), Z11
+	VPBROADCASTD     88(DX)(R10*1), Z12
+	VPBROADCASTD     88(DX)(R11*1), Z13
+	VPDPBUSD.BCST    176(DI), Z4, Z10
+	VPDPBUSD.BCST    176(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    176(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    176(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    180(DI), Z5, Z10
+	VPDPBUSD.BCST    180(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    180(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    180(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    184(DI), Z6, Z10
+	VPDPBUSD.BCST    184(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    184(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    184(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    188(DI), Z7, Z10
+	VPDPBUSD.BCST    188(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    188(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    188(DI)(R11*2), Z7, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 80(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 80(DX)(R11*1), Z13, Z21
+	VPSRLW           $0x04, 1312(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2848(SI), Z26, Z0
+	VPSRLW           $0x04, 1376(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2912(SI), Z26, Z1
+	VPSRLW           $0x04, 1440(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2976(SI), Z26, Z2
+	VPSRLW           $0x04, 1504(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 3040(SI), Z26, Z3
+	VPSRLW           $0x04, 1568(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 3104(SI), Z26, Z4
+	VPSRLW           $0x04, 1632(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 3168(SI), Z26, Z5
+	VPSRLW           $0x04, 1696(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 3232(SI), Z26, Z6
+	VPSRLW           $0x04, 1760(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 3296(SI), Z26, Z7
+	VPMOVSXBD        224(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     100(DX), Z10
+	VPBROADCASTD     100(DX)(R9*1), Z11
+	VPBROADCASTD     100(DX)(R10*1), Z12
+	VPBROADCASTD     100(DX)(R11*1), Z13
+	VPDPBUSD.BCST    192(DI), Z0, Z10
+	VPDPBUSD.BCST    192(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    192(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    192(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    196(DI), Z1, Z10
+	VPDPBUSD.BCST    196(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    196(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    196(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    200(DI), Z2, Z10
+	VPDPBUSD.BCST    200(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    200(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    200(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    204(DI), Z3, Z10
+	VPDPBUSD.BCST    204(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    204(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    204(DI)(R11*2), Z3, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 96(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 96(DX)(R11*1), Z13, Z21
+	VPMOVSXBD        240(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     104(DX), Z10
+	VPBROADCASTD     104(DX)(R9*1), Z11
+	VPBROADCASTD     104(DX)(R10*1), Z12
+	VPBROADCASTD     104(DX)(R11*1), Z13
+	VPDPBUSD.BCST    208(DI), Z4, Z10
+	VPDPBUSD.BCST    208(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    208(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    208(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    212(DI), Z5, Z10
+	VPDPBUSD.BCST    212(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    212(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    212(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    216(DI), Z6, Z10
+	VPDPBUSD.BCST    216(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    216(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    216(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    220(DI), Z7, Z10
+	VPDPBUSD.BCST    220(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    220(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    220(DI)(R11*2), Z7, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 96(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 96(DX)(R11*1), Z13, Z21
+	VPSRLW           $0x04, 1824(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 1888(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 1952(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 2016(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 2080(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 2144(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 2208(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 2272(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        256(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     116(DX), Z10
+	VPBROADCASTD     116(DX)(R9*1), Z11
+	VPBROADCASTD     116(DX)(R10*1), Z12
+	VPBROADCASTD     116(DX)(R11*1), Z13
+	VPDPBUSD.BCST    224(DI), Z0, Z10
+	VPDPBUSD.BCST    224(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    224(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    224(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    228(DI), Z1, Z10
+	VPDPBUSD.BCST    228(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    228(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    228(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    232(DI), Z2, Z10
+	VPDPBUSD.BCST    232(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    232(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    232(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    236(DI), Z3, Z10
+	VPDPBUSD.BCST    236(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    236(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    236(DI)(R11*2), Z3, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 112(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 112(DX)(R11*1), Z13, Z21
+	VPMOVSXBD        272(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     120(DX), Z10
+	VPBROADCASTD     120(DX)(R9*1), Z11
+	VPBROADCASTD     120(DX)(R10*1), Z12
+	VPBROADCASTD     120(DX)(R11*1), Z13
+	VPDPBUSD.BCST    240(DI), Z4, Z10
+	VPDPBUSD.BCST    240(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    240(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    240(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    244(DI), Z5, Z10
+	VPDPBUSD.BCST    244(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    244(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    244(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    248(DI), Z6, Z10
+	VPDPBUSD.BCST    248(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    248(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    248(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    252(DI), Z7, Z10
+	VPDPBUSD.BCST    252(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    252(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    252(DI)(R11*2), Z7, Z13
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 112(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 112(DX)(R11*1), Z13, Z21
+	ADDQ             $0x00000d20, SI
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x00000080, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ6_Kx5AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ6_Kx5AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x04, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z27
+	VPANDD           288(SI), Z9, Z0
+	VPSLLW           $0x04, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           352(SI), Z9, Z1
+	VPSLLW           $0x04, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           416(SI), Z9, Z2
+	VPSLLW           $0x04, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           480(SI), Z9, Z3
+	VPSLLW           $0x04, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           544(SI), Z9, Z4
+	VPSLLW           $0x04, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           608(SI), Z9, Z5
+	VPSLLW           $0x04, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           672(SI), Z9, Z6
+	VPSLLW           $0x04, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           736(SI), Z9, Z7
+	VPSLLW           $0x04, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        32(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VPMOVSXBD        48(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     8(DX), Z10
+	VPBROADCASTD     8(DX)(R9*1), Z11
+	VPBROADCASTD     8(DX)(R10*1), Z12
+	VPBROADCASTD     8(DX)(R11*1), Z13
+	VPBROADCASTD     8(DX)(R9*4), Z14
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VPANDD           800(SI), Z9, Z0
+	VPSLLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           864(SI), Z9, Z1
+	VPSLLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           928(SI), Z9, Z2
+	VPSLLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           992(SI), Z9, Z3
+	VPSLLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1056(SI), Z9, Z4
+	VPSLLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1120(SI), Z9, Z5
+	VPSLLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1184(SI), Z9, Z6
+	VPSLLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1248(SI), Z9, Z7
+	VPSLLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        64(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     20(DX), Z10
+	VPBROADCASTD     20(DX)(R9*1), Z11
+	VPBROADCASTD     20(DX)(R10*1), Z12
+	VPBROADCASTD     20(DX)(R11*1), Z13
+	VPBROADCASTD     20(DX)(R9*4), Z14
+	VPDPBUSD.BCST    32(DI), Z0, Z10
+	VPDPBUSD.BCST    32(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    32(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    32(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    32(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    36(DI), Z1, Z10
+	VPDPBUSD.BCST    36(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    36(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    36(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    36(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    40(DI), Z2, Z10
+	VPDPBUSD.BCST    40(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    40(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    40(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    40(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    44(DI), Z3, Z10
+	VPDPBUSD.BCST    44(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    44(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    44(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    44(DI)(R9*8), Z3, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 16(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 16(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 16(DX)(R9*4), Z14, Z22
+	VPMOVSXBD        80(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     24(DX), Z10
+	VPBROADCASTD     24(DX)(R9*1), Z11
+	VPBROADCASTD     24(DX)(R10*1), Z12
+	VPBROADCASTD     24(DX)(R11*1), Z13
+	VPBROADCASTD     24(DX)(R9*4), Z14
+	VPDPBUSD.BCST    48(DI), Z4, Z10
+	VPDPBUSD.BCST    48(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    48(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    48(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    48(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    52(DI), Z5, Z10
+	VPDPBUSD.BCST    52(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    52(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    52(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    52(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    56(DI), Z6, Z10
+	VPDPBUSD.BCST    56(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    56(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    56(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    56(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    60(DI), Z7, Z10
+	VPDPBUSD.BCST    60(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    60(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    60(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    60(DI)(R9*8), Z7, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 16(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 16(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 16(DX)(R9*4), Z14, Z22
+	VPSRLW           $0x04, 288(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2336(SI), Z26, Z0
+	VPSRLW           $0x04, 352(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2400(SI), Z26, Z1
+	VPSRLW           $0x04, 416(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2464(SI), Z26, Z2
+	VPSRLW           $0x04, 480(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 2528(SI), Z26, Z3
+	VPSRLW           $0x04, 544(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 2592(SI), Z26, Z4
+	VPSRLW           $0x04, 608(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 2656(SI), Z26, Z5
+	VPSRLW           $0x04, 672(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 2720(SI), Z26, Z6
+	VPSRLW           $0x04, 736(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 2784(SI), Z26, Z7
+	VPMOVSXBD        96(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     36(DX), Z10
+	VPBROADCASTD     36(DX)(R9*1), Z11
+	VPBROADCASTD     36(DX)(R10*1), Z12
+	VPBROADCASTD     36(DX)(R11*1), Z13
+	VPBROADCASTD     36(DX)(R9*4), Z14
+	VPDPBUSD.BCST    64(DI), Z0, Z10
+	VPDPBUSD.BCST    64(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    64(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    64(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    64(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    68(DI), Z1, Z10
+	VPDPBUSD.BCST    68(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    68(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    68(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    68(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    72(DI), Z2, Z10
+	VPDPBUSD.BCST    72(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    72(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    72(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    72(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    76(DI), Z3, Z10
+	VPDPBUSD.BCST    76(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    76(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    76(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    76(DI)(R9*8), Z3, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 32(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 32(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 32(DX)(R9*4), Z14, Z22
+	VPMOVSXBD        112(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     40(DX), Z10
+	VPBROADCASTD     40(DX)(R9*1), Z11
+	VPBROADCASTD     40(DX)(R10*1), Z12
+	VPBROADCASTD     40(DX)(R11*1), Z13
+	VPBROADCASTD     40(DX)(R9*4), Z14
+	VPDPBUSD.BCST    80(DI), Z4, Z10
+	VPDPBUSD.BCST    80(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    80(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    80(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    80(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    84(DI), Z5, Z10
+	VPDPBUSD.BCST    84(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    84(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    84(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    84(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    88(DI), Z6, Z10
+	VPDPBUSD.BCST    88(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    88(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    88(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    88(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    92(DI), Z7, Z10
+	VPDPBUSD.BCST    92(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    92(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    92(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    92(DI)(R9*8), Z7, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 32(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 32(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 32(DX)(R9*4), Z14, Z22
+	VPSRLW           $0x04, 800(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 864(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 928(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 992(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 1056(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 1120(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 1184(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 1248(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        128(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     52(DX), Z10
+	VPBROADCASTD     52(DX)(R9*1), Z11
+	VPBROADCASTD     52(DX)(R10*1), Z12
+	VPBROADCASTD     52(DX)(R11*1), Z13
+	VPBROADCASTD     52(DX)(R9*4), Z14
+	VPDPBUSD.BCST    96(DI), Z0, Z10
+	VPDPBUSD.BCST    96(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    96(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    96(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    96(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    100(DI), Z1, Z10
+	VPDPBUSD.BCST    100(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    100(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    100(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    100(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    104(DI), Z2, Z10
+	VPDPBUSD.BCST    104(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    104(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    104(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    104(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    108(DI), Z3, Z10
+	VPDPBUSD.BCST    108(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    108(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    108(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    108(DI)(R9*8), Z3, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 48(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 48(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 48(DX)(R9*4), Z14, Z22
+	VPMOVSXBD        144(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     56(DX), Z10
+	VPBROADCASTD     56(DX)(R9*1), Z11
+	VPBROADCASTD     56(DX)(R10*1), Z12
+	VPBROADCASTD     56(DX)(R11*1), Z13
+	VPBROADCASTD     56(DX)(R9*4), Z14
+	VPDPBUSD.BCST    112(DI), Z4, Z10
+	VPDPBUSD.BCST    112(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    112(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    112(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    112(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    116(DI), Z5, Z10
+	VPDPBUSD.BCST    116(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    116(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    116(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    116(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    120(DI), Z6, Z10
+	VPDPBUSD.BCST    120(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    120(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    120(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    120(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    124(DI), Z7, Z10
+	VPDPBUSD.BCST    124(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    124(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    124(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    124(DI)(R9*8), Z7, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 48(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 48(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 48(DX)(R9*4), Z14, Z22
+	VPANDD           1312(SI), Z9, Z0
+	VPSLLW           $0x04, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1376(SI), Z9, Z1
+	VPSLLW           $0x04, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1440(SI), Z9, Z2
+	VPSLLW           $0x04, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           1504(SI), Z9, Z3
+	VPSLLW           $0x04, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1568(SI), Z9, Z4
+	VPSLLW           $0x04, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1632(SI), Z9, Z5
+	VPSLLW           $0x04, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1696(SI), Z9, Z6
+	VPSLLW           $0x04, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1760(SI), Z9, Z7
+	VPSLLW           $0x04, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        160(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     68(DX), Z10
+	VPBROADCASTD     68(DX)(R9*1), Z11
+	VPBROADCASTD     68(DX)(R10*1), Z12
+	VPBROADCASTD     68(DX)(R11*1), Z13
+	VPBROADCASTD     68(DX)(R9*4), Z14
+	VPDPBUSD.BCST    128(DI), Z0, Z10
+	VPDPBUSD.BCST    128(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    128(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    128(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    128(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    132(DI), Z1, Z10
+	VPDPBUSD.BCST    132(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    132(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    132(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    132(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    136(DI), Z2, Z10
+	VPDPBUSD.BCST    136(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    136(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    136(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    136(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    140(DI), Z3, Z10
+	VPDPBUSD.BCST    140(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    140(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    140(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    140(DI)(R9*8), Z3, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 64(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 64(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 64(DX)(R9*4), Z14, Z22
+	VPMOVSXBD        176(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     72(DX), Z10
+	VPBROADCASTD     72(DX)(R9*1), Z11
+	VPBROADCASTD     72(DX)(R10*1), Z12
+	VPBROADCASTD     72(DX)(R11*1), Z13
+	VPBROADCASTD     72(DX)(R9*4), Z14
+	VPDPBUSD.BCST    144(DI), Z4, Z10
+	VPDPBUSD.BCST    144(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    144(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    144(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    144(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    148(DI), Z5, Z10
+	VPDPBUSD.BCST    148(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    148(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    148(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    148(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    152(DI), Z6, Z10
+	VPDPBUSD.BCST    152(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    152(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    152(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    152(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    156(DI), Z7, Z10
+	VPDPBUSD.BCST    156(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    156(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    156(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    156(DI)(R9*8), Z7, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 64(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 64(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 64(DX)(R9*4), Z14, Z22
+	VPANDD           1824(SI), Z9, Z0
+	VPSLLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1888(SI), Z9, Z1
+	VPSLLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1952(SI), Z9, Z2
+	VPSLLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           2016(SI), Z9, Z3
+	VPSLLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           2080(SI), Z9, Z4
+	VPSLLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           2144(SI), Z9, Z5
+	VPSLLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           2208(SI), Z9, Z6
+	VPSLLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           2272(SI), Z9, Z7
+	VPSLLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        192(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     84(DX), Z10
+	VPBROADCASTD     84(DX)(R9*1), Z11
+	VPBROADCASTD     84(DX)(R10*1), Z12
+	VPBROADCASTD     84(DX)(R11*1), Z13
+	VPBROADCASTD     84(DX)(R9*4), Z14
+	VPDPBUSD.BCST    160(DI), Z0, Z10
+	VPDPBUSD.BCST    160(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    160(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    160(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    160(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    164(DI), Z1, Z10
+	VPDPBUSD.BCST    164(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    164(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    164(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    164(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    168(DI), Z2, Z10
+	VPDPBUSD.BCST    168(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    168(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    168(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    168(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    172(DI), Z3, Z10
+	VPDPBUSD.BCST    172(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    172(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    172(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    172(DI)(R9*8), Z3, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 80(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 80(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 80(DX)(R9*4), Z14, Z22
+	VPMOVSXBD        208(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     88(DX), Z10
+	VPBROADCASTD     88(DX)(R9*1), Z11
+	VPBROADCASTD     88(DX)(R10*1), Z12
+	VPBROADCASTD     88(DX)(R11*1), Z13
+	VPBROADCASTD     88(DX)(R9*4), Z14
+	VPDPBUSD.BCST    176(DI), Z4, Z10
+	VPDPBUSD.BCST    176(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    176(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    176(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    176(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    180(DI), Z5, Z10
+	VPDPBUSD.BCST    180(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    180(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    180(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    180(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    184(DI), Z6, Z10
+	VPDPBUSD.BCST    184(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    184(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    184(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    184(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    188(DI), Z7, Z10
+	VPDPBUSD.BCST    188(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    188(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    188(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    188(DI)(R9*8), Z7, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 80(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 80(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 80(DX)(R9*4), Z14, Z22
+	VPSRLW           $0x04, 1312(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2848(SI), Z26, Z0
+	VPSRLW           $0x04, 1376(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2912(SI), Z26, Z1
+	VPSRLW           $0x04, 1440(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2976(SI), Z26, Z2
+	VPSRLW           $0x04, 1504(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 3040(SI), Z26, Z3
+	VPSRLW           $0x04, 1568(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 3104(SI), Z26, Z4
+	VPSRLW           $0x04, 1632(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 3168(SI), Z26, Z5
+	VPSRLW           $0x04, 1696(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 3232(SI), Z26, Z6
+	VPSRLW           $0x04, 1760(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 3296(SI), Z26, Z7
+	VPMOVSXBD        224(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     100(DX), Z10
+	VPBROADCASTD     100(DX)(R9*1), Z11
+	VPBROADCASTD     100(DX)(R10*1), Z12
+	VPBROADCASTD     100(DX)(R11*1), Z13
+	VPBROADCASTD     100(DX)(R9*4), Z14
+	VPDPBUSD.BCST    192(DI), Z0, Z10
+	VPDPBUSD.BCST    192(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    192(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    192(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    192(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    196(DI), Z1, Z10
+	VPDPBUSD.BCST    196(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    196(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    196(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    196(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    200(DI), Z2, Z10
+	VPDPBUSD.BCST    200(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    200(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    200(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    200(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    204(DI), Z3, Z10
+	VPDPBUSD.BCST    204(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    204(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    204(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    204(DI)(R9*8), Z3, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 96(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 96(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 96(DX)(R9*4), Z14, Z22
+	VPMOVSXBD        240(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     104(DX), Z10
+	VPBROADCASTD     104(DX)(R9*1), Z11
+	VPBROADCASTD     104(DX)(R10*1), Z12
+	VPBROADCASTD     104(DX)(R11*1), Z13
+	VPBROADCASTD     104(DX)(R9*4), Z14
+	VPDPBUSD.BCST    208(DI), Z4, Z10
+	VPDPBUSD.BCST    208(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    208(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    208(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    208(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    212(DI), Z5, Z10
+	VPDPBUSD.BCST    212(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    212(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    212(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    212(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    216(DI), Z6, Z10
+	VPDPBUSD.BCST    216(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    216(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    216(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    216(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    220(DI), Z7, Z10
+	VPDPBUSD.BCST    220(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    220(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    220(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    220(DI)(R9*8), Z7, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 96(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 96(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 96(DX)(R9*4), Z14, Z22
+	VPSRLW           $0x04, 1824(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 1888(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 1952(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 2016(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 2080(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 2144(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 2208(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 2272(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        256(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     116(DX), Z10
+	VPBROADCASTD     116(DX)(R9*1), Z11
+	VPBROADCASTD     116(DX)(R10*1), Z12
+	VPBROADCASTD     116(DX)(R11*1), Z13
+	VPBROADCASTD     116(DX)(R9*4), Z14
+	VPDPBUSD.BCST    224(DI), Z0, Z10
+	VPDPBUSD.BCST    224(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    224(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    224(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    224(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    228(DI), Z1, Z10
+	VPDPBUSD.BCST    228(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    228(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    228(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    228(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    232(DI), Z2, Z10
+	VPDPBUSD.BCST    232(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    232(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    232(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    232(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    236(DI), Z3, Z10
+	VPDPBUSD.BCST    236(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    236(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    236(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    236(DI)(R9*8), Z3, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 112(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 112(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 112(DX)(R9*4), Z14, Z22
+	VPMOVSXBD        272(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     120(DX), Z10
+	VPBROADCASTD     120(DX)(R9*1), Z11
+	VPBROADCASTD     120(DX)(R10*1), Z12
+	VPBROADCASTD     120(DX)(R11*1), Z13
+	VPBROADCASTD     120(DX)(R9*4), Z14
+	VPDPBUSD.BCST    240(DI), Z4, Z10
+	VPDPBUSD.BCST    240(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    240(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    240(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    240(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    244(DI), Z5, Z10
+	VPDPBUSD.BCST    244(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    244(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    244(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    244(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    248(DI), Z6, Z10
+	VPDPBUSD.BCST    248(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    248(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    248(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    248(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    252(DI), Z7, Z10
+	VPDPBUSD.BCST    252(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    252(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    252(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    252(DI)(R9*8), Z7, Z14
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 112(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 112(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 112(DX)(R9*4), Z14, Z22
+	ADDQ             $0x00000d20, SI
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x00000080, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ6_Kx6AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ6_Kx6AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x04, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z27
+	VPANDD           288(SI), Z9, Z0
+	VPSLLW           $0x04, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           352(SI), Z9, Z1
+	VPSLLW           $0x04, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           416(SI), Z9, Z2
+	VPSLLW           $0x04, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           480(SI), Z9, Z3
+	VPSLLW           $0x04, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           544(SI), Z9, Z4
+	VPSLLW           $0x04, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           608(SI), Z9, Z5
+	VPSLLW           $0x04, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           672(SI), Z9, Z6
+	VPSLLW           $0x04, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           736(SI), Z9, Z7
+	VPSLLW           $0x04, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        32(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPBROADCASTD     4(DX)(R12*1), Z15
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    (DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    4(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    8(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    12(DI)(R12*2), Z3, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VPMOVSXBD        48(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     8(DX), Z10
+	VPBROADCASTD     8(DX)(R9*1), Z11
+	VPBROADCASTD     8(DX)(R10*1), Z12
+	VPBROADCASTD     8(DX)(R11*1), Z13
+	VPBROADCASTD     8(DX)(R9*4), Z14
+	VPBROADCASTD     8(DX)(R12*1), Z15
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    16(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    20(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    24(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    28(DI)(R12*2), Z7, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VPANDD           800(SI), Z9, Z0
+	VPSLLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           864(SI), Z9, Z1
+	VPSLLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           928(SI), Z9, Z2
+	VPSLLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           992(SI), Z9, Z3
+	VPSLLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1056(SI), Z9, Z4
+	VPSLLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1120(SI), Z9, Z5
+	VPSLLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1184(SI), Z9, Z6
+	VPSLLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1248(SI), Z9, Z7
+	VPSLLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        64(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     20(DX), Z10
+	VPBROADCASTD     20(DX)(R9*1), Z11
+	VPBROADCASTD     20(DX)(R10*1), Z12
+	VPBROADCASTD     20(DX)(R11*1), Z13
+	VPBROADCASTD     20(DX)(R9*4), Z14
+	VPBROADCASTD     20(DX)(R12*1), Z15
+	VPDPBUSD.BCST    32(DI), Z0, Z10
+	VPDPBUSD.BCST    32(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    32(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    32(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    32(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    32(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    36(DI), Z1, Z10
+	VPDPBUSD.BCST    36(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    36(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    36(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    36(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    36(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    40(DI), Z2, Z10
+	VPDPBUSD.BCST    40(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    40(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    40(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    40(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    40(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    44(DI), Z3, Z10
+	VPDPBUSD.BCST    44(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    44(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    44(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    44(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    44(DI)(R12*2), Z3, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 16(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 16(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 16(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 16(DX)(R12*1), Z15, Z23
+	VPMOVSXBD        80(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     24(DX), Z10
+	VPBROADCASTD     24(DX)(R9*1), Z11
+	VPBROADCASTD     24(DX)(R10*1), Z12
+	VPBROADCASTD     24(DX)(R11*1), Z13
+	VPBROADCASTD     24(DX)(R9*4), Z14
+	VPBROADCASTD     24(DX)(R12*1), Z15
+	VPDPBUSD.BCST    48(DI), Z4, Z10
+	VPDPBUSD.BCST    48(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    48(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    48(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    48(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    48(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    52(DI), Z5, Z10
+	VPDPBUSD.BCST    52(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    52(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    52(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    52(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    52(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    56(DI), Z6, Z10
+	VPDPBUSD.BCST    56(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    56(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    56(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    56(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    56(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    60(DI), Z7, Z10
+	VPDPBUSD.BCST    60(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    60(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    60(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    60(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    60(DI)(R12*2), Z7, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 16(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 16(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 16(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 16(DX)(R12*1), Z15, Z23
+	VPSRLW           $0x04, 288(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2336(SI), Z26, Z0
+	VPSRLW           $0x04, 352(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2400(SI), Z26, Z1
+	VPSRLW           $0x04, 416(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2464(SI), Z26, Z2
+	VPSRLW           $0x04, 480(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 2528(SI), Z26, Z3
+	VPSRLW           $0x04, 544(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 2592(SI), Z26, Z4
+	VPSRLW           $0x04, 608(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 2656(SI), Z26, Z5
+	VPSRLW           $0x04, 672(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 2720(SI), Z26, Z6
+	VPSRLW           $0x04, 736(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 2784(SI), Z26, Z7
+	VPMOVSXBD        96(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     36(DX), Z10
+	VPBROADCASTD     36(DX)(R9*1), Z11
+	VPBROADCASTD     36(DX)(R10*1), Z12
+	VPBROADCASTD     36(DX)(R11*1), Z13
+	VPBROADCASTD     36(DX)(R9*4), Z14
+	VPBROADCASTD     36(DX)(R12*1), Z15
+	VPDPBUSD.BCST    64(DI), Z0, Z10
+	VPDPBUSD.BCST    64(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    64(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    64(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    64(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    64(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    68(DI), Z1, Z10
+	VPDPBUSD.BCST    68(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    68(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    68(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    68(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    68(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    72(DI), Z2, Z10
+	VPDPBUSD.BCST    72(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    72(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    72(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    72(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    72(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    76(DI), Z3, Z10
+	VPDPBUSD.BCST    76(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    76(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    76(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    76(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    76(DI)(R12*2), Z3, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 32(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 32(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 32(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 32(DX)(R12*1), Z15, Z23
+	VPMOVSXBD        112(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     40(DX), Z10
+	VPBROADCASTD     40(DX)(R9*1), Z11
+	VPBROADCASTD     40(DX)(R10*1), Z12
+	VPBROADCASTD     40(DX)(R11*1), Z13
+	VPBROADCASTD     40(DX)(R9*4), Z14
+	VPBROADCASTD     40(DX)(R12*1), Z15
+	VPDPBUSD.BCST    80(DI), Z4, Z10
+	VPDPBUSD.BCST    80(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    80(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    80(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    80(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    80(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    84(DI), Z5, Z10
+	VPDPBUSD.BCST    84(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    84(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    84(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    84(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    84(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    88(DI), Z6, Z10
+	VPDPBUSD.BCST    88(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    88(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    88(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    88(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    88(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    92(DI), Z7, Z10
+	VPDPBUSD.BCST    92(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    92(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    92(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    92(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    92(DI)(R12*2), Z7, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 32(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 32(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 32(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 32(DX)(R12*1), Z15, Z23
+	VPSRLW           $0x04, 800(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 864(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 928(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 992(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 1056(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 1120(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 1184(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 1248(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        128(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     52(DX), Z10
+	VPBROADCASTD     52(DX)(R9*1), Z11
+	VPBROADCASTD     52(DX)(R10*1), Z12
+	VPBROADCASTD     52(DX)(R11*1), Z13
+	VPBROADCASTD     52(DX)(R9*4), Z14
+	VPBROADCASTD     52(DX)(R12*1), Z15
+	VPDPBUSD.BCST    96(DI), Z0, Z10
+	VPDPBUSD.BCST    96(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    96(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    96(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    96(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    96(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    100(DI), Z1, Z10
+	VPDPBUSD.BCST    100(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    100(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    100(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    100(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    100(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    104(DI), Z2, Z10
+	VPDPBUSD.BCST    104(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    104(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    104(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    104(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    104(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    108(DI), Z3, Z10
+	VPDPBUSD.BCST    108(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    108(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    108(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    108(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    108(DI)(R12*2), Z3, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 48(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 48(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 48(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 48(DX)(R12*1), Z15, Z23
+	VPMOVSXBD        144(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     56(DX), Z10
+	VPBROADCASTD     56(DX)(R9*1), Z11
+	VPBROADCASTD     56(DX)(R10*1), Z12
+	VPBROADCASTD     56(DX)(R11*1), Z13
+	VPBROADCASTD     56(DX)(R9*4), Z14
+	VPBROADCASTD     56(DX)(R12*1), Z15
+	VPDPBUSD.BCST    112(DI), Z4, Z10
+	VPDPBUSD.BCST    112(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    112(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    112(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    112(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    112(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    116(DI), Z5, Z10
+	VPDPBUSD.BCST    116(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    116(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    116(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    116(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    116(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    120(DI), Z6, Z10
+	VPDPBUSD.BCST    120(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    120(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    120(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    120(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    120(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    124(DI), Z7, Z10
+	VPDPBUSD.BCST    124(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    124(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    124(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    124(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    124(DI)(R12*2), Z7, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 48(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 48(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 48(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 48(DX)(R12*1), Z15, Z23
+	VPANDD           1312(SI), Z9, Z0
+	VPSLLW           $0x04, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1376(SI), Z9, Z1
+	VPSLLW           $0x04, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1440(SI), Z9, Z2
+	VPSLLW           $0x04, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           1504(SI), Z9, Z3
+	VPSLLW           $0x04, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1568(SI), Z9, Z4
+	VPSLLW           $0x04, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1632(SI), Z9, Z5
+	VPSLLW           $0x04, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1696(SI), Z9, Z6
+	VPSLLW           $0x04, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1760(SI), Z9, Z7
+	VPSLLW           $0x04, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        160(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     68(DX), Z10
+	VPBROADCASTD     68(DX)(R9*1), Z11
+	VPBROADCASTD     68(DX)(R10*1), Z12
+	VPBROADCASTD     68(DX)(R11*1), Z13
+	VPBROADCASTD     68(DX)(R9*4), Z14
+	VPBROADCASTD     68(DX)(R12*1), Z15
+	VPDPBUSD.BCST    128(DI), Z0, Z10
+	VPDPBUSD.BCST    128(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    128(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    128(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    128(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    128(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    132(DI), Z1, Z10
+	VPDPBUSD.BCST    132(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    132(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    132(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    132(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    132(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    136(DI), Z2, Z10
+	VPDPBUSD.BCST    136(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    136(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    136(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    136(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    136(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    140(DI), Z3, Z10
+	VPDPBUSD.BCST    140(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    140(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    140(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    140(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    140(DI)(R12*2), Z3, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 64(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 64(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 64(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 64(DX)(R12*1), Z15, Z23
+	VPMOVSXBD        176(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     72(DX), Z10
+	VPBROADCASTD     72(DX)(R9*1), Z11
+	VPBROADCASTD     72(DX)(R10*1), Z12
+	VPBROADCASTD     72(DX)(R11*1), Z13
+	VPBROADCASTD     72(DX)(R9*4), Z14
+	VPBROADCASTD     72(DX)(R12*1), Z15
+	VPDPBUSD.BCST    144(DI), Z4, Z10
+	VPDPBUSD.BCST    144(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    144(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    144(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    144(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    144(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    148(DI), Z5, Z10
+	VPDPBUSD.BCST    148(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    148(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    148(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    148(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    148(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    152(DI), Z6, Z10
+	VPDPBUSD.BCST    152(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    152(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    152(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    152(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    152(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    156(DI), Z7, Z10
+	VPDPBUSD.BCST    156(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    156(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    156(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    156(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    156(DI)(R12*2), Z7, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 64(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 64(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 64(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 64(DX)(R12*1), Z15, Z23
+	VPANDD           1824(SI), Z9, Z0
+	VPSLLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1888(SI), Z9, Z1
+	VPSLLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1952(SI), Z9, Z2
+	VPSLLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           2016(SI), Z9, Z3
+	VPSLLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           2080(SI), Z9, Z4
+	VPSLLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           2144(SI), Z9, Z5
+	VPSLLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           2208(SI), Z9, Z6
+	VPSLLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           2272(SI), Z9, Z7
+	VPSLLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        192(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     84(DX), Z10
+	VPBROADCASTD     84(DX)(R9*1), Z11
+	VPBROADCASTD     84(DX)(R10*1), Z12
+	VPBROADCASTD     84(DX)(R11*1), Z13
+	VPBROADCASTD     84(DX)(R9*4), Z14
+	VPBROADCASTD     84(DX)(R12*1), Z15
+	VPDPBUSD.BCST    160(DI), Z0, Z10
+	VPDPBUSD.BCST    160(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    160(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    160(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    160(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    160(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    164(DI), Z1, Z10
+	VPDPBUSD.BCST    164(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    164(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    164(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    164(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    164(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    168(DI), Z2, Z10
+	VPDPBUSD.BCST    168(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    168(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    168(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    168(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    168(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    172(DI), Z3, Z10
+	VPDPBUSD.BCST    172(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    172(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    172(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    172(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    172(DI)(R12*2), Z3, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 80(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 80(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 80(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 80(DX)(R12*1), Z15, Z23
+	VPMOVSXBD        208(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     88(DX), Z10
+	VPBROADCASTD     88(DX)(R9*1), Z11
+	VPBROADCASTD     88(DX)(R10*1), Z12
+	VPBROADCASTD     88(DX)(R11*1), Z13
+	VPBROADCASTD     88(DX)(R9*4), Z14
+	VPBROADCASTD     88(DX)(R12*1), Z15
+	VPDPBUSD.BCST    176(DI), Z4, Z10
+	VPDPBUSD.BCST    176(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    176(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    176(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    176(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    176(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    180(DI), Z5, Z10
+	VPDPBUSD.BCST    180(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    180(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    180(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    180(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    180(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    184(DI), Z6, Z10
+	VPDPBUSD.BCST    184(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    184(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    184(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    184(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    184(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    188(DI), Z7, Z10
+	VPDPBUSD.BCST    188(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    188(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    188(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    188(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    188(DI)(R12*2), Z7, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 80(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 80(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 80(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 80(DX)(R12*1), Z15, Z23
+	VPSRLW           $0x04, 1312(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2848(SI), Z26, Z0
+	VPSRLW           $0x04, 1376(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2912(SI), Z26, Z1
+	VPSRLW           $0x04, 1440(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2976(SI), Z26, Z2
+	VPSRLW           $0x04, 1504(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 3040(SI), Z26, Z3
+	VPSRLW           $0x04, 1568(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 3104(SI), Z26, Z4
+	VPSRLW           $0x04, 1632(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 3168(SI), Z26, Z5
+	VPSRLW           $0x04, 1696(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 3232(SI), Z26, Z6
+	VPSRLW           $0x04, 1760(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 3296(SI), Z26, Z7
+	VPMOVSXBD        224(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     100(DX), Z10
+	VPBROADCASTD     100(DX)(R9*1), Z11
+	VPBROADCASTD     100(DX)(R10*1), Z12
+	VPBROADCASTD     100(DX)(R11*1), Z13
+	VPBROADCASTD     100(DX)(R9*4), Z14
+	VPBROADCASTD     100(DX)(R12*1), Z15
+	VPDPBUSD.BCST    192(DI), Z0, Z10
+	VPDPBUSD.BCST    192(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    192(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    192(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    192(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    192(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    196(DI), Z1, Z10
+	VPDPBUSD.BCST    196(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    196(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    196(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    196(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    196(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    200(DI), Z2, Z10
+	VPDPBUSD.BCST    200(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    200(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    200(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    200(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    200(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    204(DI), Z3, Z10
+	VPDPBUSD.BCST    204(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    204(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    204(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    204(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    204(DI)(R12*2), Z3, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 96(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 96(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 96(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 96(DX)(R12*1), Z15, Z23
+	VPMOVSXBD        240(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     104(DX), Z10
+	VPBROADCASTD     104(DX)(R9*1), Z11
+	VPBROADCASTD     104(DX)(R10*1), Z12
+	VPBROADCASTD     104(DX)(R11*1), Z13
+	VPBROADCASTD     104(DX)(R9*4), Z14
+	VPBROADCASTD     104(DX)(R12*1), Z15
+	VPDPBUSD.BCST    208(DI), Z4, Z10
+	VPDPBUSD.BCST    208(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    208(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    208(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    208(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    208(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    212(DI), Z5, Z10
+	VPDPBUSD.BCST    212(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    212(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    212(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    212(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    212(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    216(DI), Z6, Z10
+	VPDPBUSD.BCST    216(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    216(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    216(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    216(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    216(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    220(DI), Z7, Z10
+	VPDPBUSD.BCST    220(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    220(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    220(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    220(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    220(DI)(R12*2), Z7, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 96(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 96(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 96(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 96(DX)(R12*1), Z15, Z23
+	VPSRLW           $0x04, 1824(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 1888(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 1952(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 2016(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 2080(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 2144(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 2208(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 2272(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        256(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     116(DX), Z10
+	VPBROADCASTD     116(DX)(R9*1), Z11
+	VPBROADCASTD     116(DX)(R10*1), Z12
+	VPBROADCASTD     116(DX)(R11*1), Z13
+	VPBROADCASTD     116(DX)(R9*4), Z14
+	VPBROADCASTD     116(DX)(R12*1), Z15
+	VPDPBUSD.BCST    224(DI), Z0, Z10
+	VPDPBUSD.BCST    224(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    224(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    224(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    224(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    224(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    228(DI), Z1, Z10
+	VPDPBUSD.BCST    228(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    228(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    228(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    228(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    228(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    232(DI), Z2, Z10
+	VPDPBUSD.BCST    232(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    232(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    232(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    232(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    232(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    236(DI), Z3, Z10
+	VPDPBUSD.BCST    236(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    236(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    236(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    236(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    236(DI)(R12*2), Z3, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 112(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 112(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 112(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 112(DX)(R12*1), Z15, Z23
+	VPMOVSXBD        272(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     120(DX), Z10
+	VPBROADCASTD     120(DX)(R9*1), Z11
+	VPBROADCASTD     120(DX)(R10*1), Z12
+	VPBROADCASTD     120(DX)(R11*1), Z13
+	VPBROADCASTD     120(DX)(R9*4), Z14
+	VPBROADCASTD     120(DX)(R12*1), Z15
+	VPDPBUSD.BCST    240(DI), Z4, Z10
+	VPDPBUSD.BCST    240(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    240(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    240(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    240(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    240(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    244(DI), Z5, Z10
+	VPDPBUSD.BCST    244(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    244(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    244(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    244(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    244(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    248(DI), Z6, Z10
+	VPDPBUSD.BCST    248(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    248(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    248(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    248(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    248(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    252(DI), Z7, Z10
+	VPDPBUSD.BCST    252(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    252(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    252(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    252(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    252(DI)(R12*2), Z7, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 112(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 112(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 112(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 112(DX)(R12*1), Z15, Z23
+	ADDQ             $0x00000d20, SI
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x00000080, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ6_Kx7AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ6_Kx7AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x04, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z27
+	VPANDD           288(SI), Z9, Z0
+	VPSLLW           $0x04, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           352(SI), Z9, Z1
+	VPSLLW           $0x04, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           416(SI), Z9, Z2
+	VPSLLW           $0x04, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           480(SI), Z9, Z3
+	VPSLLW           $0x04, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           544(SI), Z9, Z4
+	VPSLLW           $0x04, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           608(SI), Z9, Z5
+	VPSLLW           $0x04, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           672(SI), Z9, Z6
+	VPSLLW           $0x04, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           736(SI), Z9, Z7
+	VPSLLW           $0x04, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        32(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPBROADCASTD     4(DX)(R12*1), Z15
+	VPBROADCASTD     4(DX)(R11*2), Z16
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    (DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    4(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    8(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    12(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST (DX)(R11*2), Z16, Z24
+	VPMOVSXBD        48(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     8(DX), Z10
+	VPBROADCASTD     8(DX)(R9*1), Z11
+	VPBROADCASTD     8(DX)(R10*1), Z12
+	VPBROADCASTD     8(DX)(R11*1), Z13
+	VPBROADCASTD     8(DX)(R9*4), Z14
+	VPBROADCASTD     8(DX)(R12*1), Z15
+	VPBROADCASTD     8(DX)(R11*2), Z16
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    16(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    20(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    24(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    28(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST (DX)(R11*2), Z16, Z24
+	VPANDD           800(SI), Z9, Z0
+	VPSLLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           864(SI), Z9, Z1
+	VPSLLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           928(SI), Z9, Z2
+	VPSLLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           992(SI), Z9, Z3
+	VPSLLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1056(SI), Z9, Z4
+	VPSLLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1120(SI), Z9, Z5
+	VPSLLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1184(SI), Z9, Z6
+	VPSLLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1248(SI), Z9, Z7
+	VPSLLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        64(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     20(DX), Z10
+	VPBROADCASTD     20(DX)(R9*1), Z11
+	VPBROADCASTD     20(DX)(R10*1), Z12
+	VPBROADCASTD     20(DX)(R11*1), Z13
+	VPBROADCASTD     20(DX)(R9*4), Z14
+	VPBROADCASTD     20(DX)(R12*1), Z15
+	VPBROADCASTD     20(DX)(R11*2), Z16
+	VPDPBUSD.BCST    32(DI), Z0, Z10
+	VPDPBUSD.BCST    32(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    32(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    32(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    32(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    32(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    32(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    36(DI), Z1, Z10
+	VPDPBUSD.BCST    36(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    36(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    36(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    36(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    36(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    36(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    40(DI), Z2, Z10
+	VPDPBUSD.BCST    40(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    40(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    40(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    40(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    40(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    40(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    44(DI), Z3, Z10
+	VPDPBUSD.BCST    44(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    44(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    44(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    44(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    44(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    44(DI)(R11*4), Z3, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 16(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 16(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 16(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 16(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 16(DX)(R11*2), Z16, Z24
+	VPMOVSXBD        80(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     24(DX), Z10
+	VPBROADCASTD     24(DX)(R9*1), Z11
+	VPBROADCASTD     24(DX)(R10*1), Z12
+	VPBROADCASTD     24(DX)(R11*1), Z13
+	VPBROADCASTD     24(DX)(R9*4), Z14
+	VPBROADCASTD     24(DX)(R12*1), Z15
+	VPBROADCASTD     24(DX)(R11*2), Z16
+	VPDPBUSD.BCST    48(DI), Z4, Z10
+	VPDPBUSD.BCST    48(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    48(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    48(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    48(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    48(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    48(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    52(DI), Z5, Z10
+	VPDPBUSD.BCST    52(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    52(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    52(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    52(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    52(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    52(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    56(DI), Z6, Z10
+	VPDPBUSD.BCST    56(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    56(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    56(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    56(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    56(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    56(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    60(DI), Z7, Z10
+	VPDPBUSD.BCST    60(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    60(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    60(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    60(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    60(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    60(DI)(R11*4), Z7, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 16(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 16(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 16(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 16(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 16(DX)(R11*2), Z16, Z24
+	VPSRLW           $0x04, 288(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2336(SI), Z26, Z0
+	VPSRLW           $0x04, 352(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2400(SI), Z26, Z1
+	VPSRLW           $0x04, 416(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2464(SI), Z26, Z2
+	VPSRLW           $0x04, 480(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 2528(SI), Z26, Z3
+	VPSRLW           $0x04, 544(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 2592(SI), Z26, Z4
+	VPSRLW           $0x04, 608(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 2656(SI), Z26, Z5
+	VPSRLW           $0x04, 672(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 2720(SI), Z26, Z6
+	VPSRLW           $0x04, 736(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 2784(SI), Z26, Z7
+	VPMOVSXBD        96(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     36(DX), Z10
+	VPBROADCASTD     36(DX)(R9*1), Z11
+	VPBROADCASTD     36(DX)(R10*1), Z12
+	VPBROADCASTD     36(DX)(R11*1), Z13
+	VPBROADCASTD     36(DX)(R9*4), Z14
+	VPBROADCASTD     36(DX)(R12*1), Z15
+	VPBROADCASTD     36(DX)(R11*2), Z16
+	VPDPBUSD.BCST    64(DI), Z0, Z10
+	VPDPBUSD.BCST    64(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    64(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    64(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    64(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    64(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    64(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    68(DI), Z1, Z10
+	VPDPBUSD.BCST    68(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    68(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    68(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    68(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    68(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    68(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    72(DI), Z2, Z10
+	VPDPBUSD.BCST    72(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    72(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    72(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    72(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    72(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    72(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    76(DI), Z3, Z10
+	VPDPBUSD.BCST    76(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    76(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    76(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    76(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    76(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    76(DI)(R11*4), Z3, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 32(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 32(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 32(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 32(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 32(DX)(R11*2), Z16, Z24
+	VPMOVSXBD        112(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     40(DX), Z10
+	VPBROADCASTD     40(DX)(R9*1), Z11
+	VPBROADCASTD     40(DX)(R10*1), Z12
+	VPBROADCASTD     40(DX)(R11*1), Z13
+	VPBROADCASTD     40(DX)(R9*4), Z14
+	VPBROADCASTD     40(DX)(R12*1), Z15
+	VPBROADCASTD     40(DX)(R11*2), Z16
+	VPDPBUSD.BCST    80(DI), Z4, Z10
+	VPDPBUSD.BCST    80(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    80(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    80(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    80(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    80(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    80(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    84(DI), Z5, Z10
+	VPDPBUSD.BCST    84(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    84(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    84(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    84(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    84(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    84(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    88(DI), Z6, Z10
+	VPDPBUSD.BCST    88(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    88(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    88(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    88(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    88(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    88(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    92(DI), Z7, Z10
+	VPDPBUSD.BCST    92(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    92(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    92(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    92(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    92(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    92(DI)(R11*4), Z7, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 32(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 32(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 32(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 32(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 32(DX)(R11*2), Z16, Z24
+	VPSRLW           $0x04, 800(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 864(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 928(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 992(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 1056(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 1120(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 1184(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 1248(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        128(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     52(DX), Z10
+	VPBROADCASTD     52(DX)(R9*1), Z11
+	VPBROADCASTD     52(DX)(R10*1), Z12
+	VPBROADCASTD     52(DX)(R11*1), Z13
+	VPBROADCASTD     52(DX)(R9*4), Z14
+	VPBROADCASTD     52(DX)(R12*1), Z15
+	VPBROADCASTD     52(DX)(R11*2), Z16
+	VPDPBUSD.BCST    96(DI), Z0, Z10
+	VPDPBUSD.BCST    96(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    96(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    96(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    96(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    96(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    96(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    100(DI), Z1, Z10
+	VPDPBUSD.BCST    100(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    100(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    100(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    100(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    100(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    100(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    104(DI), Z2, Z10
+	VPDPBUSD.BCST    104(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    104(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    104(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    104(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    104(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    104(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    108(DI), Z3, Z10
+	VPDPBUSD.BCST    108(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    108(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    108(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    108(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    108(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    108(DI)(R11*4), Z3, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 48(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 48(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 48(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 48(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 48(DX)(R11*2), Z16, Z24
+	VPMOVSXBD        144(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     56(DX), Z10
+	VPBROADCASTD     56(DX)(R9*1), Z11
+	VPBROADCASTD     56(DX)(R10*1), Z12
+	VPBROADCASTD     56(DX)(R11*1), Z13
+	VPBROADCASTD     56(DX)(R9*4), Z14
+	VPBROADCASTD     56(DX)(R12*1), Z15
+	VPBROADCASTD     56(DX)(R11*2), Z16
+	VPDPBUSD.BCST    112(DI), Z4, Z10
+	VPDPBUSD.BCST    112(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    112(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    112(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    112(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    112(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    112(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    116(DI), Z5, Z10
+	VPDPBUSD.BCST    116(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    116(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    116(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    116(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    116(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    116(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    120(DI), Z6, Z10
+	VPDPBUSD.BCST    120(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    120(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    120(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    120(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    120(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    120(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    124(DI), Z7, Z10
+	VPDPBUSD.BCST    124(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    124(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    124(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    124(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    124(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    124(DI)(R11*4), Z7, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 48(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 48(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 48(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 48(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 48(DX)(R11*2), Z16, Z24
+	VPANDD           1312(SI), Z9, Z0
+	VPSLLW           $0x04, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1376(SI), Z9, Z1
+	VPSLLW           $0x04, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1440(SI), Z9, Z2
+	VPSLLW           $0x04, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           1504(SI), Z9, Z3
+	VPSLLW           $0x04, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1568(SI), Z9, Z4
+	VPSLLW           $0x04, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1632(SI), Z9, Z5
+	VPSLLW           $0x04, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1696(SI), Z9, Z6
+	VPSLLW           $0x04, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1760(SI), Z9, Z7
+	VPSLLW           $0x04, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        160(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     68(DX), Z10
+	VPBROADCASTD     68(DX)(R9*1), Z11
+	VPBROADCASTD     68(DX)(R10*1), Z12
+	VPBROADCASTD     68(DX)(R11*1), Z13
+	VPBROADCASTD     68(DX)(R9*4), Z14
+	VPBROADCASTD     68(DX)(R12*1), Z15
+	VPBROADCASTD     68(DX)(R11*2), Z16
+	VPDPBUSD.BCST    128(DI), Z0, Z10
+	VPDPBUSD.BCST    128(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    128(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    128(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    128(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    128(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    128(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    132(DI), Z1, Z10
+	VPDPBUSD.BCST    132(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    132(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    132(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    132(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    132(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    132(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    136(DI), Z2, Z10
+	VPDPBUSD.BCST    136(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    136(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    136(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    136(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    136(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    136(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    140(DI), Z3, Z10
+	VPDPBUSD.BCST    140(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    140(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    140(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    140(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    140(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    140(DI)(R11*4), Z3, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 64(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 64(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 64(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 64(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 64(DX)(R11*2), Z16, Z24
+	VPMOVSXBD        176(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     72(DX), Z10
+	VPBROADCASTD     72(DX)(R9*1), Z11
+	VPBROADCASTD     72(DX)(R10*1), Z12
+	VPBROADCASTD     72(DX)(R11*1), Z13
+	VPBROADCASTD     72(DX)(R9*4), Z14
+	VPBROADCASTD     72(DX)(R12*1), Z15
+	VPBROADCASTD     72(DX)(R11*2), Z16
+	VPDPBUSD.BCST    144(DI), Z4, Z10
+	VPDPBUSD.BCST    144(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    144(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    144(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    144(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    144(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    144(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    148(DI), Z5, Z10
+	VPDPBUSD.BCST    148(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    148(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    148(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    148(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    148(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    148(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    152(DI), Z6, Z10
+	VPDPBUSD.BCST    152(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    152(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    152(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    152(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    152(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    152(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    156(DI), Z7, Z10
+	VPDPBUSD.BCST    156(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    156(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    156(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    156(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    156(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    156(DI)(R11*4), Z7, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 64(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 64(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 64(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 64(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 64(DX)(R11*2), Z16, Z24
+	VPANDD           1824(SI), Z9, Z0
+	VPSLLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1888(SI), Z9, Z1
+	VPSLLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1952(SI), Z9, Z2
+	VPSLLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           2016(SI), Z9, Z3
+	VPSLLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           2080(SI), Z9, Z4
+	VPSLLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           2144(SI), Z9, Z5
+	VPSLLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           2208(SI), Z9, Z6
+	VPSLLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           2272(SI), Z9, Z7
+	VPSLLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        192(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     84(DX), Z10
+	VPBROADCASTD     84(DX)(R9*1), Z11
+	VPBROADCASTD     84(DX)(R10*1), Z12
+	VPBROADCASTD     84(DX)(R11*1), Z13
+	VPBROADCASTD     84(DX)(R9*4), Z14
+	VPBROADCASTD     84(DX)(R12*1), Z15
+	VPBROADCASTD     84(DX)(R11*2), Z16
+	VPDPBUSD.BCST    160(DI), Z0, Z10
+	VPDPBUSD.BCST    160(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    160(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    160(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    160(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    160(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    160(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    164(DI), Z1, Z10
+	VPDPBUSD.BCST    164(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    164(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    164(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    164(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    164(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    164(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    168(DI), Z2, Z10
+	VPDPBUSD.BCST    168(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    168(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    168(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    168(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    168(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    168(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    172(DI), Z3, Z10
+	VPDPBUSD.BCST    172(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    172(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    172(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    172(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    172(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    172(DI)(R11*4), Z3, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 80(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 80(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 80(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 80(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 80(DX)(R11*2), Z16, Z24
+	VPMOVSXBD        208(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     88(DX), Z10
+	VPBROADCASTD     88(DX)(R9*1), Z11
+	VPBROADCASTD     88(DX)(R10*1), Z12
+	VPBROADCASTD     88(DX)(R11*1), Z13
+	VPBROADCASTD     88(DX)(R9*4), Z14
+	VPBROADCASTD     88(DX)(R12*1), Z15
+	VPBROADCASTD     88(DX)(R11*2), Z16
+	VPDPBUSD.BCST    176(DI), Z4, Z10
+	VPDPBUSD.BCST    176(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    176(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    176(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    176(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    176(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    176(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    180(DI), Z5, Z10
+	VPDPBUSD.BCST    180(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    180(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    180(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    180(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    180(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    180(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    184(DI), Z6, Z10
+	VPDPBUSD.BCST    184(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    184(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    184(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    184(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    184(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    184(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    188(DI), Z7, Z10
+	VPDPBUSD.BCST    188(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    188(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    188(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    188(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    188(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    188(DI)(R11*4), Z7, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 80(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 80(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 80(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 80(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 80(DX)(R11*2), Z16, Z24
+	VPSRLW           $0x04, 1312(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2848(SI), Z26, Z0
+	VPSRLW           $0x04, 1376(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2912(SI), Z26, Z1
+	VPSRLW           $0x04, 1440(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2976(SI), Z26, Z2
+	VPSRLW           $0x04, 1504(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 3040(SI), Z26, Z3
+	VPSRLW           $0x04, 1568(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 3104(SI), Z26, Z4
+	VPSRLW           $0x04, 1632(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 3168(SI), Z26, Z5
+	VPSRLW           $0x04, 1696(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 3232(SI), Z26, Z6
+	VPSRLW           $0x04, 1760(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 3296(SI), Z26, Z7
+	VPMOVSXBD        224(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     100(DX), Z10
+	VPBROADCASTD     100(DX)(R9*1), Z11
+	VPBROADCASTD     100(DX)(R10*1), Z12
+	VPBROADCASTD     100(DX)(R11*1), Z13
+	VPBROADCASTD     100(DX)(R9*4), Z14
+	VPBROADCASTD     100(DX)(R12*1), Z15
+	VPBROADCASTD     100(DX)(R11*2), Z16
+	VPDPBUSD.BCST    192(DI), Z0, Z10
+	VPDPBUSD.BCST    192(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    192(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    192(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    192(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    192(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    192(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    196(DI), Z1, Z10
+	VPDPBUSD.BCST    196(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    196(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    196(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    196(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    196(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    196(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    200(DI), Z2, Z10
+	VPDPBUSD.BCST    200(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    200(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    200(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    200(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    200(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    200(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    204(DI), Z3, Z10
+	VPDPBUSD.BCST    204(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    204(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    204(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    204(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    204(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    204(DI)(R11*4), Z3, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 96(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 96(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 96(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 96(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 96(DX)(R11*2), Z16, Z24
+	VPMOVSXBD        240(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     104(DX), Z10
+	VPBROADCASTD     104(DX)(R9*1), Z11
+	VPBROADCASTD     104(DX)(R10*1), Z12
+	VPBROADCASTD     104(DX)(R11*1), Z13
+	VPBROADCASTD     104(DX)(R9*4), Z14
+	VPBROADCASTD     104(DX)(R12*1), Z15
+	VPBROADCASTD     104(DX)(R11*2), Z16
+	VPDPBUSD.BCST    208(DI), Z4, Z10
+	VPDPBUSD.BCST    208(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    208(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    208(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    208(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    208(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    208(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    212(DI), Z5, Z10
+	VPDPBUSD.BCST    212(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    212(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    212(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    212(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    212(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    212(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    216(DI), Z6, Z10
+	VPDPBUSD.BCST    216(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    216(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    216(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    216(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    216(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    216(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    220(DI), Z7, Z10
+	VPDPBUSD.BCST    220(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    220(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    220(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    220(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    220(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    220(DI)(R11*4), Z7, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 96(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 96(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 96(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 96(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 96(DX)(R11*2), Z16, Z24
+	VPSRLW           $0x04, 1824(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 1888(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 1952(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 2016(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 2080(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 2144(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 2208(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 2272(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        256(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     116(DX), Z10
+	VPBROADCASTD     116(DX)(R9*1), Z11
+	VPBROADCASTD     116(DX)(R10*1), Z12
+	VPBROADCASTD     116(DX)(R11*1), Z13
+	VPBROADCASTD     116(DX)(R9*4), Z14
+	VPBROADCASTD     116(DX)(R12*1), Z15
+	VPBROADCASTD     116(DX)(R11*2), Z16
+	VPDPBUSD.BCST    224(DI), Z0, Z10
+	VPDPBUSD.BCST    224(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    224(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    224(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    224(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    224(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    224(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    228(DI), Z1, Z10
+	VPDPBUSD.BCST    228(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    228(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    228(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    228(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    228(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    228(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    232(DI), Z2, Z10
+	VPDPBUSD.BCST    232(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    232(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    232(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    232(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    232(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    232(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    236(DI), Z3, Z10
+	VPDPBUSD.BCST    236(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    236(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    236(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    236(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    236(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    236(DI)(R11*4), Z3, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 112(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 112(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 112(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 112(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 112(DX)(R11*2), Z16, Z24
+	VPMOVSXBD        272(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     120(DX), Z10
+	VPBROADCASTD     120(DX)(R9*1), Z11
+	VPBROADCASTD     120(DX)(R10*1), Z12
+	VPBROADCASTD     120(DX)(R11*1), Z13
+	VPBROADCASTD     120(DX)(R9*4), Z14
+	VPBROADCASTD     120(DX)(R12*1), Z15
+	VPBROADCASTD     120(DX)(R11*2), Z16
+	VPDPBUSD.BCST    240(DI), Z4, Z10
+	VPDPBUSD.BCST    240(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    240(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    240(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    240(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    240(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    240(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    244(DI), Z5, Z10
+	VPDPBUSD.BCST    244(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    244(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    244(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    244(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    244(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    244(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    248(DI), Z6, Z10
+	VPDPBUSD.BCST    248(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    248(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    248(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    248(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    248(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    248(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    252(DI), Z7, Z10
+	VPDPBUSD.BCST    252(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    252(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    252(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    252(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    252(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    252(DI)(R11*4), Z7, Z16
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 112(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 112(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 112(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 112(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 112(DX)(R11*2), Z16, Z24
+	ADDQ             $0x00000d20, SI
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x00000080, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ6_Kx8AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·kernTileQ6_Kx8AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x04, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z26
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z27
+	VPANDD           288(SI), Z9, Z0
+	VPSLLW           $0x04, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           352(SI), Z9, Z1
+	VPSLLW           $0x04, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           416(SI), Z9, Z2
+	VPSLLW           $0x04, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           480(SI), Z9, Z3
+	VPSLLW           $0x04, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           544(SI), Z9, Z4
+	VPSLLW           $0x04, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           608(SI), Z9, Z5
+	VPSLLW           $0x04, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           672(SI), Z9, Z6
+	VPSLLW           $0x04, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           736(SI), Z9, Z7
+	VPSLLW           $0x04, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        32(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX)(R9*1), Z11
+	VPBROADCASTD     4(DX)(R10*1), Z12
+	VPBROADCASTD     4(DX)(R11*1), Z13
+	VPBROADCASTD     4(DX)(R9*4), Z14
+	VPBROADCASTD     4(DX)(R12*1), Z15
+	VPBROADCASTD     4(DX)(R11*2), Z16
+	VPBROADCASTD     4(DX)(R13*1), Z17
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    (DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    (DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    (DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    (DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    (DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    (DI)(R13*2), Z0, Z17
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    4(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    4(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    4(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    4(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    4(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    4(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    4(DI)(R13*2), Z1, Z17
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    8(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    8(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    8(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    8(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    8(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    8(DI)(R13*2), Z2, Z17
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VPDPBUSD.BCST    12(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    12(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    12(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    12(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    12(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    12(DI)(R11*4), Z3, Z16
+	VPDPBUSD.BCST    12(DI)(R13*2), Z3, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST (DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST (DX)(R13*1), Z17, Z25
+	VPMOVSXBD        48(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     8(DX), Z10
+	VPBROADCASTD     8(DX)(R9*1), Z11
+	VPBROADCASTD     8(DX)(R10*1), Z12
+	VPBROADCASTD     8(DX)(R11*1), Z13
+	VPBROADCASTD     8(DX)(R9*4), Z14
+	VPBROADCASTD     8(DX)(R12*1), Z15
+	VPBROADCASTD     8(DX)(R11*2), Z16
+	VPBROADCASTD     8(DX)(R13*1), Z17
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    16(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    16(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    16(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    16(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    16(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    16(DI)(R13*2), Z4, Z17
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    20(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    20(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    20(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    20(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    20(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    20(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    20(DI)(R13*2), Z5, Z17
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    24(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    24(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    24(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    24(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    24(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    24(DI)(R13*2), Z6, Z17
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VPDPBUSD.BCST    28(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    28(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    28(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    28(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    28(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    28(DI)(R11*4), Z7, Z16
+	VPDPBUSD.BCST    28(DI)(R13*2), Z7, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST (DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST (DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST (DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST (DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST (DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST (DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST (DX)(R13*1), Z17, Z25
+	VPANDD           800(SI), Z9, Z0
+	VPSLLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           864(SI), Z9, Z1
+	VPSLLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           928(SI), Z9, Z2
+	VPSLLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           992(SI), Z9, Z3
+	VPSLLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1056(SI), Z9, Z4
+	VPSLLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1120(SI), Z9, Z5
+	VPSLLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1184(SI), Z9, Z6
+	VPSLLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1248(SI), Z9, Z7
+	VPSLLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        64(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     20(DX), Z10
+	VPBROADCASTD     20(DX)(R9*1), Z11
+	VPBROADCASTD     20(DX)(R10*1), Z12
+	VPBROADCASTD     20(DX)(R11*1), Z13
+	VPBROADCASTD     20(DX)(R9*4), Z14
+	VPBROADCASTD     20(DX)(R12*1), Z15
+	VPBROADCASTD     20(DX)(R11*2), Z16
+	VPBROADCASTD     20(DX)(R13*1), Z17
+	VPDPBUSD.BCST    32(DI), Z0, Z10
+	VPDPBUSD.BCST    32(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    32(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    32(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    32(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    32(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    32(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    32(DI)(R13*2), Z0, Z17
+	VPDPBUSD.BCST    36(DI), Z1, Z10
+	VPDPBUSD.BCST    36(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    36(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    36(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    36(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    36(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    36(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    36(DI)(R13*2), Z1, Z17
+	VPDPBUSD.BCST    40(DI), Z2, Z10
+	VPDPBUSD.BCST    40(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    40(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    40(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    40(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    40(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    40(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    40(DI)(R13*2), Z2, Z17
+	VPDPBUSD.BCST    44(DI), Z3, Z10
+	VPDPBUSD.BCST    44(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    44(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    44(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    44(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    44(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    44(DI)(R11*4), Z3, Z16
+	VPDPBUSD.BCST    44(DI)(R13*2), Z3, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 16(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 16(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 16(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 16(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 16(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 16(DX)(R13*1), Z17, Z25
+	VPMOVSXBD        80(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     24(DX), Z10
+	VPBROADCASTD     24(DX)(R9*1), Z11
+	VPBROADCASTD     24(DX)(R10*1), Z12
+	VPBROADCASTD     24(DX)(R11*1), Z13
+	VPBROADCASTD     24(DX)(R9*4), Z14
+	VPBROADCASTD     24(DX)(R12*1), Z15
+	VPBROADCASTD     24(DX)(R11*2), Z16
+	VPBROADCASTD     24(DX)(R13*1), Z17
+	VPDPBUSD.BCST    48(DI), Z4, Z10
+	VPDPBUSD.BCST    48(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    48(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    48(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    48(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    48(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    48(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    48(DI)(R13*2), Z4, Z17
+	VPDPBUSD.BCST    52(DI), Z5, Z10
+	VPDPBUSD.BCST    52(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    52(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    52(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    52(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    52(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    52(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    52(DI)(R13*2), Z5, Z17
+	VPDPBUSD.BCST    56(DI), Z6, Z10
+	VPDPBUSD.BCST    56(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    56(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    56(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    56(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    56(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    56(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    56(DI)(R13*2), Z6, Z17
+	VPDPBUSD.BCST    60(DI), Z7, Z10
+	VPDPBUSD.BCST    60(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    60(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    60(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    60(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    60(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    60(DI)(R11*4), Z7, Z16
+	VPDPBUSD.BCST    60(DI)(R13*2), Z7, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 16(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 16(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 16(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 16(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 16(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 16(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 16(DX)(R13*1), Z17, Z25
+	VPSRLW           $0x04, 288(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2336(SI), Z26, Z0
+	VPSRLW           $0x04, 352(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2400(SI), Z26, Z1
+	VPSRLW           $0x04, 416(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2464(SI), Z26, Z2
+	VPSRLW           $0x04, 480(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 2528(SI), Z26, Z3
+	VPSRLW           $0x04, 544(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 2592(SI), Z26, Z4
+	VPSRLW           $0x04, 608(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 2656(SI), Z26, Z5
+	VPSRLW           $0x04, 672(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 2720(SI), Z26, Z6
+	VPSRLW           $0x04, 736(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 2784(SI), Z26, Z7
+	VPMOVSXBD        96(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     36(DX), Z10
+	VPBROADCASTD     36(DX)(R9*1), Z11
+	VPBROADCASTD     36(DX)(R10*1), Z12
+	VPBROADCASTD     36(DX)(R11*1), Z13
+	VPBROADCASTD     36(DX)(R9*4), Z14
+	VPBROADCASTD     36(DX)(R12*1), Z15
+	VPBROADCASTD     36(DX)(R11*2), Z16
+	VPBROADCASTD     36(DX)(R13*1), Z17
+	VPDPBUSD.BCST    64(DI), Z0, Z10
+	VPDPBUSD.BCST    64(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    64(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    64(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    64(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    64(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    64(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    64(DI)(R13*2), Z0, Z17
+	VPDPBUSD.BCST    68(DI), Z1, Z10
+	VPDPBUSD.BCST    68(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    68(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    68(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    68(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    68(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    68(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    68(DI)(R13*2), Z1, Z17
+	VPDPBUSD.BCST    72(DI), Z2, Z10
+	VPDPBUSD.BCST    72(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    72(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    72(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    72(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    72(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    72(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    72(DI)(R13*2), Z2, Z17
+	VPDPBUSD.BCST    76(DI), Z3, Z10
+	VPDPBUSD.BCST    76(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    76(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    76(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    76(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    76(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    76(DI)(R11*4), Z3, Z16
+	VPDPBUSD.BCST    76(DI)(R13*2), Z3, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 32(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 32(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 32(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 32(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 32(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 32(DX)(R13*1), Z17, Z25
+	VPMOVSXBD        112(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     40(DX), Z10
+	VPBROADCASTD     40(DX)(R9*1), Z11
+	VPBROADCASTD     40(DX)(R10*1), Z12
+	VPBROADCASTD     40(DX)(R11*1), Z13
+	VPBROADCASTD     40(DX)(R9*4), Z14
+	VPBROADCASTD     40(DX)(R12*1), Z15
+	VPBROADCASTD     40(DX)(R11*2), Z16
+	VPBROADCASTD     40(DX)(R13*1), Z17
+	VPDPBUSD.BCST    80(DI), Z4, Z10
+	VPDPBUSD.BCST    80(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    80(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    80(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    80(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    80(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    80(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    80(DI)(R13*2), Z4, Z17
+	VPDPBUSD.BCST    84(DI), Z5, Z10
+	VPDPBUSD.BCST    84(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    84(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    84(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    84(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    84(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    84(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    84(DI)(R13*2), Z5, Z17
+	VPDPBUSD.BCST    88(DI), Z6, Z10
+	VPDPBUSD.BCST    88(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    88(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    88(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    88(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    88(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    88(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    88(DI)(R13*2), Z6, Z17
+	VPDPBUSD.BCST    92(DI), Z7, Z10
+	VPDPBUSD.BCST    92(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    92(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    92(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    92(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    92(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    92(DI)(R11*4), Z7, Z16
+	VPDPBUSD.BCST    92(DI)(R13*2), Z7, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 32(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 32(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 32(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 32(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 32(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 32(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 32(DX)(R13*1), Z17, Z25
+	VPSRLW           $0x04, 800(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 864(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 928(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 992(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 1056(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 1120(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 1184(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 1248(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        128(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     52(DX), Z10
+	VPBROADCASTD     52(DX)(R9*1), Z11
+	VPBROADCASTD     52(DX)(R10*1), Z12
+	VPBROADCASTD     52(DX)(R11*1), Z13
+	VPBROADCASTD     52(DX)(R9*4), Z14
+	VPBROADCASTD     52(DX)(R12*1), Z15
+	VPBROADCASTD     52(DX)(R11*2), Z16
+	VPBROADCASTD     52(DX)(R13*1), Z17
+	VPDPBUSD.BCST    96(DI), Z0, Z10
+	VPDPBUSD.BCST    96(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    96(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    96(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    96(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    96(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    96(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    96(DI)(R13*2), Z0, Z17
+	VPDPBUSD.BCST    100(DI), Z1, Z10
+	VPDPBUSD.BCST    100(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    100(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    100(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    100(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    100(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    100(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    100(DI)(R13*2), Z1, Z17
+	VPDPBUSD.BCST    104(DI), Z2, Z10
+	VPDPBUSD.BCST    104(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    104(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    104(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    104(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    104(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    104(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    104(DI)(R13*2), Z2, Z17
+	VPDPBUSD.BCST    108(DI), Z3, Z10
+	VPDPBUSD.BCST    108(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    108(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    108(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    108(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    108(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    108(DI)(R11*4), Z3, Z16
+	VPDPBUSD.BCST    108(DI)(R13*2), Z3, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 48(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 48(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 48(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 48(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 48(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 48(DX)(R13*1), Z17, Z25
+	VPMOVSXBD        144(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     56(DX), Z10
+	VPBROADCASTD     56(DX)(R9*1), Z11
+	VPBROADCASTD     56(DX)(R10*1), Z12
+	VPBROADCASTD     56(DX)(R11*1), Z13
+	VPBROADCASTD     56(DX)(R9*4), Z14
+	VPBROADCASTD     56(DX)(R12*1), Z15
+	VPBROADCASTD     56(DX)(R11*2), Z16
+	VPBROADCASTD     56(DX)(R13*1), Z17
+	VPDPBUSD.BCST    112(DI), Z4, Z10
+	VPDPBUSD.BCST    112(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    112(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    112(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    112(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    112(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    112(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    112(DI)(R13*2), Z4, Z17
+	VPDPBUSD.BCST    116(DI), Z5, Z10
+	VPDPBUSD.BCST    116(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    116(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    116(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    116(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    116(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    116(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    116(DI)(R13*2), Z5, Z17
+	VPDPBUSD.BCST    120(DI), Z6, Z10
+	VPDPBUSD.BCST    120(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    120(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    120(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    120(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    120(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    120(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    120(DI)(R13*2), Z6, Z17
+	VPDPBUSD.BCST    124(DI), Z7, Z10
+	VPDPBUSD.BCST    124(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    124(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    124(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    124(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    124(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    124(DI)(R11*4), Z7, Z16
+	VPDPBUSD.BCST    124(DI)(R13*2), Z7, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 48(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 48(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 48(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 48(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 48(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 48(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 48(DX)(R13*1), Z17, Z25
+	VPANDD           1312(SI), Z9, Z0
+	VPSLLW           $0x04, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1376(SI), Z9, Z1
+	VPSLLW           $0x04, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1440(SI), Z9, Z2
+	VPSLLW           $0x04, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           1504(SI), Z9, Z3
+	VPSLLW           $0x04, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1568(SI), Z9, Z4
+	VPSLLW           $0x04, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1632(SI), Z9, Z5
+	VPSLLW           $0x04, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1696(SI), Z9, Z6
+	VPSLLW           $0x04, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1760(SI), Z9, Z7
+	VPSLLW           $0x04, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        160(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     68(DX), Z10
+	VPBROADCASTD     68(DX)(R9*1), Z11
+	VPBROADCASTD     68(DX)(R10*1), Z12
+	VPBROADCASTD     68(DX)(R11*1), Z13
+	VPBROADCASTD     68(DX)(R9*4), Z14
+	VPBROADCASTD     68(DX)(R12*1), Z15
+	VPBROADCASTD     68(DX)(R11*2), Z16
+	VPBROADCASTD     68(DX)(R13*1), Z17
+	VPDPBUSD.BCST    128(DI), Z0, Z10
+	VPDPBUSD.BCST    128(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    128(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    128(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    128(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    128(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    128(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    128(DI)(R13*2), Z0, Z17
+	VPDPBUSD.BCST    132(DI), Z1, Z10
+	VPDPBUSD.BCST    132(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    132(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    132(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    132(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    132(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    132(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    132(DI)(R13*2), Z1, Z17
+	VPDPBUSD.BCST    136(DI), Z2, Z10
+	VPDPBUSD.BCST    136(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    136(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    136(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    136(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    136(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    136(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    136(DI)(R13*2), Z2, Z17
+	VPDPBUSD.BCST    140(DI), Z3, Z10
+	VPDPBUSD.BCST    140(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    140(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    140(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    140(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    140(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    140(DI)(R11*4), Z3, Z16
+	VPDPBUSD.BCST    140(DI)(R13*2), Z3, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 64(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 64(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 64(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 64(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 64(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 64(DX)(R13*1), Z17, Z25
+	VPMOVSXBD        176(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     72(DX), Z10
+	VPBROADCASTD     72(DX)(R9*1), Z11
+	VPBROADCASTD     72(DX)(R10*1), Z12
+	VPBROADCASTD     72(DX)(R11*1), Z13
+	VPBROADCASTD     72(DX)(R9*4), Z14
+	VPBROADCASTD     72(DX)(R12*1), Z15
+	VPBROADCASTD     72(DX)(R11*2), Z16
+	VPBROADCASTD     72(DX)(R13*1), Z17
+	VPDPBUSD.BCST    144(DI), Z4, Z10
+	VPDPBUSD.BCST    144(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    144(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    144(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    144(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    144(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    144(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    144(DI)(R13*2), Z4, Z17
+	VPDPBUSD.BCST    148(DI), Z5, Z10
+	VPDPBUSD.BCST    148(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    148(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    148(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    148(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    148(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    148(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    148(DI)(R13*2), Z5, Z17
+	VPDPBUSD.BCST    152(DI), Z6, Z10
+	VPDPBUSD.BCST    152(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    152(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    152(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    152(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    152(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    152(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    152(DI)(R13*2), Z6, Z17
+	VPDPBUSD.BCST    156(DI), Z7, Z10
+	VPDPBUSD.BCST    156(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    156(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    156(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    156(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    156(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    156(DI)(R11*4), Z7, Z16
+	VPDPBUSD.BCST    156(DI)(R13*2), Z7, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 64(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 64(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 64(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 64(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 64(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 64(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 64(DX)(R13*1), Z17, Z25
+	VPANDD           1824(SI), Z9, Z0
+	VPSLLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1888(SI), Z9, Z1
+	VPSLLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1952(SI), Z9, Z2
+	VPSLLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           2016(SI), Z9, Z3
+	VPSLLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           2080(SI), Z9, Z4
+	VPSLLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           2144(SI), Z9, Z5
+	VPSLLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           2208(SI), Z9, Z6
+	VPSLLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           2272(SI), Z9, Z7
+	VPSLLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        192(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     84(DX), Z10
+	VPBROADCASTD     84(DX)(R9*1), Z11
+	VPBROADCASTD     84(DX)(R10*1), Z12
+	VPBROADCASTD     84(DX)(R11*1), Z13
+	VPBROADCASTD     84(DX)(R9*4), Z14
+	VPBROADCASTD     84(DX)(R12*1), Z15
+	VPBROADCASTD     84(DX)(R11*2), Z16
+	VPBROADCASTD     84(DX)(R13*1), Z17
+	VPDPBUSD.BCST    160(DI), Z0, Z10
+	VPDPBUSD.BCST    160(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    160(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    160(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    160(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    160(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    160(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    160(DI)(R13*2), Z0, Z17
+	VPDPBUSD.BCST    164(DI), Z1, Z10
+	VPDPBUSD.BCST    164(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    164(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    164(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    164(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    164(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    164(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    164(DI)(R13*2), Z1, Z17
+	VPDPBUSD.BCST    168(DI), Z2, Z10
+	VPDPBUSD.BCST    168(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    168(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    168(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    168(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    168(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    168(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    168(DI)(R13*2), Z2, Z17
+	VPDPBUSD.BCST    172(DI), Z3, Z10
+	VPDPBUSD.BCST    172(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    172(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    172(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    172(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    172(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    172(DI)(R11*4), Z3, Z16
+	VPDPBUSD.BCST    172(DI)(R13*2), Z3, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 80(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 80(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 80(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 80(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 80(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 80(DX)(R13*1), Z17, Z25
+	VPMOVSXBD        208(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     88(DX), Z10
+	VPBROADCASTD     88(DX)(R9*1), Z11
+	VPBROADCASTD     88(DX)(R10*1), Z12
+	VPBROADCASTD     88(DX)(R11*1), Z13
+	VPBROADCASTD     88(DX)(R9*4), Z14
+	VPBROADCASTD     88(DX)(R12*1), Z15
+	VPBROADCASTD     88(DX)(R11*2), Z16
+	VPBROADCASTD     88(DX)(R13*1), Z17
+	VPDPBUSD.BCST    176(DI), Z4, Z10
+	VPDPBUSD.BCST    176(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    176(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    176(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    176(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    176(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    176(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    176(DI)(R13*2), Z4, Z17
+	VPDPBUSD.BCST    180(DI), Z5, Z10
+	VPDPBUSD.BCST    180(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    180(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    180(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    180(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    180(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    180(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    180(DI)(R13*2), Z5, Z17
+	VPDPBUSD.BCST    184(DI), Z6, Z10
+	VPDPBUSD.BCST    184(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    184(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    184(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    184(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    184(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    184(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    184(DI)(R13*2), Z6, Z17
+	VPDPBUSD.BCST    188(DI), Z7, Z10
+	VPDPBUSD.BCST    188(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    188(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    188(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    188(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    188(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    188(DI)(R11*4), Z7, Z16
+	VPDPBUSD.BCST    188(DI)(R13*2), Z7, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 80(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 80(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 80(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 80(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 80(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 80(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 80(DX)(R13*1), Z17, Z25
+	VPSRLW           $0x04, 1312(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2848(SI), Z26, Z0
+	VPSRLW           $0x04, 1376(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2912(SI), Z26, Z1
+	VPSRLW           $0x04, 1440(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2976(SI), Z26, Z2
+	VPSRLW           $0x04, 1504(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 3040(SI), Z26, Z3
+	VPSRLW           $0x04, 1568(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 3104(SI), Z26, Z4
+	VPSRLW           $0x04, 1632(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 3168(SI), Z26, Z5
+	VPSRLW           $0x04, 1696(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 3232(SI), Z26, Z6
+	VPSRLW           $0x04, 1760(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 3296(SI), Z26, Z7
+	VPMOVSXBD        224(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     100(DX), Z10
+	VPBROADCASTD     100(DX)(R9*1), Z11
+	VPBROADCASTD     100(DX)(R10*1), Z12
+	VPBROADCASTD     100(DX)(R11*1), Z13
+	VPBROADCASTD     100(DX)(R9*4), Z14
+	VPBROADCASTD     100(DX)(R12*1), Z15
+	VPBROADCASTD     100(DX)(R11*2), Z16
+	VPBROADCASTD     100(DX)(R13*1), Z17
+	VPDPBUSD.BCST    192(DI), Z0, Z10
+	VPDPBUSD.BCST    192(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    192(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    192(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    192(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    192(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    192(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    192(DI)(R13*2), Z0, Z17
+	VPDPBUSD.BCST    196(DI), Z1, Z10
+	VPDPBUSD.BCST    196(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    196(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    196(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    196(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    196(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    196(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    196(DI)(R13*2), Z1, Z17
+	VPDPBUSD.BCST    200(DI), Z2, Z10
+	VPDPBUSD.BCST    200(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    200(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    200(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    200(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    200(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    200(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    200(DI)(R13*2), Z2, Z17
+	VPDPBUSD.BCST    204(DI), Z3, Z10
+	VPDPBUSD.BCST    204(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    204(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    204(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    204(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    204(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    204(DI)(R11*4), Z3, Z16
+	VPDPBUSD.BCST    204(DI)(R13*2), Z3, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 96(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 96(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 96(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 96(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 96(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 96(DX)(R13*1), Z17, Z25
+	VPMOVSXBD        240(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     104(DX), Z10
+	VPBROADCASTD     104(DX)(R9*1), Z11
+	VPBROADCASTD     104(DX)(R10*1), Z12
+	VPBROADCASTD     104(DX)(R11*1), Z13
+	VPBROADCASTD     104(DX)(R9*4), Z14
+	VPBROADCASTD     104(DX)(R12*1), Z15
+	VPBROADCASTD     104(DX)(R11*2), Z16
+	VPBROADCASTD     104(DX)(R13*1), Z17
+	VPDPBUSD.BCST    208(DI), Z4, Z10
+	VPDPBUSD.BCST    208(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    208(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    208(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    208(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    208(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    208(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    208(DI)(R13*2), Z4, Z17
+	VPDPBUSD.BCST    212(DI), Z5, Z10
+	VPDPBUSD.BCST    212(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    212(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    212(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    212(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    212(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    212(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    212(DI)(R13*2), Z5, Z17
+	VPDPBUSD.BCST    216(DI), Z6, Z10
+	VPDPBUSD.BCST    216(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    216(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    216(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    216(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    216(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    216(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    216(DI)(R13*2), Z6, Z17
+	VPDPBUSD.BCST    220(DI), Z7, Z10
+	VPDPBUSD.BCST    220(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    220(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    220(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    220(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    220(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    220(DI)(R11*4), Z7, Z16
+	VPDPBUSD.BCST    220(DI)(R13*2), Z7, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 96(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 96(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 96(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 96(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 96(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 96(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 96(DX)(R13*1), Z17, Z25
+	VPSRLW           $0x04, 1824(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 1888(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 1952(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 2016(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 2080(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 2144(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 2208(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 2272(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        256(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     116(DX), Z10
+	VPBROADCASTD     116(DX)(R9*1), Z11
+	VPBROADCASTD     116(DX)(R10*1), Z12
+	VPBROADCASTD     116(DX)(R11*1), Z13
+	VPBROADCASTD     116(DX)(R9*4), Z14
+	VPBROADCASTD     116(DX)(R12*1), Z15
+	VPBROADCASTD     116(DX)(R11*2), Z16
+	VPBROADCASTD     116(DX)(R13*1), Z17
+	VPDPBUSD.BCST    224(DI), Z0, Z10
+	VPDPBUSD.BCST    224(DI)(R9*2), Z0, Z11
+	VPDPBUSD.BCST    224(DI)(R9*4), Z0, Z12
+	VPDPBUSD.BCST    224(DI)(R11*2), Z0, Z13
+	VPDPBUSD.BCST    224(DI)(R9*8), Z0, Z14
+	VPDPBUSD.BCST    224(DI)(R12*2), Z0, Z15
+	VPDPBUSD.BCST    224(DI)(R11*4), Z0, Z16
+	VPDPBUSD.BCST    224(DI)(R13*2), Z0, Z17
+	VPDPBUSD.BCST    228(DI), Z1, Z10
+	VPDPBUSD.BCST    228(DI)(R9*2), Z1, Z11
+	VPDPBUSD.BCST    228(DI)(R9*4), Z1, Z12
+	VPDPBUSD.BCST    228(DI)(R11*2), Z1, Z13
+	VPDPBUSD.BCST    228(DI)(R9*8), Z1, Z14
+	VPDPBUSD.BCST    228(DI)(R12*2), Z1, Z15
+	VPDPBUSD.BCST    228(DI)(R11*4), Z1, Z16
+	VPDPBUSD.BCST    228(DI)(R13*2), Z1, Z17
+	VPDPBUSD.BCST    232(DI), Z2, Z10
+	VPDPBUSD.BCST    232(DI)(R9*2), Z2, Z11
+	VPDPBUSD.BCST    232(DI)(R9*4), Z2, Z12
+	VPDPBUSD.BCST    232(DI)(R11*2), Z2, Z13
+	VPDPBUSD.BCST    232(DI)(R9*8), Z2, Z14
+	VPDPBUSD.BCST    232(DI)(R12*2), Z2, Z15
+	VPDPBUSD.BCST    232(DI)(R11*4), Z2, Z16
+	VPDPBUSD.BCST    232(DI)(R13*2), Z2, Z17
+	VPDPBUSD.BCST    236(DI), Z3, Z10
+	VPDPBUSD.BCST    236(DI)(R9*2), Z3, Z11
+	VPDPBUSD.BCST    236(DI)(R9*4), Z3, Z12
+	VPDPBUSD.BCST    236(DI)(R11*2), Z3, Z13
+	VPDPBUSD.BCST    236(DI)(R9*8), Z3, Z14
+	VPDPBUSD.BCST    236(DI)(R12*2), Z3, Z15
+	VPDPBUSD.BCST    236(DI)(R11*4), Z3, Z16
+	VPDPBUSD.BCST    236(DI)(R13*2), Z3, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 112(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 112(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 112(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 112(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 112(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 112(DX)(R13*1), Z17, Z25
+	VPMOVSXBD        272(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     120(DX), Z10
+	VPBROADCASTD     120(DX)(R9*1), Z11
+	VPBROADCASTD     120(DX)(R10*1), Z12
+	VPBROADCASTD     120(DX)(R11*1), Z13
+	VPBROADCASTD     120(DX)(R9*4), Z14
+	VPBROADCASTD     120(DX)(R12*1), Z15
+	VPBROADCASTD     120(DX)(R11*2), Z16
+	VPBROADCASTD     120(DX)(R13*1), Z17
+	VPDPBUSD.BCST    240(DI), Z4, Z10
+	VPDPBUSD.BCST    240(DI)(R9*2), Z4, Z11
+	VPDPBUSD.BCST    240(DI)(R9*4), Z4, Z12
+	VPDPBUSD.BCST    240(DI)(R11*2), Z4, Z13
+	VPDPBUSD.BCST    240(DI)(R9*8), Z4, Z14
+	VPDPBUSD.BCST    240(DI)(R12*2), Z4, Z15
+	VPDPBUSD.BCST    240(DI)(R11*4), Z4, Z16
+	VPDPBUSD.BCST    240(DI)(R13*2), Z4, Z17
+	VPDPBUSD.BCST    244(DI), Z5, Z10
+	VPDPBUSD.BCST    244(DI)(R9*2), Z5, Z11
+	VPDPBUSD.BCST    244(DI)(R9*4), Z5, Z12
+	VPDPBUSD.BCST    244(DI)(R11*2), Z5, Z13
+	VPDPBUSD.BCST    244(DI)(R9*8), Z5, Z14
+	VPDPBUSD.BCST    244(DI)(R12*2), Z5, Z15
+	VPDPBUSD.BCST    244(DI)(R11*4), Z5, Z16
+	VPDPBUSD.BCST    244(DI)(R13*2), Z5, Z17
+	VPDPBUSD.BCST    248(DI), Z6, Z10
+	VPDPBUSD.BCST    248(DI)(R9*2), Z6, Z11
+	VPDPBUSD.BCST    248(DI)(R9*4), Z6, Z12
+	VPDPBUSD.BCST    248(DI)(R11*2), Z6, Z13
+	VPDPBUSD.BCST    248(DI)(R9*8), Z6, Z14
+	VPDPBUSD.BCST    248(DI)(R12*2), Z6, Z15
+	VPDPBUSD.BCST    248(DI)(R11*4), Z6, Z16
+	VPDPBUSD.BCST    248(DI)(R13*2), Z6, Z17
+	VPDPBUSD.BCST    252(DI), Z7, Z10
+	VPDPBUSD.BCST    252(DI)(R9*2), Z7, Z11
+	VPDPBUSD.BCST    252(DI)(R9*4), Z7, Z12
+	VPDPBUSD.BCST    252(DI)(R11*2), Z7, Z13
+	VPDPBUSD.BCST    252(DI)(R9*8), Z7, Z14
+	VPDPBUSD.BCST    252(DI)(R12*2), Z7, Z15
+	VPDPBUSD.BCST    252(DI)(R11*4), Z7, Z16
+	VPDPBUSD.BCST    252(DI)(R13*2), Z7, Z17
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z8, Z11, Z11
+	VFMADD231PS.BCST 112(DX)(R9*1), Z11, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z8, Z12, Z12
+	VFMADD231PS.BCST 112(DX)(R10*1), Z12, Z20
+	VCVTDQ2PS        Z13, Z13
+	VMULPS           Z8, Z13, Z13
+	VFMADD231PS.BCST 112(DX)(R11*1), Z13, Z21
+	VCVTDQ2PS        Z14, Z14
+	VMULPS           Z8, Z14, Z14
+	VFMADD231PS.BCST 112(DX)(R9*4), Z14, Z22
+	VCVTDQ2PS        Z15, Z15
+	VMULPS           Z8, Z15, Z15
+	VFMADD231PS.BCST 112(DX)(R12*1), Z15, Z23
+	VCVTDQ2PS        Z16, Z16
+	VMULPS           Z8, Z16, Z16
+	VFMADD231PS.BCST 112(DX)(R11*2), Z16, Z24
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z8, Z17, Z17
+	VFMADD231PS.BCST 112(DX)(R13*1), Z17, Z25
+	ADDQ             $0x00000d20, SI
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x00000080, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	MOVQ    ostride+24(FP), CX
+	SHLQ    $0x02, CX
+	MOVQ    R8, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z19, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z20, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z21, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z22, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z23, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z24, (AX)
+	ADDQ    CX, AX
+	VMOVUPS Z25, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET

@@ -15,27 +15,20 @@ import (
 // (one token, four, rows) are taken as a family.
 var kernKQuantTypes = []gguf.TensorType{gguf.TypeQ4_K, gguf.TypeQ6_K}
 
-// TestKQuantRowsRegistered checks that the AVX-512 level, where this CPU
-// has it, registers the per-32 rows kernels of Q4_K and Q6_K (the
-// kernels register from two files, and a slip in their order would
-// silently leave them out) and that MatMul takes both types through the
-// Q8_K kernels there (kernel_q8k.go), which replace the per-32 family.
+// TestKQuantRowsRegistered checks, where this CPU has AVX-512, how MatMul
+// takes the types of the Q4_K_M mix there (the kernels register from
+// several files, and a slip in their order would silently change it):
+// through their tile families (kernel_tile.go), with no rows or Q8_K
+// kernels beside them.
 func TestKQuantRowsRegistered(t *testing.T) {
 	if kernBest < kernLevelAVX512 {
 		t.Skipf("this CPU has no %s", kernLevelAVX512)
 	}
 	ks := kernSetFor(kernLevelAVX512)
 	for _, typ := range kernKQuantTypes {
-		require.NotNil(t, ks.dotQRows[typ], "%s has no rows kernel", typ)
-	}
-	require.True(t, ks.rowsSums[gguf.TypeQ6_K], "Q6_K's rows kernel takes the lane sums")
-	require.False(t, ks.rowsSums[gguf.TypeQ4_K], "Q4_K's rows kernel takes no lane sums")
-	for _, typ := range kernKQuantTypes {
-		k := ks.q8k[typ]
-		require.NotNil(t, k, "%s has no Q8_K kernels", typ)
-		require.NotNil(t, k.one, "%s has no one-token Q8_K kernel", typ)
-		require.NotNil(t, k.tile, "%s has no four-token Q8_K kernel", typ)
-		require.NotNil(t, k.quantize, "%s has no Q8_K quantizer", typ)
+		require.NotNil(t, ks.tile[typ], "%s has no tile family", typ)
+		require.Nil(t, ks.dotQRows[typ], "%s's per-32 rows kernel is not of the tile family", typ)
+		require.Nil(t, ks.q8k[typ], "%s goes through the tile family", typ)
 	}
 }
 

@@ -67,17 +67,22 @@ func kernQ8KChecked(k kernQ8KFunc, tokens, blockBytes int) kernQ8KFunc {
 }
 
 // This init runs after kernel_avx512_amd64.go's and kernel_kq_avx512_amd64.go's
-// (name order): it puts Q4_K and Q6_K at the AVX-512 level on the Q8_K
-// kernels: for one token the GFNI variant where kernHasGFNI (2-7% faster
-// in L2, BenchmarkQ8KVariants), for four the plain one (the GFNI one is
-// 2-4% slower there); all give the same bits, whose family (one token and four) replaces the per-32 one in
-// MatMul; the per-32 kernels stay registered for the tests.
+// (name order): it puts Q6_K at the AVX-512 level on the Q8_K kernels
+// (Q4_K has its tile family there, which MatMul takes first; its Q8_K
+// kernels stay for the tests and BenchmarkQ8KVariants): for one token the
+// GFNI variant where kernHasGFNI (2-7% faster in L2), for four the plain
+// one (the GFNI one is 2-4% slower there); all give the same bits, whose
+// family (one token and four) replaces the per-32 one in MatMul; the
+// per-32 kernels stay registered for the tests.
 func init() {
 	s := kernSets[kernLevelAVX512]
 	if kernBest < kernLevelAVX512 || s == nil {
 		return
 	}
 	for _, k := range kernQ8KAVX512 {
+		if s.tile[k.typ] != nil {
+			continue // the tile family computes the type (Q4_K)
+		}
 		one := k.one
 		if kernHasGFNI {
 			one = k.oneGFNI

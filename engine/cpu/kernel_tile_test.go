@@ -32,14 +32,18 @@ func kernTileLevels(typ gguf.TensorType) []kernLevel {
 // (small tiles, so a row range spans several), for row counts that are
 // and are not whole groups of sixteen.
 func TestTileBatchInvariant(t *testing.T) {
-	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0} {
+	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
 		levels := kernTileLevels(typ)
 		if len(levels) == 0 {
 			t.Skipf("no tile kernels for %s on this CPU (best level %s)", typ, kernBest)
 		}
 		for _, level := range levels {
 			ks := kernSetFor(level)
-			for _, shape := range [][2]int{{16, 64}, {37, 96}, {80, 544}} {
+			shapes := [][2]int{{16, 64}, {37, 96}, {80, 544}}
+			if typ.BlockSize() == kernQ8KValues {
+				shapes = [][2]int{{16, 256}, {37, 512}, {80, 768}}
+			}
+			for _, shape := range shapes {
 				t.Run(fmt.Sprintf("kern=%s/type=%s/%dx%d", level, typ, shape[0], shape[1]), func(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(shape[0]), uint64(shape[1])))
 					pool := NewPool(3)
@@ -151,7 +155,7 @@ func TestTileDCQ4_0(t *testing.T) {
 // BenchmarkTileKernel runs the tile kernels alone on weights that stay in
 // L2 (four groups of sixteen rows): their compute rate, in multiply-adds.
 func BenchmarkTileKernel(b *testing.B) {
-	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0} {
+	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
 		tl := kernSetFor(kernBest).tile[typ]
 		if tl == nil {
 			b.Skipf("no tile kernels for %s on this CPU", typ)
@@ -163,10 +167,7 @@ func BenchmarkTileKernel(b *testing.B) {
 			b.Run(fmt.Sprintf("type=%s/tokens=%d", typ, T), func(b *testing.B) {
 				x := kernRandFloats(rand.New(rand.NewPCG(3, 4)), T*cols, 1)
 				xq, xd, xs := kernQuantized(x, T, cols)
-				dc := make([]int32, 2*T*nb)
-				for t := range T {
-					tl.dc(dc[2*t*nb:2*(t+1)*nb], xq[t*cols:(t+1)*cols], xd[t*nb:(t+1)*nb], xs[t*nb:(t+1)*nb])
-				}
+				dc := tl.dcOf(xq, xd, xs, T, cols)
 				out := make([]float32, T*groups*kernTileRows)
 				for b.Loop() {
 					kernTileCall(tl.kern[T], tl, T, out, groups*kernTileRows, w.tiles, groups, nb, xq, dc)
@@ -223,5 +224,88 @@ func BenchmarkTilePack(b *testing.B) {
 				kernTilePack(w)
 			}
 		})
+	}
+}
+
+// TestTilePackQ4_K checks the packed Q4_K layout against the rows it comes
+// from, value by value: d·sc·q − dmin·m from the packed bytes equals the
+// dequantized value (missing rows: zero).
+func TestTilePackQ4_K(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const rows, cols = 21, 512
+	w, deq := kernRandWeight(t, rng, gguf.TypeQ4_K, rows, cols)
+	nsb := cols / kernQ8KValues
+	groups := kernTileGroups(rows)
+	buf := make([]byte, groups*nsb*kernQ4KTileSB)
+	for i := range buf {
+		buf[i] = 0xa5 // the missing rows must come out zero
+	}
+	kernPackQ4_K(buf, w, 0, groups)
+	require.Equal(t, len(buf), len(kernTilePack(w)), "NewWeight's copy has the same size")
+	for g := range groups {
+		for s := range nsb {
+			o := buf[(g*nsb+s)*kernQ4KTileSB:]
+			for i := range kernTileRows {
+				r := g*kernTileRows + i
+				d := gguf.HalfToFloat32(binary.LittleEndian.Uint16(o[2*i:]))
+				dmin := gguf.HalfToFloat32(binary.LittleEndian.Uint16(o[32+2*i:]))
+				for j := range kernQ8KValues {
+					sub := j / kernQK
+					q := o[320+512*(sub/2)+64*(j%kernQK/4)+4*i+j%4]
+					if sub%2 == 1 {
+						q >>= 4
+					}
+					got := d*float32(o[64+16*sub+i])*float32(q&15) - dmin*float32(o[192+16*sub+i])
+					want := float32(0)
+					if r < rows {
+						want = deq[r*cols+s*kernQ8KValues+j]
+					}
+					require.InDelta(t, want, got, 1e-6, "group %d row %d super-block %d value %d", g, i, s, j)
+				}
+			}
+		}
+	}
+}
+
+// TestTileKQuantsMatchGo checks each level's Q5_0, Q4_K and Q6_K tile
+// kernels against kernTileQ5_0Go, kernTileQ4_KGo and kernTileQ6_KGo bit for
+// bit, for 1..8 tokens, three groups (the last short of rows) and 24
+// blocks (three super-blocks), on
+// quantized weights and on random blocks of every bit pattern (extreme
+// quants and scales), with activations that include a block of zeros.
+func TestTileKQuantsMatchGo(t *testing.T) {
+	for _, typ := range []gguf.TensorType{gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+		levels := kernTileLevels(typ)
+		if len(levels) == 0 {
+			t.Skipf("no %s tile kernels on this CPU (best level %s)", typ, kernBest)
+		}
+		model := map[gguf.TensorType]func(int) kernTileFunc{
+			gguf.TypeQ5_0: kernTileQ5_0Go, gguf.TypeQ4_K: kernTileQ4_KGo, gguf.TypeQ6_K: kernTileQ6_KGo}[typ]
+		rng := rand.New(rand.NewPCG(9, 10))
+		const rows, cols = 41, 768
+		nb := cols / kernQK
+		quantized, _ := kernRandWeight(t, rng, typ, rows, cols)
+		random, err := NewWeight(typ, rows, cols, kernRandBlocks(rng, typ, rows*cols/typ.BlockSize()))
+		require.NoError(t, err)
+		groups := kernTileGroups(rows)
+		for _, level := range levels {
+			tl := kernSetFor(level).tile[typ]
+			for name, w := range map[string]Weight{"quantized": quantized, "random": random} {
+				for T := 1; T <= kernTileMax; T++ {
+					x := kernRandActivations(rng, T, cols)
+					for i := range kernQK {
+						x[kernQK+i] = 0
+					}
+					xq, xd, xs := kernQuantized(x, T, cols)
+					dc := tl.dcOf(xq, xd, xs, T, cols)
+					stride := groups*kernTileRows + 3
+					got, want := make([]float32, T*stride), make([]float32, T*stride)
+					kernTileCall(tl.kern[T], tl, T, got, stride, w.tiles, groups, nb, xq, dc)
+					model(T)(want, stride, w.tiles, groups, nb, xq, dc)
+					require.Equal(t, want, got, "kern=%s type=%s weights=%s tokens=%d", level, typ, name, T)
+					require.NotZero(t, got[0])
+				}
+			}
+		}
 	}
 }

@@ -41,10 +41,16 @@ const (
 )
 
 func genTilesAVX512(a *asm) {
-	for _, q := range []tileType{q4Tile, q8Tile} {
+	for _, q := range []tileType{q4Tile, q8Tile, q5Tile} {
 		for n := 1; n <= tileMaxTokens; n++ {
 			a.tile(q, n)
 		}
+	}
+	for n := 1; n <= tileMaxTokens; n++ {
+		a.tileQ4K(n)
+	}
+	for n := 1; n <= tileMaxTokens; n++ {
+		a.tileQ6K(n)
 	}
 }
 
@@ -98,6 +104,7 @@ func tileXQ(t, disp int) Mem {
 type tileType struct {
 	name    string
 	bsz     int
+	setup   func(a *asm) // constants beyond Z9, or nil
 	weights func(a *asm)
 	start   func(a *asm, t int, isum VecPhysical)
 	step    func(a *asm, t, k int, isum VecPhysical)
@@ -141,6 +148,41 @@ var (
 
 const q8TileBlock = 32 + 16*32 // scales, values
 
+// q5Tile is Q5_0's tile (engine/cpu kernPackQ5_0): Q4_0's nibbles (at 96),
+// after the scales the high bits (64 bytes at 32: byte b of a row holds in
+// bit k the high bit of value 4k+b), which for Zk shift to bit 4 (Z28) and
+// VPTERNLOGD ors in under Z26 (0x10 bytes); the sum starts from −16·Σx.
+var q5Tile = tileType{name: "Q5_0", bsz: 32 + 64 + 16*16,
+	setup: func(a *asm) { a.bcastbZ(0x10, Z26) },
+	weights: func(a *asm) {
+		a.VCVTPH2PS(mem(RSI, 0), Z8)
+		for g := range 4 {
+			a.VMOVDQU64(mem(RSI, 96+64*g), tileZ(g))
+		}
+		for g := range 4 {
+			a.VPSRLW(U8(4), tileZ(g), tileZ(g+4))
+		}
+		for k := range 8 {
+			a.VPANDD(Z9, tileZ(k), tileZ(k))
+		}
+		hi := mem(RSI, 32)
+		for k := range 8 {
+			var bits Op = Z28
+			switch {
+			case k < 4:
+				a.VPSLLW(U8(uint8(4-k)), hi, Z28)
+			case k == 4:
+				bits = hi
+			default:
+				a.VPSRLW(U8(uint8(k-4)), hi, Z28)
+			}
+			a.VPTERNLOGD(U8(0xf8), bits, Z26, tileZ(k)) // Zk | (bits & 0x10)
+		}
+	},
+	start: q4Tile.start,
+	step:  q4Tile.step,
+}
+
 // tileZ is the zmm register Zi.
 func tileZ(i int) VecPhysical {
 	return []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
@@ -154,16 +196,10 @@ func (a *asm) tile(q tileType, n int) {
 	isum := func(t int) VecPhysical { return tileZ(10 + t) }
 	acc := func(t int) VecPhysical { return tileZ(18 + t) }
 
-	a.MOVQ(a.arg("w_base"), RSI)
-	a.MOVQ(a.arg("out_base"), R8)
-	a.MOVQ(a.arg("groups"), RBX)
-	a.MOVQ(a.arg("nb"), R9)
-	a.SHLQ(U8(3), R9)
-	a.LEAQ(memx(R9, 0, R9, 1), R10)
-	a.LEAQ(memx(R9, 0, R9, 2), R11)
-	a.LEAQ(memx(R9, 0, R9, 4), R12)
-	a.LEAQ(memx(R11, 0, R10, 2), R13)
-	a.bcastbZ(0x0f, Z9)
+	a.tileStart(2)
+	if q.setup != nil {
+		q.setup(a)
+	}
 
 	a.Label("group")
 	a.jzero(RBX, "end")
@@ -205,6 +241,111 @@ func (a *asm) tile(q tileType, n int) {
 	a.DECQ(RCX)
 	a.JNZ(lbl("block"))
 
+	a.tileStore(n)
+}
+
+// q4kTileSB is the bytes of one 256-value super-block of sixteen packed
+// Q4_K rows (engine/cpu kernPackQ4_K).
+const q4kTileSB = 64 + 256 + 16*128
+
+// tileQ4K is kernTileQ4_Kx<n>AVX512, engine/cpu kernTileQ4_KGo bit for
+// bit: the lanes are the sixteen rows of a group, as in tile. Per
+// super-block: Z27 = the rows' d, Z28 their dmin; per 32-value sub-block
+// j (chunk j/2's low nibbles for even j, high for odd): Z0..Z7 the
+// nibbles (Zk for activation bytes 4k..4k+3), Z8 = A = d·sc_j, Z26 = B =
+// dmin·m_j; each token's integer sum Σ q·xq by eight VPDPBUSD (one token:
+// two chains), converted, times A, then acc = fma(·, xd, acc) and acc =
+// fma(−B, xs, acc) with xd and xs broadcast from the token's dc words.
+// The general registers are tile's; CX counts super-blocks.
+func (a *asm) tileQ4K(n int) {
+	a.text(fmt.Sprintf("kernTileQ4_Kx%dAVX512", n), 0, sigTile)
+	isum := func(t int) VecPhysical { return tileZ(10 + t) }
+	acc := func(t int) VecPhysical { return tileZ(18 + t) }
+
+	a.tileStart(2)
+
+	a.Label("group")
+	a.jzero(RBX, "end")
+	a.MOVQ(a.arg("xq_base"), RDI)
+	a.MOVQ(a.arg("dc_base"), RDX)
+	a.MOVQ(a.arg("nb"), RCX)
+	a.SHRQ(U8(3), RCX)
+	for t := range n {
+		a.VPXORD(acc(t), acc(t), acc(t))
+	}
+	a.jzero(RCX, "store")
+
+	a.Label("block")
+	a.VCVTPH2PS(mem(RSI, 0), Z27)
+	a.VCVTPH2PS(mem(RSI, 32), Z28)
+	for j := range 8 {
+		for k := range 8 {
+			m := mem(RSI, 320+512*(j/2)+64*k)
+			if j%2 == 0 {
+				a.VPANDD(m, Z9, tileZ(k))
+			} else {
+				a.VPSRLW(U8(4), m, tileZ(k))
+				a.VPANDD(Z9, tileZ(k), tileZ(k))
+			}
+		}
+		a.VPMOVZXBD(mem(RSI, 64+16*j), Z8)
+		a.VCVTDQ2PS(Z8, Z8)
+		a.VMULPS(Z27, Z8, Z8)
+		a.VPMOVZXBD(mem(RSI, 192+16*j), Z26)
+		a.VCVTDQ2PS(Z26, Z26)
+		a.VMULPS(Z28, Z26, Z26)
+		if n == 1 {
+			// Two chains of four, added: integers, so exactly the same sum.
+			a.VPXORD(Z10, Z10, Z10)
+			a.VPXORD(Z11, Z11, Z11)
+			for k := range 8 {
+				a.vpdpbusdBcst(tileXQ(0, 32*j+4*k), tileZ(k), tileZ(10+k%2))
+			}
+			a.VPADDD(Z11, Z10, Z10)
+		} else {
+			for t := range n {
+				a.VPXORD(isum(t), isum(t), isum(t))
+			}
+			for k := range 8 {
+				for t := range n {
+					a.vpdpbusdBcst(tileXQ(t, 32*j+4*k), tileZ(k), isum(t))
+				}
+			}
+		}
+		for t := range n {
+			a.VCVTDQ2PS(isum(t), isum(t))
+			a.VMULPS(Z8, isum(t), isum(t))
+			a.VFMADD231PS_BCST(tileDC(t, 8*j), isum(t), acc(t))
+			a.VFNMADD231PS_BCST(tileDC(t, 8*j+4), Z26, acc(t))
+		}
+	}
+	a.ADDQ(U32(q4kTileSB), RSI)
+	a.ADDQ(U32(256), RDI)
+	a.ADDQ(U8(64), RDX)
+	a.DECQ(RCX)
+	a.JNZ(lbl("block"))
+
+	a.tileStore(n)
+}
+
+// tileStart loads a tile kernel's general registers (see tile; R9 is
+// dc's row stride, 4·words·nb for words dc words per block) and Z9.
+func (a *asm) tileStart(words int) {
+	a.MOVQ(a.arg("w_base"), RSI)
+	a.MOVQ(a.arg("out_base"), R8)
+	a.MOVQ(a.arg("groups"), RBX)
+	a.MOVQ(a.arg("nb"), R9)
+	a.SHLQ(U8(map[int]uint8{2: 3, 4: 4}[words]), R9)
+	a.LEAQ(memx(R9, 0, R9, 1), R10)
+	a.LEAQ(memx(R9, 0, R9, 2), R11)
+	a.LEAQ(memx(R9, 0, R9, 4), R12)
+	a.LEAQ(memx(R11, 0, R10, 2), R13)
+	a.bcastbZ(0x0f, Z9)
+}
+
+// tileStore ends a tile kernel: the label store writes the n tokens'
+// accumulators (Z18+t) of the group and goes on to the next; end returns.
+func (a *asm) tileStore(n int) {
 	a.Label("store")
 	a.MOVQ(a.arg("ostride"), RCX)
 	a.SHLQ(U8(2), RCX)
@@ -213,7 +354,7 @@ func (a *asm) tile(q tileType, n int) {
 		if t > 0 {
 			a.ADDQ(RCX, RAX)
 		}
-		a.VMOVUPS(acc(t), mem(RAX, 0))
+		a.VMOVUPS(tileZ(18+t), mem(RAX, 0))
 	}
 	a.ADDQ(U8(64), R8)
 	a.DECQ(RBX)
@@ -222,4 +363,112 @@ func (a *asm) tile(q tileType, n int) {
 	a.Label("end")
 	a.VZEROUPPER()
 	a.RET()
+}
+
+// q6kTileSB is the bytes of one 256-value super-block of sixteen packed
+// Q6_K rows (engine/cpu kernPackQ6_K).
+const q6kTileSB = 32 + 256 + 16*192
+
+// tileXQ2 is token t's activation bytes where dc has four words per block
+// (R9 = 16·nb): its row is 2·t·R9 bytes from token 0's.
+func tileXQ2(t, disp int) Mem {
+	switch t {
+	case 0:
+		return mem(RDI, disp)
+	case 1:
+		return memx(RDI, disp, R9, 2)
+	case 2:
+		return memx(RDI, disp, R9, 4)
+	case 3:
+		return memx(RDI, disp, R11, 2)
+	case 4:
+		return memx(RDI, disp, R9, 8)
+	case 5:
+		return memx(RDI, disp, R12, 2)
+	case 6:
+		return memx(RDI, disp, R11, 4)
+	}
+	return memx(RDI, disp, R13, 2)
+}
+
+// tileQ6K is kernTileQ6_Kx<n>AVX512, engine/cpu kernTileQ6_KGo bit for
+// bit: the lanes are the sixteen rows of a group, as in tile; dc has four
+// words per block (the token's xd bits, −32·Σxq of each 16-value half).
+// Per super-block Z27 = the rows' d; per 32-value block b (half b/4, bb =
+// b%4): Z0..Z7 the 6-bit values (Zk for activation bytes 4k..4k+3): the
+// low nibble (of ql's chunk bb%2, shifted down for bb >= 2) or'ed by
+// VPTERNLOGD with the qh bits 2bb, 2bb+1 moved to bits 4, 5 (Z26 0x30
+// bytes; Z28 scratch); then per 16-value sub-block, Z8 = A = d·sc, each
+// token's sum from −32·Σxq by four VPDPBUSD, converted, times A, and
+// acc = fma(·, xd, acc).
+func (a *asm) tileQ6K(n int) {
+	a.text(fmt.Sprintf("kernTileQ6_Kx%dAVX512", n), 0, sigTile)
+	isum := func(t int) VecPhysical { return tileZ(10 + t) }
+	acc := func(t int) VecPhysical { return tileZ(18 + t) }
+	a.tileStart(4)
+	a.bcastbZ(0x30, Z26)
+
+	a.Label("group")
+	a.jzero(RBX, "end")
+	a.MOVQ(a.arg("xq_base"), RDI)
+	a.MOVQ(a.arg("dc_base"), RDX)
+	a.MOVQ(a.arg("nb"), RCX)
+	a.SHRQ(U8(3), RCX)
+	for t := range n {
+		a.VPXORD(acc(t), acc(t), acc(t))
+	}
+	a.jzero(RCX, "store")
+
+	a.Label("block")
+	a.VCVTPH2PS(mem(RSI, 0), Z27)
+	for b := range 8 {
+		h, bb := b/4, b%4
+		for k := range 8 {
+			lo := mem(RSI, 288+1024*h+512*(bb%2)+64*k)
+			hi := mem(RSI, 2336+512*h+64*k)
+			z := tileZ(k)
+			if bb < 2 {
+				a.VPANDD(lo, Z9, z)
+			} else {
+				a.VPSRLW(U8(4), lo, z)
+				a.VPANDD(Z9, z, z)
+			}
+			var bits Op = Z28
+			switch bb {
+			case 0:
+				a.VPSLLW(U8(4), hi, Z28)
+			case 1:
+				a.VPSLLW(U8(2), hi, Z28)
+			case 2:
+				bits = hi // bits 4, 5 in place
+			case 3:
+				a.VPSRLW(U8(2), hi, Z28)
+			}
+			a.VPTERNLOGD(U8(0xf8), bits, Z26, z) // z | (bits & 0x30)
+		}
+		for half := range 2 {
+			a.VPMOVSXBD(mem(RSI, 32+16*(2*b+half)), Z8)
+			a.VCVTDQ2PS(Z8, Z8)
+			a.VMULPS(Z27, Z8, Z8)
+			for t := range n {
+				a.VPBROADCASTD(tileDC(t, 16*b+4+4*half), isum(t))
+			}
+			for k := 4 * half; k < 4*half+4; k++ {
+				for t := range n {
+					a.vpdpbusdBcst(tileXQ2(t, 32*b+4*k), tileZ(k), isum(t))
+				}
+			}
+			for t := range n {
+				a.VCVTDQ2PS(isum(t), isum(t))
+				a.VMULPS(Z8, isum(t), isum(t))
+				a.VFMADD231PS_BCST(tileDC(t, 16*b), isum(t), acc(t))
+			}
+		}
+	}
+	a.ADDQ(U32(q6kTileSB), RSI)
+	a.ADDQ(U32(256), RDI)
+	a.ADDQ(U32(128), RDX)
+	a.DECQ(RCX)
+	a.JNZ(lbl("block"))
+	a.tileStore(n)
 }
