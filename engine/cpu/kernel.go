@@ -262,6 +262,10 @@ func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 // kernMatMulQuant is, with F16 and BF16 converted to float32 in registers
 // as the kernels go.
 func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []float32, n int) {
+	if w.Type == gguf.TypeF16 && ks.tileF16 != nil && w.Cols%kernTileF16Cols == 0 {
+		kernMatMulTileF16(p, ks.tileF16, out, w, x, n)
+		return
+	}
 	cols, rows := w.Cols, w.Rows
 	var dot func(w []byte, x []float32) float32
 	switch w.Type {
@@ -404,6 +408,10 @@ type kernSet struct {
 	// holds at least 3·stride+len(w)/size values), giving each row the bits
 	// dotF32, dotF16 or dotBF16 gives it.
 	dotFloat4 map[gguf.TensorType]func(res *[4]float32, w []byte, x []float32, stride int)
+	// tileF16, where set, is how MatMul computes F16 weights whose columns
+	// are a multiple of kernTileF16Cols: the F16 tile kernels
+	// (kernel_tilef16.go), tileF16[T] for T tokens.
+	tileF16 *[kernTileMax + 1]kernTileF16Func
 	// dotFloat2x4[t], where present, is dotFloat4[t] for the two rows that
 	// w holds (half its bytes each), res[0:4] the first's; each row gets
 	// dotFloat4's bits.
@@ -452,6 +460,7 @@ func kernRegister(l kernLevel, s *kernSet) {
 		if s.dotF16 == nil {
 			s.dotF16, s.dotFloat4[gguf.TypeF16] = below.dotF16, below.dotFloat4[gguf.TypeF16]
 			s.dotFloat2x4[gguf.TypeF16] = below.dotFloat2x4[gguf.TypeF16]
+			s.tileF16 = below.tileF16
 		}
 		if s.dotBF16 == nil {
 			s.dotBF16, s.dotFloat4[gguf.TypeBF16] = below.dotBF16, below.dotFloat4[gguf.TypeBF16]

@@ -190,6 +190,32 @@ func kernTileQ6_Kx7AVX512(out []float32, ostride int, w []byte, groups, nb int, 
 //go:noescape
 func kernTileQ6_Kx8AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
 
+// The F16 tile kernels (kernTileF16Go is their model).
+
+//go:noescape
+func kernTileF16x1AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
+
+//go:noescape
+func kernTileF16x2AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
+
+//go:noescape
+func kernTileF16x3AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
+
+//go:noescape
+func kernTileF16x4AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
+
+//go:noescape
+func kernTileF16x5AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
+
+//go:noescape
+func kernTileF16x6AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
+
+//go:noescape
+func kernTileF16x7AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
+
+//go:noescape
+func kernTileF16x8AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
+
 func init() {
 	if kernBest < kernLevelAVX512 {
 		return
@@ -279,8 +305,11 @@ func init() {
 		dotFloat2x4: map[gguf.TensorType]func(res *[8]float32, w []byte, x []float32, stride int){
 			gguf.TypeF16: kernDotF16x2x4AVX512,
 		},
-		dotF32:  kernDotF32AVX512,
-		dotF16:  kernDotF16AVX512,
+		dotF32: kernDotF32AVX512,
+		dotF16: kernDotF16AVX512,
+		tileF16: &[kernTileMax + 1]kernTileF16Func{nil,
+			kernTileF16x1AVX512, kernTileF16x2AVX512, kernTileF16x3AVX512, kernTileF16x4AVX512,
+			kernTileF16x5AVX512, kernTileF16x6AVX512, kernTileF16x7AVX512, kernTileF16x8AVX512},
 		dotBF16: kernDotBF16AVX512,
 		dotFloat4: map[gguf.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){
 			gguf.TypeF32:  kernDotF32x4AVX512,

@@ -63,14 +63,23 @@ func (tl *kernTile) dcOf(xq []int8, xd, xs []float32, T, cols int) []int32 {
 func kernTileGroups(rows int) int { return (rows + kernTileRows - 1) / kernTileRows }
 
 // kernTilePack returns w's rows repacked for the tile family of the best
-// kernel level, or nil where that level has none for w's type.
+// kernel level (the quantized types' or F16's), or nil where that level has
+// none for w.
 func kernTilePack(w Weight) []byte {
-	tl := kernSetFor(kernBest).tile[w.Type]
-	if tl == nil || w.Rows == 0 {
+	ks := kernSetFor(kernBest)
+	var pack func(dst []byte, w Weight, r0, groups int)
+	var gb int // bytes per group
+	switch tl := ks.tile[w.Type]; {
+	case w.Rows == 0:
+		return nil
+	case tl != nil:
+		pack, gb = tl.pack, w.Cols/kernQK*tl.blockBytes
+	case w.Type == gguf.TypeF16 && ks.tileF16 != nil && w.Cols%kernTileF16Cols == 0:
+		pack, gb = kernPackF16, 32*w.Cols
+	default:
 		return nil
 	}
-	nb := w.Cols / kernQK
-	groups, gb := kernTileGroups(w.Rows), nb*tl.blockBytes
+	groups := kernTileGroups(w.Rows)
 	buf := alignedMake[byte](groups * gb)
 	// Large weights are packed by as many goroutines as there are CPUs
 	// (loading a model packs each of its matrices).
@@ -78,7 +87,7 @@ func kernTilePack(w Weight) []byte {
 	var wg sync.WaitGroup
 	for i := range k {
 		g0, g1 := i*groups/k, (i+1)*groups/k
-		wg.Go(func() { tl.pack(buf[g0*gb:g1*gb], w, g0*kernTileRows, g1-g0) })
+		wg.Go(func() { pack(buf[g0*gb:g1*gb], w, g0*kernTileRows, g1-g0) })
 	}
 	wg.Wait()
 	return buf
@@ -183,17 +192,11 @@ func kernTileCall(k kernTileFunc, tl *kernTile, T int, out []float32, ostride in
 
 var kernTileBufPool = sync.Pool{New: func() any { return new([]byte) }}
 
-// kernMatMulTile is MatMul through tl: per tile of packed groups (from
-// w.tiles, or packed here when w has none), the tokens in steps of eight.
+// kernMatMulTile is MatMul through tl: the activations quantized, then
+// kernTileLoop.
 func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight, x []float32, n int) {
-	cols, rows := w.Cols, w.Rows
+	cols := w.Cols
 	nb := cols / kernQK
-	gb := nb * tl.blockBytes
-	groups := kernTileGroups(rows)
-	packed := w.tiles
-	if len(packed) != groups*gb {
-		packed = nil
-	}
 	sc := kernGetScratch(n*cols, n*nb)
 	defer kernScratchPool.Put(sc)
 	xq, xd, xs := sc.xq, sc.xd, sc.xs
@@ -211,10 +214,27 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 	} else {
 		quantize(0, n)
 	}
+	kernTileLoop(p, w, nb*tl.blockBytes, tl.pack, n, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
+		q, d := xq[t*cols:(t+T)*cols], dc[words*t*nb:words*(t+T)*nb]
+		kernTileCall(tl.kern[T], tl, T, out, ostride, wt, groups, nb, q, d)
+	})
+}
 
-	// Within a tile of groups (which stays in cache), eight tokens at a
-	// time sweep the groups: their activations stay in L1 while the
-	// weights come from L2, and from memory only for the first eight.
+// kernTileLoop runs a tile family over w's groups of sixteen rows (gb
+// bytes each, packed by pack where w.tiles does not hold them): per tile
+// of groups (which stays in cache), tokens in steps of up to kernTileMax,
+// call(T, out, ostride, wt, groups, t) computing tokens t..t+T-1 of the
+// groups in wt into out (token i's outputs at out[i·ostride:]). The
+// tokens' activations stay in L1 while the weights come from L2, and from
+// memory only for the first step.
+func kernTileLoop(p *Pool, w Weight, gb int, pack func(dst []byte, w Weight, r0, groups int), n int, out []float32,
+	call func(T int, out []float32, ostride int, wt []byte, groups, t int)) {
+	rows := w.Rows
+	groups := kernTileGroups(rows)
+	packed := w.tiles
+	if len(packed) != groups*gb {
+		packed = nil
+	}
 	tileG := max(1, kernTileBytes/max(gb, 1))
 	full := rows / kernTileRows // groups without missing rows
 	p.Share(groups, kernGrain(p, groups, tileG), func(g0, g1 int) {
@@ -235,20 +255,19 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 				wt = packed[gt*gb : ge*gb]
 			} else {
 				wt = buf[:(ge-gt)*gb]
-				tl.pack(wt, w, gt*kernTileRows, ge-gt)
+				pack(wt, w, gt*kernTileRows, ge-gt)
 			}
 			whole := min(ge, full) - gt // groups written straight into out
 			for t := 0; t < n; t += kernTileMax {
 				T := min(kernTileMax, n-t)
-				q, d := xq[t*cols:(t+T)*cols], dc[words*t*nb:words*(t+T)*nb]
 				if whole > 0 {
-					kernTileCall(tl.kern[T], tl, T, out[t*rows+gt*kernTileRows:], rows, wt, whole, nb, q, d)
+					call(T, out[t*rows+gt*kernTileRows:], rows, wt, whole, t)
 				}
 				if whole < ge-gt { // the last group, short of rows
 					if last == nil {
 						last = make([]float32, kernTileMax*kernTileRows)
 					}
-					kernTileCall(tl.kern[T], tl, T, last, kernTileRows, wt[whole*gb:], 1, nb, q, d)
+					call(T, last, kernTileRows, wt[whole*gb:], 1, t)
 					r0 := (gt + whole) * kernTileRows
 					for i := range T {
 						copy(out[(t+i)*rows+r0:(t+i+1)*rows], last[i*kernTileRows:])

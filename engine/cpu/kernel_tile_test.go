@@ -13,11 +13,11 @@ import (
 )
 
 // kernTileLevels returns the levels whose kernels have a tile family for
-// typ.
+// typ (F16's included).
 func kernTileLevels(typ gguf.TensorType) []kernLevel {
 	var ls []kernLevel
 	for _, l := range kernLevels() {
-		if kernSetFor(l).tile[typ] != nil {
+		if ks := kernSetFor(l); ks.tile[typ] != nil || typ == gguf.TypeF16 && ks.tileF16 != nil {
 			ls = append(ls, l)
 		}
 	}
@@ -32,7 +32,7 @@ func kernTileLevels(typ gguf.TensorType) []kernLevel {
 // (small tiles, so a row range spans several), for row counts that are
 // and are not whole groups of sixteen.
 func TestTileBatchInvariant(t *testing.T) {
-	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K, gguf.TypeF16} {
 		levels := kernTileLevels(typ)
 		if len(levels) == 0 {
 			t.Skipf("no tile kernels for %s on this CPU (best level %s)", typ, kernBest)
@@ -306,6 +306,45 @@ func TestTileKQuantsMatchGo(t *testing.T) {
 					require.NotZero(t, got[0])
 				}
 			}
+		}
+	}
+}
+
+// TestTileF16 checks the packed F16 layout against the rows (missing rows
+// zero) and each level's F16 tile kernels against kernTileF16Go bit for
+// bit, for 1..8 tokens and three groups, the last short of rows.
+func TestTileF16(t *testing.T) {
+	levels := kernTileLevels(gguf.TypeF16)
+	if len(levels) == 0 {
+		t.Skipf("no F16 tile kernels on this CPU (best level %s)", kernBest)
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	const rows, cols = 41, 200
+	w, deq := kernRandWeight(t, rng, gguf.TypeF16, rows, cols)
+	groups := kernTileGroups(rows)
+	require.Len(t, w.tiles, groups*32*cols)
+	for g := range groups {
+		for i := range kernTileRows {
+			for c := range cols {
+				got := gguf.HalfToFloat32(binary.LittleEndian.Uint16(w.tiles[g*32*cols+32*c+2*i:]))
+				want := float32(0)
+				if r := g*kernTileRows + i; r < rows {
+					want = deq[r*cols+c]
+				}
+				require.Equal(t, want, got, "group %d row %d column %d", g, i, c)
+			}
+		}
+	}
+	for _, level := range levels {
+		kern := kernSetFor(level).tileF16
+		for T := 1; T <= kernTileMax; T++ {
+			x := kernRandActivations(rng, T, cols)
+			stride := groups*kernTileRows + 3
+			got, want := make([]float32, T*stride), make([]float32, T*stride)
+			kernTileF16Call(kern[T], T, got, stride, w.tiles, groups, cols, x)
+			kernTileF16Go(T)(want, stride, w.tiles, groups, cols, x)
+			require.Equal(t, want, got, "kern=%s tokens=%d", level, T)
+			require.NotZero(t, got[0])
 		}
 	}
 }

@@ -52,27 +52,33 @@ func genTilesAVX512(a *asm) {
 	for n := 1; n <= tileMaxTokens; n++ {
 		a.tileQ6K(n)
 	}
+	for n := 1; n <= tileMaxTokens; n++ {
+		a.tileF16(n)
+	}
 }
 
 // tileDC is token t's dc entry of the current block, disp bytes in.
-func tileDC(t, disp int) Mem {
+func tileDC(t, disp int) Mem { return tileRow(RDX, t, disp) }
+
+// tileRow is row t of the rows R9 bytes apart from base, disp bytes in.
+func tileRow(base Register, t, disp int) Mem {
 	switch t {
 	case 0:
-		return mem(RDX, disp)
+		return mem(base, disp)
 	case 1:
-		return memx(RDX, disp, R9, 1)
+		return memx(base, disp, R9, 1)
 	case 2:
-		return memx(RDX, disp, R10, 1)
+		return memx(base, disp, R10, 1)
 	case 3:
-		return memx(RDX, disp, R11, 1)
+		return memx(base, disp, R11, 1)
 	case 4:
-		return memx(RDX, disp, R9, 4)
+		return memx(base, disp, R9, 4)
 	case 5:
-		return memx(RDX, disp, R12, 1)
+		return memx(base, disp, R12, 1)
 	case 6:
-		return memx(RDX, disp, R11, 2)
+		return memx(base, disp, R11, 2)
 	}
-	return memx(RDX, disp, R13, 1)
+	return memx(base, disp, R13, 1)
 }
 
 // tileXQ is token t's activation bytes of the current block, disp bytes

@@ -1,0 +1,96 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/llmd/llmd/model/gguf"
+)
+
+// The F16 tile kernels: F16 weights repacked column by column in groups of
+// sixteen rows (kernPackF16), dotted in float32 with one to kernTileMax
+// tokens at a time. Per column the sixteen rows are converted once and
+// take one fused multiply-add per token, the token's value broadcast:
+// the conversion is shared by the tokens where the row-wise kernels
+// (dotFloat2x4) convert each row for every four. Each (row, token) lane
+// adds its even columns and its odd ones in two chains, summed at the end,
+// whatever the number of tokens: MatMul stays batch-invariant.
+
+// kernTileF16Func is an F16 tile kernel for T tokens: for each of the
+// groups packed in w (cols columns each), out[t·ostride + 16g + i] = the
+// dot of row i of group g with x[t·cols:(t+1)·cols].
+type kernTileF16Func func(out []float32, ostride int, w []byte, groups, cols int, x []float32)
+
+// kernTileF16Cols is what an F16 tile kernel's cols must be a multiple of
+// (its step).
+const kernTileF16Cols = 4
+
+// kernPackF16 packs groups of sixteen F16 rows from r0 into dst: per group
+// and column, the sixteen rows' halves (32 bytes). Missing rows are zeros.
+func kernPackF16(dst []byte, w Weight, r0, groups int) {
+	rb := w.rowBytes()
+	cols := w.Cols
+	gb := 32 * cols
+	dst = dst[:groups*gb]
+	for g := range groups {
+		out := dst[g*gb : (g+1)*gb]
+		if r0+(g+1)*kernTileRows > w.Rows {
+			clear(out) // missing rows
+		}
+		for i := range kernTileRows {
+			r := r0 + g*kernTileRows + i
+			if r >= w.Rows {
+				break
+			}
+			row := w.Data[r*rb : (r+1)*rb]
+			for c := range cols {
+				out[32*c+2*i], out[32*c+2*i+1] = row[2*c], row[2*c+1]
+			}
+		}
+	}
+}
+
+// kernTileF16Go returns the F16 tile kernel for T tokens in Go, the model
+// of the assembly bit for bit: per lane, acc[c%2] = fma(w, x, acc[c%2])
+// column after column, then acc[0] + acc[1].
+func kernTileF16Go(T int) kernTileF16Func {
+	return func(out []float32, ostride int, w []byte, groups, cols int, x []float32) {
+		gb := 32 * cols
+		for g := range groups {
+			for t := range T {
+				xt := x[t*cols : (t+1)*cols]
+				for i := range kernTileRows {
+					var acc [2]float32
+					for c, v := range xt {
+						h := binary.LittleEndian.Uint16(w[g*gb+32*c+2*i:])
+						acc[c%2] = kernFMA32(gguf.HalfToFloat32(h), v, acc[c%2])
+					}
+					out[t*ostride+g*kernTileRows+i] = acc[0] + acc[1]
+				}
+			}
+		}
+	}
+}
+
+// kernTileF16Call runs k on T tokens after checking every size the
+// assembly relies on; a mismatch is a programming error and panics.
+func kernTileF16Call(k kernTileF16Func, T int, out []float32, ostride int, w []byte, groups, cols int, x []float32) {
+	if groups <= 0 {
+		return
+	}
+	if cols%kernTileF16Cols != 0 || len(w) < groups*32*cols || len(x) < T*cols ||
+		(T > 1 && ostride < groups*kernTileRows) || len(out) < (T-1)*ostride+groups*kernTileRows {
+		panic(fmt.Sprintf("cpu: F16 tile kernel of %d tokens, %d groups of %d columns: w %d, x %d, out %d (stride %d)",
+			T, groups, cols, len(w), len(x), len(out), ostride))
+	}
+	k(out, ostride, w, groups, cols, x)
+}
+
+// kernMatMulTileF16 is MatMul for F16 weights through the tile kernels
+// kern (kern[T] for T tokens).
+func kernMatMulTileF16(p *Pool, kern *[kernTileMax + 1]kernTileF16Func, out []float32, w Weight, x []float32, n int) {
+	cols := w.Cols
+	kernTileLoop(p, w, 32*cols, kernPackF16, n, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
+		kernTileF16Call(kern[T], T, out, ostride, wt, groups, cols, x[t*cols:(t+T)*cols])
+	})
+}
