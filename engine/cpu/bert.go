@@ -37,7 +37,7 @@ type encWeights struct {
 func loadEncoderWeights(f *gguf.File, s model.Spec) (*encWeights, error) {
 	ld := &weightLoader{f: f}
 	w := &encWeights{
-		embd:  ld.matrix("token_embd.weight"),
+		embd:  ld.table("token_embd.weight"),
 		normW: ld.vector("token_embd_norm.weight", s.Dim),
 		normB: ld.vector("token_embd_norm.bias", s.Dim),
 	}

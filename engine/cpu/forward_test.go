@@ -307,3 +307,22 @@ func TestSwiGLU(t *testing.T) {
 		require.InDelta(t, want, float64(gate[0]), 1e-6*max(1, math.Abs(want)), "g = %v", g)
 	}
 }
+
+// TestUntiedEmbeddingsNotRepacked checks that untied token embeddings,
+// only read by row, get no copy repacked for MatMul while the output head
+// does (on a CPU with tile kernels for the type), and that tied ones,
+// which are the output head, keep theirs.
+func TestUntiedEmbeddingsNotRepacked(t *testing.T) {
+	if len(kernTileLevels(gguf.TypeQ8_0)) == 0 {
+		t.Skipf("no Q8_0 tile kernels on this CPU (best level %s)", kernBest)
+	}
+	for _, tied := range []bool{false, true} {
+		e := newExec(t, openModel(t, tinyModel("llama", gguf.TypeQ8_0, tied), nil), testConfig())
+		require.NotNil(t, e.w.output.tiles, "tied=%v: the output head is repacked", tied)
+		if tied {
+			require.NotNil(t, e.w.embd.tiles, "tied embeddings are the output head")
+		} else {
+			require.Nil(t, e.w.embd.tiles, "untied embeddings are only read by row")
+		}
+	}
+}

@@ -16,10 +16,10 @@ import (
 // The kernels read F32, F16 and BF16 data in place, as the host's words:
 // like GGUF itself they assume a little-endian host.
 //
-// Where the CPU has tile kernels for the type (Q4_0 with AVX-512 VNNI),
-// NewWeight also keeps a copy of the rows repacked for them, in groups of
-// sixteen rows (heap the size of Data): MatMul reads that copy, Row and
-// everything else read Data.
+// Where the CPU has tile kernels for the type (with AVX-512 VNNI: Q4_0,
+// Q5_0, Q8_0, Q4_K, Q6_K and F16), NewWeight also keeps a copy of the rows
+// repacked for them, in groups of sixteen rows (heap about the size of
+// Data): MatMul reads that copy, Row and everything else read Data.
 type Weight struct {
 	Type       gguf.TensorType
 	Rows, Cols int
@@ -32,6 +32,13 @@ type Weight struct {
 // does not support, negative sizes, a cols that is not a whole number of
 // typ's blocks, or the wrong number of bytes.
 func NewWeight(typ gguf.TensorType, rows, cols int, data []byte) (Weight, error) {
+	return newWeight(typ, rows, cols, data, true)
+}
+
+// newWeight is NewWeight, with the repacked copy only where pack is set:
+// a matrix only ever read by rows (Row), such as untied token embeddings,
+// needs none.
+func newWeight(typ gguf.TensorType, rows, cols int, data []byte, pack bool) (Weight, error) {
 	if rows < 0 || cols < 0 {
 		return Weight{}, fmt.Errorf("cpu: weight of %d x %d: negative size", rows, cols)
 	}
@@ -44,7 +51,9 @@ func NewWeight(typ gguf.TensorType, rows, cols int, data []byte) (Weight, error)
 		return Weight{}, fmt.Errorf("cpu: weight of %d x %d %s needs %d x %d bytes, got %d", rows, cols, typ, rows, rb, len(data))
 	}
 	w := Weight{Type: typ, Rows: rows, Cols: cols, Data: data}
-	w.tiles = kernTilePack(w)
+	if pack {
+		w.tiles = kernTilePack(w)
+	}
 	return w, nil
 }
 

@@ -32,9 +32,10 @@ type moeLayer struct {
 }
 
 // weights holds the model's weights. Matrices alias the model file's
-// tensor data (Q4_0 and Q8_0 ones also keep a copy repacked for the tile
-// kernels where the CPU has them: heap the size of those tensors, see
-// Weight); norms, biases and rope_freqs are converted to float32.
+// tensor data (those of a type with tile kernels on this CPU also keep a
+// copy repacked for them, heap about the size of those tensors, see
+// Weight; untied token embeddings, only read by row, do not); norms,
+// biases and rope_freqs are converted to float32.
 type weights struct {
 	embd      Weight // token_embd: Vocab rows of Dim
 	layers    []layer
@@ -83,12 +84,18 @@ func (ld *weightLoader) tensor(name string, dims int) (gguf.TensorInfo, []byte, 
 }
 
 // matrix wraps the 2-D tensor name, checking its type and size.
-func (ld *weightLoader) matrix(name string) Weight {
+func (ld *weightLoader) matrix(name string) Weight { return ld.weight(name, true) }
+
+// table wraps the 2-D tensor name as matrix does, for Row alone: without
+// the copy repacked for MatMul.
+func (ld *weightLoader) table(name string) Weight { return ld.weight(name, false) }
+
+func (ld *weightLoader) weight(name string, pack bool) Weight {
 	t, data, ok := ld.tensor(name, 2)
 	if !ok {
 		return Weight{}
 	}
-	w, err := NewWeight(t.Type, int(t.Dims[1]), int(t.Dims[0]), data)
+	w, err := newWeight(t.Type, int(t.Dims[1]), int(t.Dims[0]), data, pack)
 	if err != nil {
 		ld.fail(fmt.Errorf("cpu: tensor %q: %w", name, err))
 	}
@@ -152,13 +159,13 @@ func (ld *weightLoader) vector(name string, n int) []float32 {
 func loadWeights(f *gguf.File, spec model.Spec) (*weights, error) {
 	ld := &weightLoader{f: f}
 	s := spec
-	w := &weights{
-		embd:    ld.matrix("token_embd.weight"),
-		outNorm: ld.vector("output_norm.weight", s.Dim),
-	}
+	w := &weights{outNorm: ld.vector("output_norm.weight", s.Dim)}
 	if s.TiedOutput {
+		w.embd = ld.matrix("token_embd.weight")
 		w.output = w.embd
 	} else {
+		// Untied, the embeddings are only looked up by row.
+		w.embd = ld.table("token_embd.weight")
 		w.output = ld.matrix("output.weight")
 	}
 	if s.OutputBias {
