@@ -106,32 +106,19 @@ func kernPackQ4_0(dst []byte, w Weight, r0, groups int) {
 // quants, the sixteen rows' word k (64 bytes), XORed with flip. Missing
 // rows are zeros (scale 0).
 func kernPackRows(dst []byte, w Weight, r0, groups, bsz, tb int, flip uint32) {
-	rb := w.rowBytes()
 	nb := w.Cols / kernQK
 	gb := nb * tb
 	words := (bsz - 2) / 4
-	dst = dst[:groups*gb]
-	for g := range groups {
-		out := dst[g*gb : (g+1)*gb]
-		if r0+(g+1)*kernTileRows > w.Rows {
-			clear(out) // missing rows
-		}
-		for i := range kernTileRows {
-			r := r0 + g*kernTileRows + i
-			if r >= w.Rows {
-				break
-			}
-			row := w.Data[r*rb : (r+1)*rb]
-			for b := range nb {
-				blk := row[b*bsz : (b+1)*bsz : (b+1)*bsz]
-				o := out[b*tb : (b+1)*tb : (b+1)*tb]
-				o[2*i], o[2*i+1] = blk[0], blk[1]
-				for k := range words {
-					binary.LittleEndian.PutUint32(o[32+64*k+4*i:], binary.LittleEndian.Uint32(blk[2+4*k:])^flip)
-				}
+	kernPackEach(dst, w, r0, groups, gb, func(out []byte, i int, row []byte) {
+		for b := range nb {
+			blk := row[b*bsz : (b+1)*bsz : (b+1)*bsz]
+			o := out[b*tb : (b+1)*tb : (b+1)*tb]
+			o[2*i], o[2*i+1] = blk[0], blk[1]
+			for k := range words {
+				binary.LittleEndian.PutUint32(o[32+64*k+4*i:], binary.LittleEndian.Uint32(blk[2+4*k:])^flip)
 			}
 		}
-	}
+	})
 }
 
 // kernQ4TileBlock is the size of one block of a packed Q4_0 group.
@@ -327,38 +314,25 @@ const (
 // kernPackQ4_K packs groups of sixteen Q4_K rows from r0 into dst in the
 // layout above. Missing rows are zeros (scales 0).
 func kernPackQ4_K(dst []byte, w Weight, r0, groups int) {
-	rb := w.rowBytes()
 	nsb := w.Cols / kernQ8KValues
 	gb := nsb * kernQ4KTileSB
-	dst = dst[:groups*gb]
-	for g := range groups {
-		out := dst[g*gb : (g+1)*gb]
-		if r0+(g+1)*kernTileRows > w.Rows {
-			clear(out) // missing rows
-		}
-		for i := range kernTileRows {
-			r := r0 + g*kernTileRows + i
-			if r >= w.Rows {
-				break
+	kernPackEach(dst, w, r0, groups, gb, func(out []byte, i int, row []byte) {
+		for s := range nsb {
+			blk := row[144*s : 144*(s+1) : 144*(s+1)]
+			o := out[s*kernQ4KTileSB : (s+1)*kernQ4KTileSB : (s+1)*kernQ4KTileSB]
+			o[2*i], o[2*i+1] = blk[0], blk[1]
+			o[32+2*i], o[32+2*i+1] = blk[2], blk[3]
+			sc, m := kernQ4KScales(blk[4:16])
+			for j := range 8 {
+				o[64+16*j+i], o[192+16*j+i] = sc[j], m[j]
 			}
-			row := w.Data[r*rb : (r+1)*rb]
-			for s := range nsb {
-				blk := row[144*s : 144*(s+1) : 144*(s+1)]
-				o := out[s*kernQ4KTileSB : (s+1)*kernQ4KTileSB : (s+1)*kernQ4KTileSB]
-				o[2*i], o[2*i+1] = blk[0], blk[1]
-				o[32+2*i], o[32+2*i+1] = blk[2], blk[3]
-				sc, m := kernQ4KScales(blk[4:16])
-				for j := range 8 {
-					o[64+16*j+i], o[192+16*j+i] = sc[j], m[j]
-				}
-				for c := range 4 {
-					for k := range 8 {
-						copy(o[320+512*c+64*k+4*i:][:4], blk[16+32*c+4*k:])
-					}
+			for c := range 4 {
+				for k := range 8 {
+					copy(o[320+512*c+64*k+4*i:][:4], blk[16+32*c+4*k:])
 				}
 			}
 		}
-	}
+	})
 }
 
 // kernDCQ4_K sets, per block, the bits of the scale xd and of the block's
@@ -431,39 +405,26 @@ const (
 // kernPackQ6_K packs groups of sixteen Q6_K rows from r0 into dst in the
 // layout above. Missing rows are zeros (scales 0).
 func kernPackQ6_K(dst []byte, w Weight, r0, groups int) {
-	rb := w.rowBytes()
 	nsb := w.Cols / kernQ8KValues
 	gb := nsb * kernQ6KTileSB
-	dst = dst[:groups*gb]
-	for g := range groups {
-		out := dst[g*gb : (g+1)*gb]
-		if r0+(g+1)*kernTileRows > w.Rows {
-			clear(out) // missing rows
-		}
-		for i := range kernTileRows {
-			r := r0 + g*kernTileRows + i
-			if r >= w.Rows {
-				break
+	kernPackEach(dst, w, r0, groups, gb, func(out []byte, i int, row []byte) {
+		for s := range nsb {
+			blk := row[210*s : 210*(s+1) : 210*(s+1)]
+			o := out[s*kernQ6KTileSB : (s+1)*kernQ6KTileSB : (s+1)*kernQ6KTileSB]
+			o[2*i], o[2*i+1] = blk[208], blk[209]
+			for j := range 16 {
+				o[32+16*j+i] = blk[192+j]
 			}
-			row := w.Data[r*rb : (r+1)*rb]
-			for s := range nsb {
-				blk := row[210*s : 210*(s+1) : 210*(s+1)]
-				o := out[s*kernQ6KTileSB : (s+1)*kernQ6KTileSB : (s+1)*kernQ6KTileSB]
-				o[2*i], o[2*i+1] = blk[208], blk[209]
-				for j := range 16 {
-					o[32+16*j+i] = blk[192+j]
-				}
-				for h := range 2 {
-					for k := range 8 {
-						for c := range 2 {
-							copy(o[288+1024*h+512*c+64*k+4*i:][:4], blk[64*h+32*c+4*k:])
-						}
-						copy(o[2336+512*h+64*k+4*i:][:4], blk[128+32*h+4*k:])
+			for h := range 2 {
+				for k := range 8 {
+					for c := range 2 {
+						copy(o[288+1024*h+512*c+64*k+4*i:][:4], blk[64*h+32*c+4*k:])
 					}
+					copy(o[2336+512*h+64*k+4*i:][:4], blk[128+32*h+4*k:])
 				}
 			}
 		}
-	}
+	})
 }
 
 // kernDCQ6_K sets a token's four words per block: the bits of the scale
@@ -541,39 +502,26 @@ const kernQ5TileBlock = 32 + 64 + 16*16
 
 // kernPackQ5_0 is the Q5_0 tile layout above. Missing rows are zeros.
 func kernPackQ5_0(dst []byte, w Weight, r0, groups int) {
-	rb := w.rowBytes()
 	nb := w.Cols / kernQK
 	gb := nb * kernQ5TileBlock
-	dst = dst[:groups*gb]
-	for g := range groups {
-		out := dst[g*gb : (g+1)*gb]
-		if r0+(g+1)*kernTileRows > w.Rows {
-			clear(out) // missing rows
-		}
-		for i := range kernTileRows {
-			r := r0 + g*kernTileRows + i
-			if r >= w.Rows {
-				break
+	kernPackEach(dst, w, r0, groups, gb, func(out []byte, i int, row []byte) {
+		for b := range nb {
+			blk := row[22*b : 22*(b+1) : 22*(b+1)]
+			o := out[b*kernQ5TileBlock : (b+1)*kernQ5TileBlock : (b+1)*kernQ5TileBlock]
+			o[2*i], o[2*i+1] = blk[0], blk[1]
+			qh := binary.LittleEndian.Uint32(blk[2:])
+			for j := range 4 {
+				var h byte
+				for k := range 8 {
+					h |= byte(qh>>(4*k+j)&1) << k
+				}
+				o[32+4*i+j] = h
 			}
-			row := w.Data[r*rb : (r+1)*rb]
-			for b := range nb {
-				blk := row[22*b : 22*(b+1) : 22*(b+1)]
-				o := out[b*kernQ5TileBlock : (b+1)*kernQ5TileBlock : (b+1)*kernQ5TileBlock]
-				o[2*i], o[2*i+1] = blk[0], blk[1]
-				qh := binary.LittleEndian.Uint32(blk[2:])
-				for j := range 4 {
-					var h byte
-					for k := range 8 {
-						h |= byte(qh>>(4*k+j)&1) << k
-					}
-					o[32+4*i+j] = h
-				}
-				for k := range 4 {
-					copy(o[96+64*k+4*i:][:4], blk[6+4*k:])
-				}
+			for k := range 4 {
+				copy(o[96+64*k+4*i:][:4], blk[6+4*k:])
 			}
 		}
-	}
+	})
 }
 
 // kernDCQ5_0 sets, per block, the scale's bits and -16·Σxq (the kernels
@@ -613,6 +561,28 @@ func kernTileQ5_0Go(T int) kernTileFunc {
 					out[t*ostride+g*kernTileRows+i] = acc
 				}
 			}
+		}
+	}
+}
+
+// kernPackEach walks the rows of groups of sixteen from r0 for a pack
+// function: for row i of each group (rows past w.Rows skipped), fill(out,
+// i, row) with out the group's gb bytes of dst and row the row's bytes.
+// The bytes of a group short of rows are zeroed first.
+func kernPackEach(dst []byte, w Weight, r0, groups, gb int, fill func(out []byte, i int, row []byte)) {
+	rb := w.rowBytes()
+	dst = dst[:groups*gb]
+	for g := range groups {
+		out := dst[g*gb : (g+1)*gb]
+		if r0+(g+1)*kernTileRows > w.Rows {
+			clear(out) // missing rows
+		}
+		for i := range kernTileRows {
+			r := r0 + g*kernTileRows + i
+			if r >= w.Rows {
+				break
+			}
+			fill(out, i, w.Data[r*rb:(r+1)*rb])
 		}
 	}
 }

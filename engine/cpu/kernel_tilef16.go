@@ -28,26 +28,13 @@ const kernTileF16Cols = 4
 // kernPackF16 packs groups of sixteen F16 rows from r0 into dst: per group
 // and column, the sixteen rows' halves (32 bytes). Missing rows are zeros.
 func kernPackF16(dst []byte, w Weight, r0, groups int) {
-	rb := w.rowBytes()
 	cols := w.Cols
 	gb := 32 * cols
-	dst = dst[:groups*gb]
-	for g := range groups {
-		out := dst[g*gb : (g+1)*gb]
-		if r0+(g+1)*kernTileRows > w.Rows {
-			clear(out) // missing rows
+	kernPackEach(dst, w, r0, groups, gb, func(out []byte, i int, row []byte) {
+		for c := range cols {
+			out[32*c+2*i], out[32*c+2*i+1] = row[2*c], row[2*c+1]
 		}
-		for i := range kernTileRows {
-			r := r0 + g*kernTileRows + i
-			if r >= w.Rows {
-				break
-			}
-			row := w.Data[r*rb : (r+1)*rb]
-			for c := range cols {
-				out[32*c+2*i], out[32*c+2*i+1] = row[2*c], row[2*c+1]
-			}
-		}
-	}
+	})
 }
 
 // kernTileF16Go returns the F16 tile kernel for T tokens in Go, the model

@@ -207,15 +207,7 @@ func (a *asm) tile(q tileType, n int) {
 		q.setup(a)
 	}
 
-	a.Label("group")
-	a.jzero(RBX, "end")
-	a.MOVQ(a.arg("xq_base"), RDI)
-	a.MOVQ(a.arg("dc_base"), RDX)
-	a.MOVQ(a.arg("nb"), RCX)
-	for t := range n {
-		a.VPXORD(acc(t), acc(t), acc(t))
-	}
-	a.jzero(RCX, "store")
+	a.tileGroup(n, false)
 
 	a.Label("block")
 	q.weights(a)
@@ -270,16 +262,7 @@ func (a *asm) tileQ4K(n int) {
 
 	a.tileStart(2)
 
-	a.Label("group")
-	a.jzero(RBX, "end")
-	a.MOVQ(a.arg("xq_base"), RDI)
-	a.MOVQ(a.arg("dc_base"), RDX)
-	a.MOVQ(a.arg("nb"), RCX)
-	a.SHRQ(U8(3), RCX)
-	for t := range n {
-		a.VPXORD(acc(t), acc(t), acc(t))
-	}
-	a.jzero(RCX, "store")
+	a.tileGroup(n, true)
 
 	a.Label("block")
 	a.VCVTPH2PS(mem(RSI, 0), Z27)
@@ -414,16 +397,7 @@ func (a *asm) tileQ6K(n int) {
 	a.tileStart(4)
 	a.bcastbZ(0x30, Z26)
 
-	a.Label("group")
-	a.jzero(RBX, "end")
-	a.MOVQ(a.arg("xq_base"), RDI)
-	a.MOVQ(a.arg("dc_base"), RDX)
-	a.MOVQ(a.arg("nb"), RCX)
-	a.SHRQ(U8(3), RCX)
-	for t := range n {
-		a.VPXORD(acc(t), acc(t), acc(t))
-	}
-	a.jzero(RCX, "store")
+	a.tileGroup(n, true)
 
 	a.Label("block")
 	a.VCVTPH2PS(mem(RSI, 0), Z27)
@@ -477,4 +451,23 @@ func (a *asm) tileQ6K(n int) {
 	a.DECQ(RCX)
 	a.JNZ(lbl("block"))
 	a.tileStore(n)
+}
+
+// tileGroup places a tile kernel's group loop head (to end when no group
+// is left): per group DI, DX and CX (the blocks, or with superBlocks the
+// 256-value super-blocks) set, the n accumulators Z18+t zeroed, and a jump
+// to store when there is nothing to add.
+func (a *asm) tileGroup(n int, superBlocks bool) {
+	a.Label("group")
+	a.jzero(RBX, "end")
+	a.MOVQ(a.arg("xq_base"), RDI)
+	a.MOVQ(a.arg("dc_base"), RDX)
+	a.MOVQ(a.arg("nb"), RCX)
+	if superBlocks {
+		a.SHRQ(U8(3), RCX)
+	}
+	for t := range n {
+		a.VPXORD(tileZ(18+t), tileZ(18+t), tileZ(18+t))
+	}
+	a.jzero(RCX, "store")
 }
