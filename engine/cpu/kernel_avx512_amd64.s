@@ -6268,7 +6268,7 @@ end:
 	RET
 
 // func kernTileQ4_0x1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_0x1AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -6293,6 +6293,11 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -6344,7 +6349,7 @@ end:
 	RET
 
 // func kernTileQ4_0x2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_0x2AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -6370,6 +6375,11 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -6433,7 +6443,7 @@ end:
 	RET
 
 // func kernTileQ4_0x3AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_0x3AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -6460,6 +6470,11 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -6537,7 +6552,7 @@ end:
 	RET
 
 // func kernTileQ4_0x4AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_0x4AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -6565,6 +6580,11 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -6656,7 +6676,7 @@ end:
 	RET
 
 // func kernTileQ4_0x5AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_0x5AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -6685,6 +6705,11 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -6790,7 +6815,7 @@ end:
 	RET
 
 // func kernTileQ4_0x6AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_0x6AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -6820,6 +6845,11 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -6939,7 +6969,7 @@ end:
 	RET
 
 // func kernTileQ4_0x7AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_0x7AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -6970,6 +7000,11 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -7103,7 +7138,7 @@ end:
 	RET
 
 // func kernTileQ4_0x8AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_0x8AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -7135,6 +7170,11 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -7282,7 +7322,7 @@ end:
 	RET
 
 // func kernTileQ8_0x1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ8_0x1AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -7307,6 +7347,15 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -7350,7 +7399,7 @@ end:
 	RET
 
 // func kernTileQ8_0x2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ8_0x2AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -7376,6 +7425,15 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -7431,7 +7489,7 @@ end:
 	RET
 
 // func kernTileQ8_0x3AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ8_0x3AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -7458,6 +7516,15 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -7527,7 +7594,7 @@ end:
 	RET
 
 // func kernTileQ8_0x4AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ8_0x4AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -7555,6 +7622,15 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -7638,7 +7714,7 @@ end:
 	RET
 
 // func kernTileQ8_0x5AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ8_0x5AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -7667,6 +7743,15 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -7764,7 +7849,7 @@ end:
 	RET
 
 // func kernTileQ8_0x6AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ8_0x6AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -7794,6 +7879,15 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -7905,7 +7999,7 @@ end:
 	RET
 
 // func kernTileQ8_0x7AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ8_0x7AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -7936,6 +8030,15 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -8061,7 +8164,7 @@ end:
 	RET
 
 // func kernTileQ8_0x8AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ8_0x8AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -8093,6 +8196,15 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        32(SI), Z0
 	VMOVDQU64        96(SI), Z1
@@ -8232,7 +8344,7 @@ end:
 	RET
 
 // func kernTileQ5_0x1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ5_0x1AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -8259,6 +8371,12 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        96(SI), Z0
 	VMOVDQU64        160(SI), Z1
@@ -8325,7 +8443,7 @@ end:
 	RET
 
 // func kernTileQ5_0x2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ5_0x2AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -8353,6 +8471,12 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        96(SI), Z0
 	VMOVDQU64        160(SI), Z1
@@ -8431,7 +8555,7 @@ end:
 	RET
 
 // func kernTileQ5_0x3AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ5_0x3AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -8460,6 +8584,12 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        96(SI), Z0
 	VMOVDQU64        160(SI), Z1
@@ -8552,7 +8682,7 @@ end:
 	RET
 
 // func kernTileQ5_0x4AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ5_0x4AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -8582,6 +8712,12 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        96(SI), Z0
 	VMOVDQU64        160(SI), Z1
@@ -8688,7 +8824,7 @@ end:
 	RET
 
 // func kernTileQ5_0x5AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ5_0x5AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -8719,6 +8855,12 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        96(SI), Z0
 	VMOVDQU64        160(SI), Z1
@@ -8839,7 +8981,7 @@ end:
 	RET
 
 // func kernTileQ5_0x6AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ5_0x6AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -8871,6 +9013,12 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        96(SI), Z0
 	VMOVDQU64        160(SI), Z1
@@ -9005,7 +9153,7 @@ end:
 	RET
 
 // func kernTileQ5_0x7AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ5_0x7AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -9038,6 +9186,12 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        96(SI), Z0
 	VMOVDQU64        160(SI), Z1
@@ -9186,7 +9340,7 @@ end:
 	RET
 
 // func kernTileQ5_0x8AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ5_0x8AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -9220,6 +9374,12 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
 	VCVTPH2PS        (SI), Z8
 	VMOVDQU64        96(SI), Z0
 	VMOVDQU64        160(SI), Z1
@@ -9382,7 +9542,7 @@ end:
 	RET
 
 // func kernTileQ4_Kx1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_Kx1AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -9408,6 +9568,43 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0        2048(SI)
+	PREFETCHT0        2112(SI)
+	PREFETCHT0        2176(SI)
+	PREFETCHT0        2240(SI)
+	PREFETCHT0        2304(SI)
+	PREFETCHT0        2368(SI)
+	PREFETCHT0        2432(SI)
+	PREFETCHT0        2496(SI)
+	PREFETCHT0        2560(SI)
+	PREFETCHT0        2624(SI)
+	PREFETCHT0        2688(SI)
+	PREFETCHT0        2752(SI)
+	PREFETCHT0        2816(SI)
+	PREFETCHT0        2880(SI)
+	PREFETCHT0        2944(SI)
+	PREFETCHT0        3008(SI)
+	PREFETCHT0        3072(SI)
+	PREFETCHT0        3136(SI)
+	PREFETCHT0        3200(SI)
+	PREFETCHT0        3264(SI)
+	PREFETCHT0        3328(SI)
+	PREFETCHT0        3392(SI)
+	PREFETCHT0        3456(SI)
+	PREFETCHT0        3520(SI)
+	PREFETCHT0        3584(SI)
+	PREFETCHT0        3648(SI)
+	PREFETCHT0        3712(SI)
+	PREFETCHT0        3776(SI)
+	PREFETCHT0        3840(SI)
+	PREFETCHT0        3904(SI)
+	PREFETCHT0        3968(SI)
+	PREFETCHT0        4032(SI)
+	PREFETCHT0        4096(SI)
+	PREFETCHT0        4160(SI)
+	PREFETCHT0        4224(SI)
+	PREFETCHT0        4288(SI)
+	PREFETCHT0        4352(SI)
 	VCVTPH2PS         (SI), Z27
 	VCVTPH2PS         32(SI), Z28
 	VPANDD            320(SI), Z9, Z0
@@ -9694,7 +9891,7 @@ end:
 	RET
 
 // func kernTileQ4_Kx2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_Kx2AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -9721,6 +9918,43 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0        2048(SI)
+	PREFETCHT0        2112(SI)
+	PREFETCHT0        2176(SI)
+	PREFETCHT0        2240(SI)
+	PREFETCHT0        2304(SI)
+	PREFETCHT0        2368(SI)
+	PREFETCHT0        2432(SI)
+	PREFETCHT0        2496(SI)
+	PREFETCHT0        2560(SI)
+	PREFETCHT0        2624(SI)
+	PREFETCHT0        2688(SI)
+	PREFETCHT0        2752(SI)
+	PREFETCHT0        2816(SI)
+	PREFETCHT0        2880(SI)
+	PREFETCHT0        2944(SI)
+	PREFETCHT0        3008(SI)
+	PREFETCHT0        3072(SI)
+	PREFETCHT0        3136(SI)
+	PREFETCHT0        3200(SI)
+	PREFETCHT0        3264(SI)
+	PREFETCHT0        3328(SI)
+	PREFETCHT0        3392(SI)
+	PREFETCHT0        3456(SI)
+	PREFETCHT0        3520(SI)
+	PREFETCHT0        3584(SI)
+	PREFETCHT0        3648(SI)
+	PREFETCHT0        3712(SI)
+	PREFETCHT0        3776(SI)
+	PREFETCHT0        3840(SI)
+	PREFETCHT0        3904(SI)
+	PREFETCHT0        3968(SI)
+	PREFETCHT0        4032(SI)
+	PREFETCHT0        4096(SI)
+	PREFETCHT0        4160(SI)
+	PREFETCHT0        4224(SI)
+	PREFETCHT0        4288(SI)
+	PREFETCHT0        4352(SI)
 	VCVTPH2PS         (SI), Z27
 	VCVTPH2PS         32(SI), Z28
 	VPANDD            320(SI), Z9, Z0
@@ -10097,7 +10331,7 @@ end:
 	RET
 
 // func kernTileQ4_Kx3AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_Kx3AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -10125,6 +10359,43 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0        2048(SI)
+	PREFETCHT0        2112(SI)
+	PREFETCHT0        2176(SI)
+	PREFETCHT0        2240(SI)
+	PREFETCHT0        2304(SI)
+	PREFETCHT0        2368(SI)
+	PREFETCHT0        2432(SI)
+	PREFETCHT0        2496(SI)
+	PREFETCHT0        2560(SI)
+	PREFETCHT0        2624(SI)
+	PREFETCHT0        2688(SI)
+	PREFETCHT0        2752(SI)
+	PREFETCHT0        2816(SI)
+	PREFETCHT0        2880(SI)
+	PREFETCHT0        2944(SI)
+	PREFETCHT0        3008(SI)
+	PREFETCHT0        3072(SI)
+	PREFETCHT0        3136(SI)
+	PREFETCHT0        3200(SI)
+	PREFETCHT0        3264(SI)
+	PREFETCHT0        3328(SI)
+	PREFETCHT0        3392(SI)
+	PREFETCHT0        3456(SI)
+	PREFETCHT0        3520(SI)
+	PREFETCHT0        3584(SI)
+	PREFETCHT0        3648(SI)
+	PREFETCHT0        3712(SI)
+	PREFETCHT0        3776(SI)
+	PREFETCHT0        3840(SI)
+	PREFETCHT0        3904(SI)
+	PREFETCHT0        3968(SI)
+	PREFETCHT0        4032(SI)
+	PREFETCHT0        4096(SI)
+	PREFETCHT0        4160(SI)
+	PREFETCHT0        4224(SI)
+	PREFETCHT0        4288(SI)
+	PREFETCHT0        4352(SI)
 	VCVTPH2PS         (SI), Z27
 	VCVTPH2PS         32(SI), Z28
 	VPANDD            320(SI), Z9, Z0
@@ -10607,7 +10878,7 @@ end:
 	RET
 
 // func kernTileQ4_Kx4AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_Kx4AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -10636,6 +10907,43 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0        2048(SI)
+	PREFETCHT0        2112(SI)
+	PREFETCHT0        2176(SI)
+	PREFETCHT0        2240(SI)
+	PREFETCHT0        2304(SI)
+	PREFETCHT0        2368(SI)
+	PREFETCHT0        2432(SI)
+	PREFETCHT0        2496(SI)
+	PREFETCHT0        2560(SI)
+	PREFETCHT0        2624(SI)
+	PREFETCHT0        2688(SI)
+	PREFETCHT0        2752(SI)
+	PREFETCHT0        2816(SI)
+	PREFETCHT0        2880(SI)
+	PREFETCHT0        2944(SI)
+	PREFETCHT0        3008(SI)
+	PREFETCHT0        3072(SI)
+	PREFETCHT0        3136(SI)
+	PREFETCHT0        3200(SI)
+	PREFETCHT0        3264(SI)
+	PREFETCHT0        3328(SI)
+	PREFETCHT0        3392(SI)
+	PREFETCHT0        3456(SI)
+	PREFETCHT0        3520(SI)
+	PREFETCHT0        3584(SI)
+	PREFETCHT0        3648(SI)
+	PREFETCHT0        3712(SI)
+	PREFETCHT0        3776(SI)
+	PREFETCHT0        3840(SI)
+	PREFETCHT0        3904(SI)
+	PREFETCHT0        3968(SI)
+	PREFETCHT0        4032(SI)
+	PREFETCHT0        4096(SI)
+	PREFETCHT0        4160(SI)
+	PREFETCHT0        4224(SI)
+	PREFETCHT0        4288(SI)
+	PREFETCHT0        4352(SI)
 	VCVTPH2PS         (SI), Z27
 	VCVTPH2PS         32(SI), Z28
 	VPANDD            320(SI), Z9, Z0
@@ -11224,7 +11532,7 @@ end:
 	RET
 
 // func kernTileQ4_Kx5AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_Kx5AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -11254,6 +11562,43 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0        2048(SI)
+	PREFETCHT0        2112(SI)
+	PREFETCHT0        2176(SI)
+	PREFETCHT0        2240(SI)
+	PREFETCHT0        2304(SI)
+	PREFETCHT0        2368(SI)
+	PREFETCHT0        2432(SI)
+	PREFETCHT0        2496(SI)
+	PREFETCHT0        2560(SI)
+	PREFETCHT0        2624(SI)
+	PREFETCHT0        2688(SI)
+	PREFETCHT0        2752(SI)
+	PREFETCHT0        2816(SI)
+	PREFETCHT0        2880(SI)
+	PREFETCHT0        2944(SI)
+	PREFETCHT0        3008(SI)
+	PREFETCHT0        3072(SI)
+	PREFETCHT0        3136(SI)
+	PREFETCHT0        3200(SI)
+	PREFETCHT0        3264(SI)
+	PREFETCHT0        3328(SI)
+	PREFETCHT0        3392(SI)
+	PREFETCHT0        3456(SI)
+	PREFETCHT0        3520(SI)
+	PREFETCHT0        3584(SI)
+	PREFETCHT0        3648(SI)
+	PREFETCHT0        3712(SI)
+	PREFETCHT0        3776(SI)
+	PREFETCHT0        3840(SI)
+	PREFETCHT0        3904(SI)
+	PREFETCHT0        3968(SI)
+	PREFETCHT0        4032(SI)
+	PREFETCHT0        4096(SI)
+	PREFETCHT0        4160(SI)
+	PREFETCHT0        4224(SI)
+	PREFETCHT0        4288(SI)
+	PREFETCHT0        4352(SI)
 	VCVTPH2PS         (SI), Z27
 	VCVTPH2PS         32(SI), Z28
 	VPANDD            320(SI), Z9, Z0
@@ -11948,7 +12293,7 @@ end:
 	RET
 
 // func kernTileQ4_Kx6AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_Kx6AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -11979,6 +12324,43 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0        2048(SI)
+	PREFETCHT0        2112(SI)
+	PREFETCHT0        2176(SI)
+	PREFETCHT0        2240(SI)
+	PREFETCHT0        2304(SI)
+	PREFETCHT0        2368(SI)
+	PREFETCHT0        2432(SI)
+	PREFETCHT0        2496(SI)
+	PREFETCHT0        2560(SI)
+	PREFETCHT0        2624(SI)
+	PREFETCHT0        2688(SI)
+	PREFETCHT0        2752(SI)
+	PREFETCHT0        2816(SI)
+	PREFETCHT0        2880(SI)
+	PREFETCHT0        2944(SI)
+	PREFETCHT0        3008(SI)
+	PREFETCHT0        3072(SI)
+	PREFETCHT0        3136(SI)
+	PREFETCHT0        3200(SI)
+	PREFETCHT0        3264(SI)
+	PREFETCHT0        3328(SI)
+	PREFETCHT0        3392(SI)
+	PREFETCHT0        3456(SI)
+	PREFETCHT0        3520(SI)
+	PREFETCHT0        3584(SI)
+	PREFETCHT0        3648(SI)
+	PREFETCHT0        3712(SI)
+	PREFETCHT0        3776(SI)
+	PREFETCHT0        3840(SI)
+	PREFETCHT0        3904(SI)
+	PREFETCHT0        3968(SI)
+	PREFETCHT0        4032(SI)
+	PREFETCHT0        4096(SI)
+	PREFETCHT0        4160(SI)
+	PREFETCHT0        4224(SI)
+	PREFETCHT0        4288(SI)
+	PREFETCHT0        4352(SI)
 	VCVTPH2PS         (SI), Z27
 	VCVTPH2PS         32(SI), Z28
 	VPANDD            320(SI), Z9, Z0
@@ -12779,7 +13161,7 @@ end:
 	RET
 
 // func kernTileQ4_Kx7AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_Kx7AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -12811,6 +13193,43 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0        2048(SI)
+	PREFETCHT0        2112(SI)
+	PREFETCHT0        2176(SI)
+	PREFETCHT0        2240(SI)
+	PREFETCHT0        2304(SI)
+	PREFETCHT0        2368(SI)
+	PREFETCHT0        2432(SI)
+	PREFETCHT0        2496(SI)
+	PREFETCHT0        2560(SI)
+	PREFETCHT0        2624(SI)
+	PREFETCHT0        2688(SI)
+	PREFETCHT0        2752(SI)
+	PREFETCHT0        2816(SI)
+	PREFETCHT0        2880(SI)
+	PREFETCHT0        2944(SI)
+	PREFETCHT0        3008(SI)
+	PREFETCHT0        3072(SI)
+	PREFETCHT0        3136(SI)
+	PREFETCHT0        3200(SI)
+	PREFETCHT0        3264(SI)
+	PREFETCHT0        3328(SI)
+	PREFETCHT0        3392(SI)
+	PREFETCHT0        3456(SI)
+	PREFETCHT0        3520(SI)
+	PREFETCHT0        3584(SI)
+	PREFETCHT0        3648(SI)
+	PREFETCHT0        3712(SI)
+	PREFETCHT0        3776(SI)
+	PREFETCHT0        3840(SI)
+	PREFETCHT0        3904(SI)
+	PREFETCHT0        3968(SI)
+	PREFETCHT0        4032(SI)
+	PREFETCHT0        4096(SI)
+	PREFETCHT0        4160(SI)
+	PREFETCHT0        4224(SI)
+	PREFETCHT0        4288(SI)
+	PREFETCHT0        4352(SI)
 	VCVTPH2PS         (SI), Z27
 	VCVTPH2PS         32(SI), Z28
 	VPANDD            320(SI), Z9, Z0
@@ -13717,7 +14136,7 @@ end:
 	RET
 
 // func kernTileQ4_Kx8AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ4_Kx8AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -13750,6 +14169,43 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0        2048(SI)
+	PREFETCHT0        2112(SI)
+	PREFETCHT0        2176(SI)
+	PREFETCHT0        2240(SI)
+	PREFETCHT0        2304(SI)
+	PREFETCHT0        2368(SI)
+	PREFETCHT0        2432(SI)
+	PREFETCHT0        2496(SI)
+	PREFETCHT0        2560(SI)
+	PREFETCHT0        2624(SI)
+	PREFETCHT0        2688(SI)
+	PREFETCHT0        2752(SI)
+	PREFETCHT0        2816(SI)
+	PREFETCHT0        2880(SI)
+	PREFETCHT0        2944(SI)
+	PREFETCHT0        3008(SI)
+	PREFETCHT0        3072(SI)
+	PREFETCHT0        3136(SI)
+	PREFETCHT0        3200(SI)
+	PREFETCHT0        3264(SI)
+	PREFETCHT0        3328(SI)
+	PREFETCHT0        3392(SI)
+	PREFETCHT0        3456(SI)
+	PREFETCHT0        3520(SI)
+	PREFETCHT0        3584(SI)
+	PREFETCHT0        3648(SI)
+	PREFETCHT0        3712(SI)
+	PREFETCHT0        3776(SI)
+	PREFETCHT0        3840(SI)
+	PREFETCHT0        3904(SI)
+	PREFETCHT0        3968(SI)
+	PREFETCHT0        4032(SI)
+	PREFETCHT0        4096(SI)
+	PREFETCHT0        4160(SI)
+	PREFETCHT0        4224(SI)
+	PREFETCHT0        4288(SI)
+	PREFETCHT0        4352(SI)
 	VCVTPH2PS         (SI), Z27
 	VCVTPH2PS         32(SI), Z28
 	VPANDD            320(SI), Z9, Z0
@@ -14762,7 +15218,7 @@ end:
 	RET
 
 // func kernTileQ6_Kx1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ6_Kx1AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -14790,6 +15246,59 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
+	PREFETCHT0       2624(SI)
+	PREFETCHT0       2688(SI)
+	PREFETCHT0       2752(SI)
+	PREFETCHT0       2816(SI)
+	PREFETCHT0       2880(SI)
+	PREFETCHT0       2944(SI)
+	PREFETCHT0       3008(SI)
+	PREFETCHT0       3072(SI)
+	PREFETCHT0       3136(SI)
+	PREFETCHT0       3200(SI)
+	PREFETCHT0       3264(SI)
+	PREFETCHT0       3328(SI)
+	PREFETCHT0       3392(SI)
+	PREFETCHT0       3456(SI)
+	PREFETCHT0       3520(SI)
+	PREFETCHT0       3584(SI)
+	PREFETCHT0       3648(SI)
+	PREFETCHT0       3712(SI)
+	PREFETCHT0       3776(SI)
+	PREFETCHT0       3840(SI)
+	PREFETCHT0       3904(SI)
+	PREFETCHT0       3968(SI)
+	PREFETCHT0       4032(SI)
+	PREFETCHT0       4096(SI)
+	PREFETCHT0       4160(SI)
+	PREFETCHT0       4224(SI)
+	PREFETCHT0       4288(SI)
+	PREFETCHT0       4352(SI)
+	PREFETCHT0       4416(SI)
+	PREFETCHT0       4480(SI)
+	PREFETCHT0       4544(SI)
+	PREFETCHT0       4608(SI)
+	PREFETCHT0       4672(SI)
+	PREFETCHT0       4736(SI)
+	PREFETCHT0       4800(SI)
+	PREFETCHT0       4864(SI)
+	PREFETCHT0       4928(SI)
+	PREFETCHT0       4992(SI)
+	PREFETCHT0       5056(SI)
+	PREFETCHT0       5120(SI)
+	PREFETCHT0       5184(SI)
+	PREFETCHT0       5248(SI)
+	PREFETCHT0       5312(SI)
+	PREFETCHT0       5376(SI)
 	VCVTPH2PS        (SI), Z27
 	VPANDD           288(SI), Z9, Z0
 	VPSLLW           $0x04, 2336(SI), Z28
@@ -15195,7 +15704,7 @@ end:
 	RET
 
 // func kernTileQ6_Kx2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ6_Kx2AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -15224,6 +15733,59 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
+	PREFETCHT0       2624(SI)
+	PREFETCHT0       2688(SI)
+	PREFETCHT0       2752(SI)
+	PREFETCHT0       2816(SI)
+	PREFETCHT0       2880(SI)
+	PREFETCHT0       2944(SI)
+	PREFETCHT0       3008(SI)
+	PREFETCHT0       3072(SI)
+	PREFETCHT0       3136(SI)
+	PREFETCHT0       3200(SI)
+	PREFETCHT0       3264(SI)
+	PREFETCHT0       3328(SI)
+	PREFETCHT0       3392(SI)
+	PREFETCHT0       3456(SI)
+	PREFETCHT0       3520(SI)
+	PREFETCHT0       3584(SI)
+	PREFETCHT0       3648(SI)
+	PREFETCHT0       3712(SI)
+	PREFETCHT0       3776(SI)
+	PREFETCHT0       3840(SI)
+	PREFETCHT0       3904(SI)
+	PREFETCHT0       3968(SI)
+	PREFETCHT0       4032(SI)
+	PREFETCHT0       4096(SI)
+	PREFETCHT0       4160(SI)
+	PREFETCHT0       4224(SI)
+	PREFETCHT0       4288(SI)
+	PREFETCHT0       4352(SI)
+	PREFETCHT0       4416(SI)
+	PREFETCHT0       4480(SI)
+	PREFETCHT0       4544(SI)
+	PREFETCHT0       4608(SI)
+	PREFETCHT0       4672(SI)
+	PREFETCHT0       4736(SI)
+	PREFETCHT0       4800(SI)
+	PREFETCHT0       4864(SI)
+	PREFETCHT0       4928(SI)
+	PREFETCHT0       4992(SI)
+	PREFETCHT0       5056(SI)
+	PREFETCHT0       5120(SI)
+	PREFETCHT0       5184(SI)
+	PREFETCHT0       5248(SI)
+	PREFETCHT0       5312(SI)
+	PREFETCHT0       5376(SI)
 	VCVTPH2PS        (SI), Z27
 	VPANDD           288(SI), Z9, Z0
 	VPSLLW           $0x04, 2336(SI), Z28
@@ -15759,7 +16321,7 @@ end:
 	RET
 
 // func kernTileQ6_Kx3AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ6_Kx3AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -15789,6 +16351,59 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
+	PREFETCHT0       2624(SI)
+	PREFETCHT0       2688(SI)
+	PREFETCHT0       2752(SI)
+	PREFETCHT0       2816(SI)
+	PREFETCHT0       2880(SI)
+	PREFETCHT0       2944(SI)
+	PREFETCHT0       3008(SI)
+	PREFETCHT0       3072(SI)
+	PREFETCHT0       3136(SI)
+	PREFETCHT0       3200(SI)
+	PREFETCHT0       3264(SI)
+	PREFETCHT0       3328(SI)
+	PREFETCHT0       3392(SI)
+	PREFETCHT0       3456(SI)
+	PREFETCHT0       3520(SI)
+	PREFETCHT0       3584(SI)
+	PREFETCHT0       3648(SI)
+	PREFETCHT0       3712(SI)
+	PREFETCHT0       3776(SI)
+	PREFETCHT0       3840(SI)
+	PREFETCHT0       3904(SI)
+	PREFETCHT0       3968(SI)
+	PREFETCHT0       4032(SI)
+	PREFETCHT0       4096(SI)
+	PREFETCHT0       4160(SI)
+	PREFETCHT0       4224(SI)
+	PREFETCHT0       4288(SI)
+	PREFETCHT0       4352(SI)
+	PREFETCHT0       4416(SI)
+	PREFETCHT0       4480(SI)
+	PREFETCHT0       4544(SI)
+	PREFETCHT0       4608(SI)
+	PREFETCHT0       4672(SI)
+	PREFETCHT0       4736(SI)
+	PREFETCHT0       4800(SI)
+	PREFETCHT0       4864(SI)
+	PREFETCHT0       4928(SI)
+	PREFETCHT0       4992(SI)
+	PREFETCHT0       5056(SI)
+	PREFETCHT0       5120(SI)
+	PREFETCHT0       5184(SI)
+	PREFETCHT0       5248(SI)
+	PREFETCHT0       5312(SI)
+	PREFETCHT0       5376(SI)
 	VCVTPH2PS        (SI), Z27
 	VPANDD           288(SI), Z9, Z0
 	VPSLLW           $0x04, 2336(SI), Z28
@@ -16454,7 +17069,7 @@ end:
 	RET
 
 // func kernTileQ6_Kx4AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ6_Kx4AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -16485,6 +17100,59 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
+	PREFETCHT0       2624(SI)
+	PREFETCHT0       2688(SI)
+	PREFETCHT0       2752(SI)
+	PREFETCHT0       2816(SI)
+	PREFETCHT0       2880(SI)
+	PREFETCHT0       2944(SI)
+	PREFETCHT0       3008(SI)
+	PREFETCHT0       3072(SI)
+	PREFETCHT0       3136(SI)
+	PREFETCHT0       3200(SI)
+	PREFETCHT0       3264(SI)
+	PREFETCHT0       3328(SI)
+	PREFETCHT0       3392(SI)
+	PREFETCHT0       3456(SI)
+	PREFETCHT0       3520(SI)
+	PREFETCHT0       3584(SI)
+	PREFETCHT0       3648(SI)
+	PREFETCHT0       3712(SI)
+	PREFETCHT0       3776(SI)
+	PREFETCHT0       3840(SI)
+	PREFETCHT0       3904(SI)
+	PREFETCHT0       3968(SI)
+	PREFETCHT0       4032(SI)
+	PREFETCHT0       4096(SI)
+	PREFETCHT0       4160(SI)
+	PREFETCHT0       4224(SI)
+	PREFETCHT0       4288(SI)
+	PREFETCHT0       4352(SI)
+	PREFETCHT0       4416(SI)
+	PREFETCHT0       4480(SI)
+	PREFETCHT0       4544(SI)
+	PREFETCHT0       4608(SI)
+	PREFETCHT0       4672(SI)
+	PREFETCHT0       4736(SI)
+	PREFETCHT0       4800(SI)
+	PREFETCHT0       4864(SI)
+	PREFETCHT0       4928(SI)
+	PREFETCHT0       4992(SI)
+	PREFETCHT0       5056(SI)
+	PREFETCHT0       5120(SI)
+	PREFETCHT0       5184(SI)
+	PREFETCHT0       5248(SI)
+	PREFETCHT0       5312(SI)
+	PREFETCHT0       5376(SI)
 	VCVTPH2PS        (SI), Z27
 	VPANDD           288(SI), Z9, Z0
 	VPSLLW           $0x04, 2336(SI), Z28
@@ -17280,7 +17948,7 @@ end:
 	RET
 
 // func kernTileQ6_Kx5AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ6_Kx5AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -17312,6 +17980,59 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
+	PREFETCHT0       2624(SI)
+	PREFETCHT0       2688(SI)
+	PREFETCHT0       2752(SI)
+	PREFETCHT0       2816(SI)
+	PREFETCHT0       2880(SI)
+	PREFETCHT0       2944(SI)
+	PREFETCHT0       3008(SI)
+	PREFETCHT0       3072(SI)
+	PREFETCHT0       3136(SI)
+	PREFETCHT0       3200(SI)
+	PREFETCHT0       3264(SI)
+	PREFETCHT0       3328(SI)
+	PREFETCHT0       3392(SI)
+	PREFETCHT0       3456(SI)
+	PREFETCHT0       3520(SI)
+	PREFETCHT0       3584(SI)
+	PREFETCHT0       3648(SI)
+	PREFETCHT0       3712(SI)
+	PREFETCHT0       3776(SI)
+	PREFETCHT0       3840(SI)
+	PREFETCHT0       3904(SI)
+	PREFETCHT0       3968(SI)
+	PREFETCHT0       4032(SI)
+	PREFETCHT0       4096(SI)
+	PREFETCHT0       4160(SI)
+	PREFETCHT0       4224(SI)
+	PREFETCHT0       4288(SI)
+	PREFETCHT0       4352(SI)
+	PREFETCHT0       4416(SI)
+	PREFETCHT0       4480(SI)
+	PREFETCHT0       4544(SI)
+	PREFETCHT0       4608(SI)
+	PREFETCHT0       4672(SI)
+	PREFETCHT0       4736(SI)
+	PREFETCHT0       4800(SI)
+	PREFETCHT0       4864(SI)
+	PREFETCHT0       4928(SI)
+	PREFETCHT0       4992(SI)
+	PREFETCHT0       5056(SI)
+	PREFETCHT0       5120(SI)
+	PREFETCHT0       5184(SI)
+	PREFETCHT0       5248(SI)
+	PREFETCHT0       5312(SI)
+	PREFETCHT0       5376(SI)
 	VCVTPH2PS        (SI), Z27
 	VPANDD           288(SI), Z9, Z0
 	VPSLLW           $0x04, 2336(SI), Z28
@@ -18237,7 +18958,7 @@ end:
 	RET
 
 // func kernTileQ6_Kx6AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ6_Kx6AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -18270,6 +18991,59 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
+	PREFETCHT0       2624(SI)
+	PREFETCHT0       2688(SI)
+	PREFETCHT0       2752(SI)
+	PREFETCHT0       2816(SI)
+	PREFETCHT0       2880(SI)
+	PREFETCHT0       2944(SI)
+	PREFETCHT0       3008(SI)
+	PREFETCHT0       3072(SI)
+	PREFETCHT0       3136(SI)
+	PREFETCHT0       3200(SI)
+	PREFETCHT0       3264(SI)
+	PREFETCHT0       3328(SI)
+	PREFETCHT0       3392(SI)
+	PREFETCHT0       3456(SI)
+	PREFETCHT0       3520(SI)
+	PREFETCHT0       3584(SI)
+	PREFETCHT0       3648(SI)
+	PREFETCHT0       3712(SI)
+	PREFETCHT0       3776(SI)
+	PREFETCHT0       3840(SI)
+	PREFETCHT0       3904(SI)
+	PREFETCHT0       3968(SI)
+	PREFETCHT0       4032(SI)
+	PREFETCHT0       4096(SI)
+	PREFETCHT0       4160(SI)
+	PREFETCHT0       4224(SI)
+	PREFETCHT0       4288(SI)
+	PREFETCHT0       4352(SI)
+	PREFETCHT0       4416(SI)
+	PREFETCHT0       4480(SI)
+	PREFETCHT0       4544(SI)
+	PREFETCHT0       4608(SI)
+	PREFETCHT0       4672(SI)
+	PREFETCHT0       4736(SI)
+	PREFETCHT0       4800(SI)
+	PREFETCHT0       4864(SI)
+	PREFETCHT0       4928(SI)
+	PREFETCHT0       4992(SI)
+	PREFETCHT0       5056(SI)
+	PREFETCHT0       5120(SI)
+	PREFETCHT0       5184(SI)
+	PREFETCHT0       5248(SI)
+	PREFETCHT0       5312(SI)
+	PREFETCHT0       5376(SI)
 	VCVTPH2PS        (SI), Z27
 	VPANDD           288(SI), Z9, Z0
 	VPSLLW           $0x04, 2336(SI), Z28
@@ -19325,7 +20099,7 @@ end:
 	RET
 
 // func kernTileQ6_Kx7AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ6_Kx7AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -19359,6 +20133,59 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
+	PREFETCHT0       2624(SI)
+	PREFETCHT0       2688(SI)
+	PREFETCHT0       2752(SI)
+	PREFETCHT0       2816(SI)
+	PREFETCHT0       2880(SI)
+	PREFETCHT0       2944(SI)
+	PREFETCHT0       3008(SI)
+	PREFETCHT0       3072(SI)
+	PREFETCHT0       3136(SI)
+	PREFETCHT0       3200(SI)
+	PREFETCHT0       3264(SI)
+	PREFETCHT0       3328(SI)
+	PREFETCHT0       3392(SI)
+	PREFETCHT0       3456(SI)
+	PREFETCHT0       3520(SI)
+	PREFETCHT0       3584(SI)
+	PREFETCHT0       3648(SI)
+	PREFETCHT0       3712(SI)
+	PREFETCHT0       3776(SI)
+	PREFETCHT0       3840(SI)
+	PREFETCHT0       3904(SI)
+	PREFETCHT0       3968(SI)
+	PREFETCHT0       4032(SI)
+	PREFETCHT0       4096(SI)
+	PREFETCHT0       4160(SI)
+	PREFETCHT0       4224(SI)
+	PREFETCHT0       4288(SI)
+	PREFETCHT0       4352(SI)
+	PREFETCHT0       4416(SI)
+	PREFETCHT0       4480(SI)
+	PREFETCHT0       4544(SI)
+	PREFETCHT0       4608(SI)
+	PREFETCHT0       4672(SI)
+	PREFETCHT0       4736(SI)
+	PREFETCHT0       4800(SI)
+	PREFETCHT0       4864(SI)
+	PREFETCHT0       4928(SI)
+	PREFETCHT0       4992(SI)
+	PREFETCHT0       5056(SI)
+	PREFETCHT0       5120(SI)
+	PREFETCHT0       5184(SI)
+	PREFETCHT0       5248(SI)
+	PREFETCHT0       5312(SI)
+	PREFETCHT0       5376(SI)
 	VCVTPH2PS        (SI), Z27
 	VPANDD           288(SI), Z9, Z0
 	VPSLLW           $0x04, 2336(SI), Z28
@@ -20544,7 +21371,7 @@ end:
 	RET
 
 // func kernTileQ6_Kx8AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ6_Kx8AVX512(SB), NOSPLIT, $0-120
 	MOVQ         w_base+32(FP), SI
 	MOVQ         out_base+0(FP), R8
@@ -20579,6 +21406,59 @@ group:
 	JZ     store
 
 block:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
+	PREFETCHT0       2176(SI)
+	PREFETCHT0       2240(SI)
+	PREFETCHT0       2304(SI)
+	PREFETCHT0       2368(SI)
+	PREFETCHT0       2432(SI)
+	PREFETCHT0       2496(SI)
+	PREFETCHT0       2560(SI)
+	PREFETCHT0       2624(SI)
+	PREFETCHT0       2688(SI)
+	PREFETCHT0       2752(SI)
+	PREFETCHT0       2816(SI)
+	PREFETCHT0       2880(SI)
+	PREFETCHT0       2944(SI)
+	PREFETCHT0       3008(SI)
+	PREFETCHT0       3072(SI)
+	PREFETCHT0       3136(SI)
+	PREFETCHT0       3200(SI)
+	PREFETCHT0       3264(SI)
+	PREFETCHT0       3328(SI)
+	PREFETCHT0       3392(SI)
+	PREFETCHT0       3456(SI)
+	PREFETCHT0       3520(SI)
+	PREFETCHT0       3584(SI)
+	PREFETCHT0       3648(SI)
+	PREFETCHT0       3712(SI)
+	PREFETCHT0       3776(SI)
+	PREFETCHT0       3840(SI)
+	PREFETCHT0       3904(SI)
+	PREFETCHT0       3968(SI)
+	PREFETCHT0       4032(SI)
+	PREFETCHT0       4096(SI)
+	PREFETCHT0       4160(SI)
+	PREFETCHT0       4224(SI)
+	PREFETCHT0       4288(SI)
+	PREFETCHT0       4352(SI)
+	PREFETCHT0       4416(SI)
+	PREFETCHT0       4480(SI)
+	PREFETCHT0       4544(SI)
+	PREFETCHT0       4608(SI)
+	PREFETCHT0       4672(SI)
+	PREFETCHT0       4736(SI)
+	PREFETCHT0       4800(SI)
+	PREFETCHT0       4864(SI)
+	PREFETCHT0       4928(SI)
+	PREFETCHT0       4992(SI)
+	PREFETCHT0       5056(SI)
+	PREFETCHT0       5120(SI)
+	PREFETCHT0       5184(SI)
+	PREFETCHT0       5248(SI)
+	PREFETCHT0       5312(SI)
+	PREFETCHT0       5376(SI)
 	VCVTPH2PS        (SI), Z27
 	VPANDD           288(SI), Z9, Z0
 	VPSLLW           $0x04, 2336(SI), Z28
@@ -21894,7 +22774,7 @@ end:
 	RET
 
 // func kernTileF16x1AVX512(out []float32, ostride int, w []byte, groups int, cols int, x []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·kernTileF16x1AVX512(SB), NOSPLIT, $0-96
 	MOVQ w_base+32(FP), SI
 	MOVQ out_base+0(FP), R8
@@ -21918,6 +22798,8 @@ group:
 	JZ     store
 
 col:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
 	VCVTPH2PS        (SI), Z28
 	VCVTPH2PS        32(SI), Z29
 	VCVTPH2PS        64(SI), Z30
@@ -21946,7 +22828,7 @@ end:
 	RET
 
 // func kernTileF16x2AVX512(out []float32, ostride int, w []byte, groups int, cols int, x []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·kernTileF16x2AVX512(SB), NOSPLIT, $0-96
 	MOVQ w_base+32(FP), SI
 	MOVQ out_base+0(FP), R8
@@ -21972,6 +22854,8 @@ group:
 	JZ     store
 
 col:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
 	VCVTPH2PS        (SI), Z28
 	VCVTPH2PS        32(SI), Z29
 	VCVTPH2PS        64(SI), Z30
@@ -22007,7 +22891,7 @@ end:
 	RET
 
 // func kernTileF16x3AVX512(out []float32, ostride int, w []byte, groups int, cols int, x []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·kernTileF16x3AVX512(SB), NOSPLIT, $0-96
 	MOVQ w_base+32(FP), SI
 	MOVQ out_base+0(FP), R8
@@ -22035,6 +22919,8 @@ group:
 	JZ     store
 
 col:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
 	VCVTPH2PS        (SI), Z28
 	VCVTPH2PS        32(SI), Z29
 	VCVTPH2PS        64(SI), Z30
@@ -22077,7 +22963,7 @@ end:
 	RET
 
 // func kernTileF16x4AVX512(out []float32, ostride int, w []byte, groups int, cols int, x []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·kernTileF16x4AVX512(SB), NOSPLIT, $0-96
 	MOVQ w_base+32(FP), SI
 	MOVQ out_base+0(FP), R8
@@ -22107,6 +22993,8 @@ group:
 	JZ     store
 
 col:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
 	VCVTPH2PS        (SI), Z28
 	VCVTPH2PS        32(SI), Z29
 	VCVTPH2PS        64(SI), Z30
@@ -22156,7 +23044,7 @@ end:
 	RET
 
 // func kernTileF16x5AVX512(out []float32, ostride int, w []byte, groups int, cols int, x []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·kernTileF16x5AVX512(SB), NOSPLIT, $0-96
 	MOVQ w_base+32(FP), SI
 	MOVQ out_base+0(FP), R8
@@ -22188,6 +23076,8 @@ group:
 	JZ     store
 
 col:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
 	VCVTPH2PS        (SI), Z28
 	VCVTPH2PS        32(SI), Z29
 	VCVTPH2PS        64(SI), Z30
@@ -22244,7 +23134,7 @@ end:
 	RET
 
 // func kernTileF16x6AVX512(out []float32, ostride int, w []byte, groups int, cols int, x []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·kernTileF16x6AVX512(SB), NOSPLIT, $0-96
 	MOVQ w_base+32(FP), SI
 	MOVQ out_base+0(FP), R8
@@ -22278,6 +23168,8 @@ group:
 	JZ     store
 
 col:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
 	VCVTPH2PS        (SI), Z28
 	VCVTPH2PS        32(SI), Z29
 	VCVTPH2PS        64(SI), Z30
@@ -22341,7 +23233,7 @@ end:
 	RET
 
 // func kernTileF16x7AVX512(out []float32, ostride int, w []byte, groups int, cols int, x []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·kernTileF16x7AVX512(SB), NOSPLIT, $0-96
 	MOVQ w_base+32(FP), SI
 	MOVQ out_base+0(FP), R8
@@ -22377,6 +23269,8 @@ group:
 	JZ     store
 
 col:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
 	VCVTPH2PS        (SI), Z28
 	VCVTPH2PS        32(SI), Z29
 	VCVTPH2PS        64(SI), Z30
@@ -22447,7 +23341,7 @@ end:
 	RET
 
 // func kernTileF16x8AVX512(out []float32, ostride int, w []byte, groups int, cols int, x []float32)
-// Requires: AVX, AVX512F
+// Requires: AVX, AVX512F, MMX+
 TEXT ·kernTileF16x8AVX512(SB), NOSPLIT, $0-96
 	MOVQ w_base+32(FP), SI
 	MOVQ out_base+0(FP), R8
@@ -22485,6 +23379,8 @@ group:
 	JZ     store
 
 col:
+	PREFETCHT0       2048(SI)
+	PREFETCHT0       2112(SI)
 	VCVTPH2PS        (SI), Z28
 	VCVTPH2PS        32(SI), Z29
 	VCVTPH2PS        64(SI), Z30

@@ -47,6 +47,7 @@ func (a *asm) tileF16(n int) {
 	a.jzero(RCX, "store")
 
 	a.Label("col")
+	a.tilePrefetch(128)
 	w := []VecPhysical{Z28, Z29, Z30, Z31}
 	for c, z := range w {
 		a.VCVTPH2PS(mem(RSI, 32*c), z)
