@@ -19,7 +19,7 @@ func kernDetect() kernLevel {
 		return kernLevelGo
 	}
 	x := xcpu.X86
-	// DQ: swigluAVX512 and kernDotQ4_Kx4AVX512 use VANDPS/VXORPS in the EVEX
+	// DQ: swigluAVX512 uses VANDPS in the EVEX
 	// encoding.
 	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512DQ && x.HasAVX512VL && x.HasAVX512VNNI {
 		return kernLevelAVX512

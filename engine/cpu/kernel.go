@@ -88,6 +88,9 @@ func (w Weight) Row(dst []float32, r int) {
 // sub-blocks (16 or 32 values) line up with it.
 const kernQK = 32
 
+// kernQKK is the values of a K-quant super-block (Q2_K .. Q6_K, IQ4_XS).
+const kernQKK = 256
+
 // kernTileBytes bounds the weight bytes of a row tile: the rows that every
 // group of four tokens sweeps in turn, so that they come from memory once
 // and from L2 after that (tests shrink it).
@@ -101,9 +104,7 @@ var kernTileBytes = 256 << 10
 // Q4_0, Q5_0, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS).
 //
 // For the quantized types the activations are first quantized per 32
-// values (except where the level has Q8_K kernels for the type: Q4_K and
-// Q6_K at the AVX-512 level quantize per 256 values, kernel_q8k.go), as
-// llama.cpp's Q8 activations: xq = x·(127/m) rounded half to
+// values, as llama.cpp's Q8 activations: xq = x·(127/m) rounded half to
 // even (in float32; m = max|x| of the block), with the float32 scale m/127,
 // and a block whose m is below 1e-30 all zeros. Each weight block is then
 // dotted in integers and scaled by the two block scales. That rounding
@@ -143,7 +144,6 @@ type kernScratch struct {
 	xq     []int8
 	xd, xs []float32
 	xc     []int32 // the tile kernels' per-block words (kernTile.dc), or the kernLaneSums of the tokens a rows kernel takes
-	xk     []byte  // Q8_K activations (kernMatMulQ8K)
 }
 
 var kernScratchPool = sync.Pool{New: func() any { return new(kernScratch) }}
@@ -173,10 +173,6 @@ func (s *kernScratch) lanes(n int) []int32 {
 func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []float32, n int) {
 	if tl := ks.tile[w.Type]; tl != nil {
 		kernMatMulTile(p, ks, tl, out, w, x, n)
-		return
-	}
-	if k := ks.q8k[w.Type]; k != nil {
-		kernMatMulQ8K(p, k, out, w, rb, x, n)
 		return
 	}
 	cols, rows := w.Cols, w.Rows
@@ -402,10 +398,6 @@ type kernSet struct {
 	// kernels, over the weights repacked (kernel_tile.go). dotQ[t],
 	// dotQ4[t] and dotQ8[t] then run them on one row, for the tests.
 	tile map[gguf.TensorType]*kernTile
-	// q8k[t], where present, is how MatMul computes type t: activations
-	// quantized per 256 values (kernel_q8k.go), dotted by q8k[t]'s
-	// kernels. dotQ[t] and its partners then serve only the tests.
-	q8k map[gguf.TensorType]*kernQ8K
 	// dotF32 returns Σ w[i]·x[i].
 	dotF32 func(w, x []float32) float32
 	// dotF16 and dotBF16 return the dot product of a row of half or bfloat16
@@ -492,14 +484,10 @@ func kernRegister(l kernLevel, s *kernSet) {
 		if s.tile == nil {
 			s.tile = map[gguf.TensorType]*kernTile{}
 		}
-		if s.q8k == nil {
-			s.q8k = map[gguf.TensorType]*kernQ8K{}
-		}
 		for t, f := range below.dotQ {
 			if s.dotQ[t] == nil {
 				s.dotQ[t], s.dotQ4[t], s.dotQ8[t] = f, below.dotQ4[t], below.dotQ8[t]
 				s.dotQRows[t], s.rowsSums[t], s.tile[t] = below.dotQRows[t], below.rowsSums[t], below.tile[t]
-				s.q8k[t] = below.q8k[t]
 			}
 		}
 	}

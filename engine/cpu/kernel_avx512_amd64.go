@@ -6,38 +6,12 @@ import "github.com/llmd/llmd/model/gguf"
 
 // The AVX-512 kernels (kernel_avx512_amd64.s), with the same arguments as
 // their AVX2 namesakes. The conversions and the activation quantization
-// are AVX2's: both levels share the activation layout. Each type's one-token,
-// four-token and (Q5_0) eight-token dots come from the same level and add in
-// the same order, so that MatMul is batch-invariant. Q4_0 and Q8_0 go
-// through the tile kernels (kernel_tile.go), for every number of tokens.
-
-// The eight-token kernels: xq, xd and xs hold eight rows.
-
-//go:noescape
-func kernDotQ5_0x8AVX512(res *[8]float32, w []byte, xq []int8, xd, xs []float32)
-
-// The rows kernels: one token's dot with each of len(out) rows.
-
-//go:noescape
-func kernDotQ5_0RowsAVX512(out []float32, w []byte, rb int, xq []int8, xd, xs []float32, xc []int32)
-
-//go:noescape
-func kernDotQ5_0AVX512(w []byte, xq []int8, xd, xs []float32) float32
-
-//go:noescape
-func kernDotQ4_KAVX512(w []byte, xq []int8, xd, xs []float32) float32
-
-//go:noescape
-func kernDotQ6_KAVX512(w []byte, xq []int8, xd, xs []float32) float32
-
-//go:noescape
-func kernDotQ5_0x4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
-
-//go:noescape
-func kernDotQ4_Kx4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
-
-//go:noescape
-func kernDotQ6_Kx4AVX512(res *[4]float32, w []byte, xq []int8, xd, xs []float32)
+// are AVX2's: both levels share the activation layout. Q4_0, Q5_0, Q8_0,
+// Q4_K, Q6_K and F16 go through the tile kernels (kernel_tile.go,
+// kernel_tilef16.go) for every number of tokens; a type's one-token,
+// four-token and eight-token dots are those kernels run on one row, so
+// that they add in the same order and MatMul is batch-invariant. The
+// other K-quants and the IQ4 types have per-32 kernels (kernel_kquant_amd64.go).
 
 //go:noescape
 func kernDotF32AVX512(w, x []float32) float32

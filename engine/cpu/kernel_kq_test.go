@@ -18,8 +18,8 @@ var kernKQuantTypes = []gguf.TensorType{gguf.TypeQ4_K, gguf.TypeQ6_K}
 // TestKQuantRowsRegistered checks, where this CPU has AVX-512, how MatMul
 // takes the types of the Q4_K_M mix there (the kernels register from
 // several files, and a slip in their order would silently change it):
-// through their tile families (kernel_tile.go), with no rows or Q8_K
-// kernels beside them.
+// through their tile families (kernel_tile.go), with no rows kernels
+// beside them.
 func TestKQuantRowsRegistered(t *testing.T) {
 	if kernBest < kernLevelAVX512 {
 		t.Skipf("this CPU has no %s", kernLevelAVX512)
@@ -28,7 +28,6 @@ func TestKQuantRowsRegistered(t *testing.T) {
 	for _, typ := range kernKQuantTypes {
 		require.NotNil(t, ks.tile[typ], "%s has no tile family", typ)
 		require.Nil(t, ks.dotQRows[typ], "%s's per-32 rows kernel is not of the tile family", typ)
-		require.Nil(t, ks.q8k[typ], "%s goes through the tile family", typ)
 	}
 }
 

@@ -314,7 +314,7 @@ const (
 // kernPackQ4_K packs groups of sixteen Q4_K rows from r0 into dst in the
 // layout above. Missing rows are zeros (scales 0).
 func kernPackQ4_K(dst []byte, w Weight, r0, groups int) {
-	nsb := w.Cols / kernQ8KValues
+	nsb := w.Cols / kernQKK
 	gb := nsb * kernQ4KTileSB
 	kernPackEach(dst, w, r0, groups, gb, func(out []byte, i int, row []byte) {
 		for s := range nsb {
@@ -405,7 +405,7 @@ const (
 // kernPackQ6_K packs groups of sixteen Q6_K rows from r0 into dst in the
 // layout above. Missing rows are zeros (scales 0).
 func kernPackQ6_K(dst []byte, w Weight, r0, groups int) {
-	nsb := w.Cols / kernQ8KValues
+	nsb := w.Cols / kernQKK
 	gb := nsb * kernQ6KTileSB
 	kernPackEach(dst, w, r0, groups, gb, func(out []byte, i int, row []byte) {
 		for s := range nsb {

@@ -40,7 +40,7 @@ func TestTileBatchInvariant(t *testing.T) {
 		for _, level := range levels {
 			ks := kernSetFor(level)
 			shapes := [][2]int{{16, 64}, {37, 96}, {80, 544}}
-			if typ.BlockSize() == kernQ8KValues {
+			if typ.BlockSize() == kernQKK {
 				shapes = [][2]int{{16, 256}, {37, 512}, {80, 768}}
 			}
 			for _, shape := range shapes {
@@ -234,7 +234,7 @@ func TestTilePackQ4_K(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	const rows, cols = 21, 512
 	w, deq := kernRandWeight(t, rng, gguf.TypeQ4_K, rows, cols)
-	nsb := cols / kernQ8KValues
+	nsb := cols / kernQKK
 	groups := kernTileGroups(rows)
 	buf := make([]byte, groups*nsb*kernQ4KTileSB)
 	for i := range buf {
@@ -249,7 +249,7 @@ func TestTilePackQ4_K(t *testing.T) {
 				r := g*kernTileRows + i
 				d := gguf.HalfToFloat32(binary.LittleEndian.Uint16(o[2*i:]))
 				dmin := gguf.HalfToFloat32(binary.LittleEndian.Uint16(o[32+2*i:]))
-				for j := range kernQ8KValues {
+				for j := range kernQKK {
 					sub := j / kernQK
 					q := o[320+512*(sub/2)+64*(j%kernQK/4)+4*i+j%4]
 					if sub%2 == 1 {
@@ -258,7 +258,7 @@ func TestTilePackQ4_K(t *testing.T) {
 					got := d*float32(o[64+16*sub+i])*float32(q&15) - dmin*float32(o[192+16*sub+i])
 					want := float32(0)
 					if r < rows {
-						want = deq[r*cols+s*kernQ8KValues+j]
+						want = deq[r*cols+s*kernQKK+j]
 					}
 					require.InDelta(t, want, got, 1e-6, "group %d row %d super-block %d value %d", g, i, s, j)
 				}

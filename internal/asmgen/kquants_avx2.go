@@ -186,23 +186,6 @@ func (a *asm) kqSuperAcc(t int, dv, acc VecPhysical, sub bool) {
 	}
 }
 
-// kqCrumbs stores the 2-bit values of the eight 32-value blocks of a Q2_K
-// or Q3_K block at 32b(SP): block b is bits 2(b%4).. of the 32 bytes at
-// off+32(b/4)(SI). Uses Y12 (0x03 bytes) and Y4.
-func (a *asm) kqCrumbs(off int, hbits func(b int)) {
-	for b := range 8 {
-		a.VMOVDQU(mem(RSI, off+32*(b/4)), Y4)
-		if j := b % 4; j > 0 {
-			a.VPSRLW(U8(2*j), Y4, Y4)
-		}
-		a.VPAND(Y12, Y4, Y4)
-		if hbits != nil {
-			hbits(b)
-		}
-		a.VMOVDQU(Y4, sp(32*b))
-	}
-}
-
 // kqSink puts block b's 32 weight bytes y where phase 2 finds them: at
 // off+32b(SP) for the AVX2 kernels, or for the AVX-512 ones (z) into half
 // b%2 of the zmm register regs[b/2] (never through the stack: a zmm load

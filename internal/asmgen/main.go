@@ -178,10 +178,6 @@ func rep4(w uint64) []uint64 { return []uint64{w, w, w, w} }
 // registers of the same width), which avo prints like any other.
 func (a *asm) VPDPBUSD(src, mid, dst operand.Op) { a.vnni("VPDPBUSD", src, mid, dst) }
 
-// VPDPWSSD is VPDPBUSD's word form (signed words multiplied in pairs and
-// summed into the int32 lanes of dst), which avo lacks too.
-func (a *asm) VPDPWSSD(src, mid, dst operand.Op) { a.vnni("VPDPWSSD", src, mid, dst) }
-
 // vnni emits the AVX-512 VNNI instruction op with VPDPBUSD's operands.
 func (a *asm) vnni(op string, src, mid, dst operand.Op) {
 	v, ok := dst.(reg.Register)
