@@ -72,6 +72,7 @@ func main() {
 	var (
 		bin     = flag.String("llama-bin", os.Getenv("LLAMA_CPP_BIN"), "directory with llama-bench, llama-batched-bench and llama-server ($LLAMA_CPP_BIN)")
 		src     = flag.String("llama-src", os.Getenv("LLAMA_CPP_SRC"), "llama.cpp source to build with cmake when -llama-bin is not given ($LLAMA_CPP_SRC)")
+		commit  = flag.String("llama-commit", os.Getenv("LLAMA_CPP_COMMIT"), "llama.cpp's commit, for the table's header where its build does not know it (built from a tree without .git) ($LLAMA_CPP_COMMIT)")
 		rounds  = flag.Int("rounds", 2, "rounds of A/B per measurement")
 		threads = flag.Int("threads", 2, "threads on both sides")
 		only    = flag.String("shapes", "", "comma-separated shapes to run (default all: "+shapeNames()+")")
@@ -81,7 +82,7 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, config{bin: *bin, src: *src, rounds: *rounds, threads: *threads, only: *only, levels: *levels, out: *out}); err != nil {
+	if err := run(ctx, config{bin: *bin, src: *src, commit: *commit, rounds: *rounds, threads: *threads, only: *only, levels: *levels, out: *out}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-peer:", err)
 		os.Exit(1)
 	}
@@ -97,6 +98,7 @@ func shapeNames() string {
 
 type config struct {
 	bin, src       string
+	commit         string
 	rounds         int
 	threads        int
 	only, levels   string
@@ -157,7 +159,7 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 
-	t := &table{start: time.Now(), threads: cfg.threads, rounds: cfg.rounds, llamaVersion: llamaVersion(ctx, cfg.bin)}
+	t := &table{start: time.Now(), threads: cfg.threads, rounds: cfg.rounds, llamaVersion: llamaVersion(ctx, cfg.bin, cfg.commit)}
 	t.machine = machine()
 	t.bwStart = bandwidth(cfg.threads)
 	logf("machine: %s; memory bandwidth: read %.1f GB/s, copy %.1f GB/s", t.machine, t.bwStart.read, t.bwStart.copy)

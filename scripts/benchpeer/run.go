@@ -434,14 +434,30 @@ func machine() string {
 }
 
 // llamaVersion is llama.cpp's build, as llama-server --version says.
-func llamaVersion(ctx context.Context, bin string) string {
+func llamaVersion(ctx context.Context, bin, commit string) string {
 	out, _ := exec.CommandContext(ctx, filepath.Join(bin, "llama-server"), "--version").CombinedOutput()
-	for _, line := range strings.Split(string(out), "\n") {
+	return versionLine(string(out), commit)
+}
+
+// versionLine picks the version from llama-server --version's output. A
+// build from a tree without .git knows no commit ("commit unknown"); the
+// commit the user names stands in for it, marked as given.
+func versionLine(out, commit string) string {
+	v := "unknown version"
+	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "version:") {
-			return strings.TrimSpace(strings.TrimPrefix(line, "version:"))
+			v = strings.TrimSpace(strings.TrimPrefix(line, "version:"))
+			break
 		}
 	}
-	return "unknown version"
+	if commit != "" && !strings.Contains(v, commit) {
+		if strings.Contains(v, "unknown") {
+			v = strings.Replace(v, "unknown", commit+" as given", 1)
+		} else {
+			v += ", given as " + commit
+		}
+	}
+	return v
 }
 
 // sh runs a command with its output on stderr.

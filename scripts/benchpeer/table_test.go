@@ -52,3 +52,13 @@ func TestBandwidth(t *testing.T) {
 	assert.Positive(t, bw.read)
 	assert.Positive(t, bw.copy)
 }
+
+func TestVersionLine(t *testing.T) {
+	out := "version: 0.2.0-dev (build 0, commit unknown)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
+	assert.Equal(t, "0.2.0-dev (build 0, commit unknown)", versionLine(out, ""))
+	assert.Equal(t, "0.2.0-dev (build 0, commit 3f545bec as given)", versionLine(out, "3f545bec"))
+	// A build that knows its commit keeps it; another given one is added.
+	assert.Equal(t, "7100 (3f545bec)", versionLine("version: 7100 (3f545bec)\n", "3f545bec"))
+	assert.Equal(t, "7100 (3f545bec), given as abc", versionLine("version: 7100 (3f545bec)\n", "abc"))
+	assert.Equal(t, "unknown version", versionLine("", ""))
+}
