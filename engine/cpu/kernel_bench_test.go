@@ -46,7 +46,7 @@ const kernBenchSpan = 256 << 20
 // BenchmarkMatMul reports weight bandwidth: SetBytes is one matrix's bytes,
 // so MB/s is how fast the weights stream through, whatever n is.
 func BenchmarkMatMul(b *testing.B) {
-	types := []gguf.TensorType{gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K,
+	types := []gguf.TensorType{gguf.TypeF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K,
 		gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ5_K, gguf.TypeIQ4_NL, gguf.TypeIQ4_XS}
 	shapes := [][2]int{{2048, 2048}, {896, 4864}, {4096, 4096}}
 	for _, typ := range types {

@@ -269,7 +269,7 @@ func (a *asm) tileQ4K(n int) {
 	a.VCVTPH2PS(mem(RSI, 0), Z27)
 	a.VCVTPH2PS(mem(RSI, 32), Z28)
 	for j := range 8 {
-		a.tilePrefetchPart(q4kTileSB, kquantPrefetchAhead, j, 8)
+		a.tilePrefetchPart(q4kTileSB, j, 8)
 		for k := range 8 {
 			m := mem(RSI, 320+512*(j/2)+64*k)
 			if j%2 == 0 {
@@ -404,7 +404,7 @@ func (a *asm) tileQ6K(n int) {
 	a.Label("block")
 	a.VCVTPH2PS(mem(RSI, 0), Z27)
 	for b := range 8 {
-		a.tilePrefetchPart(q6kTileSB, kquantPrefetchAhead, b, 8)
+		a.tilePrefetchPart(q6kTileSB, b, 8)
 		h, bb := b/4, b%4
 		for k := range 8 {
 			lo := mem(RSI, 288+1024*h+512*(bb%2)+64*k)
@@ -480,29 +480,22 @@ func (a *asm) tileGroup(n int, superBlocks bool) {
 // the weights are one sequential stream; a decode token does too little
 // work per byte for the core to keep enough lines in flight on its own,
 // and without the hint the kernels read at 60-75% of the memory's rate
-// (BenchmarkMatMul n=1 against BenchmarkMemoryRead; 1024, 2048 and 4096
-// bytes measured, BENCHMARKS.md). A line past the end of w is only a
-// hint: a prefetch never faults.
-const tilePrefetchAhead = 2048
-
-// kquantPrefetchAhead is tilePrefetchAhead for the K-quant families, whose
-// block is a super-block of 2-3 KiB: 2 KiB ahead is less than one block
-// there, and their unpacking takes longer per byte, so the lines are asked
-// for one block further on (BENCHMARKS.md, "K-quant prefetch").
-const kquantPrefetchAhead = 4096
+// (BenchmarkMatMul n=1 against BenchmarkMemoryRead; 1024 to 8192 bytes
+// measured, 4096 the best of them on one-stream decode, BENCHMARKS.md). A
+// line past the end of w is only a hint: a prefetch never faults.
+const tilePrefetchAhead = 4096
 
 // tilePrefetch hints the lines of the bsz bytes tilePrefetchAhead past SI,
 // one PREFETCHT0 per 64 bytes.
-func (a *asm) tilePrefetch(bsz int) { a.tilePrefetchPart(bsz, tilePrefetchAhead, 0, 1) }
+func (a *asm) tilePrefetch(bsz int) { a.tilePrefetchPart(bsz, 0, 1) }
 
-// tilePrefetchPart is part p of parts of the hints for the bsz bytes ahead
-// bytes past SI: a kernel whose block is a super-block of several kilobytes
+// tilePrefetchPart is part p of parts of tilePrefetch(bsz): a kernel whose block is a super-block of several kilobytes
 // spreads its hints over the sub-blocks, so that its misses go out at the
 // pace it reads them rather than forty at once (more than the core has
 // fill buffers for).
-func (a *asm) tilePrefetchPart(bsz, ahead, p, parts int) {
+func (a *asm) tilePrefetchPart(bsz, p, parts int) {
 	lines := (bsz + 63) / 64
 	for i := p * lines / parts; i < (p+1)*lines/parts; i++ {
-		a.PREFETCHT0(mem(RSI, ahead+64*i))
+		a.PREFETCHT0(mem(RSI, tilePrefetchAhead+64*i))
 	}
 }
