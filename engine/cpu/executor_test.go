@@ -252,6 +252,48 @@ func TestExecutorBatchEqualsSingle(t *testing.T) {
 	}
 }
 
+// TestExecutorBF16MatMul checks Config.F16MatMul "bf16" on an F16 model:
+// refused with a clear error on a CPU without AVX512_BF16; where it runs,
+// a batch of sequences gets the tokens and logits of each run alone, a
+// chunked prefill those of a whole one (bit for bit: the BF16 tile kernels
+// are batch-invariant), and the logits stay within bfloat16's rounding of
+// those of the exact "f32" multiplication without being equal to them.
+func TestExecutorBF16MatMul(t *testing.T) {
+	f := openModel(t, tinyModel("qwen2", gguf.TypeF16, false), nil)
+	cfg := testConfig()
+	cfg.F16MatMul = "bf16"
+	if !HasBF16MatMul() {
+		_, err := New(f, cfg)
+		require.ErrorContains(t, err, "AVX512_BF16")
+		t.Skipf("no AVX512_BF16 on this CPU (best kernel level %s): checked that bf16 is refused", kernBest)
+	}
+	e := newExec(t, f, cfg)
+	batch := make([]*testSeq, len(prompts))
+	for i := range prompts {
+		batch[i] = newTestSeq(uint64(i), prompts[i], seqBlocks(e, i, len(prompts)))
+	}
+	together := runSeqs(t, e, batch, 1000, 6)
+	for i := range prompts {
+		alone := newTestSeq(uint64(i), prompts[i], seqBlocks(e, len(prompts)-1-i, len(prompts)))
+		logits := runSeqs(t, e, []*testSeq{alone}, 1000, 6)
+		require.Equal(t, alone.gen, batch[i].gen, "sequence %d", i)
+		require.Equal(t, logits[0], together[i], "sequence %d", i)
+	}
+	whole := newTestSeq(1, prompts[4], scatteredBlocks(e, 8, 1))
+	want := runSeqs(t, e, []*testSeq{whole}, 1000, 1)
+	chunked := newTestSeq(1, prompts[4], scatteredBlocks(e, 8, 2))
+	require.Equal(t, want, runSeqs(t, e, []*testSeq{chunked}, 7, 1), "a prefill in chunks of 7")
+
+	cfg.F16MatMul = "f32"
+	exact := newExec(t, f, cfg)
+	ref := newTestSeq(1, prompts[4], seqBlocks(exact, 0, 1))
+	wantExact := runSeqs(t, exact, []*testSeq{ref}, 1000, 1)
+	d := maxRelDiff(want[0], wantExact[0])
+	t.Logf("largest relative difference of the logits, bf16 against f32: %.2g", d)
+	require.Less(t, d, 0.05, "bf16 logits against f32's")
+	require.Positive(t, d, "bf16 must round, not multiply exactly")
+}
+
 // TestExecutorPagedEqualsContiguous checks that a sequence whose block
 // table is scattered over the cache gives exactly the logits of one whose
 // blocks are contiguous and in order, also when the work is split over
@@ -525,6 +567,7 @@ func TestExecutorConfig(t *testing.T) {
 		"threads":    {Threads: -1},
 		"block size": {BlockSize: 12},
 		"kv type":    {KVType: "q8"},
+		"f16 matmul": {F16MatMul: "fp8"},
 		"kv bytes":   {KVCacheBytes: -1},
 		"swap":       {SwapBytes: -1},
 		"eos":        {EOS: []int32{300}},

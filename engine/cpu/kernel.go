@@ -25,6 +25,10 @@ type Weight struct {
 	Rows, Cols int
 	Data       []byte
 	tiles      []byte // the rows repacked for the type's tile kernels; nil without
+	// bf16 is set where tiles holds F16 or BF16 rows rounded to bfloat16
+	// for the BF16 tile kernels (Config.F16MatMul "bf16"): MatMul then
+	// rounds the activations to bfloat16 too.
+	bf16 bool
 }
 
 // NewWeight checks that data holds exactly rows x cols of typ and returns the
@@ -32,13 +36,26 @@ type Weight struct {
 // does not support, negative sizes, a cols that is not a whole number of
 // typ's blocks, or the wrong number of bytes.
 func NewWeight(typ gguf.TensorType, rows, cols int, data []byte) (Weight, error) {
-	return newWeight(typ, rows, cols, data, true)
+	return newWeight(typ, rows, cols, data, packTiles)
 }
 
-// newWeight is NewWeight, with the repacked copy only where pack is set:
-// a matrix only ever read by rows (Row), such as untied token embeddings,
-// needs none.
-func newWeight(typ gguf.TensorType, rows, cols int, data []byte, pack bool) (Weight, error) {
+// weightPack is how newWeight repacks a matrix.
+type weightPack int
+
+const (
+	// packNone keeps no repacked copy: a matrix only ever read by rows
+	// (Row), such as untied token embeddings, needs none.
+	packNone weightPack = iota
+	// packTiles repacks for the type's tile kernels, where there are any.
+	packTiles
+	// packBF16 is packTiles, but F16 and BF16 matrices whose columns are a
+	// multiple of kernTileF16Cols are rounded to bfloat16 for the BF16
+	// tile kernels (Config.F16MatMul "bf16").
+	packBF16
+)
+
+// newWeight is NewWeight with the repacked copy that pack says.
+func newWeight(typ gguf.TensorType, rows, cols int, data []byte, pack weightPack) (Weight, error) {
 	if rows < 0 || cols < 0 {
 		return Weight{}, fmt.Errorf("cpu: weight of %d x %d: negative size", rows, cols)
 	}
@@ -51,7 +68,10 @@ func newWeight(typ gguf.TensorType, rows, cols int, data []byte, pack bool) (Wei
 		return Weight{}, fmt.Errorf("cpu: weight of %d x %d %s needs %d x %d bytes, got %d", rows, cols, typ, rows, rb, len(data))
 	}
 	w := Weight{Type: typ, Rows: rows, Cols: cols, Data: data}
-	if pack {
+	switch {
+	case pack == packBF16 && (typ == gguf.TypeF16 || typ == gguf.TypeBF16) && cols%kernTileF16Cols == 0 && rows > 0:
+		w.tiles, w.bf16 = kernPackAll(w, kernPackBF16, 32*cols), true
+	case pack != packNone:
 		w.tiles = kernTilePack(w)
 	}
 	return w, nil
@@ -267,6 +287,14 @@ func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 // kernMatMulQuant is, with F16 and BF16 converted to float32 in registers
 // as the kernels go.
 func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []float32, n int) {
+	if w.bf16 {
+		kern := ks.tileBF16
+		if kern == nil {
+			kern = &kernTileBF16Gos
+		}
+		kernMatMulTileBF16(p, kern, out, w, x, n)
+		return
+	}
 	if w.Type == gguf.TypeF16 && ks.tileF16 != nil && w.Cols%kernTileF16Cols == 0 {
 		kernMatMulTileF16(p, ks.tileF16, out, w, x, n)
 		return
@@ -413,6 +441,10 @@ type kernSet struct {
 	// are a multiple of kernTileF16Cols: the F16 tile kernels
 	// (kernel_tilef16.go), tileF16[T] for T tokens.
 	tileF16 *[kernTileMax + 1]kernTileF16Func
+	// tileBF16, where set (CPUs with AVX512_BF16), is how MatMul computes
+	// weights packed for the BF16 tile kernels (Weight.bf16); elsewhere
+	// their Go models (kernTileBF16Gos) do, the same bits far slower.
+	tileBF16 *[kernTileMax + 1]kernTileBF16Func
 	// dotFloat2x4[t], where present, is dotFloat4[t] for the two rows that
 	// w holds (half its bytes each), res[0:4] the first's; each row gets
 	// dotFloat4's bits.
@@ -462,6 +494,9 @@ func kernRegister(l kernLevel, s *kernSet) {
 			s.dotF16, s.dotFloat4[gguf.TypeF16] = below.dotF16, below.dotFloat4[gguf.TypeF16]
 			s.dotFloat2x4[gguf.TypeF16] = below.dotFloat2x4[gguf.TypeF16]
 			s.tileF16 = below.tileF16
+		}
+		if s.tileBF16 == nil {
+			s.tileBF16 = below.tileBF16
 		}
 		if s.dotBF16 == nil {
 			s.dotBF16, s.dotFloat4[gguf.TypeBF16] = below.dotBF16, below.dotFloat4[gguf.TypeBF16]

@@ -2,7 +2,11 @@
 
 package cpu
 
-import "github.com/llmd/llmd/model/gguf"
+import (
+	xcpu "golang.org/x/sys/cpu"
+
+	"github.com/llmd/llmd/model/gguf"
+)
 
 // The AVX-512 kernels (kernel_avx512_amd64.s), with the same arguments as
 // their AVX2 namesakes. The conversions and the activation quantization
@@ -190,9 +194,42 @@ func kernTileF16x7AVX512(out []float32, ostride int, w []byte, groups, cols int,
 //go:noescape
 func kernTileF16x8AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
 
+// The BF16 tile kernels (kernTileBF16Go is their model), for CPUs with
+// AVX512_BF16.
+
+//go:noescape
+func kernTileBF16x1AVX512(out []float32, ostride int, w []byte, groups, cols int, x []uint16)
+
+//go:noescape
+func kernTileBF16x2AVX512(out []float32, ostride int, w []byte, groups, cols int, x []uint16)
+
+//go:noescape
+func kernTileBF16x3AVX512(out []float32, ostride int, w []byte, groups, cols int, x []uint16)
+
+//go:noescape
+func kernTileBF16x4AVX512(out []float32, ostride int, w []byte, groups, cols int, x []uint16)
+
+//go:noescape
+func kernTileBF16x5AVX512(out []float32, ostride int, w []byte, groups, cols int, x []uint16)
+
+//go:noescape
+func kernTileBF16x6AVX512(out []float32, ostride int, w []byte, groups, cols int, x []uint16)
+
+//go:noescape
+func kernTileBF16x7AVX512(out []float32, ostride int, w []byte, groups, cols int, x []uint16)
+
+//go:noescape
+func kernTileBF16x8AVX512(out []float32, ostride int, w []byte, groups, cols int, x []uint16)
+
 func init() {
 	if kernBest < kernLevelAVX512 {
 		return
+	}
+	var tileBF16 *[kernTileMax + 1]kernTileBF16Func
+	if xcpu.X86.HasAVX512BF16 {
+		tileBF16 = &[kernTileMax + 1]kernTileBF16Func{nil,
+			kernTileBF16x1AVX512, kernTileBF16x2AVX512, kernTileBF16x3AVX512, kernTileBF16x4AVX512,
+			kernTileBF16x5AVX512, kernTileBF16x6AVX512, kernTileBF16x7AVX512, kernTileBF16x8AVX512}
 	}
 	q4 := &kernTile{
 		blockBytes: kernQ4TileBlock,
@@ -284,7 +321,8 @@ func init() {
 		tileF16: &[kernTileMax + 1]kernTileF16Func{nil,
 			kernTileF16x1AVX512, kernTileF16x2AVX512, kernTileF16x3AVX512, kernTileF16x4AVX512,
 			kernTileF16x5AVX512, kernTileF16x6AVX512, kernTileF16x7AVX512, kernTileF16x8AVX512},
-		dotBF16: kernDotBF16AVX512,
+		tileBF16: tileBF16,
+		dotBF16:  kernDotBF16AVX512,
 		dotFloat4: map[gguf.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){
 			gguf.TypeF32:  kernDotF32x4AVX512,
 			gguf.TypeF16:  kernDotF16x4AVX512,

@@ -79,6 +79,11 @@ func kernTilePack(w Weight) []byte {
 	default:
 		return nil
 	}
+	return kernPackAll(w, pack, gb)
+}
+
+// kernPackAll returns all of w's rows packed by pack, gb bytes per group.
+func kernPackAll(w Weight, pack func(dst []byte, w Weight, r0, groups int), gb int) []byte {
 	groups := kernTileGroups(w.Rows)
 	buf := alignedMake[byte](groups * gb)
 	// Large weights are packed by as many goroutines as there are CPUs

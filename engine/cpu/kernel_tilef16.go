@@ -30,11 +30,40 @@ const kernTileF16Cols = 4
 func kernPackF16(dst []byte, w Weight, r0, groups int) {
 	cols := w.Cols
 	gb := 32 * cols
-	kernPackEach(dst, w, r0, groups, gb, func(out []byte, i int, row []byte) {
-		for c := range cols {
-			out[32*c+2*i], out[32*c+2*i+1] = row[2*c], row[2*c+1]
+	kernPackHalves(dst, w, r0, groups, gb, func(out []byte, i int, row []byte, c0, c1 int) {
+		o := kernHalves(out)[i:]
+		for c, h := range kernHalves(row)[c0:c1] {
+			o[16*(c0+c)] = h
 		}
 	})
+}
+
+// kernPackCols is how many columns kernPackHalves packs of each row of a
+// group before the next row: the group's bytes of them stay in the L1
+// cache (16 KiB for BF16's layout, where whole rows of 4,864 columns would
+// spread a row's two-byte stores over 155 KB).
+const kernPackCols = 256
+
+// kernPackHalves is kernPackEach for F16 and BF16 rows (2 bytes per value),
+// kernPackCols columns at a time: fill(out, i, row, c0, c1) packs columns
+// [c0, c1) of the group's row i into out.
+func kernPackHalves(dst []byte, w Weight, r0, groups, gb int, fill func(out []byte, i int, row []byte, c0, c1 int)) {
+	rb := w.rowBytes()
+	dst = dst[:groups*gb]
+	for g := range groups {
+		out := dst[g*gb : (g+1)*gb]
+		rows := min(kernTileRows, w.Rows-r0-g*kernTileRows)
+		if rows < kernTileRows {
+			clear(out) // missing rows
+		}
+		for c0 := 0; c0 < w.Cols; c0 += kernPackCols {
+			c1 := min(w.Cols, c0+kernPackCols)
+			for i := range rows {
+				r := r0 + g*kernTileRows + i
+				fill(out, i, w.Data[r*rb:(r+1)*rb], c0, c1)
+			}
+		}
+	}
 }
 
 // kernTileF16Go returns the F16 tile kernel for T tokens in Go, the model
@@ -65,12 +94,19 @@ func kernTileF16Call(k kernTileF16Func, T int, out []float32, ostride int, w []b
 	if groups <= 0 {
 		return
 	}
-	if cols%kernTileF16Cols != 0 || len(w) < groups*32*cols || len(x) < T*cols ||
-		(T > 1 && ostride < groups*kernTileRows) || len(out) < (T-1)*ostride+groups*kernTileRows {
-		panic(fmt.Sprintf("cpu: F16 tile kernel of %d tokens, %d groups of %d columns: w %d, x %d, out %d (stride %d)",
-			T, groups, cols, len(w), len(x), len(out), ostride))
-	}
+	kernTileCheck("F16", T, ostride, groups, cols, len(w), len(x), len(out))
 	k(out, ostride, w, groups, cols, x)
+}
+
+// kernTileCheck panics unless the sizes of a call of an F16 or BF16 tile
+// kernel (32 bytes of weights per row group and column) are what the
+// assembly relies on: a mismatch is a programming error.
+func kernTileCheck(kind string, T, ostride, groups, cols, nw, nx, nout int) {
+	if cols%kernTileF16Cols != 0 || nw < groups*32*cols || nx < T*cols ||
+		(T > 1 && ostride < groups*kernTileRows) || nout < (T-1)*ostride+groups*kernTileRows {
+		panic(fmt.Sprintf("cpu: %s tile kernel of %d tokens, %d groups of %d columns: w %d, x %d, out %d (stride %d)",
+			kind, T, groups, cols, nw, nx, nout, ostride))
+	}
 }
 
 // kernMatMulTileF16 is MatMul for F16 weights through the tile kernels

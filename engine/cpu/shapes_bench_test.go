@@ -45,7 +45,7 @@ func BenchmarkShapes(b *testing.B) {
 func benchExecutor(b *testing.B, name string, open func(*testing.B) *gguf.File, vocab int) {
 	b.Run(name+"/prompt=512", func(b *testing.B) {
 		const n = 512
-		e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: n / 16, KVType: "f16", NoSwap: true, Threads: benchThreads()})
+		e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: n / 16, KVType: "f16", NoSwap: true, Threads: benchThreads(), F16MatMul: benchF16MatMul()})
 		blocks := seqBlocks(e, 0, 1)
 		toks := randomTokens(1, n, vocab)
 		for b.Loop() {
@@ -58,7 +58,7 @@ func benchExecutor(b *testing.B, name string, open func(*testing.B) *gguf.File, 
 	for _, seqs := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("%s/gen/seqs=%d", name, seqs), func(b *testing.B) {
 			const promptLen, window = 64, 128
-			e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: seqs * (promptLen + window) / 16, KVType: "f16", NoSwap: true, Threads: benchThreads()})
+			e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: seqs * (promptLen + window) / 16, KVType: "f16", NoSwap: true, Threads: benchThreads(), F16MatMul: benchF16MatMul()})
 			var batch engine.Batch
 			ts := make([]*testSeq, seqs)
 			for i := range ts {
@@ -94,12 +94,31 @@ func benchThreads() int {
 	return max(n, 0)
 }
 
+// benchF16MatMul is the executor's Config.F16MatMul in the benchmarks:
+// LLMD_BENCH_F16_MATMUL (empty: the default, f32).
+func benchF16MatMul() string { return os.Getenv("LLMD_BENCH_F16_MATMUL") }
+
 // BenchmarkFile is BenchmarkShapes for a model file of one's own:
 // LLMD_BENCH_GGUF=path (for example one `llmctl model init` wrote, which
 // llama.cpp's llama-bench reads too, for a comparison in the same run).
 func BenchmarkFile(b *testing.B) {
 	f, spec, name := benchFile(b)
 	benchExecutor(b, name, func(*testing.B) *gguf.File { return f }, spec.Vocab)
+}
+
+// BenchmarkFileLoad measures building an executor for LLMD_BENCH_GGUF's
+// file (already in the page cache after the first round): wrapping and
+// repacking its weights, and allocating its cache. Run it with
+// `LLMD_BENCH_GGUF=FILE go test -run '^$' -bench FileLoad ./engine/cpu/`.
+func BenchmarkFileLoad(b *testing.B) {
+	f, _, name := benchFile(b)
+	b.Run(name, func(b *testing.B) {
+		for b.Loop() {
+			e, err := New(f, Config{BlockSize: 16, KVBlocks: 64, NoSwap: true, Threads: benchThreads(), F16MatMul: benchF16MatMul()})
+			require.NoError(b, err)
+			e.Close()
+		}
+	})
 }
 
 // benchFile opens the file LLMD_BENCH_GGUF names (skipping b without it)

@@ -51,8 +51,9 @@ type weights struct {
 
 // weightLoader reads tensors of one file, keeping the first error.
 type weightLoader struct {
-	f   *gguf.File
-	err error
+	f    *gguf.File
+	bf16 bool // pack F16 and BF16 matrices for the BF16 tile kernels
+	err  error
 }
 
 func (ld *weightLoader) fail(err error) {
@@ -84,13 +85,21 @@ func (ld *weightLoader) tensor(name string, dims int) (gguf.TensorInfo, []byte, 
 }
 
 // matrix wraps the 2-D tensor name, checking its type and size.
-func (ld *weightLoader) matrix(name string) Weight { return ld.weight(name, true) }
+func (ld *weightLoader) matrix(name string) Weight { return ld.weight(name, ld.pack()) }
 
 // table wraps the 2-D tensor name as matrix does, for Row alone: without
 // the copy repacked for MatMul.
-func (ld *weightLoader) table(name string) Weight { return ld.weight(name, false) }
+func (ld *weightLoader) table(name string) Weight { return ld.weight(name, packNone) }
 
-func (ld *weightLoader) weight(name string, pack bool) Weight {
+// pack is how the loader repacks a matrix for MatMul.
+func (ld *weightLoader) pack() weightPack {
+	if ld.bf16 {
+		return packBF16
+	}
+	return packTiles
+}
+
+func (ld *weightLoader) weight(name string, pack weightPack) Weight {
 	t, data, ok := ld.tensor(name, 2)
 	if !ok {
 		return Weight{}
@@ -126,7 +135,7 @@ func (ld *weightLoader) experts(name string, n int) []Weight {
 	}
 	out := make([]Weight, n)
 	for e := range out {
-		w, err := NewWeight(t.Type, rows, cols, data[e*per:(e+1)*per:(e+1)*per])
+		w, err := newWeight(t.Type, rows, cols, data[e*per:(e+1)*per:(e+1)*per], ld.pack())
 		if err != nil {
 			ld.fail(fmt.Errorf("cpu: tensor %q expert %d: %w", name, e, err))
 			return nil
@@ -155,9 +164,10 @@ func (ld *weightLoader) vector(name string, n int) []float32 {
 }
 
 // loadWeights wraps f's tensors for spec, checking each matrix's type and
-// size.
-func loadWeights(f *gguf.File, spec model.Spec) (*weights, error) {
-	ld := &weightLoader{f: f}
+// size; with bf16, F16 and BF16 matrices are packed for the BF16 tile
+// kernels (Config.F16MatMul "bf16").
+func loadWeights(f *gguf.File, spec model.Spec, bf16 bool) (*weights, error) {
+	ld := &weightLoader{f: f, bf16: bf16}
 	s := spec
 	w := &weights{outNorm: ld.vector("output_norm.weight", s.Dim)}
 	if s.TiedOutput {

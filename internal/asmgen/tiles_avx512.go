@@ -55,6 +55,9 @@ func genTilesAVX512(a *asm) {
 	for n := 1; n <= tileMaxTokens; n++ {
 		a.tileF16(n)
 	}
+	for n := 1; n <= tileMaxTokens; n++ {
+		a.tileBF16(n)
+	}
 }
 
 // tileDC is token t's dc entry of the current block, disp bytes in.

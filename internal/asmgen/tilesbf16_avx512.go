@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/mmcloughlin/avo/ir"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// tileBF16 is kernTileBF16x<n>AVX512(out []float32, ostride int, w []byte,
+// groups, cols int, x []uint16), engine/cpu kernTileBF16Go bit for bit:
+// weights rounded to bfloat16 and packed by column pairs in groups of
+// sixteen rows (engine/cpu kernPackBF16: per pair of columns the rows'
+// two values, 64 bytes), the sixteen lanes the rows, and each token's
+// values rounded to bfloat16 (x, cols values per token). Per four columns,
+// Z28 and Z29 hold the two pairs' weights, then per token one VDPBF16PS
+// each with the token's pair broadcast: the first pair into Z(2t), the
+// second into Z(2t+1), summed at the end, so that each lane adds its
+// columns in the same two chains whatever the number of tokens.
+//
+// Registers: SI the weights, DI token 0's values, R9 = 2·cols (the
+// tokens' stride) and R10..R13 as tile's, BX counts groups, CX four-column
+// steps, R8 walks out.
+func (a *asm) tileBF16(n int) {
+	a.text(fmt.Sprintf("kernTileBF16x%dAVX512", n), 0,
+		"func(out []float32, ostride int, w []byte, groups, cols int, x []uint16)")
+	acc := func(t, p int) VecPhysical { return tileZ(2*t + p) }
+	a.MOVQ(a.arg("w_base"), RSI)
+	a.MOVQ(a.arg("out_base"), R8)
+	a.MOVQ(a.arg("groups"), RBX)
+	a.MOVQ(a.arg("cols"), R9)
+	a.SHLQ(U8(1), R9)
+	a.LEAQ(memx(R9, 0, R9, 1), R10)
+	a.LEAQ(memx(R9, 0, R9, 2), R11)
+	a.LEAQ(memx(R9, 0, R9, 4), R12)
+	a.LEAQ(memx(R11, 0, R10, 2), R13)
+
+	a.Label("group")
+	a.jzero(RBX, "end")
+	a.MOVQ(a.arg("x_base"), RDI)
+	a.MOVQ(a.arg("cols"), RCX)
+	a.SHRQ(U8(2), RCX)
+	for t := range n {
+		for p := range 2 {
+			a.VPXORD(acc(t, p), acc(t, p), acc(t, p))
+		}
+	}
+	a.jzero(RCX, "store")
+
+	a.Label("col")
+	a.tilePrefetch(128)
+	w := []VecPhysical{Z28, Z29}
+	for p, z := range w {
+		a.VMOVDQU64(mem(RSI, 64*p), z)
+	}
+	for p, z := range w {
+		for t := range n {
+			a.vdpbf16psBcst(tileRow(RDI, t, 4*p), z, acc(t, p))
+		}
+	}
+	a.ADDQ(U8(128), RSI)
+	a.ADDQ(U8(8), RDI)
+	a.DECQ(RCX)
+	a.JNZ(lbl("col"))
+
+	a.Label("store")
+	a.MOVQ(a.arg("ostride"), RCX)
+	a.SHLQ(U8(2), RCX)
+	a.MOVQ(R8, RAX)
+	for t := range n {
+		if t > 0 {
+			a.ADDQ(RCX, RAX)
+		}
+		a.VADDPS(acc(t, 1), acc(t, 0), acc(t, 0))
+		a.VMOVUPS(acc(t, 0), mem(RAX, 0))
+	}
+	a.ADDQ(U8(64), R8)
+	a.DECQ(RBX)
+	a.JMP(lbl("group"))
+
+	a.Label("end")
+	a.VZEROUPPER()
+	a.RET()
+}
+
+// vdpbf16psBcst emits VDPBF16PS m32bcst, mid, dst (AVX512_BF16: per lane,
+// dst += mid's odd bfloat16 times m's high half, then += mid's even one
+// times m's low half, m's 32 bits broadcast to the sixteen lanes), mid
+// and dst zmm registers. Neither Go's assembler nor avo v0.5.0 knows the
+// instruction, so it is written as its EVEX encoding (EVEX.512.F3.0F38.W0
+// 52 /r with EVEX.b set), BYTE by BYTE after a comment that spells it.
+func (a *asm) vdpbf16psBcst(m Mem, mid, dst VecPhysical) {
+	a.Comment(fmt.Sprintf("VDPBF16PS.BCST %s, %s, %s", m.Asm(), mid.Asm(), dst.Asm()))
+	for _, b := range evexBcst(0x52, m, int(mid.PhysicalIndex()), int(dst.PhysicalIndex())) {
+		a.Instruction(&ir.Instruction{Opcode: "BYTE", Operands: []Op{U8(b)}})
+	}
+}
+
+// evexBcst encodes the 512-bit EVEX instruction of map 0F38, prefix F3 and
+// W0 with opcode op: reg the destination zmm, vvvv the first source zmm,
+// r/m the memory operand m with a 32-bit broadcast (its displacement
+// compressed by 4 where it can be). m needs a base register; the address
+// is always written with a SIB byte.
+func evexBcst(op byte, m Mem, src, dst int) []byte {
+	base, ok := m.Base.(Physical)
+	if !ok || base.Kind() != KindGP || m.Symbol.Name != "" {
+		panic(fmt.Sprintf("asmgen: EVEX operand %s: want a general register base", m.Asm()))
+	}
+	b := int(base.PhysicalIndex())
+	x := 4 // SIB index 100 with EVEX.X clear: no index
+	ss := byte(0)
+	if m.Index != nil {
+		idx, ok := m.Index.(Physical)
+		if !ok || idx.Kind() != KindGP || idx.PhysicalIndex() == 4 {
+			panic(fmt.Sprintf("asmgen: EVEX operand %s: bad index", m.Asm()))
+		}
+		x = int(idx.PhysicalIndex())
+		switch m.Scale {
+		case 1:
+		case 2:
+			ss = 1
+		case 4:
+			ss = 2
+		case 8:
+			ss = 3
+		default:
+			panic(fmt.Sprintf("asmgen: EVEX operand %s: bad scale", m.Asm()))
+		}
+	}
+	inv := func(v, bit int) byte { return byte((v>>bit)&1) ^ 1 }
+	p0 := inv(dst, 3)<<7 | inv(x, 3)<<6 | inv(b, 3)<<5 | inv(dst, 4)<<4 | 0b10 // map 0F38
+	p1 := byte(0)<<7 | byte(^src&15)<<3 | 1<<2 | 0b10                           // W0, vvvv, F3
+	p2 := byte(0b10)<<5 | 1<<4 | inv(src, 4)<<3                                  // 512 bits, broadcast, V'
+	var mod byte
+	var disp []byte
+	if d := m.Disp; d%4 == 0 && d/4 >= -128 && d/4 <= 127 {
+		mod, disp = 1, []byte{byte(int8(d / 4))}
+	} else {
+		mod = 2
+		disp = []byte{byte(d), byte(d >> 8), byte(d >> 16), byte(d >> 24)}
+	}
+	modrm := mod<<6 | byte(dst&7)<<3 | 0b100
+	sib := ss<<6 | byte(x&7)<<3 | byte(b&7)
+	return append([]byte{0x62, p0, p1, p2, op, modrm, sib}, disp...)
+}
