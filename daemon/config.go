@@ -68,6 +68,11 @@ type Config struct {
 	// q4_0; models whose head dims are not multiples of 32 fail to load
 	// with a quantized type.
 	KVCacheType string
+	// CPUF16MatMul is how each GGUF model's CPU executor multiplies F16 and
+	// BF16 weights (cpu.F16MatMuls): "" or "f32" exactly in float32,
+	// "bf16" rounded to bfloat16 with the CPU's AVX512_BF16 dot products
+	// (about twice the prompt rate; refused on a CPU without them).
+	CPUF16MatMul string
 	// Speculative selects speculative decoding for every model: "" or
 	// SpecOff (none), SpecNgram (prompt lookup, no model) or SpecDraft (the
 	// DraftModel file drafts for each GGUF model, which must share its
@@ -334,6 +339,9 @@ func (c Config) Validate() error {
 	}
 	if err := (cpu.Config{KVType: c.KVCacheType}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("kv cache type: %w", err))
+	}
+	if err := (cpu.Config{F16MatMul: c.CPUF16MatMul}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("cpu f16 matmul: %w", err))
 	}
 	if err := c.checkSpeculative(); err != nil {
 		errs = append(errs, err)

@@ -295,7 +295,7 @@ func (f *fleet) loadGGUF(ctx context.Context, lr loadRequest, progress func(api.
 	if err != nil {
 		return api.ModelState{}, errLoad(http.StatusBadRequest, "invalid_model_source", "%v", err)
 	}
-	opts := ggufOptions{threads: f.cfg.CPUThreads, kvBytes: f.cfg.KVCacheBytes, kvType: f.cfg.KVCacheType}
+	opts := ggufOptions{threads: f.cfg.CPUThreads, kvBytes: f.cfg.KVCacheBytes, kvType: f.cfg.KVCacheType, f16MatMul: f.cfg.CPUF16MatMul}
 	if lr.Threads > 0 {
 		opts.threads = lr.Threads
 	}
@@ -329,7 +329,7 @@ func (f *fleet) loadGGUF(ctx context.Context, lr loadRequest, progress func(api.
 		return api.ModelState{}, errLoad(http.StatusBadRequest, "invalid_model_source", "load %s (%s): %v", ref.Name, ref.Path, err)
 	}
 	f.log.Info("model loaded", "model", m.ID, "path", ref.Path, "arch", m.Arch, "quantization", m.Quantization,
-		"memory_bytes", m.Memory, "executor", "cpu", "kv_blocks", m.Info.NumBlocks, "kv_type", ggufKVType(opts.kvType), "load_ms", time.Since(start).Milliseconds())
+		"memory_bytes", m.Memory, "executor", "cpu", "kv_blocks", m.Info.NumBlocks, "kv_type", ggufKVType(opts.kvType), "f16_matmul", ggufF16MatMul(opts.f16MatMul), "load_ms", time.Since(start).Milliseconds())
 	return f.add(&fleetEntry{m: m, close: closer, keepAlive: lr.keepAlive})
 }
 

@@ -130,7 +130,7 @@ func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*pipeline.Mode
 			cfg.LoadProgress(i, len(refs), ref.Name)
 		}
 		start := time.Now()
-		closer, m, err := loadGGUF(ref, ggufOptions{threads: cfg.CPUThreads, kvBytes: cfg.KVCacheBytes, kvType: cfg.KVCacheType}, cfg, logger)
+		closer, m, err := loadGGUF(ref, ggufOptions{threads: cfg.CPUThreads, kvBytes: cfg.KVCacheBytes, kvType: cfg.KVCacheType, f16MatMul: cfg.CPUF16MatMul}, cfg, logger)
 		if err != nil {
 			return fail(fmt.Errorf("daemon: load %s (%s): %w", ref.Name, ref.Path, err))
 		}
@@ -139,7 +139,7 @@ func loadGGUFModels(cfg Config, logger *slog.Logger) ([]func(), []*pipeline.Mode
 		logger.Info("model loaded", "model", m.ID, "path", ref.Path, "source", ref.Source, "arch", m.Arch,
 			"parameters", m.Params, "quantization", m.Quantization, "context_length", m.Limit,
 			"template", m.Text.(ggufText).tmpl.Source(), "executor", "cpu", "kv_blocks", m.Info.NumBlocks, "kv_type", ggufKVType(cfg.KVCacheType),
-			"max_seq_tokens", m.Limit, "load_ms", time.Since(start).Milliseconds())
+			"f16_matmul", ggufF16MatMul(cfg.CPUF16MatMul), "max_seq_tokens", m.Limit, "load_ms", time.Since(start).Milliseconds())
 	}
 	if cfg.LoadProgress != nil && len(refs) > 0 {
 		cfg.LoadProgress(len(refs), len(refs), "")
@@ -153,13 +153,18 @@ func ggufKVType(configured string) string {
 	return strings.ToLower(cmp.Or(configured, cpu.DefaultConfig().KVType))
 }
 
+// ggufF16MatMul is how a GGUF model's executor multiplies F16 and BF16
+// weights for the configured Config.CPUF16MatMul.
+func ggufF16MatMul(configured string) string { return cmp.Or(configured, cpu.F16MatMuls[0]) }
+
 // ggufOptions are one GGUF model's executor settings: threads (0: one per
-// core), KV cache bytes (0: the executor's default) and KV cache type ("":
-// the executor's default).
+// core), KV cache bytes (0: the executor's default), KV cache type and F16
+// matmul ("": the executor's defaults).
 type ggufOptions struct {
-	threads int
-	kvBytes int64
-	kvType  string
+	threads   int
+	kvBytes   int64
+	kvType    string
+	f16MatMul string
 }
 
 // loadGGUF builds the CPU executor and engine of one GGUF file; the
@@ -189,6 +194,7 @@ func loadGGUF(ref modelfile.ModelRef, opts ggufOptions, cfg Config, logger *slog
 	if opts.kvType != "" {
 		cc.KVType = opts.kvType
 	}
+	cc.F16MatMul = opts.f16MatMul
 	exec, err := cpu.New(f, cc)
 	if err != nil {
 		_ = f.Close()

@@ -17,11 +17,16 @@ import (
 // writeKVTestGGUF writes a small llama model (heads of headDim dims) with a
 // byte-level BPE vocabulary and a ChatML template to path.
 func writeKVTestGGUF(t *testing.T, path string, headDim int) {
+	writeTestGGUFOf(t, path, headDim, gguf.TypeQ8_0)
+}
+
+// writeTestGGUFOf is writeKVTestGGUF with weights of type typ.
+func writeTestGGUFOf(t *testing.T, path string, headDim int, typ gguf.TensorType) {
 	t.Helper()
 	vocab, err := tokenizer.BuildVocab("bpe", 600)
 	require.NoError(t, err)
 	w, err := synth.Model{Arch: "llama", Name: "tiny", Dim: 64, Layers: 1, Heads: 2, KVHeads: 1, HeadDim: headDim, FFN: 64,
-		Vocab: 600, ContextLength: 512, Type: gguf.TypeQ8_0, Seed: 7}.Writer()
+		Vocab: 600, ContextLength: 512, Type: typ, Seed: 7}.Writer()
 	require.NoError(t, err)
 	for k, v := range vocab.Metadata() {
 		require.NoError(t, w.Set(k, v))

@@ -71,7 +71,7 @@ func ggufSpeculation(cfg Config, target *gguf.File, cc cpu.Config) (engine.Confi
 		return ec, nil, fmt.Errorf("draft model: %w", err)
 	}
 	dc := cpu.DefaultConfig()
-	dc.Threads, dc.BlockSize = cc.Threads, cc.BlockSize
+	dc.Threads, dc.BlockSize, dc.F16MatMul = cc.Threads, cc.BlockSize, cc.F16MatMul
 	d, err := cpu.NewDraftModel(f, target, dc)
 	if err != nil {
 		_ = f.Close()

@@ -72,6 +72,7 @@ type options struct {
 	cpuThreads int
 	kvCacheMiB int
 	kvType     string
+	f16MatMul  string
 	// Speculative decoding.
 	speculative, draftModel  string
 	specTokens, specMaxBatch int
@@ -222,6 +223,9 @@ func (o *options) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&o.kvType, "kv-cache-type", "", "what each GGUF model's KV cache stores keys and values as: "+
 		strings.Join(cpu.KVTypes, ", ")+" (empty: "+cpu.KVTypes[0]+"; q8_0 holds about twice the tokens of f16 in the same memory, "+
 		"q4_0 about 3.5 times; quantized types need head dims that are multiples of 32)")
+	fs.StringVar(&o.f16MatMul, "cpu-f16-matmul", "", "how GGUF models multiply F16 and BF16 weights: "+
+		strings.Join(cpu.F16MatMuls, ", ")+" (empty: "+cpu.F16MatMuls[0]+", exact in float32; bf16 rounds weights and activations to bfloat16 "+
+		"and uses the CPU's AVX512_BF16 dot products, about twice the prompt rate, refused on CPUs without them)")
 	fs.StringVar(&o.speculative, "speculative", def.Speculative,
 		"speculative decoding: off, ngram (prompt lookup: drafts copied from the prompt and output, no model) or draft (--draft-model drafts); "+
 			"pays at low load on output that repeats its input or a draft that agrees with the model")
@@ -366,6 +370,7 @@ func (o options) config(getenv func(string) string) (daemon.Config, error) {
 	cfg.CPUThreads = o.cpuThreads
 	cfg.KVCacheBytes = int64(o.kvCacheMiB) << 20
 	cfg.KVCacheType = o.kvType
+	cfg.CPUF16MatMul = o.f16MatMul
 	cfg.Speculative, cfg.DraftModel = o.speculative, o.draftModel
 	if o.specTokens < 1 || o.specTokens > engine.MaxSpecTokens || o.specMaxBatch < 1 {
 		return cfg, fmt.Errorf("--spec-tokens must be 1 to %d and --spec-max-batch at least 1", engine.MaxSpecTokens)
