@@ -38,12 +38,28 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/llmd/llmd/engine/cpu"
 )
 
-// shape is one benchmark file: a model shape in one weight type.
+// shape is one benchmark file: a model shape in one weight type, and how
+// llmd runs it.
 type shape struct {
 	name string   // e.g. "0.5B/Q4_0"
 	args []string // llmctl model init flags
+	// file is the shape whose file this one measures ("": its own).
+	file string
+	// f16MatMul is llmd's --cpu-f16-matmul (executor: its
+	// LLMD_BENCH_F16_MATMUL); "": the default.
+	f16MatMul string
+}
+
+// fileName is the shape whose file sh measures.
+func (sh shape) fileName() string {
+	if sh.file != "" {
+		return sh.file
+	}
+	return sh.name
 }
 
 // shapes are the files measured, in table order. The 0.5B is
@@ -61,6 +77,10 @@ var shapes = func() []shape {
 		}
 	}
 	add("0.5B", half, "q4_0", "q8_0", "f16", "q4_k_m")
+	// The same F16 file with llmd's opt-in bfloat16 multiplication
+	// (--cpu-f16-matmul bf16; llama.cpp runs as in 0.5B/F16).
+	f16 := out[len(out)-2]
+	out = append(out, shape{name: f16.name + "-bf16", args: f16.args, file: f16.name, f16MatMul: "bf16"})
 	add("small", small, "q4_k_m")
 	add("1.5B", big, "q4_k_m", "q8_0")
 	// For a quick check of the harness only (-shapes tiny/Q8_0).
@@ -164,6 +184,10 @@ func run(ctx context.Context, cfg config) error {
 	t.bwStart = bandwidth(cfg.threads)
 	logf("machine: %s; memory bandwidth: read %.1f GB/s, copy %.1f GB/s", t.machine, t.bwStart.read, t.bwStart.copy)
 	for _, sh := range selected {
+		if sh.f16MatMul == "bf16" && !cpu.HasBF16MatMul() {
+			logf("%s: skipped, this CPU has no AVX512_BF16 for llmd's --cpu-f16-matmul bf16", sh.name)
+			continue
+		}
 		path, err := writeShape(ctx, cfg, sh)
 		if err != nil {
 			return err

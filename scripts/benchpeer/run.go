@@ -107,13 +107,13 @@ func goTool() string {
 
 // writeShape writes sh's GGUF into the cache once and returns its path.
 func writeShape(ctx context.Context, cfg config, sh shape) (string, error) {
-	path := filepath.Join(cfg.cache, strings.NewReplacer("/", "-", ".", "_").Replace(sh.name)+".gguf")
+	path := filepath.Join(cfg.cache, strings.NewReplacer("/", "-", ".", "_").Replace(sh.fileName())+".gguf")
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
 	logf("writing %s", path)
 	tmp := path + ".tmp"
-	args := append([]string{"model", "init", sh.name, "-o", tmp}, sh.args...)
+	args := append([]string{"model", "init", sh.fileName(), "-o", tmp}, sh.args...)
 	if err := sh2(ctx, filepath.Join(cfg.workdir, "llmctl"), args...); err != nil {
 		return "", err
 	}
@@ -197,7 +197,8 @@ var (
 func llmdExecutor(ctx context.Context, cfg config, path string, res *shapeResult) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(cfg.workdir, "cpu.test"), "-test.run", "^$", "-test.bench", "^BenchmarkFile$",
 		"-test.benchtime", "3s", "-test.cpu", strconv.Itoa(cfg.threads))
-	cmd.Env = append(os.Environ(), "LLMD_BENCH_GGUF="+path, "LLMD_BENCH_THREADS="+strconv.Itoa(cfg.threads))
+	cmd.Env = append(os.Environ(), "LLMD_BENCH_GGUF="+path, "LLMD_BENCH_THREADS="+strconv.Itoa(cfg.threads),
+		"LLMD_BENCH_F16_MATMUL="+res.shape.f16MatMul)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -227,19 +228,19 @@ func llmdExecutor(ctx context.Context, cfg config, path string, res *shapeResult
 type serverKind struct {
 	side  int
 	name  string
-	start func(cfg config, path string, port int, dir string) *exec.Cmd
+	start func(cfg config, sh shape, path string, port int, dir string) *exec.Cmd
 }
 
 var (
-	llamaServer = serverKind{side: sideLlama, name: "llama-server", start: func(cfg config, path string, port int, _ string) *exec.Cmd {
+	llamaServer = serverKind{side: sideLlama, name: "llama-server", start: func(cfg config, _ shape, path string, port int, _ string) *exec.Cmd {
 		// 8 slots of 1,024 tokens: room for each workload's prompt and
 		// answer.
 		return exec.Command(filepath.Join(cfg.bin, "llama-server"), "-m", path, "-np", "8", "-c", "8192",
 			"-t", strconv.Itoa(cfg.threads), "--host", "127.0.0.1", "--port", strconv.Itoa(port))
 	}}
-	llmdServer = serverKind{side: sideLlmd, name: "llmd", start: func(cfg config, path string, port int, dir string) *exec.Cmd {
+	llmdServer = serverKind{side: sideLlmd, name: "llmd", start: func(cfg config, sh shape, path string, port int, dir string) *exec.Cmd {
 		return exec.Command(filepath.Join(cfg.workdir, "llmd"), "--model", path, "--cpu-threads", strconv.Itoa(cfg.threads),
-			"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", dir)
+			"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", dir, "--cpu-f16-matmul", sh.f16MatMul)
 	}}
 )
 
@@ -254,7 +255,7 @@ func serve(ctx context.Context, cfg config, k serverKind, path string, seed uint
 	if err != nil {
 		return err
 	}
-	cmd := k.start(cfg, path, port, dir)
+	cmd := k.start(cfg, res.shape, path, port, dir)
 	logFile, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		return err
