@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/binary"
+	"math"
 
 	"github.com/llmd/llmd/model/gguf"
 )
@@ -26,6 +27,11 @@ type attnSet struct {
 	// expSum sets s[j] = e^(s[j]-m) (as expNeg, bit for bit: s[j] <= m)
 	// and returns Σ s[j].
 	expSum func(s []float32, m float32) float32
+	// max returns the largest of s, -Inf where s is empty. Maxima are
+	// exact, so every level gives the same value (but for a NaN, which
+	// makes the softmax NaN anyway, and the sign of a zero largest score,
+	// which no exponential sees).
+	max func(s []float32) float32
 	// accF32 and accF16 set acc[i] = acc[i]·c + Σ_j p[j]·v[j·vd+i] over the
 	// len(p) values of v, vd = len(acc), adding j in order.
 	accF32 func(acc, p, v []float32, c float32)
@@ -46,6 +52,7 @@ var attnSets = [kernLevelAVX512 + 1]*attnSet{kernLevelGo: {
 	dotsF32: attnDotsF32Go,
 	dotsF16: attnDotsF16Go,
 	expSum:  attnExpSumGo,
+	max:     attnMaxGo,
 	accF32:  attnAccF32Go,
 	accF16:  attnAccF16Go,
 	swiglu:  swigluGo,
@@ -63,6 +70,14 @@ func attnSetFor(l kernLevel) *attnSet {
 		}
 	}
 	return attnSets[kernLevelGo]
+}
+
+func attnMaxGo(s []float32) float32 {
+	m := float32(math.Inf(-1))
+	for _, v := range s {
+		m = max(m, v)
+	}
+	return m
 }
 
 func attnDotsF32Go(s, q, k []float32, scale float32) {

@@ -15,6 +15,9 @@ func attnDotsF16AVX2(s, q []float32, k []byte, scale float32)
 func attnExpSumAVX2(s []float32, m float32) float32
 
 //go:noescape
+func attnMaxAVX2(s []float32) float32
+
+//go:noescape
 func attnAccF32AVX2(acc, p, v []float32, c float32)
 
 //go:noescape
@@ -28,6 +31,9 @@ func attnDotsF16AVX512(s, q []float32, k []byte, scale float32)
 
 //go:noescape
 func attnExpSumAVX512(s []float32, m float32) float32
+
+//go:noescape
+func attnMaxAVX512(s []float32) float32
 
 //go:noescape
 func attnAccF32AVX512(acc, p, v []float32, c float32)
@@ -56,6 +62,7 @@ func init() {
 			dotsF32: attnDotsF32AVX2,
 			dotsF16: attnDotsF16AVX2,
 			expSum:  attnExpSumAVX2,
+			max:     attnMaxAVX2,
 			accF32:  attnAccF32AVX2,
 			accF16:  attnAccF16AVX2,
 			swiglu:  swigluGo,
@@ -69,6 +76,7 @@ func init() {
 			dotsF32: attnDotsF32AVX512,
 			dotsF16: attnDotsF16AVX512,
 			expSum:  attnExpSumAVX512,
+			max:     attnMaxAVX512,
 			accF32:  attnAccF32AVX512,
 			accF16:  attnAccF16AVX512,
 			swiglu:  swigluAVX512,

@@ -556,6 +556,44 @@ sum:
 	VZEROUPPER
 	RET
 
+// func attnMaxAVX2(s []float32) float32
+// Requires: AVX, AVX2
+TEXT ·attnMaxAVX2(SB), NOSPLIT, $0-28
+	MOVQ         s_base+0(FP), DI
+	MOVQ         s_len+8(FP), BX
+	MOVL         $0xff800000, AX
+	VMOVD        AX, X1
+	VBROADCASTSS X1, Y0
+
+loop:
+	CMPQ   BX, $0x08
+	JB     fold
+	VMAXPS (DI), Y0, Y0
+	ADDQ   $0x20, DI
+	SUBQ   $0x08, BX
+	JMP    loop
+
+fold:
+	VEXTRACTF128 $0x01, Y0, X1
+	VMAXPS       X1, X0, X0
+	VMOVHLPS     X0, X0, X1
+	VMAXPS       X1, X0, X0
+	VMOVSHDUP    X0, X1
+	VMAXSS       X1, X0, X0
+
+scalar:
+	TESTQ  BX, BX
+	JZ     done
+	VMAXSS (DI), X0, X0
+	ADDQ   $0x04, DI
+	DECQ   BX
+	JMP    scalar
+
+done:
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
 // func attnDotsF32AVX512(s []float32, q []float32, k []float32, scale float32)
 // Requires: AVX, AVX512F
 TEXT ·attnDotsF32AVX512(SB), NOSPLIT, $0-76
@@ -1095,6 +1133,46 @@ sum:
 	VHADDPS       X2, X2, X2
 	VHADDPS       X2, X2, X2
 	VMOVSS        X2, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func attnMaxAVX512(s []float32) float32
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·attnMaxAVX512(SB), NOSPLIT, $0-28
+	MOVQ         s_base+0(FP), DI
+	MOVQ         s_len+8(FP), BX
+	MOVL         $0xff800000, AX
+	VMOVD        AX, X1
+	VBROADCASTSS X1, Z0
+
+loop:
+	CMPQ   BX, $0x10
+	JB     fold
+	VMAXPS (DI), Z0, Z0
+	ADDQ   $0x40, DI
+	SUBQ   $0x10, BX
+	JMP    loop
+
+fold:
+	VEXTRACTF32X8 $0x01, Z0, Y1
+	VMAXPS        Y1, Y0, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VMAXPS        X1, X0, X0
+	VMOVHLPS      X0, X0, X1
+	VMAXPS        X1, X0, X0
+	VMOVSHDUP     X0, X1
+	VMAXSS        X1, X0, X0
+
+scalar:
+	TESTQ  BX, BX
+	JZ     done
+	VMAXSS (DI), X0, X0
+	ADDQ   $0x04, DI
+	DECQ   BX
+	JMP    scalar
+
+done:
+	VMOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET
 

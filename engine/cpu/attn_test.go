@@ -204,3 +204,23 @@ func TestSwigluAgrees(t *testing.T) {
 		}
 	}
 }
+
+// TestAttnMax checks each level's max against a plain scan on every
+// length up to 40 (vectors and tails) with the largest value at each
+// place, and on the empty slice.
+func TestAttnMax(t *testing.T) {
+	for _, l := range kernLevels() {
+		as := attnSetFor(l)
+		require.Equal(t, float32(math.Inf(-1)), as.max(nil), "kern=%s", l)
+		for n := 1; n <= 40; n++ {
+			for at := range n {
+				s := make([]float32, n+1)
+				for i := range s {
+					s[i] = -float32(i) - 1
+				}
+				s[at], s[n] = 5, 7 // s[n] is past the slice
+				require.Equal(t, float32(5), as.max(s[:n]), "kern=%s n=%d largest at %d", l, n, at)
+			}
+		}
+	}
+}

@@ -453,10 +453,7 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.
 				} else {
 					as.dotsF32(scores, qh, K[from*hd:lim*hd], scale)
 				}
-				bm := float32(math.Inf(-1))
-				for _, v := range scores {
-					bm = max(bm, v)
-				}
+				bm := as.max(scores)
 				corr := float32(1)
 				if m := mx[idx]; bm > m {
 					corr = expNeg(m - bm)

@@ -74,6 +74,7 @@ func genAttn(a *asm) {
 		a.attnAcc(w, f32Fmt, "func(acc, p, v []float32, c float32)")
 		a.attnAcc(w, f16Fmt, "func(acc, p []float32, v []byte, c float32)")
 		a.attnExpSum(w)
+		a.attnMaxW(w)
 	}
 	a.swiglu()
 	genKVQuant(a)
@@ -530,6 +531,42 @@ func (a *asm) swiglu() {
 	a.VMOVUPS(Z0, K1, mem(RDI, 0))
 
 	a.Label("done")
+	a.VZEROUPPER()
+	a.RET()
+}
+
+// attnMaxW is attnMax of width w: the largest of s, -Inf for none. The
+// vector maxima take w.lanes values at a time into X0/Y0/Z0, folded to one
+// lane; the values past the last whole vector go one by one.
+func (a *asm) attnMaxW(w attnW) {
+	a.text("attnMax"+w.name, 0, "func(s []float32) float32")
+	m := w.v(0)
+	a.MOVQ(a.arg("s_base"), RDI)
+	a.MOVQ(a.arg("s_len"), RBX)
+	a.MOVL(U32(0xff800000), EAX) // -Inf
+	a.VMOVD(EAX, X1)
+	a.VBROADCASTSS(X1, m)
+	a.whileN("loop", RBX, w.lanes, "fold", func() {
+		a.VMAXPS(mem(RDI, 0), m, m)
+		a.ADDQ(U8(4*w.lanes), RDI)
+	})
+	a.Label("fold")
+	if w.z {
+		a.VEXTRACTF32X8(U8(1), Z0, Y1)
+		a.VMAXPS(Y1, Y0, Y0)
+	}
+	a.VEXTRACTF128(U8(1), Y0, X1)
+	a.VMAXPS(X1, X0, X0)
+	a.VMOVHLPS(X0, X0, X1)
+	a.VMAXPS(X1, X0, X0)
+	a.VMOVSHDUP(X0, X1)
+	a.VMAXSS(X1, X0, X0)
+	a.whileNZ("scalar", RBX, "done", func() {
+		a.VMAXSS(mem(RDI, 0), X0, X0)
+		a.ADDQ(U8(4), RDI)
+	})
+	a.Label("done")
+	a.VMOVSS(X0, a.ret(""))
 	a.VZEROUPPER()
 	a.RET()
 }
