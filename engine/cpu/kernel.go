@@ -292,7 +292,7 @@ func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 		if kern == nil {
 			kern = &kernTileBF16Gos
 		}
-		kernMatMulTileBF16(p, kern, out, w, x, n)
+		kernMatMulTileBF16(p, ks, kern, out, w, x, n)
 		return
 	}
 	if w.Type == gguf.TypeF16 && ks.tileF16 != nil && w.Cols%kernTileF16Cols == 0 {
@@ -445,6 +445,8 @@ type kernSet struct {
 	// weights packed for the BF16 tile kernels (Weight.bf16); elsewhere
 	// their Go models (kernTileBF16Gos) do, the same bits far slower.
 	tileBF16 *[kernTileMax + 1]kernTileBF16Func
+	// toBF16 sets dst[i] = kernBF16(src[i]) (len(dst) >= len(src)).
+	toBF16 func(dst []uint16, src []float32)
 	// dotFloat2x4[t], where present, is dotFloat4[t] for the two rows that
 	// w holds (half its bytes each), res[0:4] the first's; each row gets
 	// dotFloat4's bits.
@@ -497,6 +499,9 @@ func kernRegister(l kernLevel, s *kernSet) {
 		}
 		if s.tileBF16 == nil {
 			s.tileBF16 = below.tileBF16
+		}
+		if s.toBF16 == nil {
+			s.toBF16 = below.toBF16
 		}
 		if s.dotBF16 == nil {
 			s.dotBF16, s.dotFloat4[gguf.TypeBF16] = below.dotBF16, below.dotFloat4[gguf.TypeBF16]

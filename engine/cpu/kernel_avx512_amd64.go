@@ -221,6 +221,20 @@ func kernTileBF16x7AVX512(out []float32, ostride int, w []byte, groups, cols int
 //go:noescape
 func kernTileBF16x8AVX512(out []float32, ostride int, w []byte, groups, cols int, x []uint16)
 
+// kernToBF16AVX512 is kernToBF16Go on the first len(src)/16·16 values.
+//
+//go:noescape
+func kernToBF16AVX512(dst []uint16, src []float32)
+
+// kernToBF16Z is kernToBF16Go: sixteen values at a time in assembly, the
+// rest in Go.
+func kernToBF16Z(dst []uint16, src []float32) {
+	n := len(src) &^ 15
+	dst = dst[:len(src)]
+	kernToBF16AVX512(dst, src)
+	kernToBF16Go(dst[n:], src[n:])
+}
+
 func init() {
 	if kernBest < kernLevelAVX512 {
 		return
@@ -322,6 +336,7 @@ func init() {
 			kernTileF16x1AVX512, kernTileF16x2AVX512, kernTileF16x3AVX512, kernTileF16x4AVX512,
 			kernTileF16x5AVX512, kernTileF16x6AVX512, kernTileF16x7AVX512, kernTileF16x8AVX512},
 		tileBF16: tileBF16,
+		toBF16:   kernToBF16Z,
 		dotBF16:  kernDotBF16AVX512,
 		dotFloat4: map[gguf.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){
 			gguf.TypeF32:  kernDotF32x4AVX512,

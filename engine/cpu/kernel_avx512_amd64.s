@@ -21380,3 +21380,47 @@ store:
 end:
 	VZEROUPPER
 	RET
+
+// func kernToBF16AVX512(dst []uint16, src []float32)
+// Requires: AVX, AVX512F
+TEXT ·kernToBF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ         src_base+24(FP), SI
+	MOVQ         dst_base+0(FP), DI
+	MOVQ         src_len+32(FP), CX
+	SHRQ         $0x04, CX
+	MOVL         $0x00000001, AX
+	VPBROADCASTD AX, Z16
+	MOVL         $0x00007fff, AX
+	VPBROADCASTD AX, Z17
+	MOVL         $0x7fffffff, AX
+	VPBROADCASTD AX, Z18
+	MOVL         $0x7f800000, AX
+	VPBROADCASTD AX, Z19
+	MOVL         $0x00000040, AX
+	VPBROADCASTD AX, Z20
+	MOVL         $0x00008000, AX
+	VPBROADCASTD AX, Z21
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	VMOVDQU32 (SI), Z0
+	VPSRLD    $0x10, Z0, Z1
+	VPANDD    Z16, Z1, Z2
+	VPADDD    Z17, Z0, Z3
+	VPADDD    Z2, Z3, Z3
+	VPSRLD    $0x10, Z3, Z3
+	VPANDD    Z18, Z0, Z4
+	VPCMPUD   $0x06, Z19, Z4, K1
+	VPORD     Z20, Z1, K1, Z3
+	VPTESTNMD Z19, Z0, K2
+	VPANDD    Z21, Z1, K2, Z3
+	VPMOVDW   Z3, (DI)
+	ADDQ      $0x40, SI
+	ADDQ      $0x20, DI
+	DECQ      CX
+	JNZ       loop
+
+done:
+	VZEROUPPER
+	RET

@@ -30,6 +30,7 @@ func kernGoSet() *kernSet {
 		dotQ4:     map[gguf.TensorType]func(res *[4]float32, w []byte, xq []int8, xd, xs []float32){},
 		dotF32:    kernDotF32Go,
 		dotF16:    kernDotF16Go,
+		toBF16:    kernToBF16Go,
 		dotBF16:   kernDotBF16Go,
 		f16ToF32:  kernF16ToF32Go,
 		bf16ToF32: kernBF16ToF32Go,

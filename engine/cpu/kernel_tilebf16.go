@@ -40,6 +40,14 @@ func kernBF16(f float32) uint16 {
 	return uint16(b >> 16)
 }
 
+// kernToBF16Go sets dst[i] = kernBF16(src[i]).
+func kernToBF16Go(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = kernBF16(v)
+	}
+}
+
 // kernBF16ToF32 widens a bfloat16 to float32 (exactly).
 func kernBF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
@@ -133,7 +141,7 @@ var kernBF16Pool = sync.Pool{New: func() any { return new([]uint16) }}
 // kernMatMulTileBF16 is MatMul for F16 and BF16 weights packed for the
 // BF16 tile kernels kern (kern[T] for T tokens): x rounded to bfloat16 by
 // the pool's threads, then the tiles.
-func kernMatMulTileBF16(p *Pool, kern *[kernTileMax + 1]kernTileBF16Func, out []float32, w Weight, x []float32, n int) {
+func kernMatMulTileBF16(p *Pool, ks *kernSet, kern *[kernTileMax + 1]kernTileBF16Func, out []float32, w Weight, x []float32, n int) {
 	cols := w.Cols
 	bp := kernBF16Pool.Get().(*[]uint16)
 	defer kernBF16Pool.Put(bp)
@@ -142,9 +150,7 @@ func kernMatMulTileBF16(p *Pool, kern *[kernTileMax + 1]kernTileBF16Func, out []
 	}
 	xb := (*bp)[:n*cols]
 	p.Share(n*cols, kernGrain(p, n*cols, 1<<14), func(i0, i1 int) {
-		for i, v := range x[i0:i1] {
-			xb[i0+i] = kernBF16(v)
-		}
+		ks.toBF16(xb[i0:i1], x[i0:i1])
 	})
 	kernTileLoop(p, w, 32*cols, kernPackBF16, n, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
 		kernTileBF16Call(kern[T], T, out, ostride, wt, groups, cols, xb[t*cols:(t+T)*cols])

@@ -38,7 +38,7 @@ func TestBF16Round(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 100000 {
-		f := math.Float32frombits(rng.Uint32() &^ 0x7f800000 | uint32(1+rng.IntN(253))<<23)
+		f := math.Float32frombits(rng.Uint32()&^0x7f800000 | uint32(1+rng.IntN(253))<<23)
 		got := float64(kernBF16ToF32(kernBF16(f)))
 		// The two bfloat16 neighbours of f; the nearer one, ties to even.
 		lo := math.Float32frombits(math.Float32bits(f) &^ 0xffff)
@@ -173,6 +173,38 @@ func TestMatMulBF16(t *testing.T) {
 				require.Less(t, rel, 5e-3, "relative error of bfloat16 products")
 				require.Greater(t, rel, 1e-5, "the products are rounded to bfloat16, not exact")
 			})
+		}
+	}
+}
+
+// TestToBF16 checks each level's toBF16 against kernBF16 on every length
+// up to 40 (the assembly's sixteen at a time and the tails) and on the
+// values that take its masked paths: NaNs, infinities, subnormals, zeros,
+// ties and carries.
+func TestToBF16(t *testing.T) {
+	special := []uint32{0x7fc00001, 0xff800001, 0x7f800000, 0xff800000, 0x00000001, 0x807fffff, 0x00000000, 0x80000000,
+		0x00800000, 0x3f808000, 0x3f818000, 0x3fffffff, 0x7f7fffff, 0xffffffff, 0x7fffffff}
+	rng := rand.New(rand.NewPCG(3, 4))
+	src := make([]float32, 40)
+	for i := range src {
+		if i < len(special) {
+			src[i] = math.Float32frombits(special[i])
+		} else {
+			src[i] = math.Float32frombits(rng.Uint32())
+		}
+	}
+	for _, l := range kernLevels() {
+		ks := kernSetFor(l)
+		for n := range len(src) + 1 {
+			for _, s := range [][]float32{src[:n], src[len(src)-n:]} {
+				got := make([]uint16, n+1)
+				got[n] = 0xabcd
+				ks.toBF16(got, s)
+				for i, v := range s {
+					require.Equal(t, kernBF16(v), got[i], "kern=%s n=%d value %#08x", l, n, math.Float32bits(v))
+				}
+				require.Equal(t, uint16(0xabcd), got[n], "kern=%s n=%d: wrote past the values", l, n)
+			}
 		}
 	}
 }

@@ -58,6 +58,7 @@ func genTilesAVX512(a *asm) {
 	for n := 1; n <= tileMaxTokens; n++ {
 		a.tileBF16(n)
 	}
+	a.toBF16()
 }
 
 // tileDC is token t's dc entry of the current block, disp bytes in.

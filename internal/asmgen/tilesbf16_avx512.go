@@ -130,8 +130,8 @@ func evexBcst(op byte, m Mem, src, dst int) []byte {
 	}
 	inv := func(v, bit int) byte { return byte((v>>bit)&1) ^ 1 }
 	p0 := inv(dst, 3)<<7 | inv(x, 3)<<6 | inv(b, 3)<<5 | inv(dst, 4)<<4 | 0b10 // map 0F38
-	p1 := byte(0)<<7 | byte(^src&15)<<3 | 1<<2 | 0b10                           // W0, vvvv, F3
-	p2 := byte(0b10)<<5 | 1<<4 | inv(src, 4)<<3                                  // 512 bits, broadcast, V'
+	p1 := byte(0)<<7 | byte(^src&15)<<3 | 1<<2 | 0b10                          // W0, vvvv, F3
+	p2 := byte(0b10)<<5 | 1<<4 | inv(src, 4)<<3                                // 512 bits, broadcast, V'
 	var mod byte
 	var disp []byte
 	if d := m.Disp; d%4 == 0 && d/4 >= -128 && d/4 <= 127 {
@@ -143,4 +143,50 @@ func evexBcst(op byte, m Mem, src, dst int) []byte {
 	modrm := mod<<6 | byte(dst&7)<<3 | 0b100
 	sib := ss<<6 | byte(x&7)<<3 | byte(b&7)
 	return append([]byte{0x62, p0, p1, p2, op, modrm, sib}, disp...)
+}
+
+// toBF16 is kernToBF16AVX512(dst []uint16, src []float32), engine/cpu
+// kernBF16 bit for bit on the first len(src)/16·16 values, in integer
+// operations (not VCVTNEPS2BF16, whose subnormal and NaN handling would
+// have to match kernBF16's on every CPU): per value b, (b + 0x7fff +
+// (b>>16 & 1)) >> 16, then NaNs (|b| > 0x7f800000) quietened and zeros
+// and subnormals (no exponent bits) made a zero of their sign, under
+// masks. dst holds at least as many values.
+//
+// Registers: SI src, DI dst, CX blocks of sixteen; Z16..Z21 the constants.
+func (a *asm) toBF16() {
+	a.text("kernToBF16AVX512", 0, "func(dst []uint16, src []float32)")
+	a.MOVQ(a.arg("src_base"), RSI)
+	a.MOVQ(a.arg("dst_base"), RDI)
+	a.MOVQ(a.arg("src_len"), RCX)
+	a.SHRQ(U8(4), RCX)
+	consts := []struct {
+		v uint32
+		z VecPhysical
+	}{{1, Z16}, {0x7fff, Z17}, {0x7fffffff, Z18}, {0x7f800000, Z19}, {0x40, Z20}, {0x8000, Z21}}
+	for _, c := range consts {
+		a.MOVL(U32(c.v), EAX)
+		a.VPBROADCASTD(EAX, c.z)
+	}
+	a.jzero(RCX, "done")
+	a.Label("loop")
+	a.VMOVDQU32(mem(RSI, 0), Z0)
+	a.VPSRLD(U8(16), Z0, Z1)      // the high half: b >> 16
+	a.VPANDD(Z16, Z1, Z2)         // its lowest bit
+	a.VPADDD(Z17, Z0, Z3)         // b + 0x7fff
+	a.VPADDD(Z2, Z3, Z3)          // + the bit: ties to even
+	a.VPSRLD(U8(16), Z3, Z3)      // rounded
+	a.VPANDD(Z18, Z0, Z4)         // |b|
+	a.VPCMPUD(U8(6), Z19, Z4, K1) // |b| > 0x7f800000: NaN
+	a.VPORD(Z20, Z1, K1, Z3)      // NaN: the high half, quiet
+	a.VPTESTNMD(Z19, Z0, K2)      // no exponent bits: zero or subnormal
+	a.VPANDD(Z21, Z1, K2, Z3)     // a zero of b's sign
+	a.VPMOVDW(Z3, mem(RDI, 0))
+	a.ADDQ(U8(64), RSI)
+	a.ADDQ(U8(32), RDI)
+	a.DECQ(RCX)
+	a.JNZ(lbl("loop"))
+	a.Label("done")
+	a.VZEROUPPER()
+	a.RET()
 }
