@@ -281,6 +281,40 @@ func TestForwardFixtures(t *testing.T) {
 	}
 }
 
+// TestForwardFixturesBF16MatMul checks the executor with Config.F16MatMul
+// "bf16" against the float64 reference on llama.cpp's F16 and BF16
+// fixtures: the weights (F16's) and every MatMul input rounded to
+// bfloat16 keep the logits within refBF16Tolerance of the exact ones.
+func TestForwardFixturesBF16MatMul(t *testing.T) {
+	if !HasBF16MatMul() {
+		t.Skipf("no AVX512_BF16 on this CPU (best kernel level %s)", kernBest)
+	}
+	dir := fixtures.Dir(t)
+	for _, name := range []string{"llama-spm-d64-f16.gguf", "llama-spm-d64-bf16.gguf"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(dir, name)
+			if _, err := os.Stat(path); err != nil {
+				t.Skipf("fixture %s not found", path)
+			}
+			f, err := gguf.Open(path)
+			require.NoError(t, err)
+			t.Cleanup(func() { f.Close() })
+			spec, err := model.SpecFromFile(f)
+			require.NoError(t, err)
+			cfg := testConfig()
+			cfg.KVType, cfg.F16MatMul = "f16", "bf16"
+			checkAgainstRef(t, f, cfg, randomTokens(11, 21, spec.Vocab), 2, refBF16Tolerance)
+		})
+	}
+}
+
+// refBF16Tolerance is refTolerance for Config.F16MatMul "bf16": each
+// MatMul's inputs carry bfloat16's 2^-9 relative rounding, which moved
+// the fixtures' logits by 3-4e-3 of their scale (Q8_0 and Q4_0 weights:
+// 1-2e-2).
+const refBF16Tolerance = 1e-2
+
 // TestExpNeg checks the attention's exponential against math.Exp over its
 // domain.
 func TestExpNeg(t *testing.T) {

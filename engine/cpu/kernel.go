@@ -130,7 +130,10 @@ var kernTileBytes = 256 << 10
 // dotted in integers and scaled by the two block scales. That rounding
 // dominates the error: for Gaussian activations the output is off by about
 // 0.5% (relative, as a vector) from float64 products with the dequantized
-// weights. F32, F16 and BF16 weights are dotted in float32 (about 1e-7).
+// weights. F32, F16 and BF16 weights are dotted in float32 (about 1e-7),
+// unless the Weight was packed for the BF16 tile kernels (Config.F16MatMul
+// "bf16"): then F16 and BF16 weights and the activations are rounded to
+// bfloat16 and the products added in float32 (about 3e-3).
 //
 // MatMul is batch-invariant: a token's outputs have the same bits whatever
 // n is and wherever the token sits in x (on a given CPU), so batching,
