@@ -443,7 +443,7 @@ type kernSet struct {
 	// tileF16, where set, is how MatMul computes F16 weights whose columns
 	// are a multiple of kernTileF16Cols: the F16 tile kernels
 	// (kernel_tilef16.go), tileF16[T] for T tokens.
-	tileF16 *[kernTileMax + 1]kernTileF16Func
+	tileF16 *[kernTileF16Max + 1]kernTileF16Func
 	// tileBF16, where set (CPUs with AVX512_BF16), is how MatMul computes
 	// weights packed for the BF16 tile kernels (Weight.bf16); elsewhere
 	// their Go models (kernTileBF16Gos) do, the same bits far slower.

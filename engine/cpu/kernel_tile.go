@@ -206,7 +206,7 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 	} else {
 		quantize(0, n)
 	}
-	kernTileLoop(p, w, nb*tl.blockBytes, tl.pack, n, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
+	kernTileLoop(p, w, nb*tl.blockBytes, tl.pack, n, kernTileMax, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
 		q, d := xq[t*cols:(t+T)*cols], dc[words*t*nb:words*(t+T)*nb]
 		kernTileCall(tl.kern[T], tl, T, out, ostride, wt, groups, nb, q, d)
 	})
@@ -214,12 +214,12 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 
 // kernTileLoop runs a tile family over w's groups of sixteen rows (gb
 // bytes each, packed by pack where w.tiles does not hold them): per tile
-// of groups (which stays in cache), tokens in steps of up to kernTileMax,
+// of groups (which stays in cache), tokens in steps of up to tmax,
 // call(T, out, ostride, wt, groups, t) computing tokens t..t+T-1 of the
 // groups in wt into out (token i's outputs at out[i·ostride:]). The
 // tokens' activations stay in L1 while the weights come from L2, and from
 // memory only for the first step.
-func kernTileLoop(p *Pool, w Weight, gb int, pack func(dst []byte, w Weight, r0, groups int), n int, out []float32,
+func kernTileLoop(p *Pool, w Weight, gb int, pack func(dst []byte, w Weight, r0, groups int), n, tmax int, out []float32,
 	call func(T int, out []float32, ostride int, wt []byte, groups, t int)) {
 	rows := w.Rows
 	groups := kernTileGroups(rows)
@@ -250,14 +250,14 @@ func kernTileLoop(p *Pool, w Weight, gb int, pack func(dst []byte, w Weight, r0,
 				pack(wt, w, gt*kernTileRows, ge-gt)
 			}
 			whole := min(ge, full) - gt // groups written straight into out
-			for t := 0; t < n; t += kernTileMax {
-				T := min(kernTileMax, n-t)
+			for t := 0; t < n; t += tmax {
+				T := min(tmax, n-t)
 				if whole > 0 {
 					call(T, out[t*rows+gt*kernTileRows:], rows, wt, whole, t)
 				}
 				if whole < ge-gt { // the last group, short of rows
 					if last == nil {
-						last = make([]float32, kernTileMax*kernTileRows)
+						last = make([]float32, tmax*kernTileRows)
 					}
 					call(T, last, kernTileRows, wt[whole*gb:], 1, t)
 					r0 := (gt + whole) * kernTileRows

@@ -312,7 +312,7 @@ func TestTileKQuantsMatchGo(t *testing.T) {
 
 // TestTileF16 checks the packed F16 layout against the rows (missing rows
 // zero) and each level's F16 tile kernels against kernTileF16Go bit for
-// bit, for 1..8 tokens and three groups, the last short of rows.
+// bit, for 1..12 tokens and three groups, the last short of rows.
 func TestTileF16(t *testing.T) {
 	levels := kernTileLevels(gguf.TypeF16)
 	if len(levels) == 0 {
@@ -337,7 +337,7 @@ func TestTileF16(t *testing.T) {
 	}
 	for _, level := range levels {
 		kern := kernSetFor(level).tileF16
-		for T := 1; T <= kernTileMax; T++ {
+		for T := 1; T <= kernTileF16Max; T++ {
 			x := kernRandActivations(rng, T, cols)
 			stride := groups*kernTileRows + 3
 			got, want := make([]float32, T*stride), make([]float32, T*stride)

@@ -152,7 +152,7 @@ func kernMatMulTileBF16(p *Pool, ks *kernSet, kern *[kernTileMax + 1]kernTileBF1
 	p.Share(n*cols, kernGrain(p, n*cols, 1<<14), func(i0, i1 int) {
 		ks.toBF16(xb[i0:i1], x[i0:i1])
 	})
-	kernTileLoop(p, w, 32*cols, kernPackBF16, n, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
+	kernTileLoop(p, w, 32*cols, kernPackBF16, n, kernTileMax, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
 		kernTileBF16Call(kern[T], T, out, ostride, wt, groups, cols, xb[t*cols:(t+T)*cols])
 	})
 }

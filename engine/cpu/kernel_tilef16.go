@@ -8,8 +8,8 @@ import (
 )
 
 // The F16 tile kernels: F16 weights repacked column by column in groups of
-// sixteen rows (kernPackF16), dotted in float32 with one to kernTileMax
-// tokens at a time. Per column the sixteen rows are converted once and
+// sixteen rows (kernPackF16), dotted in float32 with one to
+// kernTileF16Max tokens at a time. Per column the sixteen rows are converted once and
 // take one fused multiply-add per token, the token's value broadcast:
 // the conversion is shared by the tokens where the row-wise kernels
 // (dotFloat2x4) convert each row for every four. Each (row, token) lane
@@ -20,6 +20,11 @@ import (
 // groups packed in w (cols columns each), out[t·ostride + 16g + i] = the
 // dot of row i of group g with x[t·cols:(t+1)·cols].
 type kernTileF16Func func(out []float32, ostride int, w []byte, groups, cols int, x []float32)
+
+// kernTileF16Max is the most tokens an F16 tile kernel takes: more than
+// the quantized tiles' kernTileMax, since each column's conversion
+// (VCVTPH2PS) is shared by that many fused multiply-adds.
+const kernTileF16Max = 12
 
 // kernTileF16Cols is what an F16 tile kernel's cols must be a multiple of
 // (its step).
@@ -111,9 +116,9 @@ func kernTileCheck(kind string, T, ostride, groups, cols, nw, nx, nout int) {
 
 // kernMatMulTileF16 is MatMul for F16 weights through the tile kernels
 // kern (kern[T] for T tokens).
-func kernMatMulTileF16(p *Pool, kern *[kernTileMax + 1]kernTileF16Func, out []float32, w Weight, x []float32, n int) {
+func kernMatMulTileF16(p *Pool, kern *[kernTileF16Max + 1]kernTileF16Func, out []float32, w Weight, x []float32, n int) {
 	cols := w.Cols
-	kernTileLoop(p, w, 32*cols, kernPackF16, n, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
+	kernTileLoop(p, w, 32*cols, kernPackF16, n, kernTileF16Max, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
 		kernTileF16Call(kern[T], T, out, ostride, wt, groups, cols, x[t*cols:(t+T)*cols])
 	})
 }

@@ -38,6 +38,9 @@ const (
 	sigTile       = "func(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)"
 	q4TileBlock   = 288 // bytes of one block of sixteen rows
 	tileMaxTokens = 8
+	// tileF16Max is the most tokens of an F16 tile kernel (engine/cpu
+	// kernTileF16Max).
+	tileF16Max = 12
 )
 
 func genTilesAVX512(a *asm) {
@@ -52,7 +55,7 @@ func genTilesAVX512(a *asm) {
 	for n := 1; n <= tileMaxTokens; n++ {
 		a.tileQ6K(n)
 	}
-	for n := 1; n <= tileMaxTokens; n++ {
+	for n := 1; n <= tileF16Max; n++ {
 		a.tileF16(n)
 	}
 	for n := 1; n <= tileMaxTokens; n++ {

@@ -17,9 +17,12 @@ import (
 // end, so that each lane adds its columns in the same two chains whatever
 // the number of tokens.
 //
-// Registers: SI the weights, DI token 0's values, R9 = 4·cols (the
-// tokens' stride) and R10..R13 as tile's, BX counts groups, CX four-column
-// steps, R8 walks out.
+// Up to twelve tokens (tileF16Max): more tokens per conversion than the
+// quantized tiles' eight, 24 accumulators and the four columns.
+//
+// Registers: SI the weights, DI token 0's values, DX token 8's, R9 =
+// 4·cols (the tokens' stride) and R10..R13 as tile's, BX counts groups, CX
+// four-column steps, R8 walks out.
 func (a *asm) tileF16(n int) {
 	a.text(fmt.Sprintf("kernTileF16x%dAVX512", n), 0,
 		"func(out []float32, ostride int, w []byte, groups, cols int, x []float32)")
@@ -37,6 +40,9 @@ func (a *asm) tileF16(n int) {
 	a.Label("group")
 	a.jzero(RBX, "end")
 	a.MOVQ(a.arg("x_base"), RDI)
+	if n > 8 {
+		a.LEAQ(memx(RDI, 0, R9, 8), RDX)
+	}
 	a.MOVQ(a.arg("cols"), RCX)
 	a.SHRQ(U8(2), RCX)
 	for t := range n {
@@ -54,11 +60,18 @@ func (a *asm) tileF16(n int) {
 	}
 	for c, z := range w {
 		for t := range n {
-			a.VFMADD231PS_BCST(tileRow(RDI, t, 4*c), z, acc(t, c%2))
+			x := tileRow(RDI, t, 4*c)
+			if t >= 8 {
+				x = tileRow(RDX, t-8, 4*c)
+			}
+			a.VFMADD231PS_BCST(x, z, acc(t, c%2))
 		}
 	}
 	a.ADDQ(U8(128), RSI)
 	a.ADDQ(U8(16), RDI)
+	if n > 8 {
+		a.ADDQ(U8(16), RDX)
+	}
 	a.DECQ(RCX)
 	a.JNZ(lbl("col"))
 
