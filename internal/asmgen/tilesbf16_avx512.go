@@ -19,69 +19,19 @@ import (
 // second into Z(2t+1), summed at the end, so that each lane adds its
 // columns in the same two chains whatever the number of tokens.
 //
-// Registers: SI the weights, DI token 0's values, R9 = 2·cols (the
-// tokens' stride) and R10..R13 as tile's, BX counts groups, CX four-column
-// steps, R8 walks out.
+// The frame and registers are tileFloat's.
 func (a *asm) tileBF16(n int) {
-	a.text(fmt.Sprintf("kernTileBF16x%dAVX512", n), 0,
-		"func(out []float32, ostride int, w []byte, groups, cols int, x []uint16)")
-	acc := func(t, p int) VecPhysical { return tileZ(2*t + p) }
-	a.MOVQ(a.arg("w_base"), RSI)
-	a.MOVQ(a.arg("out_base"), R8)
-	a.MOVQ(a.arg("groups"), RBX)
-	a.MOVQ(a.arg("cols"), R9)
-	a.SHLQ(U8(1), R9)
-	a.LEAQ(memx(R9, 0, R9, 1), R10)
-	a.LEAQ(memx(R9, 0, R9, 2), R11)
-	a.LEAQ(memx(R9, 0, R9, 4), R12)
-	a.LEAQ(memx(R11, 0, R10, 2), R13)
-
-	a.Label("group")
-	a.jzero(RBX, "end")
-	a.MOVQ(a.arg("x_base"), RDI)
-	a.MOVQ(a.arg("cols"), RCX)
-	a.SHRQ(U8(2), RCX)
-	for t := range n {
-		for p := range 2 {
-			a.VPXORD(acc(t, p), acc(t, p), acc(t, p))
+	a.tileFloat(fmt.Sprintf("kernTileBF16x%dAVX512", n), "[]uint16", 1, n, func(x func(t, disp int) Mem, acc func(t, p int) VecPhysical) {
+		w := []VecPhysical{Z28, Z29}
+		for p, z := range w {
+			a.VMOVDQU64(mem(RSI, 64*p), z)
 		}
-	}
-	a.jzero(RCX, "store")
-
-	a.Label("col")
-	a.tilePrefetch(128)
-	w := []VecPhysical{Z28, Z29}
-	for p, z := range w {
-		a.VMOVDQU64(mem(RSI, 64*p), z)
-	}
-	for p, z := range w {
-		for t := range n {
-			a.vdpbf16psBcst(tileRow(RDI, t, 4*p), z, acc(t, p))
+		for p, z := range w {
+			for t := range n {
+				a.vdpbf16psBcst(x(t, 4*p), z, acc(t, p))
+			}
 		}
-	}
-	a.ADDQ(U8(128), RSI)
-	a.ADDQ(U8(8), RDI)
-	a.DECQ(RCX)
-	a.JNZ(lbl("col"))
-
-	a.Label("store")
-	a.MOVQ(a.arg("ostride"), RCX)
-	a.SHLQ(U8(2), RCX)
-	a.MOVQ(R8, RAX)
-	for t := range n {
-		if t > 0 {
-			a.ADDQ(RCX, RAX)
-		}
-		a.VADDPS(acc(t, 1), acc(t, 0), acc(t, 0))
-		a.VMOVUPS(acc(t, 0), mem(RAX, 0))
-	}
-	a.ADDQ(U8(64), R8)
-	a.DECQ(RBX)
-	a.JMP(lbl("group"))
-
-	a.Label("end")
-	a.VZEROUPPER()
-	a.RET()
+	})
 }
 
 // vdpbf16psBcst emits VDPBF16PS m32bcst, mid, dst (AVX512_BF16: per lane,
