@@ -289,17 +289,10 @@ func TestForwardFixturesBF16MatMul(t *testing.T) {
 	if !HasBF16MatMul() {
 		t.Skipf("no AVX512_BF16 on this CPU (best kernel level %s)", kernBest)
 	}
-	dir := fixtures.Dir(t)
 	for _, name := range []string{"llama-spm-d64-f16.gguf", "llama-spm-d64-bf16.gguf"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			path := filepath.Join(dir, name)
-			if _, err := os.Stat(path); err != nil {
-				t.Skipf("fixture %s not found", path)
-			}
-			f, err := gguf.Open(path)
-			require.NoError(t, err)
-			t.Cleanup(func() { f.Close() })
+			f := openFixture(t, name)
 			spec, err := model.SpecFromFile(f)
 			require.NoError(t, err)
 			cfg := testConfig()
