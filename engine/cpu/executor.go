@@ -49,7 +49,7 @@ type Config struct {
 	// float32; "bf16" rounds F16 weights to bfloat16 at load (8
 	// significant bits where F16 has 11) and the activations at each
 	// MatMul, and multiplies with the CPU's AVX512_BF16 dot products, two
-	// products per lane and instruction: prompts run about twice as fast,
+	// products per lane and instruction: prompts run about 1.5 times as fast,
 	// the results differ from "f32"'s by bfloat16's rounding. New refuses
 	// "bf16" on a CPU without AVX512_BF16.
 	F16MatMul string

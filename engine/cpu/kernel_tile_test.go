@@ -341,7 +341,7 @@ func TestTileF16(t *testing.T) {
 			x := kernRandActivations(rng, T, cols)
 			stride := groups*kernTileRows + 3
 			got, want := make([]float32, T*stride), make([]float32, T*stride)
-			kernTileF16Call(kern[T], T, got, stride, w.tiles, groups, cols, x)
+			kernTileFloatCall(kern[T], T, got, stride, w.tiles, groups, cols, x)
 			kernTileF16Go(T)(want, stride, w.tiles, groups, cols, x)
 			require.Equal(t, want, got, "kern=%s tokens=%d", level, T)
 			require.NotZero(t, got[0])

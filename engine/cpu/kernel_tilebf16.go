@@ -51,15 +51,6 @@ func kernToBF16Go(dst []uint16, src []float32) {
 // kernBF16ToF32 widens a bfloat16 to float32 (exactly).
 func kernBF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
-// kernBF16Weight returns the bfloat16 of element c of an F16 or BF16 row.
-func kernBF16Weight(typ gguf.TensorType, row []byte, c int) uint16 {
-	h := binary.LittleEndian.Uint16(row[2*c:])
-	if typ == gguf.TypeBF16 {
-		return kernBF16Flush(h)
-	}
-	return kernBF16(gguf.HalfToFloat32(h))
-}
-
 // kernBF16Flush returns the bfloat16 h with a subnormal read as a zero of
 // its sign, as the kernels read it.
 func kernBF16Flush(h uint16) uint16 {
@@ -70,7 +61,7 @@ func kernBF16Flush(h uint16) uint16 {
 }
 
 // kernPackBF16 packs groups of sixteen F16 or BF16 rows from r0 into dst,
-// rounded to bfloat16 (kernBF16Weight): per group and pair of columns p,
+// rounded to bfloat16 (kernBF16, or kernBF16Flush for BF16): per group and pair of columns p,
 // each row's values of columns 2p (low half) and 2p+1 (high half), 64
 // bytes. Missing rows are zeros.
 func kernPackBF16(dst []byte, w Weight, r0, groups int) {
@@ -153,16 +144,6 @@ func kernMatMulTileBF16(p *Pool, ks *kernSet, kern *[kernTileMax + 1]kernTileBF1
 		ks.toBF16(xb[i0:i1], x[i0:i1])
 	})
 	kernTileLoop(p, w, 32*cols, kernPackBF16, n, kernTileMax, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
-		kernTileBF16Call(kern[T], T, out, ostride, wt, groups, cols, xb[t*cols:(t+T)*cols])
+		kernTileFloatCall(kern[T], T, out, ostride, wt, groups, cols, xb[t*cols:(t+T)*cols])
 	})
-}
-
-// kernTileBF16Call runs k on T tokens after checking every size the
-// assembly relies on, as kernTileF16Call does.
-func kernTileBF16Call(k kernTileBF16Func, T int, out []float32, ostride int, w []byte, groups, cols int, x []uint16) {
-	if groups <= 0 {
-		return
-	}
-	kernTileCheck("BF16", T, ostride, groups, cols, len(w), len(x), len(out))
-	k(out, ostride, w, groups, cols, x)
 }

@@ -52,6 +52,15 @@ func TestBF16Round(t *testing.T) {
 	}
 }
 
+// kernBF16Weight returns the bfloat16 of element c of an F16 or BF16 row.
+func kernBF16Weight(typ gguf.TensorType, row []byte, c int) uint16 {
+	h := binary.LittleEndian.Uint16(row[2*c:])
+	if typ == gguf.TypeBF16 {
+		return kernBF16Flush(h)
+	}
+	return kernBF16(gguf.HalfToFloat32(h))
+}
+
 // kernRandBF16Weight returns a random F16 or BF16 matrix packed for the
 // BF16 tile kernels, and its values rounded to bfloat16 (what the kernels
 // multiply).
@@ -120,7 +129,7 @@ func TestTileBF16(t *testing.T) {
 				}
 				stride := groups*kernTileRows + 3
 				got, want := make([]float32, T*stride), make([]float32, T*stride)
-				kernTileBF16Call(kern[T], T, got, stride, w.tiles, groups, cols, x)
+				kernTileFloatCall(kern[T], T, got, stride, w.tiles, groups, cols, x)
 				kernTileBF16Go(T)(want, stride, w.tiles, groups, cols, x)
 				require.Equal(t, want, got, "kern=%s type=%s tokens=%d", level, typ, T)
 				require.NotZero(t, got[0])

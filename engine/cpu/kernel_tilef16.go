@@ -93,25 +93,21 @@ func kernTileF16Go(T int) kernTileF16Func {
 	}
 }
 
-// kernTileF16Call runs k on T tokens after checking every size the
-// assembly relies on; a mismatch is a programming error and panics.
-func kernTileF16Call(k kernTileF16Func, T int, out []float32, ostride int, w []byte, groups, cols int, x []float32) {
+// kernTileFloatCall runs the F16 (x float32) or BF16 (x bfloat16 bits)
+// tile kernel k on T tokens after checking every size the assembly relies
+// on (32 bytes of weights per row group and column); a mismatch is a
+// programming error and panics.
+func kernTileFloatCall[X float32 | uint16](k func(out []float32, ostride int, w []byte, groups, cols int, x []X),
+	T int, out []float32, ostride int, w []byte, groups, cols int, x []X) {
 	if groups <= 0 {
 		return
 	}
-	kernTileCheck("F16", T, ostride, groups, cols, len(w), len(x), len(out))
-	k(out, ostride, w, groups, cols, x)
-}
-
-// kernTileCheck panics unless the sizes of a call of an F16 or BF16 tile
-// kernel (32 bytes of weights per row group and column) are what the
-// assembly relies on: a mismatch is a programming error.
-func kernTileCheck(kind string, T, ostride, groups, cols, nw, nx, nout int) {
-	if cols%kernTileF16Cols != 0 || nw < groups*32*cols || nx < T*cols ||
-		(T > 1 && ostride < groups*kernTileRows) || nout < (T-1)*ostride+groups*kernTileRows {
-		panic(fmt.Sprintf("cpu: %s tile kernel of %d tokens, %d groups of %d columns: w %d, x %d, out %d (stride %d)",
-			kind, T, groups, cols, nw, nx, nout, ostride))
+	if cols%kernTileF16Cols != 0 || len(w) < groups*32*cols || len(x) < T*cols ||
+		(T > 1 && ostride < groups*kernTileRows) || len(out) < (T-1)*ostride+groups*kernTileRows {
+		panic(fmt.Sprintf("cpu: %T tile kernel of %d tokens, %d groups of %d columns: w %d, x %d, out %d (stride %d)",
+			x, T, groups, cols, len(w), len(x), len(out), ostride))
 	}
+	k(out, ostride, w, groups, cols, x)
 }
 
 // kernMatMulTileF16 is MatMul for F16 weights through the tile kernels
@@ -119,6 +115,6 @@ func kernTileCheck(kind string, T, ostride, groups, cols, nw, nx, nout int) {
 func kernMatMulTileF16(p *Pool, kern *[kernTileF16Max + 1]kernTileF16Func, out []float32, w Weight, x []float32, n int) {
 	cols := w.Cols
 	kernTileLoop(p, w, 32*cols, kernPackF16, n, kernTileF16Max, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
-		kernTileF16Call(kern[T], T, out, ostride, wt, groups, cols, x[t*cols:(t+T)*cols])
+		kernTileFloatCall(kern[T], T, out, ostride, wt, groups, cols, x[t*cols:(t+T)*cols])
 	})
 }
