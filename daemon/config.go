@@ -71,7 +71,7 @@ type Config struct {
 	// CPUF16MatMul is how each GGUF model's CPU executor multiplies F16 and
 	// BF16 weights (cpu.F16MatMuls): "" or "f32" exactly in float32,
 	// "bf16" rounded to bfloat16 with the CPU's AVX512_BF16 dot products
-	// (about twice the prompt rate; refused on a CPU without them).
+	// (about 1.5 times the prompt rate; refused on a CPU without them).
 	CPUF16MatMul string
 	// Speculative selects speculative decoding for every model: "" or
 	// SpecOff (none), SpecNgram (prompt lookup, no model) or SpecDraft (the

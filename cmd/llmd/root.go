@@ -225,7 +225,7 @@ func (o *options) bind(fs *pflag.FlagSet) {
 		"q4_0 about 3.5 times; quantized types need head dims that are multiples of 32)")
 	fs.StringVar(&o.f16MatMul, "cpu-f16-matmul", "", "how GGUF models multiply F16 and BF16 weights: "+
 		strings.Join(cpu.F16MatMuls, ", ")+" (empty: "+cpu.F16MatMuls[0]+", exact in float32; bf16 rounds weights and activations to bfloat16 "+
-		"and uses the CPU's AVX512_BF16 dot products, about twice the prompt rate, refused on CPUs without them)")
+		"and uses the CPU's AVX512_BF16 dot products, about 1.5 times the prompt rate, refused on CPUs without them)")
 	fs.StringVar(&o.speculative, "speculative", def.Speculative,
 		"speculative decoding: off, ngram (prompt lookup: drafts copied from the prompt and output, no model) or draft (--draft-model drafts); "+
 			"pays at low load on output that repeats its input or a draft that agrees with the model")
