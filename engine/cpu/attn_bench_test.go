@@ -33,7 +33,7 @@ func attnExec(t testing.TB, spec model.Spec, typ kvType, threads, seqs, ctx, n i
 		for p := range ctx {
 			k := kernRandFloats(rng, spec.KVHeads*spec.HeadDim, 1)
 			v := kernRandFloats(rng, spec.KVHeads*spec.ValueDim, 1)
-			e.dev.write(0, int(blocks[p/bs]), p%bs, k, v)
+			e.dev.write(kernSetFor(kernUse), 0, int(blocks[p/bs]), p%bs, k, v)
 		}
 		seqIn[i] = engine.SeqInput{SeqID: uint64(i), Tokens: make([]int32, n), Pos: ctx - n, Context: ctx, Blocks: blocks, Sample: true}
 	}

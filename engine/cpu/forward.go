@@ -147,6 +147,7 @@ func (e *Executor) forward(ctx context.Context, seqs []engine.SeqInput) ([]float
 		if s.SlidingLayer(li) {
 			rp = e.ropeSWA
 		}
+		ks := kernSetFor(kernUse)
 		var worker atomic.Int32
 		e.parallel(T, qd+kd, func(a, b int) {
 			sc := e.scratch[worker.Add(1)-1]
@@ -173,7 +174,7 @@ func (e *Executor) forward(ctx context.Context, seqs []engine.SeqInput) ([]float
 				rp.apply(k, s.KVHeads, s.HeadDim, cos, sin)
 				seq := &seqs[bf.rowSeq[r]]
 				p := int(bf.rowPos[r])
-				e.dev.write(li, int(seq.Blocks[p/e.info.BlockSize]), p%e.info.BlockSize, k, v)
+				e.dev.write(ks, li, int(seq.Blocks[p/e.info.BlockSize]), p%e.info.BlockSize, k, v)
 			}
 		})
 		if last {

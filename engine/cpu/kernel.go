@@ -435,6 +435,11 @@ type kernSet struct {
 	// values (as bytes) with x; f16ToF32 and bf16ToF32 convert such a row.
 	dotF16, dotBF16     func(w []byte, x []float32) float32
 	f16ToF32, bf16ToF32 func(dst []float32, w []byte)
+	// f32ToF16 converts src to half floats in dst (two bytes each,
+	// little-endian; len(dst) >= 2·len(src)), rounding to nearest even:
+	// gguf.Float32ToHalf's bits at every level. An F16 KV cache stores
+	// every key and value with it.
+	f32ToF16 func(dst []byte, src []float32)
 	// dotFloat4[t], where present, dots a row of F32, F16 or BF16 values
 	// (as bytes) with the four rows of x that start stride values apart (x
 	// holds at least 3·stride+len(w)/size values), giving each row the bits
@@ -485,6 +490,9 @@ func kernRegister(l kernLevel, s *kernSet) {
 		}
 		if s.bf16ToF32 == nil {
 			s.bf16ToF32 = below.bf16ToF32
+		}
+		if s.f32ToF16 == nil {
+			s.f32ToF16 = below.f32ToF16
 		}
 		if s.dotFloat4 == nil {
 			s.dotFloat4 = map[gguf.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){}

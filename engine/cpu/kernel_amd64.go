@@ -23,6 +23,9 @@ func kernDotBF16AVX2(w []byte, x []float32) float32
 func kernF16ToF32AVX2(dst []float32, w []byte)
 
 //go:noescape
+func kernF32ToF16AVX2(dst []byte, src []float32)
+
+//go:noescape
 func kernBF16ToF32AVX2(dst []float32, w []byte)
 
 //go:noescape
@@ -105,6 +108,7 @@ func init() {
 		dotF16:    kernDotF16AVX2,
 		dotBF16:   kernDotBF16AVX2,
 		f16ToF32:  kernF16ToF32AVX2,
+		f32ToF16:  kernF32ToF16AVX2,
 		bf16ToF32: kernBF16ToF32AVX2,
 		dotFloat4: map[gguf.TensorType]func(res *[4]float32, w []byte, x []float32, stride int){
 			gguf.TypeF32:  kernDotF32x4AVX2,

@@ -378,6 +378,39 @@ done:
 	VZEROUPPER
 	RET
 
+// func kernF32ToF16AVX2(dst []byte, src []float32)
+// Requires: AVX, F16C
+TEXT ·kernF32ToF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), DI
+	MOVQ src_len+32(FP), CX
+	MOVQ src_base+24(FP), SI
+
+loop8:
+	CMPQ      CX, $0x08
+	JB        tail
+	VMOVUPS   (SI), Y0
+	VCVTPS2PH $0x00, Y0, (DI)
+	ADDQ      $0x20, SI
+	ADDQ      $0x10, DI
+	SUBQ      $0x08, CX
+	JMP       loop8
+
+tail:
+	TESTQ     CX, CX
+	JZ        done
+	VMOVSS    (SI), X0
+	VCVTPS2PH $0x00, X0, X0
+	VMOVD     X0, AX
+	MOVW      AX, (DI)
+	ADDQ      $0x04, SI
+	ADDQ      $0x02, DI
+	DECQ      CX
+	JMP       tail
+
+done:
+	VZEROUPPER
+	RET
+
 // func kernDotQ8_0AVX2(w []byte, xq []int8, xd []float32, xs []float32) float32
 // Requires: AVX, AVX2, F16C, FMA3
 TEXT ·kernDotQ8_0AVX2(SB), NOSPLIT, $0-100

@@ -34,6 +34,7 @@ func kernGoSet() *kernSet {
 		dotBF16:   kernDotBF16Go,
 		f16ToF32:  kernF16ToF32Go,
 		bf16ToF32: kernBF16ToF32Go,
+		f32ToF16:  kernF32ToF16Go,
 	}
 }
 
@@ -213,6 +214,13 @@ func kernHalves(b []byte) []uint16 {
 		return nil
 	}
 	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
+}
+
+func kernF32ToF16Go(dst []byte, src []float32) {
+	dst = dst[:2*len(src)]
+	for i, f := range src {
+		binary.LittleEndian.PutUint16(dst[2*i:], gguf.Float32ToHalf(f))
+	}
 }
 
 func kernF16ToF32Go(dst []float32, w []byte) {

@@ -580,3 +580,52 @@ func TestHalfConversionCoversEveryValue(t *testing.T) {
 		}
 	}
 }
+
+// TestHalfRounding checks every level's float32 to half conversion (what an
+// F16 KV cache stores) against gguf.Float32ToHalf, bit for bit: on each
+// half value, the float32s either side of each halfway point between
+// neighbouring halves and the halfway points themselves (ties to even),
+// values that overflow, half subnormals, float32 subnormals, infinities,
+// NaNs and random bit patterns, at lengths with every tail of eight.
+func TestHalfRounding(t *testing.T) {
+	var src []float32
+	for h := range 1 << 15 {
+		v := gguf.HalfToFloat32(uint16(h))
+		next := gguf.HalfToFloat32(uint16(h + 1))
+		src = append(src, v, -v)
+		if h+1 < 0x7c00 {
+			mid := float32((float64(v) + float64(next)) / 2)
+			b := math.Float32bits(mid)
+			for _, m := range []uint32{b - 1, b, b + 1} {
+				src = append(src, math.Float32frombits(m), -math.Float32frombits(m))
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(61, 62))
+	for range 1 << 16 {
+		src = append(src, math.Float32frombits(rng.Uint32()))
+	}
+	src = append(src, 65504, 65519.99, 65520, 1e10, float32(math.Inf(1)), float32(math.Inf(-1)),
+		math.Float32frombits(1), math.Float32frombits(0x807fffff), 5.960464e-08, 2.980232e-08, 2.9802326e-08,
+		math.Float32frombits(0x7fc00000), math.Float32frombits(0xffbfe001))
+	want := make([]byte, 2*len(src))
+	for i, v := range src {
+		binary.LittleEndian.PutUint16(want[2*i:], gguf.Float32ToHalf(v))
+	}
+	for _, level := range kernLevels() {
+		ks := kernSetFor(level)
+		got := make([]byte, len(want)+2)
+		ks.f32ToF16(got, src)
+		for i, v := range src {
+			require.Equal(t, binary.LittleEndian.Uint16(want[2*i:]), binary.LittleEndian.Uint16(got[2*i:]),
+				"kern=%s value %d (%#08x)", level, i, math.Float32bits(v))
+		}
+		require.Equal(t, []byte{0, 0}, got[len(want):], "kern=%s writes past the values", level)
+		for n := range 18 {
+			part := make([]byte, 2*n+2)
+			ks.f32ToF16(part, src[100:100+n])
+			require.Equal(t, want[200:200+2*n], part[:2*n], "kern=%s n=%d", level, n)
+			require.Equal(t, []byte{0, 0}, part[2*n:], "kern=%s n=%d writes past the values", level, n)
+		}
+	}
+}

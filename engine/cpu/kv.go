@@ -1,13 +1,11 @@
 package cpu
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strings"
 	"unsafe"
 
 	"github.com/llmd/llmd/model"
-	"github.com/llmd/llmd/model/gguf"
 )
 
 // kvType is what the KV cache stores one K or V value as.
@@ -135,8 +133,8 @@ func (c *kvCache) vBlockBytes() int { return c.blockSize * c.kvHeads * c.vRow }
 
 // write stores the key k (kvHeads*headDim values) and value v
 // (kvHeads*valueDim values) of one token of layer l at slot of block,
-// converting or quantizing each head's row.
-func (c *kvCache) write(l, block, slot int, k, v []float32) {
+// converting (with ks's F16 conversion) or quantizing each head's row.
+func (c *kvCache) write(ks *kernSet, l, block, slot int, k, v []float32) {
 	hd, vd, bs := c.headDim, c.valueDim, c.blockSize
 	for h := range c.kvHeads {
 		row := (block*c.kvHeads+h)*bs + slot
@@ -150,8 +148,8 @@ func (c *kvCache) write(l, block, slot int, k, v []float32) {
 		vd := c.vb[l][row*c.vRow : (row+1)*c.vRow]
 		switch c.typ {
 		case kvF16:
-			toHalf(kd, kh)
-			toHalf(vd, vh)
+			ks.f32ToF16(kd, kh)
+			ks.f32ToF16(vd, vh)
 		case kvQ8_0:
 			quantRowQ8_0(kd, kh)
 			quantRowQ8_0(vd, vh)
@@ -253,13 +251,5 @@ func (c *kvCache) copyBlock(dst int, from *kvCache, src int) {
 		sk, sv := from.blockBytes(l, src)
 		copy(dk, sk)
 		copy(dv, sv)
-	}
-}
-
-// toHalf converts src to IEEE half floats, little-endian, in dst (two
-// bytes per value), rounding to nearest even.
-func toHalf(dst []byte, src []float32) {
-	for i, f := range src[:len(dst)/2] {
-		binary.LittleEndian.PutUint16(dst[2*i:], gguf.Float32ToHalf(f))
 	}
 }

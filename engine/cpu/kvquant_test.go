@@ -117,7 +117,7 @@ func newKVAttnCase(t testing.TB, spec model.Spec, typ kvType, seqs, ctx, n int, 
 		for p := range ctx {
 			k := kernRandFloats(rng, spec.KVHeads*spec.HeadDim, 1)
 			v := kernRandFloats(rng, spec.KVHeads*spec.ValueDim, 1)
-			e.dev.write(0, int(blocks[p/bs]), p%bs, k, v)
+			e.dev.write(kernSetFor(kernUse), 0, int(blocks[p/bs]), p%bs, k, v)
 			ks, vs = append(ks, k), append(vs, v)
 		}
 		c.k, c.v = append(c.k, ks), append(c.v, vs)
@@ -329,7 +329,7 @@ func TestKVBlockBytesRoundTrip(t *testing.T) {
 		b := newKVCache(typ, layers, 2, bs, heads, hd, vd)
 		for l := range layers {
 			for slot := range bs {
-				a.write(l, 3, slot, kernRandFloats(rng, heads*hd, 1), kernRandFloats(rng, heads*vd, 1))
+				a.write(kernSetFor(kernUse), l, 3, slot, kernRandFloats(rng, heads*hd, 1), kernRandFloats(rng, heads*vd, 1))
 			}
 			k, v := a.blockBytes(l, 3)
 			require.Len(t, k, heads*bs*typ.rowBytes(hd), "kv=%s", typ)

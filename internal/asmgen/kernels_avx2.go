@@ -59,6 +59,7 @@ func genKernelsAVX2(a *asm) {
 		a.SHLL(U8(16), EAX)
 		a.MOVL(EAX, mem(RDI, 0))
 	})
+	a.toHalfAVX2()
 	for _, q := range []q0AVX2{q8AVX2, q4AVX2, q5AVX2} {
 		a.dotQ0AVX2(q)
 	}
@@ -215,6 +216,35 @@ func (a *asm) convAVX2(name string, f floatFmt, one func()) {
 		one()
 		a.ADDQ(U8(2), RSI)
 		a.ADDQ(U8(4), RDI)
+	})
+
+	a.Label("done")
+	a.VZEROUPPER()
+	a.RET()
+}
+
+// toHalfAVX2 is kernF32ToF16AVX2, func(dst []byte, src []float32):
+// VCVTPS2PH rounding to nearest even (imm 0), eight values at a time, then
+// one at a time. It is IEEE's conversion, as kernF32ToF16Go's, NaNs
+// included (quieted, the payload's top bits kept).
+func (a *asm) toHalfAVX2() {
+	a.text("kernF32ToF16AVX2", 0, "func(dst []byte, src []float32)")
+	a.MOVQ(a.arg("dst_base"), RDI)
+	a.MOVQ(a.arg("src_len"), RCX)
+	a.MOVQ(a.arg("src_base"), RSI)
+	a.whileN("loop8", RCX, 8, "tail", func() {
+		a.VMOVUPS(mem(RSI, 0), Y0)
+		a.VCVTPS2PH(U8(0), Y0, mem(RDI, 0))
+		a.ADDQ(U8(32), RSI)
+		a.ADDQ(U8(16), RDI)
+	})
+	a.whileNZ("tail", RCX, "done", func() {
+		a.VMOVSS(mem(RSI, 0), X0)
+		a.VCVTPS2PH(U8(0), X0, X0)
+		a.VMOVD(X0, EAX)
+		a.MOVW(AX, mem(RDI, 0))
+		a.ADDQ(U8(4), RSI)
+		a.ADDQ(U8(2), RDI)
 	})
 
 	a.Label("done")
