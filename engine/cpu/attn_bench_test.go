@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -17,7 +18,7 @@ func attnExec(t testing.TB, spec model.Spec, typ kvType, threads, seqs, ctx, n i
 	const bs = 16
 	rng := rand.New(rand.NewPCG(31, 32))
 	nb := (ctx + bs - 1) / bs
-	e := &Executor{spec: spec, pool: NewPool(threads)}
+	e := &Executor{spec: spec, pool: NewPool(threads), attnScale: float32(1 / math.Sqrt(float64(spec.HeadDim)))}
 	t.Cleanup(e.pool.Close)
 	e.info.BlockSize = bs
 	e.dev = newKVCache(typ, 1, seqs*nb, bs, spec.KVHeads, spec.HeadDim, spec.ValueDim)

@@ -142,35 +142,98 @@ func TestAttnAccAgrees(t *testing.T) {
 // cache type, that each query of a prefill (chunks of 16 tokens over 3
 // query heads per KV head, whose F16 blocks are converted once) gets
 // exactly the bits it gets alone (one token, F16 read in place), and
-// that the last-row-only pass of the last layer agrees too.
+// that the last-row-only pass of the last layer agrees too; over one
+// softmax step (37 keys) and several (300 keys, steps of 128), with and
+// without a sliding window that starts inside a step. The prefill also
+// agrees with float64 attention over the cache's values.
 func TestAttentionBatchInvariant(t *testing.T) {
-	const ctx = 37
 	defer func(l kernLevel) { kernUse = l }(kernUse)
 	for _, level := range kernLevels() {
 		kernUse = level
 		for _, typ := range []kvType{kvF32, kvF16, kvQ8_0, kvQ4_0} {
-			hd := 24
-			if typ.quantized() {
-				hd = 32
+			for _, c := range []struct{ ctx, window int }{{37, 0}, {300, 0}, {300, 90}} {
+				hd := 24
+				if typ.quantized() {
+					hd = 32
+				}
+				spec := model.Spec{Dim: 144, Heads: 6, KVHeads: 2, HeadDim: hd, ValueDim: hd}
+				if c.window > 0 {
+					spec.SlidingWindow, spec.SlidingPattern = c.window, 2
+				}
+				hv := spec.Heads * spec.ValueDim
+				qd := spec.Heads * spec.HeadDim
+				ctx := c.ctx
+				name := fmt.Sprintf("kern=%s kv=%s ctx=%d window=%d", level, typ, ctx, c.window)
+				e, seqs := attnExec(t, spec, typ, 2, 1, ctx, ctx)
+				require.Equal(t, 128, e.scratch[0].span, name)
+				e.attention(0, seqs, false)
+				prefill := append([]float32(nil), e.buf.att[:ctx*hv]...)
+				q := append([]float32(nil), e.buf.q[:ctx*qd]...)
+				attnCheckRef(t, e, seqs[0].Blocks, q, prefill, c.window, name)
+
+				last := seqs[0]
+				e.attention(0, []engine.SeqInput{last}, true)
+				require.Equal(t, prefill[(ctx-1)*hv:], e.buf.att[:hv], "%s: last row alone", name)
+
+				for r := range ctx {
+					copy(e.buf.q, q[r*qd:(r+1)*qd])
+					one := engine.SeqInput{Tokens: []int32{0}, Pos: r, Context: r + 1, Blocks: last.Blocks, Sample: true}
+					e.attention(0, []engine.SeqInput{one}, false)
+					require.Equal(t, prefill[r*hv:(r+1)*hv], e.buf.att[:hv], "%s: row %d alone", name, r)
+				}
 			}
-			spec := model.Spec{Dim: 144, Heads: 6, KVHeads: 2, HeadDim: hd, ValueDim: hd}
-			hv := spec.Heads * spec.ValueDim
-			qd := spec.Heads * spec.HeadDim
-			name := fmt.Sprintf("kern=%s kv=%s", level, typ)
-			e, seqs := attnExec(t, spec, typ, 2, 1, ctx, ctx)
-			e.attention(0, seqs, false)
-			prefill := append([]float32(nil), e.buf.att[:ctx*hv]...)
-			q := append([]float32(nil), e.buf.q[:ctx*qd]...)
+		}
+	}
+}
 
-			last := seqs[0]
-			e.attention(0, []engine.SeqInput{last}, true)
-			require.Equal(t, prefill[(ctx-1)*hv:], e.buf.att[:hv], "%s: last row alone", name)
-
-			for r := range ctx {
-				copy(e.buf.q, q[r*qd:(r+1)*qd])
-				one := engine.SeqInput{Tokens: []int32{0}, Pos: r, Context: r + 1, Blocks: last.Blocks, Sample: true}
-				e.attention(0, []engine.SeqInput{one}, false)
-				require.Equal(t, prefill[r*hv:(r+1)*hv], e.buf.att[:hv], "%s: row %d alone", name, r)
+// attnCheckRef checks the attention out of a prefill of queries q over the
+// first len(out)/hv positions of e's cache (layer 0, blocks) against
+// float64 causal attention over the cache's (dequantized) values, each
+// query seeing the window keys up to its own (all with window 0).
+func attnCheckRef(t *testing.T, e *Executor, blocks []int32, q, out []float32, window int, name string) {
+	s := &e.spec
+	bs := e.info.BlockSize
+	hd, vd := s.HeadDim, s.ValueDim
+	g := s.Heads / s.KVHeads
+	n := len(out) / (s.Heads * vd)
+	ks, as := kernSetFor(kernLevelGo), attnSetFor(kernLevelGo)
+	kf, vf := make([]float32, bs*hd), make([]float32, bs*vd)
+	for h := range s.Heads {
+		kh := h / g
+		keys, vals := make([][]float32, n), make([][]float32, n)
+		for p := range n {
+			blk := int(blocks[p/bs])
+			keys[p] = append([]float32(nil), e.dev.keys(ks, as, 0, blk, kh, bs, kf)[p%bs*hd:][:hd]...)
+			vals[p] = append([]float32(nil), e.dev.values(ks, as, 0, blk, kh, bs, vf)[p%bs*vd:][:vd]...)
+		}
+		for r := range n {
+			first := 0
+			if window > 0 {
+				first = max(0, r-window+1)
+			}
+			qh := q[(r*s.Heads+h)*hd:][:hd]
+			scores := make([]float64, r+1)
+			mx := math.Inf(-1)
+			for p := first; p <= r; p++ {
+				var d float64
+				for i, v := range qh {
+					d += float64(v) * float64(keys[p][i])
+				}
+				scores[p] = d * float64(e.attnScale)
+				mx = max(mx, scores[p])
+			}
+			var sum float64
+			for p := first; p <= r; p++ {
+				scores[p] = math.Exp(scores[p] - mx)
+				sum += scores[p]
+			}
+			got := out[(r*s.Heads+h)*vd:][:vd]
+			for i := range vd {
+				var want float64
+				for p := first; p <= r; p++ {
+					want += scores[p] / sum * float64(vals[p][i])
+				}
+				require.InDelta(t, want, got[i], 1e-5, "%s: row %d head %d value %d", name, r, h, i)
 			}
 		}
 	}

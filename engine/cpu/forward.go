@@ -357,8 +357,11 @@ func (e *Executor) attention(li int, seqs []engine.SeqInput, last bool) {
 // executor keeps one per pool thread; a parallel call hands them out in the
 // order its chunks start.
 type scratch struct {
-	k, v     []float32 // one block of one head, converted from F16 or dequantized
-	scores   []float32 // one block's scores for one query head
+	span     int       // keys of one softmax step of attend (attnSpan)
+	k, v     []float32 // one step's blocks of one head, converted from F16 or dequantized
+	kf, vf   [][]float32
+	kb, vb   [][]byte  // per block of a step, its keys and values (kf, vf as float32; kb, vb in place)
+	scores   []float32 // one step's scores for one query head
 	acc      []float32 // attnChunk x group x ValueDim
 	mx       []float32 // running max per query head
 	sum      []float32 // running softmax denominator per query head
@@ -367,10 +370,16 @@ type scratch struct {
 
 func newScratch(s *model.Spec, bs, ropeDims int) *scratch {
 	g := s.Heads / s.KVHeads
+	sp := attnSpan(bs, s.HeadDim, s.ValueDim)
 	return &scratch{
-		k:      make([]float32, bs*s.HeadDim),
-		v:      make([]float32, bs*s.ValueDim),
-		scores: make([]float32, bs),
+		span:   sp,
+		k:      make([]float32, sp*s.HeadDim),
+		v:      make([]float32, sp*s.ValueDim),
+		kf:     make([][]float32, sp/bs),
+		vf:     make([][]float32, sp/bs),
+		kb:     make([][]byte, sp/bs),
+		vb:     make([][]byte, sp/bs),
+		scores: make([]float32, sp),
 		acc:    make([]float32, attnChunk*g*s.ValueDim),
 		mx:     make([]float32, attnChunk*g),
 		sum:    make([]float32, attnChunk*g),
@@ -379,29 +388,50 @@ func newScratch(s *model.Spec, bs, ropeDims int) *scratch {
 	}
 }
 
+// attnSpanBytes bounds the float32 keys and values of one softmax step of
+// attend: every query of a work item reads them in turn, from L1.
+const attnSpanBytes = 32 << 10
+
+// attnSpan returns the keys of one softmax step of attend for blocks of bs
+// keys of hd dimensions and values of vd: the most blocks, a power of two,
+// whose float32 keys and values fit attnSpanBytes, and at least one. With
+// 16-key blocks of 64-dimension heads that is 64 keys, with 128-dimension
+// heads 32.
+func attnSpan(bs, hd, vd int) int {
+	sp := bs
+	for 2*sp*(hd+vd)*4 <= attnSpanBytes {
+		sp *= 2
+	}
+	return sp
+}
+
 // attnConvertMin is the fewest (query token, query head) pairs of a work
 // item for which attend converts an F16 block to float32 once; fewer read
 // it in place with the F16 kernels. Both give the same bits (attnSet).
 const attnConvertMin = 4
 
-// attend runs one attention work item with an online softmax over the
-// blocks (one pass over K and V): each block of the work item's KV head is
-// read from the cache once and serves every query token and query head of
-// the item, with the kernels of as (and ks's F16 conversion). A Q8_0 or
-// Q4_0 block is always dequantized into scratch first (as's dequantizers),
-// whatever the item's size, so its queries get the same bits in any batch.
+// attend runs one attention work item with an online softmax over steps of
+// sc.span keys (attnSpan: whole blocks, at positions that are multiples of
+// the span), in one pass over K and V: each block of the work item's KV
+// head is read from the cache once and serves every query token and query
+// head of the item, with the kernels of as (and ks's F16 conversion). A
+// Q8_0 or Q4_0 block is always dequantized into scratch first (as's
+// dequantizers), whatever the item's size, so its queries get the same bits
+// in any batch.
 //
 // A query's result depends only on the query, its position and the cache,
-// never on the other queries of the item: per block its scores are
-// computed, the running maximum, denominator and weighted sum of values are
-// rescaled when the block raises the maximum, and the block's terms are
-// added in key order.
+// never on the other queries of the item: per step its scores are computed
+// (key by key), the running maximum, denominator and weighted sum of values
+// are rescaled when the step raises the maximum, and the step's terms are
+// added in key order. A step spans several blocks so that the maximum, the
+// exponentials and their sum are taken over many keys per kernel call, not
+// sixteen: with 16-key blocks the calls cost more than the arithmetic.
 //
 // With window > 0 a query at position p sees only the keys at positions
 // p' > p − window; blocks wholly before every query's window are not read.
 func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.SeqInput, start int, t attnTask, sc *scratch) {
 	s := &e.spec
-	bs := e.info.BlockSize
+	bs, sp := e.info.BlockSize, sc.span
 	hd, vd := s.HeadDim, s.ValueDim
 	g := s.Heads / s.KVHeads
 	qd := s.Heads * hd
@@ -417,26 +447,26 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.
 	c := e.dev
 	inPlace := c.typ == kvF16 && nq*g < attnConvertMin
 	maxPos := seq.Pos + t.t1 - 1
-	first := 0 // first block any query of the item sees
+	seen := 0 // the first key any query of the item sees
 	if window > 0 {
-		first = max(0, seq.Pos+t.t0-window+1) / bs
+		seen = max(0, seq.Pos+t.t0-window+1)
 	}
-	for bi := first; bi*bs <= maxPos; bi++ {
-		base := bi * bs
-		nslot := min(bs, maxPos+1-base)
-		blk := int(seq.Blocks[bi])
-		var K, V []float32
-		var K16, V16 []byte
-		if inPlace {
-			K16 = c.keyBytes(li, blk, t.head, nslot)
-			V16 = c.valueBytes(li, blk, t.head, nslot)
-		} else {
-			K = c.keys(ks, as, li, blk, t.head, nslot, sc.k)
-			V = c.values(ks, as, li, blk, t.head, nslot, sc.v)
+	for base := seen / sp * sp; base <= maxPos; base += sp {
+		nkeys := min(sp, maxPos+1-base)
+		for b := max(0, seen-base) / bs; b*bs < nkeys; b++ {
+			n := min(bs, nkeys-b*bs)
+			blk := int(seq.Blocks[(base+b*bs)/bs])
+			if inPlace {
+				sc.kb[b] = c.keyBytes(li, blk, t.head, n)
+				sc.vb[b] = c.valueBytes(li, blk, t.head, n)
+			} else {
+				sc.kf[b] = c.keys(ks, as, li, blk, t.head, n, sc.k[b*bs*hd:])
+				sc.vf[b] = c.values(ks, as, li, blk, t.head, n, sc.v[b*bs*vd:])
+			}
 		}
 		for qt := t.t0; qt < t.t1; qt++ {
-			// The query sees slots [from, lim) of this block.
-			lim := min(nslot, seq.Pos+qt+1-base)
+			// The query sees keys [from, lim) of this step.
+			lim := min(nkeys, seq.Pos+qt+1-base)
 			from := 0
 			if window > 0 {
 				from = max(0, seq.Pos+qt-window+1-base)
@@ -448,12 +478,18 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.
 			for hh := range g {
 				qh := e.buf.q[row*qd+(t.head*g+hh)*hd:][:hd]
 				idx := (qt-t.t0)*g + hh
-				scores := sc.scores[:lim-from]
-				if inPlace {
-					as.dotsF16(scores, qh, K16[2*from*hd:2*lim*hd], scale)
-				} else {
-					as.dotsF32(scores, qh, K[from*hd:lim*hd], scale)
+				// Block b holds keys [b·bs, b·bs+bs) of the step; the
+				// query's part of it is [lo, hi), at o within the block.
+				for b := from / bs; b*bs < lim; b++ {
+					lo, hi := max(from, b*bs), min(lim, b*bs+bs)
+					o := lo - b*bs
+					if inPlace {
+						as.dotsF16(sc.scores[lo:hi], qh, sc.kb[b][2*o*hd:2*(o+hi-lo)*hd], scale)
+					} else {
+						as.dotsF32(sc.scores[lo:hi], qh, sc.kf[b][o*hd:(o+hi-lo)*hd], scale)
+					}
 				}
+				scores := sc.scores[from:lim]
 				bm := as.max(scores)
 				corr := float32(1)
 				if m := mx[idx]; bm > m {
@@ -462,10 +498,17 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.
 				}
 				sum[idx] = sum[idx]*corr + as.expSum(scores, mx[idx])
 				a := acc[idx*vd : (idx+1)*vd]
-				if inPlace {
-					as.accF16(a, scores, V16[2*from*vd:2*lim*vd], corr)
-				} else {
-					as.accF32(a, scores, V[from*vd:lim*vd], corr)
+				// The first block rescales the sum; the rest add to it
+				// (times 1, exact), so the keys go in order as in one call.
+				for b := from / bs; b*bs < lim; b++ {
+					lo, hi := max(from, b*bs), min(lim, b*bs+bs)
+					o := lo - b*bs
+					if inPlace {
+						as.accF16(a, sc.scores[lo:hi], sc.vb[b][2*o*vd:2*(o+hi-lo)*vd], corr)
+					} else {
+						as.accF32(a, sc.scores[lo:hi], sc.vf[b][o*vd:(o+hi-lo)*vd], corr)
+					}
+					corr = 1
 				}
 			}
 		}
