@@ -357,15 +357,15 @@ func (e *Executor) attention(li int, seqs []engine.SeqInput, last bool) {
 // executor keeps one per pool thread; a parallel call hands them out in the
 // order its chunks start.
 type scratch struct {
-	span     int       // keys of one softmax step of attend (attnSpan)
-	k, v     []float32 // one step's blocks of one head, converted from F16 or dequantized
-	kf, vf   [][]float32
-	kb, vb   [][]byte  // per block of a step, its keys and values (kf, vf as float32; kb, vb in place)
-	scores   []float32 // one step's scores for one query head
-	acc      []float32 // attnChunk x group x ValueDim
-	mx       []float32 // running max per query head
-	sum      []float32 // running softmax denominator per query head
-	cos, sin []float32 // RoPE angles of one position
+	span     int         // keys of one softmax step of attend (attnSpan)
+	k, v     []float32   // one step's keys and values of one head, converted from F16 or dequantized
+	kf, vf   [][]float32 // per block of a step, an F32 cache's keys and values (views)
+	kb, vb   [][]byte    // per block of a step, an F16 cache's keys and values in place
+	scores   []float32   // one step's scores for one query head
+	acc      []float32   // attnChunk x group x ValueDim
+	mx       []float32   // running max per query head
+	sum      []float32   // running softmax denominator per query head
+	cos, sin []float32   // RoPE angles of one position
 }
 
 func newScratch(s *model.Spec, bs, ropeDims int) *scratch {
@@ -445,7 +445,12 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.
 		sum[i] = 0
 	}
 	c := e.dev
+	// The keys and values are read from the cache block by block where
+	// it holds float32 (views) or the item has few queries for an F16
+	// block (in place), else converted into scratch, one run per step.
+	f32 := c.typ == kvF32
 	inPlace := c.typ == kvF16 && nq*g < attnConvertMin
+	perBlock := f32 || inPlace
 	maxPos := seq.Pos + t.t1 - 1
 	seen := 0 // the first key any query of the item sees
 	if window > 0 {
@@ -456,12 +461,16 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.
 		for b := max(0, seen-base) / bs; b*bs < nkeys; b++ {
 			n := min(bs, nkeys-b*bs)
 			blk := int(seq.Blocks[(base+b*bs)/bs])
-			if inPlace {
+			switch {
+			case f32:
+				sc.kf[b] = c.keys(ks, as, li, blk, t.head, n, nil)
+				sc.vf[b] = c.values(ks, as, li, blk, t.head, n, nil)
+			case inPlace:
 				sc.kb[b] = c.keyBytes(li, blk, t.head, n)
 				sc.vb[b] = c.valueBytes(li, blk, t.head, n)
-			} else {
-				sc.kf[b] = c.keys(ks, as, li, blk, t.head, n, sc.k[b*bs*hd:])
-				sc.vf[b] = c.values(ks, as, li, blk, t.head, n, sc.v[b*bs*vd:])
+			default: // one run in scratch for the whole step
+				c.keys(ks, as, li, blk, t.head, n, sc.k[b*bs*hd:])
+				c.values(ks, as, li, blk, t.head, n, sc.v[b*bs*vd:])
 			}
 		}
 		for qt := t.t0; qt < t.t1; qt++ {
@@ -478,18 +487,21 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.
 			for hh := range g {
 				qh := e.buf.q[row*qd+(t.head*g+hh)*hd:][:hd]
 				idx := (qt-t.t0)*g + hh
+				scores := sc.scores[from:lim]
+				if !perBlock {
+					as.dotsF32(scores, qh, sc.k[from*hd:lim*hd], scale)
+				}
 				// Block b holds keys [b·bs, b·bs+bs) of the step; the
 				// query's part of it is [lo, hi), at o within the block.
-				for b := from / bs; b*bs < lim; b++ {
+				for b := from / bs; perBlock && b*bs < lim; b++ {
 					lo, hi := max(from, b*bs), min(lim, b*bs+bs)
 					o := lo - b*bs
-					if inPlace {
-						as.dotsF16(sc.scores[lo:hi], qh, sc.kb[b][2*o*hd:2*(o+hi-lo)*hd], scale)
-					} else {
+					if f32 {
 						as.dotsF32(sc.scores[lo:hi], qh, sc.kf[b][o*hd:(o+hi-lo)*hd], scale)
+					} else {
+						as.dotsF16(sc.scores[lo:hi], qh, sc.kb[b][2*o*hd:2*(o+hi-lo)*hd], scale)
 					}
 				}
-				scores := sc.scores[from:lim]
 				bm := as.max(scores)
 				corr := float32(1)
 				if m := mx[idx]; bm > m {
@@ -498,15 +510,20 @@ func (e *Executor) attend(as *attnSet, ks *kernSet, li, window int, seq *engine.
 				}
 				sum[idx] = sum[idx]*corr + as.expSum(scores, mx[idx])
 				a := acc[idx*vd : (idx+1)*vd]
+				if !perBlock {
+					as.accF32(a, scores, sc.v[from*vd:lim*vd], corr)
+					continue
+				}
 				// The first block rescales the sum; the rest add to it
-				// (times 1, exact), so the keys go in order as in one call.
+				// (times 1, exact), so the keys go in order as in one
+				// call.
 				for b := from / bs; b*bs < lim; b++ {
 					lo, hi := max(from, b*bs), min(lim, b*bs+bs)
 					o := lo - b*bs
-					if inPlace {
-						as.accF16(a, sc.scores[lo:hi], sc.vb[b][2*o*vd:2*(o+hi-lo)*vd], corr)
-					} else {
+					if f32 {
 						as.accF32(a, sc.scores[lo:hi], sc.vf[b][o*vd:(o+hi-lo)*vd], corr)
+					} else {
+						as.accF16(a, sc.scores[lo:hi], sc.vb[b][2*o*vd:2*(o+hi-lo)*vd], corr)
 					}
 					corr = 1
 				}
