@@ -290,11 +290,7 @@ func (e *Executor) rmsNorm(out, x, w []float32, rows int) {
 	e.parallel(rows, d, func(a, b int) {
 		for r := a; r < b; r++ {
 			xr, or := x[r*d:(r+1)*d], out[r*d:(r+1)*d]
-			var ss float64
-			for _, v := range xr {
-				ss += float64(v) * float64(v)
-			}
-			scale := float32(1 / math.Sqrt(ss/float64(d)+eps))
+			scale := float32(1 / math.Sqrt(sumSquares(xr)/float64(d)+eps))
 			for i, v := range xr {
 				or[i] = v * scale * w[i]
 			}
