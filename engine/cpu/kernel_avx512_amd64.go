@@ -194,18 +194,6 @@ func kernTileF16x7AVX512(out []float32, ostride int, w []byte, groups, cols int,
 //go:noescape
 func kernTileF16x8AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
 
-//go:noescape
-func kernTileF16x9AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
-
-//go:noescape
-func kernTileF16x10AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
-
-//go:noescape
-func kernTileF16x11AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
-
-//go:noescape
-func kernTileF16x12AVX512(out []float32, ostride int, w []byte, groups, cols int, x []float32)
-
 // The BF16 tile kernels (kernTileBF16Go is their model), for CPUs with
 // AVX512_BF16.
 
@@ -346,8 +334,7 @@ func init() {
 		dotF16: kernDotF16AVX512,
 		tileF16: &[kernTileF16Max + 1]kernTileF16Func{nil,
 			kernTileF16x1AVX512, kernTileF16x2AVX512, kernTileF16x3AVX512, kernTileF16x4AVX512,
-			kernTileF16x5AVX512, kernTileF16x6AVX512, kernTileF16x7AVX512, kernTileF16x8AVX512,
-			kernTileF16x9AVX512, kernTileF16x10AVX512, kernTileF16x11AVX512, kernTileF16x12AVX512},
+			kernTileF16x5AVX512, kernTileF16x6AVX512, kernTileF16x7AVX512, kernTileF16x8AVX512},
 		tileBF16: tileBF16,
 		toBF16:   kernToBF16Z,
 		dotBF16:  kernDotBF16AVX512,

@@ -206,7 +206,7 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 	} else {
 		quantize(0, n)
 	}
-	kernTileLoop(p, w, nb*tl.blockBytes, tl.pack, n, kernTileMax, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
+	kernTileLoop(p, w, nb*tl.blockBytes, tl.pack, n, kernTileMax, 1, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
 		q, d := xq[t*cols:(t+T)*cols], dc[words*t*nb:words*(t+T)*nb]
 		kernTileCall(tl.kern[T], tl, T, out, ostride, wt, groups, nb, q, d)
 	})
@@ -214,12 +214,14 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 
 // kernTileLoop runs a tile family over w's groups of sixteen rows (gb
 // bytes each, packed by pack where w.tiles does not hold them): per tile
-// of groups (which stays in cache), tokens in steps of up to tmax,
-// call(T, out, ostride, wt, groups, t) computing tokens t..t+T-1 of the
+// of groups (which stays in cache), tokens in steps of up to tmax (of
+// nearly equal size, kernTileStep), call(T, out, ostride, wt, groups, t) computing tokens t..t+T-1 of the
 // groups in wt into out (token i's outputs at out[i·ostride:]). The
 // tokens' activations stay in L1 while the weights come from L2, and from
-// memory only for the first step.
-func kernTileLoop(p *Pool, w Weight, gb int, pack func(dst []byte, w Weight, r0, groups int), n, tmax int, out []float32,
+// memory only for the first step. Tiles and each thread's share of the
+// groups are multiples of gm groups (but for the last), for kernels that
+// take gm groups at once.
+func kernTileLoop(p *Pool, w Weight, gb int, pack func(dst []byte, w Weight, r0, groups int), n, tmax, gm int, out []float32,
 	call func(T int, out []float32, ostride int, wt []byte, groups, t int)) {
 	rows := w.Rows
 	groups := kernTileGroups(rows)
@@ -227,9 +229,10 @@ func kernTileLoop(p *Pool, w Weight, gb int, pack func(dst []byte, w Weight, r0,
 	if len(packed) != groups*gb {
 		packed = nil
 	}
-	tileG := max(1, kernTileBytes/max(gb, 1))
+	tileG := (max(1, kernTileBytes/max(gb, 1)) + gm - 1) / gm * gm
+	grain := (kernGrain(p, groups, tileG) + gm - 1) / gm * gm
 	full := rows / kernTileRows // groups without missing rows
-	p.Share(groups, kernGrain(p, groups, tileG), func(g0, g1 int) {
+	p.Share(groups, grain, func(g0, g1 int) {
 		var buf []byte
 		if packed == nil {
 			bp := kernTileBufPool.Get().(*[]byte)
@@ -250,8 +253,9 @@ func kernTileLoop(p *Pool, w Weight, gb int, pack func(dst []byte, w Weight, r0,
 				pack(wt, w, gt*kernTileRows, ge-gt)
 			}
 			whole := min(ge, full) - gt // groups written straight into out
-			for t := 0; t < n; t += tmax {
-				T := min(tmax, n-t)
+			steps := (n + tmax - 1) / tmax
+			for i, t := 0, 0; i < steps; i++ {
+				T := kernTileStep(n, steps, i)
 				if whole > 0 {
 					call(T, out[t*rows+gt*kernTileRows:], rows, wt, whole, t)
 				}
@@ -261,14 +265,31 @@ func kernTileLoop(p *Pool, w Weight, gb int, pack func(dst []byte, w Weight, r0,
 					}
 					call(T, last, kernTileRows, wt[whole*gb:], 1, t)
 					r0 := (gt + whole) * kernTileRows
-					for i := range T {
-						copy(out[(t+i)*rows+r0:(t+i+1)*rows], last[i*kernTileRows:])
+					for j := range T {
+						copy(out[(t+j)*rows+r0:(t+j+1)*rows], last[j*kernTileRows:])
 					}
 				}
+				t += T
 			}
 		}
 	})
 }
+
+// kernTileStep is how many tokens step i of steps takes when kernTileLoop
+// splits n tokens into steps of nearly equal size (the first n%steps one
+// more): eight tokens in at most six are four and four, not six and two,
+// whose kernel keeps fewer chains busy.
+func kernTileStep(n, steps, i int) int {
+	T := n / steps
+	if i < n%steps {
+		T++
+	}
+	return T
+}
+
+// kernTileFewest is the fewest tokens of one of kernTileLoop's steps over
+// n tokens in steps of up to tmax.
+func kernTileFewest(n, tmax int) int { return n / ((n + tmax - 1) / tmax) }
 
 // kernTileDots returns the dotQ, dotQ4 and dotQ8 of tl: one weight row
 // packed alone into a group and dotted with one, four or eight tokens by

@@ -312,39 +312,89 @@ func TestTileKQuantsMatchGo(t *testing.T) {
 
 // TestTileF16 checks the packed F16 layout against the rows (missing rows
 // zero) and each level's F16 tile kernels against kernTileF16Go bit for
-// bit, for 1..12 tokens and three groups, the last short of rows.
+// bit, for 1..12 tokens and three groups, the last short of rows, then
+// eleven groups (the few-token kernels take two or four groups at once,
+// then the ones left over).
 func TestTileF16(t *testing.T) {
 	levels := kernTileLevels(gguf.TypeF16)
 	if len(levels) == 0 {
 		t.Skipf("no F16 tile kernels on this CPU (best level %s)", kernBest)
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
-	const rows, cols = 41, 200
-	w, deq := kernRandWeight(t, rng, gguf.TypeF16, rows, cols)
-	groups := kernTileGroups(rows)
-	require.Len(t, w.tiles, groups*32*cols)
-	for g := range groups {
-		for i := range kernTileRows {
-			for c := range cols {
-				got := gguf.HalfToFloat32(binary.LittleEndian.Uint16(w.tiles[g*32*cols+32*c+2*i:]))
-				want := float32(0)
-				if r := g*kernTileRows + i; r < rows {
-					want = deq[r*cols+c]
+	for _, rows := range []int{41, 169} {
+		const cols = 200
+		w, deq := kernRandWeight(t, rng, gguf.TypeF16, rows, cols)
+		groups := kernTileGroups(rows)
+		require.Len(t, w.tiles, groups*32*cols)
+		for g := range groups {
+			for i := range kernTileRows {
+				for c := range cols {
+					got := gguf.HalfToFloat32(binary.LittleEndian.Uint16(w.tiles[g*32*cols+32*c+2*i:]))
+					want := float32(0)
+					if r := g*kernTileRows + i; r < rows {
+						want = deq[r*cols+c]
+					}
+					require.Equal(t, want, got, "group %d row %d column %d", g, i, c)
 				}
-				require.Equal(t, want, got, "group %d row %d column %d", g, i, c)
+			}
+		}
+		for _, level := range levels {
+			kern := kernSetFor(level).tileF16
+			for T := 1; T <= kernTileF16Max; T++ {
+				x := kernRandActivations(rng, T, cols)
+				stride := groups*kernTileRows + 3
+				got, want := make([]float32, T*stride), make([]float32, T*stride)
+				kernTileFloatCall(kern[T], T, got, stride, w.tiles, groups, cols, x)
+				kernTileF16Go(T)(want, stride, w.tiles, groups, cols, x)
+				require.Equal(t, want, got, "kern=%s rows=%d tokens=%d", level, rows, T)
+				for i := range T {
+					require.NotZero(t, got[i*stride+rows-1], "tokens=%d token %d", T, i)
+				}
 			}
 		}
 	}
-	for _, level := range levels {
-		kern := kernSetFor(level).tileF16
-		for T := 1; T <= kernTileF16Max; T++ {
-			x := kernRandActivations(rng, T, cols)
-			stride := groups*kernTileRows + 3
-			got, want := make([]float32, T*stride), make([]float32, T*stride)
-			kernTileFloatCall(kern[T], T, got, stride, w.tiles, groups, cols, x)
-			kernTileF16Go(T)(want, stride, w.tiles, groups, cols, x)
-			require.Equal(t, want, got, "kern=%s tokens=%d", level, T)
-			require.NotZero(t, got[0])
+}
+
+// BenchmarkTileFloatKernel runs the F16 and BF16 tile kernels alone on
+// weights that stay in L2 (four groups of sixteen rows): their compute
+// rate, in multiply-adds, against the core's two 16-lane FMAs per cycle.
+func BenchmarkTileFloatKernel(b *testing.B) {
+	ks := kernSetFor(kernBest)
+	for _, cols := range []int{896, 4864} {
+		const groups = 4
+		w, _ := kernRandWeight(b, rand.New(rand.NewPCG(1, 2)), gguf.TypeF16, groups*kernTileRows, cols)
+		packed := alignedMake[byte](groups * 32 * cols)
+		x := kernRandFloats(rand.New(rand.NewPCG(3, 4)), kernTileF16Max*cols, 1)
+		run := func(b *testing.B, T int, call func(out []float32)) {
+			out := make([]float32, T*groups*kernTileRows)
+			for b.Loop() {
+				call(out)
+			}
+			b.ReportMetric(float64(b.N)*float64(T*groups*kernTileRows*cols)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+		}
+		if kern := ks.tileF16; kern != nil {
+			kernPackF16(packed, w, 0, groups)
+			for T := 1; T <= kernTileF16Max; T++ {
+				b.Run(fmt.Sprintf("type=F16/cols=%d/tokens=%d", cols, T), func(b *testing.B) {
+					run(b, T, func(out []float32) {
+						kernTileFloatCall(kern[T], T, out, groups*kernTileRows, packed, groups, cols, x)
+					})
+				})
+			}
+		}
+		if kern := ks.tileBF16; kern != nil {
+			kernPackBF16(packed, w, 0, groups)
+			xb := make([]uint16, kernTileMax*cols)
+			for i := range xb {
+				xb[i] = kernBF16(x[i%len(x)])
+			}
+			for T := 1; T <= kernTileMax; T++ {
+				b.Run(fmt.Sprintf("type=BF16/cols=%d/tokens=%d", cols, T), func(b *testing.B) {
+					run(b, T, func(out []float32) {
+						kernTileFloatCall(kern[T], T, out, groups*kernTileRows, packed, groups, cols, xb)
+					})
+				})
+			}
 		}
 	}
 }

@@ -126,6 +126,16 @@ var kernTileBF16Gos = [kernTileMax + 1]kernTileBF16Func{nil,
 	kernTileBF16Go(1), kernTileBF16Go(2), kernTileBF16Go(3), kernTileBF16Go(4),
 	kernTileBF16Go(5), kernTileBF16Go(6), kernTileBF16Go(7), kernTileBF16Go(8)}
 
+// kernTileBF16Groups is how many groups of sixteen rows the AVX-512 BF16
+// kernel of T tokens takes at once (asmgen's tileBF16Groups), as
+// kernTileF16Groups.
+func kernTileBF16Groups(T int) int {
+	if T <= 3 {
+		return 4
+	}
+	return 1
+}
+
 // kernBF16Pool holds the bfloat16 copies of MatMul's activations.
 var kernBF16Pool = sync.Pool{New: func() any { return new([]uint16) }}
 
@@ -143,7 +153,7 @@ func kernMatMulTileBF16(p *Pool, ks *kernSet, kern *[kernTileMax + 1]kernTileBF1
 	p.Share(n*cols, kernGrain(p, n*cols, 1<<14), func(i0, i1 int) {
 		ks.toBF16(xb[i0:i1], x[i0:i1])
 	})
-	kernTileLoop(p, w, 32*cols, kernPackBF16, n, kernTileMax, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
+	kernTileLoop(p, w, 32*cols, kernPackBF16, n, kernTileMax, kernTileBF16Groups(kernTileFewest(n, kernTileMax)), out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
 		kernTileFloatCall(kern[T], T, out, ostride, wt, groups, cols, xb[t*cols:(t+T)*cols])
 	})
 }

@@ -95,44 +95,49 @@ func kernBF16Levels() []kernLevel {
 // TestTileBF16 checks the packed layout against the rows rounded to
 // bfloat16 (missing rows zero) and each level's BF16 tile kernels against
 // kernTileBF16Go bit for bit, for 1..8 tokens and three groups, the last
-// short of rows, with activations spread over many binades so that the
-// order of the additions shows in the bits.
+// short of rows, then eleven groups (the kernels of up to three tokens
+// take four at once, then the ones left over), with activations spread over
+// many binades so that the order of the additions shows in the bits.
 func TestTileBF16(t *testing.T) {
 	for _, typ := range []gguf.TensorType{gguf.TypeF16, gguf.TypeBF16} {
-		rng := rand.New(rand.NewPCG(11, 12))
-		const rows, cols = 41, 200
-		w, vals := kernRandBF16Weight(t, rng, typ, rows, cols)
-		groups := kernTileGroups(rows)
-		require.Len(t, w.tiles, groups*32*cols)
-		for g := range groups {
-			for i := range kernTileRows {
-				for c := range cols {
-					got := kernBF16ToF32(binary.LittleEndian.Uint16(w.tiles[g*32*cols+64*(c/2)+4*i+2*(c%2):]))
-					want := float32(0)
-					if r := g*kernTileRows + i; r < rows {
-						want = vals[r*cols+c]
+		for _, rows := range []int{41, 169} {
+			rng := rand.New(rand.NewPCG(11, 12))
+			const cols = 200
+			w, vals := kernRandBF16Weight(t, rng, typ, rows, cols)
+			groups := kernTileGroups(rows)
+			require.Len(t, w.tiles, groups*32*cols)
+			for g := range groups {
+				for i := range kernTileRows {
+					for c := range cols {
+						got := kernBF16ToF32(binary.LittleEndian.Uint16(w.tiles[g*32*cols+64*(c/2)+4*i+2*(c%2):]))
+						want := float32(0)
+						if r := g*kernTileRows + i; r < rows {
+							want = vals[r*cols+c]
+						}
+						require.Equal(t, want, got, "type %s group %d row %d column %d", typ, g, i, c)
 					}
-					require.Equal(t, want, got, "type %s group %d row %d column %d", typ, g, i, c)
 				}
 			}
-		}
-		levels := kernBF16Levels()
-		if len(levels) == 0 {
-			t.Skipf("no BF16 tile kernels on this CPU (best level %s)", kernBest)
-		}
-		for _, level := range levels {
-			kern := kernSetFor(level).tileBF16
-			for T := 1; T <= kernTileMax; T++ {
-				x := make([]uint16, T*cols)
-				for i := range x {
-					x[i] = kernBF16(float32(rng.NormFloat64() * math.Exp2(float64(rng.IntN(40)-20))))
+			levels := kernBF16Levels()
+			if len(levels) == 0 {
+				t.Skipf("no BF16 tile kernels on this CPU (best level %s)", kernBest)
+			}
+			for _, level := range levels {
+				kern := kernSetFor(level).tileBF16
+				for T := 1; T <= kernTileMax; T++ {
+					x := make([]uint16, T*cols)
+					for i := range x {
+						x[i] = kernBF16(float32(rng.NormFloat64() * math.Exp2(float64(rng.IntN(40)-20))))
+					}
+					stride := groups*kernTileRows + 3
+					got, want := make([]float32, T*stride), make([]float32, T*stride)
+					kernTileFloatCall(kern[T], T, got, stride, w.tiles, groups, cols, x)
+					kernTileBF16Go(T)(want, stride, w.tiles, groups, cols, x)
+					require.Equal(t, want, got, "kern=%s type=%s rows=%d tokens=%d", level, typ, rows, T)
+					for i := range T {
+						require.NotZero(t, got[i*stride+rows-1], "tokens=%d token %d", T, i)
+					}
 				}
-				stride := groups*kernTileRows + 3
-				got, want := make([]float32, T*stride), make([]float32, T*stride)
-				kernTileFloatCall(kern[T], T, got, stride, w.tiles, groups, cols, x)
-				kernTileBF16Go(T)(want, stride, w.tiles, groups, cols, x)
-				require.Equal(t, want, got, "kern=%s type=%s tokens=%d", level, typ, T)
-				require.NotZero(t, got[0])
 			}
 		}
 	}

@@ -21,10 +21,33 @@ import (
 // dot of row i of group g with x[t·cols:(t+1)·cols].
 type kernTileF16Func func(out []float32, ostride int, w []byte, groups, cols int, x []float32)
 
-// kernTileF16Max is the most tokens an F16 tile kernel takes: more than
-// the quantized tiles' kernTileMax, since each column's conversion
-// (VCVTPH2PS) is shared by that many fused multiply-adds.
-const kernTileF16Max = 12
+// kernTileF16Max is the most tokens an F16 tile kernel takes, and
+// kernTileF16Step the most MatMul gives one when it has more tokens than
+// that: the AVX-512 kernels of up to six tokens take two groups of rows
+// at once (four for up to three tokens), each token's broadcast value
+// shared by both, and keep the FMA pipes busier than those of seven or
+// more on one group. Up to kernTileF16Max tokens go in one step all the
+// same: the weights then come from memory once, with all the tokens' work
+// to hide it, where two steps would read them from memory in the first
+// and then compute the second from the cache.
+const (
+	kernTileF16Max  = 8
+	kernTileF16Step = 6
+)
+
+// kernTileF16Groups is how many groups of sixteen rows the AVX-512 F16
+// kernel of T tokens takes at once (asmgen's tileF16Groups; then one at a
+// time for the groups left over): MatMul gives it tiles and shares of
+// that many groups.
+func kernTileF16Groups(T int) int {
+	switch {
+	case T <= 3:
+		return 4
+	case T <= 6:
+		return 2
+	}
+	return 1
+}
 
 // kernTileF16Cols is what an F16 tile kernel's cols must be a multiple of
 // (its step).
@@ -114,7 +137,11 @@ func kernTileFloatCall[X float32 | uint16](k func(out []float32, ostride int, w 
 // kern (kern[T] for T tokens).
 func kernMatMulTileF16(p *Pool, kern *[kernTileF16Max + 1]kernTileF16Func, out []float32, w Weight, x []float32, n int) {
 	cols := w.Cols
-	kernTileLoop(p, w, 32*cols, kernPackF16, n, kernTileF16Max, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
+	step := kernTileF16Max
+	if n > step {
+		step = kernTileF16Step
+	}
+	kernTileLoop(p, w, 32*cols, kernPackF16, n, step, kernTileF16Groups(kernTileFewest(n, step)), out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
 		kernTileFloatCall(kern[T], T, out, ostride, wt, groups, cols, x[t*cols:(t+T)*cols])
 	})
 }

@@ -40,7 +40,7 @@ const (
 	tileMaxTokens = 8
 	// tileF16Max is the most tokens of an F16 tile kernel (engine/cpu
 	// kernTileF16Max).
-	tileF16Max = 12
+	tileF16Max = 8
 )
 
 func genTilesAVX512(a *asm) {

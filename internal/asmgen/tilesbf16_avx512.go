@@ -13,25 +13,44 @@ import (
 // weights rounded to bfloat16 and packed by column pairs in groups of
 // sixteen rows (engine/cpu kernPackBF16: per pair of columns the rows'
 // two values, 64 bytes), the sixteen lanes the rows, and each token's
-// values rounded to bfloat16 (x, cols values per token). Per four columns,
-// Z28 and Z29 hold the two pairs' weights, then per token one VDPBF16PS
-// each with the token's pair broadcast: the first pair into Z(2t), the
-// second into Z(2t+1), summed at the end, so that each lane adds its
-// columns in the same two chains whatever the number of tokens.
+// values rounded to bfloat16 (x, cols values per token). Per four columns
+// and group, the two pairs' weights, then per token one VDPBF16PS each
+// with the token's pair broadcast: the first pair into one accumulator,
+// the second into another, summed at the end, so that each lane adds its
+// columns in the same two chains whatever the number of tokens. With up
+// to three tokens the kernel takes tileBF16Groups(n) = four groups at
+// once, as the F16 ones do, for chains enough to cover VDPBF16PS's
+// latency (from four tokens on, two groups measured no faster: their
+// broadcasts come from memory, one per VDPBF16PS).
 //
 // The frame and registers are tileFloat's.
 func (a *asm) tileBF16(n int) {
-	a.tileFloat(fmt.Sprintf("kernTileBF16x%dAVX512", n), "[]uint16", 1, n, func(x func(t, disp int) Mem, acc func(t, p int) VecPhysical) {
-		w := []VecPhysical{Z28, Z29}
-		for p, z := range w {
-			a.VMOVDQU64(mem(RSI, 64*p), z)
-		}
-		for p, z := range w {
-			for t := range n {
-				a.vdpbf16psBcst(x(t, 4*p), z, acc(t, p))
+	a.tileFloat(fmt.Sprintf("kernTileBF16x%dAVX512", n), "[]uint16", 1, n, tileBF16Groups(n),
+		func(G int, x func(t, disp int) Mem, w func(g, disp int) Mem, acc func(g, t, p int) VecPhysical) {
+			ws := make([]VecPhysical, G)
+			for g := range ws {
+				ws[g] = tileZ(32 - G + g)
 			}
-		}
-	})
+			for p := range 2 {
+				for g, z := range ws {
+					a.VMOVDQU64(w(g, 64*p), z)
+				}
+				for g, z := range ws {
+					for t := range n {
+						a.vdpbf16psBcst(x(t, 4*p), z, acc(g, t, p))
+					}
+				}
+			}
+		})
+}
+
+// tileBF16Groups is how many groups of sixteen rows the BF16 kernel of n
+// tokens takes at once (engine/cpu kernTileBF16Groups).
+func tileBF16Groups(n int) int {
+	if n <= 3 {
+		return 4
+	}
+	return 1
 }
 
 // vdpbf16psBcst emits VDPBF16PS m32bcst, mid, dst (AVX512_BF16: per lane,
