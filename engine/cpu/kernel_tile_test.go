@@ -213,9 +213,9 @@ func TestTilePackQ8_0(t *testing.T) {
 // BenchmarkTilePack measures the repacking NewWeight does at load: MB/s of
 // the file's bytes.
 func BenchmarkTilePack(b *testing.B) {
-	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0} {
+	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0, gguf.TypeF16} {
 		b.Run(fmt.Sprintf("type=%s", typ), func(b *testing.B) {
-			if kernSetFor(kernBest).tile[typ] == nil {
+			if ks := kernSetFor(kernBest); ks.tile[typ] == nil && (typ != gguf.TypeF16 || ks.tileF16 == nil) {
 				b.Skipf("no tile kernels for %s on this CPU", typ)
 			}
 			w, _ := kernRandWeight(b, rand.New(rand.NewPCG(1, 2)), typ, 4864, 896)
