@@ -215,8 +215,9 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 // kernTileLoop runs a tile family over w's groups of sixteen rows (gb
 // bytes each, packed by pack where w.tiles does not hold them): per tile
 // of groups (which stays in cache), tokens in steps of up to tmax (of
-// nearly equal size, kernTileStep), call(T, out, ostride, wt, groups, t) computing tokens t..t+T-1 of the
-// groups in wt into out (token i's outputs at out[i·ostride:]). The
+// nearly equal size, kernTileStep), call(T, out, ostride, wt, groups, t)
+// computing tokens t..t+T-1 of the groups in wt into out (token i's
+// outputs at out[i·ostride:]). The
 // tokens' activations stay in L1 while the weights come from L2, and from
 // memory only for the first step. Tiles and each thread's share of the
 // groups are multiples of gm groups (but for the last), for kernels that
@@ -277,8 +278,8 @@ func kernTileLoop(p *Pool, w Weight, gb int, pack func(dst []byte, w Weight, r0,
 
 // kernTileStep is how many tokens step i of steps takes when kernTileLoop
 // splits n tokens into steps of nearly equal size (the first n%steps one
-// more): eight tokens in at most six are four and four, not six and two,
-// whose kernel keeps fewer chains busy.
+// more): fourteen tokens in steps of up to six are five, five and four,
+// not six, six and two, whose kernel keeps fewer chains busy.
 func kernTileStep(n, steps, i int) int {
 	T := n / steps
 	if i < n%steps {
