@@ -312,7 +312,7 @@ func TestTileKQuantsMatchGo(t *testing.T) {
 
 // TestTileF16 checks the packed F16 layout against the rows (missing rows
 // zero) and each level's F16 tile kernels against kernTileF16Go bit for
-// bit, for 1..12 tokens and three groups, the last short of rows, then
+// bit, for 1..8 tokens and three groups, the last short of rows, then
 // eleven groups (the few-token kernels take two or four groups at once,
 // then the ones left over).
 func TestTileF16(t *testing.T) {
