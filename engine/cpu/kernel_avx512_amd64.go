@@ -44,6 +44,21 @@ func kernDotBF16x4AVX512(res *[4]float32, w []byte, x []float32, stride int)
 // The Q4_0 tile kernels (kernTileFunc), for 1..8 tokens.
 
 //go:noescape
+func kernTileQ4_0x1s2AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ8_0x1s2AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ5_0x1s2AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ4_Kx1s2AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
+func kernTileQ6_Kx1s2AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
 func kernTileQ4_0x1AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
 
 //go:noescape
@@ -252,6 +267,7 @@ func init() {
 		kern: [kernTileMax + 1]kernTileFunc{nil,
 			kernTileQ4_0x1AVX512, kernTileQ4_0x2AVX512, kernTileQ4_0x3AVX512, kernTileQ4_0x4AVX512,
 			kernTileQ4_0x5AVX512, kernTileQ4_0x6AVX512, kernTileQ4_0x7AVX512, kernTileQ4_0x8AVX512},
+		streams: kernTileQ4_0x1s2AVX512,
 	}
 	q4Dot, q4Dot4, q4Dot8 := kernTileDots(gguf.TypeQ4_0, q4)
 	q8 := &kernTile{
@@ -261,6 +277,7 @@ func init() {
 		kern: [kernTileMax + 1]kernTileFunc{nil,
 			kernTileQ8_0x1AVX512, kernTileQ8_0x2AVX512, kernTileQ8_0x3AVX512, kernTileQ8_0x4AVX512,
 			kernTileQ8_0x5AVX512, kernTileQ8_0x6AVX512, kernTileQ8_0x7AVX512, kernTileQ8_0x8AVX512},
+		streams: kernTileQ8_0x1s2AVX512,
 	}
 	q8Dot, q8Dot4, q8Dot8 := kernTileDots(gguf.TypeQ8_0, q8)
 	q4k := &kernTile{
@@ -270,6 +287,7 @@ func init() {
 		kern: [kernTileMax + 1]kernTileFunc{nil,
 			kernTileQ4_Kx1AVX512, kernTileQ4_Kx2AVX512, kernTileQ4_Kx3AVX512, kernTileQ4_Kx4AVX512,
 			kernTileQ4_Kx5AVX512, kernTileQ4_Kx6AVX512, kernTileQ4_Kx7AVX512, kernTileQ4_Kx8AVX512},
+		streams: kernTileQ4_Kx1s2AVX512,
 	}
 	q4kDot, q4kDot4, q4kDot8 := kernTileDots(gguf.TypeQ4_K, q4k)
 	q5 := &kernTile{
@@ -279,6 +297,7 @@ func init() {
 		kern: [kernTileMax + 1]kernTileFunc{nil,
 			kernTileQ5_0x1AVX512, kernTileQ5_0x2AVX512, kernTileQ5_0x3AVX512, kernTileQ5_0x4AVX512,
 			kernTileQ5_0x5AVX512, kernTileQ5_0x6AVX512, kernTileQ5_0x7AVX512, kernTileQ5_0x8AVX512},
+		streams: kernTileQ5_0x1s2AVX512,
 	}
 	q5Dot, q5Dot4, q5Dot8 := kernTileDots(gguf.TypeQ5_0, q5)
 	q6k := &kernTile{
@@ -289,6 +308,7 @@ func init() {
 		kern: [kernTileMax + 1]kernTileFunc{nil,
 			kernTileQ6_Kx1AVX512, kernTileQ6_Kx2AVX512, kernTileQ6_Kx3AVX512, kernTileQ6_Kx4AVX512,
 			kernTileQ6_Kx5AVX512, kernTileQ6_Kx6AVX512, kernTileQ6_Kx7AVX512, kernTileQ6_Kx8AVX512},
+		streams: kernTileQ6_Kx1s2AVX512,
 	}
 	q6kDot, q6kDot4, q6kDot8 := kernTileDots(gguf.TypeQ6_K, q6k)
 	kernRegister(kernLevelAVX512, &kernSet{

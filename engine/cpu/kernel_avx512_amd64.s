@@ -4001,6 +4001,127 @@ end:
 	VZEROUPPER
 	RET
 
+// func kernTileQ4_0x1s2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·kernTileQ4_0x1s2AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVQ         groups+56(FP), R14
+	IMULQ        nb+64(FP), R14
+	IMUL3Q       $0x00000120, R14, R14
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	PREFETCHT0       4096(SI)
+	PREFETCHT0       4096(SI)(R14*1)
+	PREFETCHT0       4160(SI)
+	PREFETCHT0       4160(SI)(R14*1)
+	PREFETCHT0       4224(SI)
+	PREFETCHT0       4224(SI)(R14*1)
+	PREFETCHT0       4288(SI)
+	PREFETCHT0       4288(SI)(R14*1)
+	PREFETCHT0       4352(SI)
+	PREFETCHT0       4352(SI)(R14*1)
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VCVTPH2PS        (SI)(R14*1), Z24
+	VMOVDQU64        32(SI)(R14*1), Z14
+	VMOVDQU64        96(SI)(R14*1), Z15
+	VMOVDQU64        160(SI)(R14*1), Z16
+	VMOVDQU64        224(SI)(R14*1), Z17
+	VPSRLW           $0x04, Z14, Z20
+	VPSRLW           $0x04, Z15, Z21
+	VPSRLW           $0x04, Z16, Z22
+	VPSRLW           $0x04, Z17, Z23
+	VPANDD           Z9, Z14, Z14
+	VPANDD           Z9, Z15, Z15
+	VPANDD           Z9, Z16, Z16
+	VPANDD           Z9, Z17, Z17
+	VPANDD           Z9, Z20, Z20
+	VPANDD           Z9, Z21, Z21
+	VPANDD           Z9, Z22, Z22
+	VPANDD           Z9, Z23, Z23
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX), Z12
+	VPXORD           Z11, Z11, Z11
+	VPXORD           Z13, Z13, Z13
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI), Z14, Z12
+	VPDPBUSD.BCST    4(DI), Z1, Z11
+	VPDPBUSD.BCST    4(DI), Z15, Z13
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI), Z16, Z12
+	VPDPBUSD.BCST    12(DI), Z3, Z11
+	VPDPBUSD.BCST    12(DI), Z17, Z13
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI), Z20, Z12
+	VPDPBUSD.BCST    20(DI), Z5, Z11
+	VPDPBUSD.BCST    20(DI), Z21, Z13
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI), Z22, Z12
+	VPDPBUSD.BCST    28(DI), Z7, Z11
+	VPDPBUSD.BCST    28(DI), Z23, Z13
+	VPADDD           Z11, Z10, Z10
+	VPADDD           Z13, Z12, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST (DX), Z12, Z19
+	ADDQ             $0x00000120, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	VMOVUPS Z18, (R8)
+	MOVQ    groups+56(FP), AX
+	SHLQ    $0x06, AX
+	VMOVUPS Z19, (R8)(AX*1)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
 // func kernTileQ8_0x1AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
 TEXT ·kernTileQ8_0x1AVX512(SB), NOSPLIT, $0-120
@@ -5015,6 +5136,119 @@ store:
 	VMOVUPS Z24, (AX)
 	ADDQ    CX, AX
 	VMOVUPS Z25, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ8_0x1s2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·kernTileQ8_0x1s2AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVQ         groups+56(FP), R14
+	IMULQ        nb+64(FP), R14
+	IMUL3Q       $0x00000220, R14, R14
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	PREFETCHT0       4096(SI)
+	PREFETCHT0       4096(SI)(R14*1)
+	PREFETCHT0       4160(SI)
+	PREFETCHT0       4160(SI)(R14*1)
+	PREFETCHT0       4224(SI)
+	PREFETCHT0       4224(SI)(R14*1)
+	PREFETCHT0       4288(SI)
+	PREFETCHT0       4288(SI)(R14*1)
+	PREFETCHT0       4352(SI)
+	PREFETCHT0       4352(SI)(R14*1)
+	PREFETCHT0       4416(SI)
+	PREFETCHT0       4416(SI)(R14*1)
+	PREFETCHT0       4480(SI)
+	PREFETCHT0       4480(SI)(R14*1)
+	PREFETCHT0       4544(SI)
+	PREFETCHT0       4544(SI)(R14*1)
+	PREFETCHT0       4608(SI)
+	PREFETCHT0       4608(SI)(R14*1)
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        32(SI), Z0
+	VMOVDQU64        96(SI), Z1
+	VMOVDQU64        160(SI), Z2
+	VMOVDQU64        224(SI), Z3
+	VMOVDQU64        288(SI), Z4
+	VMOVDQU64        352(SI), Z5
+	VMOVDQU64        416(SI), Z6
+	VMOVDQU64        480(SI), Z7
+	VCVTPH2PS        (SI)(R14*1), Z24
+	VMOVDQU64        32(SI)(R14*1), Z14
+	VMOVDQU64        96(SI)(R14*1), Z15
+	VMOVDQU64        160(SI)(R14*1), Z16
+	VMOVDQU64        224(SI)(R14*1), Z17
+	VMOVDQU64        288(SI)(R14*1), Z20
+	VMOVDQU64        352(SI)(R14*1), Z21
+	VMOVDQU64        416(SI)(R14*1), Z22
+	VMOVDQU64        480(SI)(R14*1), Z23
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX), Z12
+	VPXORD           Z11, Z11, Z11
+	VPXORD           Z13, Z13, Z13
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI), Z14, Z12
+	VPDPBUSD.BCST    4(DI), Z1, Z11
+	VPDPBUSD.BCST    4(DI), Z15, Z13
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI), Z16, Z12
+	VPDPBUSD.BCST    12(DI), Z3, Z11
+	VPDPBUSD.BCST    12(DI), Z17, Z13
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI), Z20, Z12
+	VPDPBUSD.BCST    20(DI), Z5, Z11
+	VPDPBUSD.BCST    20(DI), Z21, Z13
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI), Z22, Z12
+	VPDPBUSD.BCST    28(DI), Z7, Z11
+	VPDPBUSD.BCST    28(DI), Z23, Z13
+	VPADDD           Z11, Z10, Z10
+	VPADDD           Z13, Z12, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST (DX), Z12, Z19
+	ADDQ             $0x00000220, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	VMOVUPS Z18, (R8)
+	MOVQ    groups+56(FP), AX
+	SHLQ    $0x06, AX
+	VMOVUPS Z19, (R8)(AX*1)
 	ADDQ    $0x40, R8
 	DECQ    BX
 	JMP     group
@@ -6213,6 +6447,161 @@ store:
 	VMOVUPS Z24, (AX)
 	ADDQ    CX, AX
 	VMOVUPS Z25, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ5_0x1s2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·kernTileQ5_0x1s2AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000010, AX
+	VPBROADCASTB AX, Z26
+	MOVQ         groups+56(FP), R14
+	IMULQ        nb+64(FP), R14
+	IMUL3Q       $0x00000160, R14, R14
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	PREFETCHT0       4096(SI)
+	PREFETCHT0       4096(SI)(R14*1)
+	PREFETCHT0       4160(SI)
+	PREFETCHT0       4160(SI)(R14*1)
+	PREFETCHT0       4224(SI)
+	PREFETCHT0       4224(SI)(R14*1)
+	PREFETCHT0       4288(SI)
+	PREFETCHT0       4288(SI)(R14*1)
+	PREFETCHT0       4352(SI)
+	PREFETCHT0       4352(SI)(R14*1)
+	PREFETCHT0       4416(SI)
+	PREFETCHT0       4416(SI)(R14*1)
+	VCVTPH2PS        (SI), Z8
+	VMOVDQU64        96(SI), Z0
+	VMOVDQU64        160(SI), Z1
+	VMOVDQU64        224(SI), Z2
+	VMOVDQU64        288(SI), Z3
+	VPSRLW           $0x04, Z0, Z4
+	VPSRLW           $0x04, Z1, Z5
+	VPSRLW           $0x04, Z2, Z6
+	VPSRLW           $0x04, Z3, Z7
+	VPANDD           Z9, Z0, Z0
+	VPANDD           Z9, Z1, Z1
+	VPANDD           Z9, Z2, Z2
+	VPANDD           Z9, Z3, Z3
+	VPANDD           Z9, Z4, Z4
+	VPANDD           Z9, Z5, Z5
+	VPANDD           Z9, Z6, Z6
+	VPANDD           Z9, Z7, Z7
+	VPSLLW           $0x04, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSLLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSLLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSLLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPTERNLOGD       $0xf8, 32(SI), Z26, Z4
+	VPSRLW           $0x01, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x02, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x03, 32(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VCVTPH2PS        (SI)(R14*1), Z24
+	VMOVDQU64        96(SI)(R14*1), Z14
+	VMOVDQU64        160(SI)(R14*1), Z15
+	VMOVDQU64        224(SI)(R14*1), Z16
+	VMOVDQU64        288(SI)(R14*1), Z17
+	VPSRLW           $0x04, Z14, Z20
+	VPSRLW           $0x04, Z15, Z21
+	VPSRLW           $0x04, Z16, Z22
+	VPSRLW           $0x04, Z17, Z23
+	VPANDD           Z9, Z14, Z14
+	VPANDD           Z9, Z15, Z15
+	VPANDD           Z9, Z16, Z16
+	VPANDD           Z9, Z17, Z17
+	VPANDD           Z9, Z20, Z20
+	VPANDD           Z9, Z21, Z21
+	VPANDD           Z9, Z22, Z22
+	VPANDD           Z9, Z23, Z23
+	VPSLLW           $0x04, 32(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z14
+	VPSLLW           $0x03, 32(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z15
+	VPSLLW           $0x02, 32(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z16
+	VPSLLW           $0x01, 32(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z17
+	VPTERNLOGD       $0xf8, 32(SI)(R14*1), Z26, Z20
+	VPSRLW           $0x01, 32(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z21
+	VPSRLW           $0x02, 32(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z22
+	VPSRLW           $0x03, 32(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z23
+	VPBROADCASTD     4(DX), Z10
+	VPBROADCASTD     4(DX), Z12
+	VPXORD           Z11, Z11, Z11
+	VPXORD           Z13, Z13, Z13
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    (DI), Z14, Z12
+	VPDPBUSD.BCST    4(DI), Z1, Z11
+	VPDPBUSD.BCST    4(DI), Z15, Z13
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    8(DI), Z16, Z12
+	VPDPBUSD.BCST    12(DI), Z3, Z11
+	VPDPBUSD.BCST    12(DI), Z17, Z13
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    16(DI), Z20, Z12
+	VPDPBUSD.BCST    20(DI), Z5, Z11
+	VPDPBUSD.BCST    20(DI), Z21, Z13
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    24(DI), Z22, Z12
+	VPDPBUSD.BCST    28(DI), Z7, Z11
+	VPDPBUSD.BCST    28(DI), Z23, Z13
+	VPADDD           Z11, Z10, Z10
+	VPADDD           Z13, Z12, Z12
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST (DX), Z12, Z19
+	ADDQ             $0x00000160, SI
+	ADDQ             $0x20, DI
+	ADDQ             $0x08, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	VMOVUPS Z18, (R8)
+	MOVQ    groups+56(FP), AX
+	SHLQ    $0x06, AX
+	VMOVUPS Z19, (R8)(AX*1)
 	ADDQ    $0x40, R8
 	DECQ    BX
 	JMP     group
@@ -11889,6 +12278,662 @@ store:
 	VMOVUPS Z24, (AX)
 	ADDQ    CX, AX
 	VMOVUPS Z25, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ4_Kx1s2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·kernTileQ4_Kx1s2AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x03, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVQ         groups+56(FP), R14
+	IMULQ        nb+64(FP), R14
+	IMUL3Q       $0x00000128, R14, R14
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS         (SI), Z27
+	VCVTPH2PS         32(SI), Z28
+	VCVTPH2PS         (SI)(R14*1), Z29
+	VCVTPH2PS         32(SI)(R14*1), Z30
+	PREFETCHT0        4096(SI)
+	PREFETCHT0        4160(SI)
+	PREFETCHT0        4224(SI)
+	PREFETCHT0        4288(SI)
+	VPANDD            320(SI), Z9, Z0
+	VPANDD            384(SI), Z9, Z1
+	VPANDD            448(SI), Z9, Z2
+	VPANDD            512(SI), Z9, Z3
+	VPANDD            576(SI), Z9, Z4
+	VPANDD            640(SI), Z9, Z5
+	VPANDD            704(SI), Z9, Z6
+	VPANDD            768(SI), Z9, Z7
+	VPMOVZXBD         64(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         192(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     (DI), Z0, Z10
+	VPDPBUSD.BCST     4(DI), Z1, Z11
+	VPDPBUSD.BCST     8(DI), Z2, Z10
+	VPDPBUSD.BCST     12(DI), Z3, Z11
+	VPDPBUSD.BCST     16(DI), Z4, Z10
+	VPDPBUSD.BCST     20(DI), Z5, Z11
+	VPDPBUSD.BCST     24(DI), Z6, Z10
+	VPDPBUSD.BCST     28(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  (DX), Z10, Z18
+	VFNMADD231PS.BCST 4(DX), Z26, Z18
+	PREFETCHT0        4096(SI)(R14*1)
+	PREFETCHT0        4160(SI)(R14*1)
+	PREFETCHT0        4224(SI)(R14*1)
+	PREFETCHT0        4288(SI)(R14*1)
+	VPANDD            320(SI)(R14*1), Z9, Z14
+	VPANDD            384(SI)(R14*1), Z9, Z15
+	VPANDD            448(SI)(R14*1), Z9, Z16
+	VPANDD            512(SI)(R14*1), Z9, Z17
+	VPANDD            576(SI)(R14*1), Z9, Z20
+	VPANDD            640(SI)(R14*1), Z9, Z21
+	VPANDD            704(SI)(R14*1), Z9, Z22
+	VPANDD            768(SI)(R14*1), Z9, Z23
+	VPMOVZXBD         64(SI)(R14*1), Z24
+	VCVTDQ2PS         Z24, Z24
+	VMULPS            Z29, Z24, Z24
+	VPMOVZXBD         192(SI)(R14*1), Z25
+	VCVTDQ2PS         Z25, Z25
+	VMULPS            Z30, Z25, Z25
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     (DI), Z14, Z12
+	VPDPBUSD.BCST     4(DI), Z15, Z13
+	VPDPBUSD.BCST     8(DI), Z16, Z12
+	VPDPBUSD.BCST     12(DI), Z17, Z13
+	VPDPBUSD.BCST     16(DI), Z20, Z12
+	VPDPBUSD.BCST     20(DI), Z21, Z13
+	VPDPBUSD.BCST     24(DI), Z22, Z12
+	VPDPBUSD.BCST     28(DI), Z23, Z13
+	VPADDD            Z13, Z12, Z12
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z24, Z12, Z12
+	VFMADD231PS.BCST  (DX), Z12, Z19
+	VFNMADD231PS.BCST 4(DX), Z25, Z19
+	PREFETCHT0        4352(SI)
+	PREFETCHT0        4416(SI)
+	PREFETCHT0        4480(SI)
+	PREFETCHT0        4544(SI)
+	PREFETCHT0        4608(SI)
+	VPSRLW            $0x04, 320(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 384(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 448(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 512(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 576(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 640(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 704(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 768(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         80(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         208(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     32(DI), Z0, Z10
+	VPDPBUSD.BCST     36(DI), Z1, Z11
+	VPDPBUSD.BCST     40(DI), Z2, Z10
+	VPDPBUSD.BCST     44(DI), Z3, Z11
+	VPDPBUSD.BCST     48(DI), Z4, Z10
+	VPDPBUSD.BCST     52(DI), Z5, Z11
+	VPDPBUSD.BCST     56(DI), Z6, Z10
+	VPDPBUSD.BCST     60(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  8(DX), Z10, Z18
+	VFNMADD231PS.BCST 12(DX), Z26, Z18
+	PREFETCHT0        4352(SI)(R14*1)
+	PREFETCHT0        4416(SI)(R14*1)
+	PREFETCHT0        4480(SI)(R14*1)
+	PREFETCHT0        4544(SI)(R14*1)
+	PREFETCHT0        4608(SI)(R14*1)
+	VPSRLW            $0x04, 320(SI)(R14*1), Z14
+	VPANDD            Z9, Z14, Z14
+	VPSRLW            $0x04, 384(SI)(R14*1), Z15
+	VPANDD            Z9, Z15, Z15
+	VPSRLW            $0x04, 448(SI)(R14*1), Z16
+	VPANDD            Z9, Z16, Z16
+	VPSRLW            $0x04, 512(SI)(R14*1), Z17
+	VPANDD            Z9, Z17, Z17
+	VPSRLW            $0x04, 576(SI)(R14*1), Z20
+	VPANDD            Z9, Z20, Z20
+	VPSRLW            $0x04, 640(SI)(R14*1), Z21
+	VPANDD            Z9, Z21, Z21
+	VPSRLW            $0x04, 704(SI)(R14*1), Z22
+	VPANDD            Z9, Z22, Z22
+	VPSRLW            $0x04, 768(SI)(R14*1), Z23
+	VPANDD            Z9, Z23, Z23
+	VPMOVZXBD         80(SI)(R14*1), Z24
+	VCVTDQ2PS         Z24, Z24
+	VMULPS            Z29, Z24, Z24
+	VPMOVZXBD         208(SI)(R14*1), Z25
+	VCVTDQ2PS         Z25, Z25
+	VMULPS            Z30, Z25, Z25
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     32(DI), Z14, Z12
+	VPDPBUSD.BCST     36(DI), Z15, Z13
+	VPDPBUSD.BCST     40(DI), Z16, Z12
+	VPDPBUSD.BCST     44(DI), Z17, Z13
+	VPDPBUSD.BCST     48(DI), Z20, Z12
+	VPDPBUSD.BCST     52(DI), Z21, Z13
+	VPDPBUSD.BCST     56(DI), Z22, Z12
+	VPDPBUSD.BCST     60(DI), Z23, Z13
+	VPADDD            Z13, Z12, Z12
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z24, Z12, Z12
+	VFMADD231PS.BCST  8(DX), Z12, Z19
+	VFNMADD231PS.BCST 12(DX), Z25, Z19
+	PREFETCHT0        4672(SI)
+	PREFETCHT0        4736(SI)
+	PREFETCHT0        4800(SI)
+	PREFETCHT0        4864(SI)
+	VPANDD            832(SI), Z9, Z0
+	VPANDD            896(SI), Z9, Z1
+	VPANDD            960(SI), Z9, Z2
+	VPANDD            1024(SI), Z9, Z3
+	VPANDD            1088(SI), Z9, Z4
+	VPANDD            1152(SI), Z9, Z5
+	VPANDD            1216(SI), Z9, Z6
+	VPANDD            1280(SI), Z9, Z7
+	VPMOVZXBD         96(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         224(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     64(DI), Z0, Z10
+	VPDPBUSD.BCST     68(DI), Z1, Z11
+	VPDPBUSD.BCST     72(DI), Z2, Z10
+	VPDPBUSD.BCST     76(DI), Z3, Z11
+	VPDPBUSD.BCST     80(DI), Z4, Z10
+	VPDPBUSD.BCST     84(DI), Z5, Z11
+	VPDPBUSD.BCST     88(DI), Z6, Z10
+	VPDPBUSD.BCST     92(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  16(DX), Z10, Z18
+	VFNMADD231PS.BCST 20(DX), Z26, Z18
+	PREFETCHT0        4672(SI)(R14*1)
+	PREFETCHT0        4736(SI)(R14*1)
+	PREFETCHT0        4800(SI)(R14*1)
+	PREFETCHT0        4864(SI)(R14*1)
+	VPANDD            832(SI)(R14*1), Z9, Z14
+	VPANDD            896(SI)(R14*1), Z9, Z15
+	VPANDD            960(SI)(R14*1), Z9, Z16
+	VPANDD            1024(SI)(R14*1), Z9, Z17
+	VPANDD            1088(SI)(R14*1), Z9, Z20
+	VPANDD            1152(SI)(R14*1), Z9, Z21
+	VPANDD            1216(SI)(R14*1), Z9, Z22
+	VPANDD            1280(SI)(R14*1), Z9, Z23
+	VPMOVZXBD         96(SI)(R14*1), Z24
+	VCVTDQ2PS         Z24, Z24
+	VMULPS            Z29, Z24, Z24
+	VPMOVZXBD         224(SI)(R14*1), Z25
+	VCVTDQ2PS         Z25, Z25
+	VMULPS            Z30, Z25, Z25
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     64(DI), Z14, Z12
+	VPDPBUSD.BCST     68(DI), Z15, Z13
+	VPDPBUSD.BCST     72(DI), Z16, Z12
+	VPDPBUSD.BCST     76(DI), Z17, Z13
+	VPDPBUSD.BCST     80(DI), Z20, Z12
+	VPDPBUSD.BCST     84(DI), Z21, Z13
+	VPDPBUSD.BCST     88(DI), Z22, Z12
+	VPDPBUSD.BCST     92(DI), Z23, Z13
+	VPADDD            Z13, Z12, Z12
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z24, Z12, Z12
+	VFMADD231PS.BCST  16(DX), Z12, Z19
+	VFNMADD231PS.BCST 20(DX), Z25, Z19
+	PREFETCHT0        4928(SI)
+	PREFETCHT0        4992(SI)
+	PREFETCHT0        5056(SI)
+	PREFETCHT0        5120(SI)
+	PREFETCHT0        5184(SI)
+	VPSRLW            $0x04, 832(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 896(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 960(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1024(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1088(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1152(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1216(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1280(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         112(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         240(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     96(DI), Z0, Z10
+	VPDPBUSD.BCST     100(DI), Z1, Z11
+	VPDPBUSD.BCST     104(DI), Z2, Z10
+	VPDPBUSD.BCST     108(DI), Z3, Z11
+	VPDPBUSD.BCST     112(DI), Z4, Z10
+	VPDPBUSD.BCST     116(DI), Z5, Z11
+	VPDPBUSD.BCST     120(DI), Z6, Z10
+	VPDPBUSD.BCST     124(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  24(DX), Z10, Z18
+	VFNMADD231PS.BCST 28(DX), Z26, Z18
+	PREFETCHT0        4928(SI)(R14*1)
+	PREFETCHT0        4992(SI)(R14*1)
+	PREFETCHT0        5056(SI)(R14*1)
+	PREFETCHT0        5120(SI)(R14*1)
+	PREFETCHT0        5184(SI)(R14*1)
+	VPSRLW            $0x04, 832(SI)(R14*1), Z14
+	VPANDD            Z9, Z14, Z14
+	VPSRLW            $0x04, 896(SI)(R14*1), Z15
+	VPANDD            Z9, Z15, Z15
+	VPSRLW            $0x04, 960(SI)(R14*1), Z16
+	VPANDD            Z9, Z16, Z16
+	VPSRLW            $0x04, 1024(SI)(R14*1), Z17
+	VPANDD            Z9, Z17, Z17
+	VPSRLW            $0x04, 1088(SI)(R14*1), Z20
+	VPANDD            Z9, Z20, Z20
+	VPSRLW            $0x04, 1152(SI)(R14*1), Z21
+	VPANDD            Z9, Z21, Z21
+	VPSRLW            $0x04, 1216(SI)(R14*1), Z22
+	VPANDD            Z9, Z22, Z22
+	VPSRLW            $0x04, 1280(SI)(R14*1), Z23
+	VPANDD            Z9, Z23, Z23
+	VPMOVZXBD         112(SI)(R14*1), Z24
+	VCVTDQ2PS         Z24, Z24
+	VMULPS            Z29, Z24, Z24
+	VPMOVZXBD         240(SI)(R14*1), Z25
+	VCVTDQ2PS         Z25, Z25
+	VMULPS            Z30, Z25, Z25
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     96(DI), Z14, Z12
+	VPDPBUSD.BCST     100(DI), Z15, Z13
+	VPDPBUSD.BCST     104(DI), Z16, Z12
+	VPDPBUSD.BCST     108(DI), Z17, Z13
+	VPDPBUSD.BCST     112(DI), Z20, Z12
+	VPDPBUSD.BCST     116(DI), Z21, Z13
+	VPDPBUSD.BCST     120(DI), Z22, Z12
+	VPDPBUSD.BCST     124(DI), Z23, Z13
+	VPADDD            Z13, Z12, Z12
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z24, Z12, Z12
+	VFMADD231PS.BCST  24(DX), Z12, Z19
+	VFNMADD231PS.BCST 28(DX), Z25, Z19
+	PREFETCHT0        5248(SI)
+	PREFETCHT0        5312(SI)
+	PREFETCHT0        5376(SI)
+	PREFETCHT0        5440(SI)
+	PREFETCHT0        5504(SI)
+	VPANDD            1344(SI), Z9, Z0
+	VPANDD            1408(SI), Z9, Z1
+	VPANDD            1472(SI), Z9, Z2
+	VPANDD            1536(SI), Z9, Z3
+	VPANDD            1600(SI), Z9, Z4
+	VPANDD            1664(SI), Z9, Z5
+	VPANDD            1728(SI), Z9, Z6
+	VPANDD            1792(SI), Z9, Z7
+	VPMOVZXBD         128(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         256(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     128(DI), Z0, Z10
+	VPDPBUSD.BCST     132(DI), Z1, Z11
+	VPDPBUSD.BCST     136(DI), Z2, Z10
+	VPDPBUSD.BCST     140(DI), Z3, Z11
+	VPDPBUSD.BCST     144(DI), Z4, Z10
+	VPDPBUSD.BCST     148(DI), Z5, Z11
+	VPDPBUSD.BCST     152(DI), Z6, Z10
+	VPDPBUSD.BCST     156(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  32(DX), Z10, Z18
+	VFNMADD231PS.BCST 36(DX), Z26, Z18
+	PREFETCHT0        5248(SI)(R14*1)
+	PREFETCHT0        5312(SI)(R14*1)
+	PREFETCHT0        5376(SI)(R14*1)
+	PREFETCHT0        5440(SI)(R14*1)
+	PREFETCHT0        5504(SI)(R14*1)
+	VPANDD            1344(SI)(R14*1), Z9, Z14
+	VPANDD            1408(SI)(R14*1), Z9, Z15
+	VPANDD            1472(SI)(R14*1), Z9, Z16
+	VPANDD            1536(SI)(R14*1), Z9, Z17
+	VPANDD            1600(SI)(R14*1), Z9, Z20
+	VPANDD            1664(SI)(R14*1), Z9, Z21
+	VPANDD            1728(SI)(R14*1), Z9, Z22
+	VPANDD            1792(SI)(R14*1), Z9, Z23
+	VPMOVZXBD         128(SI)(R14*1), Z24
+	VCVTDQ2PS         Z24, Z24
+	VMULPS            Z29, Z24, Z24
+	VPMOVZXBD         256(SI)(R14*1), Z25
+	VCVTDQ2PS         Z25, Z25
+	VMULPS            Z30, Z25, Z25
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     128(DI), Z14, Z12
+	VPDPBUSD.BCST     132(DI), Z15, Z13
+	VPDPBUSD.BCST     136(DI), Z16, Z12
+	VPDPBUSD.BCST     140(DI), Z17, Z13
+	VPDPBUSD.BCST     144(DI), Z20, Z12
+	VPDPBUSD.BCST     148(DI), Z21, Z13
+	VPDPBUSD.BCST     152(DI), Z22, Z12
+	VPDPBUSD.BCST     156(DI), Z23, Z13
+	VPADDD            Z13, Z12, Z12
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z24, Z12, Z12
+	VFMADD231PS.BCST  32(DX), Z12, Z19
+	VFNMADD231PS.BCST 36(DX), Z25, Z19
+	PREFETCHT0        5568(SI)
+	PREFETCHT0        5632(SI)
+	PREFETCHT0        5696(SI)
+	PREFETCHT0        5760(SI)
+	VPSRLW            $0x04, 1344(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1408(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1472(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 1536(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 1600(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 1664(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 1728(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 1792(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         144(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         272(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     160(DI), Z0, Z10
+	VPDPBUSD.BCST     164(DI), Z1, Z11
+	VPDPBUSD.BCST     168(DI), Z2, Z10
+	VPDPBUSD.BCST     172(DI), Z3, Z11
+	VPDPBUSD.BCST     176(DI), Z4, Z10
+	VPDPBUSD.BCST     180(DI), Z5, Z11
+	VPDPBUSD.BCST     184(DI), Z6, Z10
+	VPDPBUSD.BCST     188(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  40(DX), Z10, Z18
+	VFNMADD231PS.BCST 44(DX), Z26, Z18
+	PREFETCHT0        5568(SI)(R14*1)
+	PREFETCHT0        5632(SI)(R14*1)
+	PREFETCHT0        5696(SI)(R14*1)
+	PREFETCHT0        5760(SI)(R14*1)
+	VPSRLW            $0x04, 1344(SI)(R14*1), Z14
+	VPANDD            Z9, Z14, Z14
+	VPSRLW            $0x04, 1408(SI)(R14*1), Z15
+	VPANDD            Z9, Z15, Z15
+	VPSRLW            $0x04, 1472(SI)(R14*1), Z16
+	VPANDD            Z9, Z16, Z16
+	VPSRLW            $0x04, 1536(SI)(R14*1), Z17
+	VPANDD            Z9, Z17, Z17
+	VPSRLW            $0x04, 1600(SI)(R14*1), Z20
+	VPANDD            Z9, Z20, Z20
+	VPSRLW            $0x04, 1664(SI)(R14*1), Z21
+	VPANDD            Z9, Z21, Z21
+	VPSRLW            $0x04, 1728(SI)(R14*1), Z22
+	VPANDD            Z9, Z22, Z22
+	VPSRLW            $0x04, 1792(SI)(R14*1), Z23
+	VPANDD            Z9, Z23, Z23
+	VPMOVZXBD         144(SI)(R14*1), Z24
+	VCVTDQ2PS         Z24, Z24
+	VMULPS            Z29, Z24, Z24
+	VPMOVZXBD         272(SI)(R14*1), Z25
+	VCVTDQ2PS         Z25, Z25
+	VMULPS            Z30, Z25, Z25
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     160(DI), Z14, Z12
+	VPDPBUSD.BCST     164(DI), Z15, Z13
+	VPDPBUSD.BCST     168(DI), Z16, Z12
+	VPDPBUSD.BCST     172(DI), Z17, Z13
+	VPDPBUSD.BCST     176(DI), Z20, Z12
+	VPDPBUSD.BCST     180(DI), Z21, Z13
+	VPDPBUSD.BCST     184(DI), Z22, Z12
+	VPDPBUSD.BCST     188(DI), Z23, Z13
+	VPADDD            Z13, Z12, Z12
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z24, Z12, Z12
+	VFMADD231PS.BCST  40(DX), Z12, Z19
+	VFNMADD231PS.BCST 44(DX), Z25, Z19
+	PREFETCHT0        5824(SI)
+	PREFETCHT0        5888(SI)
+	PREFETCHT0        5952(SI)
+	PREFETCHT0        6016(SI)
+	PREFETCHT0        6080(SI)
+	VPANDD            1856(SI), Z9, Z0
+	VPANDD            1920(SI), Z9, Z1
+	VPANDD            1984(SI), Z9, Z2
+	VPANDD            2048(SI), Z9, Z3
+	VPANDD            2112(SI), Z9, Z4
+	VPANDD            2176(SI), Z9, Z5
+	VPANDD            2240(SI), Z9, Z6
+	VPANDD            2304(SI), Z9, Z7
+	VPMOVZXBD         160(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         288(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     192(DI), Z0, Z10
+	VPDPBUSD.BCST     196(DI), Z1, Z11
+	VPDPBUSD.BCST     200(DI), Z2, Z10
+	VPDPBUSD.BCST     204(DI), Z3, Z11
+	VPDPBUSD.BCST     208(DI), Z4, Z10
+	VPDPBUSD.BCST     212(DI), Z5, Z11
+	VPDPBUSD.BCST     216(DI), Z6, Z10
+	VPDPBUSD.BCST     220(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  48(DX), Z10, Z18
+	VFNMADD231PS.BCST 52(DX), Z26, Z18
+	PREFETCHT0        5824(SI)(R14*1)
+	PREFETCHT0        5888(SI)(R14*1)
+	PREFETCHT0        5952(SI)(R14*1)
+	PREFETCHT0        6016(SI)(R14*1)
+	PREFETCHT0        6080(SI)(R14*1)
+	VPANDD            1856(SI)(R14*1), Z9, Z14
+	VPANDD            1920(SI)(R14*1), Z9, Z15
+	VPANDD            1984(SI)(R14*1), Z9, Z16
+	VPANDD            2048(SI)(R14*1), Z9, Z17
+	VPANDD            2112(SI)(R14*1), Z9, Z20
+	VPANDD            2176(SI)(R14*1), Z9, Z21
+	VPANDD            2240(SI)(R14*1), Z9, Z22
+	VPANDD            2304(SI)(R14*1), Z9, Z23
+	VPMOVZXBD         160(SI)(R14*1), Z24
+	VCVTDQ2PS         Z24, Z24
+	VMULPS            Z29, Z24, Z24
+	VPMOVZXBD         288(SI)(R14*1), Z25
+	VCVTDQ2PS         Z25, Z25
+	VMULPS            Z30, Z25, Z25
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     192(DI), Z14, Z12
+	VPDPBUSD.BCST     196(DI), Z15, Z13
+	VPDPBUSD.BCST     200(DI), Z16, Z12
+	VPDPBUSD.BCST     204(DI), Z17, Z13
+	VPDPBUSD.BCST     208(DI), Z20, Z12
+	VPDPBUSD.BCST     212(DI), Z21, Z13
+	VPDPBUSD.BCST     216(DI), Z22, Z12
+	VPDPBUSD.BCST     220(DI), Z23, Z13
+	VPADDD            Z13, Z12, Z12
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z24, Z12, Z12
+	VFMADD231PS.BCST  48(DX), Z12, Z19
+	VFNMADD231PS.BCST 52(DX), Z25, Z19
+	PREFETCHT0        6144(SI)
+	PREFETCHT0        6208(SI)
+	PREFETCHT0        6272(SI)
+	PREFETCHT0        6336(SI)
+	PREFETCHT0        6400(SI)
+	VPSRLW            $0x04, 1856(SI), Z0
+	VPANDD            Z9, Z0, Z0
+	VPSRLW            $0x04, 1920(SI), Z1
+	VPANDD            Z9, Z1, Z1
+	VPSRLW            $0x04, 1984(SI), Z2
+	VPANDD            Z9, Z2, Z2
+	VPSRLW            $0x04, 2048(SI), Z3
+	VPANDD            Z9, Z3, Z3
+	VPSRLW            $0x04, 2112(SI), Z4
+	VPANDD            Z9, Z4, Z4
+	VPSRLW            $0x04, 2176(SI), Z5
+	VPANDD            Z9, Z5, Z5
+	VPSRLW            $0x04, 2240(SI), Z6
+	VPANDD            Z9, Z6, Z6
+	VPSRLW            $0x04, 2304(SI), Z7
+	VPANDD            Z9, Z7, Z7
+	VPMOVZXBD         176(SI), Z8
+	VCVTDQ2PS         Z8, Z8
+	VMULPS            Z27, Z8, Z8
+	VPMOVZXBD         304(SI), Z26
+	VCVTDQ2PS         Z26, Z26
+	VMULPS            Z28, Z26, Z26
+	VPXORD            Z10, Z10, Z10
+	VPXORD            Z11, Z11, Z11
+	VPDPBUSD.BCST     224(DI), Z0, Z10
+	VPDPBUSD.BCST     228(DI), Z1, Z11
+	VPDPBUSD.BCST     232(DI), Z2, Z10
+	VPDPBUSD.BCST     236(DI), Z3, Z11
+	VPDPBUSD.BCST     240(DI), Z4, Z10
+	VPDPBUSD.BCST     244(DI), Z5, Z11
+	VPDPBUSD.BCST     248(DI), Z6, Z10
+	VPDPBUSD.BCST     252(DI), Z7, Z11
+	VPADDD            Z11, Z10, Z10
+	VCVTDQ2PS         Z10, Z10
+	VMULPS            Z8, Z10, Z10
+	VFMADD231PS.BCST  56(DX), Z10, Z18
+	VFNMADD231PS.BCST 60(DX), Z26, Z18
+	PREFETCHT0        6144(SI)(R14*1)
+	PREFETCHT0        6208(SI)(R14*1)
+	PREFETCHT0        6272(SI)(R14*1)
+	PREFETCHT0        6336(SI)(R14*1)
+	PREFETCHT0        6400(SI)(R14*1)
+	VPSRLW            $0x04, 1856(SI)(R14*1), Z14
+	VPANDD            Z9, Z14, Z14
+	VPSRLW            $0x04, 1920(SI)(R14*1), Z15
+	VPANDD            Z9, Z15, Z15
+	VPSRLW            $0x04, 1984(SI)(R14*1), Z16
+	VPANDD            Z9, Z16, Z16
+	VPSRLW            $0x04, 2048(SI)(R14*1), Z17
+	VPANDD            Z9, Z17, Z17
+	VPSRLW            $0x04, 2112(SI)(R14*1), Z20
+	VPANDD            Z9, Z20, Z20
+	VPSRLW            $0x04, 2176(SI)(R14*1), Z21
+	VPANDD            Z9, Z21, Z21
+	VPSRLW            $0x04, 2240(SI)(R14*1), Z22
+	VPANDD            Z9, Z22, Z22
+	VPSRLW            $0x04, 2304(SI)(R14*1), Z23
+	VPANDD            Z9, Z23, Z23
+	VPMOVZXBD         176(SI)(R14*1), Z24
+	VCVTDQ2PS         Z24, Z24
+	VMULPS            Z29, Z24, Z24
+	VPMOVZXBD         304(SI)(R14*1), Z25
+	VCVTDQ2PS         Z25, Z25
+	VMULPS            Z30, Z25, Z25
+	VPXORD            Z12, Z12, Z12
+	VPXORD            Z13, Z13, Z13
+	VPDPBUSD.BCST     224(DI), Z14, Z12
+	VPDPBUSD.BCST     228(DI), Z15, Z13
+	VPDPBUSD.BCST     232(DI), Z16, Z12
+	VPDPBUSD.BCST     236(DI), Z17, Z13
+	VPDPBUSD.BCST     240(DI), Z20, Z12
+	VPDPBUSD.BCST     244(DI), Z21, Z13
+	VPDPBUSD.BCST     248(DI), Z22, Z12
+	VPDPBUSD.BCST     252(DI), Z23, Z13
+	VPADDD            Z13, Z12, Z12
+	VCVTDQ2PS         Z12, Z12
+	VMULPS            Z24, Z12, Z12
+	VFMADD231PS.BCST  56(DX), Z12, Z19
+	VFNMADD231PS.BCST 60(DX), Z25, Z19
+	ADDQ              $0x00000940, SI
+	ADDQ              $0x00000100, DI
+	ADDQ              $0x00000040, DX
+	DECQ              CX
+	JNZ               block
+
+store:
+	VMOVUPS Z18, (R8)
+	MOVQ    groups+56(FP), AX
+	SHLQ    $0x06, AX
+	VMOVUPS Z19, (R8)(AX*1)
 	ADDQ    $0x40, R8
 	DECQ    BX
 	JMP     group
@@ -19445,6 +20490,934 @@ store:
 	VMOVUPS Z24, (AX)
 	ADDQ    CX, AX
 	VMOVUPS Z25, (AX)
+	ADDQ    $0x40, R8
+	DECQ    BX
+	JMP     group
+
+end:
+	VZEROUPPER
+	RET
+
+// func kernTileQ6_Kx1s2AVX512(out []float32, ostride int, w []byte, groups int, nb int, xq []int8, dc []int32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·kernTileQ6_Kx1s2AVX512(SB), NOSPLIT, $0-120
+	MOVQ         w_base+32(FP), SI
+	MOVQ         out_base+0(FP), R8
+	MOVQ         groups+56(FP), BX
+	MOVQ         nb+64(FP), R9
+	SHLQ         $0x04, R9
+	LEAQ         (R9)(R9*1), R10
+	LEAQ         (R9)(R9*2), R11
+	LEAQ         (R9)(R9*4), R12
+	LEAQ         (R11)(R10*2), R13
+	MOVL         $0x0000000f, AX
+	VPBROADCASTB AX, Z9
+	MOVL         $0x00000030, AX
+	VPBROADCASTB AX, Z26
+	MOVQ         groups+56(FP), R14
+	IMULQ        nb+64(FP), R14
+	IMUL3Q       $0x000001a4, R14, R14
+
+group:
+	TESTQ  BX, BX
+	JZ     end
+	MOVQ   xq_base+72(FP), DI
+	MOVQ   dc_base+96(FP), DX
+	MOVQ   nb+64(FP), CX
+	SHRQ   $0x03, CX
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	TESTQ  CX, CX
+	JZ     store
+
+block:
+	VCVTPH2PS        (SI), Z27
+	VCVTPH2PS        (SI)(R14*1), Z29
+	PREFETCHT0       4096(SI)
+	PREFETCHT0       4160(SI)
+	PREFETCHT0       4224(SI)
+	PREFETCHT0       4288(SI)
+	PREFETCHT0       4352(SI)
+	PREFETCHT0       4416(SI)
+	VPANDD           288(SI), Z9, Z0
+	VPSLLW           $0x04, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           352(SI), Z9, Z1
+	VPSLLW           $0x04, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           416(SI), Z9, Z2
+	VPSLLW           $0x04, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           480(SI), Z9, Z3
+	VPSLLW           $0x04, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           544(SI), Z9, Z4
+	VPSLLW           $0x04, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           608(SI), Z9, Z5
+	VPSLLW           $0x04, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           672(SI), Z9, Z6
+	VPSLLW           $0x04, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           736(SI), Z9, Z7
+	VPSLLW           $0x04, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        32(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     4(DX), Z10
+	VPDPBUSD.BCST    (DI), Z0, Z10
+	VPDPBUSD.BCST    4(DI), Z1, Z10
+	VPDPBUSD.BCST    8(DI), Z2, Z10
+	VPDPBUSD.BCST    12(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	VPMOVSXBD        48(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     8(DX), Z10
+	VPDPBUSD.BCST    16(DI), Z4, Z10
+	VPDPBUSD.BCST    20(DI), Z5, Z10
+	VPDPBUSD.BCST    24(DI), Z6, Z10
+	VPDPBUSD.BCST    28(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST (DX), Z10, Z18
+	PREFETCHT0       4096(SI)(R14*1)
+	PREFETCHT0       4160(SI)(R14*1)
+	PREFETCHT0       4224(SI)(R14*1)
+	PREFETCHT0       4288(SI)(R14*1)
+	PREFETCHT0       4352(SI)(R14*1)
+	PREFETCHT0       4416(SI)(R14*1)
+	VPANDD           288(SI)(R14*1), Z9, Z14
+	VPSLLW           $0x04, 2336(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z14
+	VPANDD           352(SI)(R14*1), Z9, Z15
+	VPSLLW           $0x04, 2400(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z15
+	VPANDD           416(SI)(R14*1), Z9, Z16
+	VPSLLW           $0x04, 2464(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z16
+	VPANDD           480(SI)(R14*1), Z9, Z17
+	VPSLLW           $0x04, 2528(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z17
+	VPANDD           544(SI)(R14*1), Z9, Z20
+	VPSLLW           $0x04, 2592(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z20
+	VPANDD           608(SI)(R14*1), Z9, Z21
+	VPSLLW           $0x04, 2656(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z21
+	VPANDD           672(SI)(R14*1), Z9, Z22
+	VPSLLW           $0x04, 2720(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z22
+	VPANDD           736(SI)(R14*1), Z9, Z23
+	VPSLLW           $0x04, 2784(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z23
+	VPMOVSXBD        32(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     4(DX), Z12
+	VPDPBUSD.BCST    (DI), Z14, Z12
+	VPDPBUSD.BCST    4(DI), Z15, Z12
+	VPDPBUSD.BCST    8(DI), Z16, Z12
+	VPDPBUSD.BCST    12(DI), Z17, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST (DX), Z12, Z19
+	VPMOVSXBD        48(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     8(DX), Z12
+	VPDPBUSD.BCST    16(DI), Z20, Z12
+	VPDPBUSD.BCST    20(DI), Z21, Z12
+	VPDPBUSD.BCST    24(DI), Z22, Z12
+	VPDPBUSD.BCST    28(DI), Z23, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST (DX), Z12, Z19
+	PREFETCHT0       4480(SI)
+	PREFETCHT0       4544(SI)
+	PREFETCHT0       4608(SI)
+	PREFETCHT0       4672(SI)
+	PREFETCHT0       4736(SI)
+	PREFETCHT0       4800(SI)
+	PREFETCHT0       4864(SI)
+	VPANDD           800(SI), Z9, Z0
+	VPSLLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           864(SI), Z9, Z1
+	VPSLLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           928(SI), Z9, Z2
+	VPSLLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           992(SI), Z9, Z3
+	VPSLLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1056(SI), Z9, Z4
+	VPSLLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1120(SI), Z9, Z5
+	VPSLLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1184(SI), Z9, Z6
+	VPSLLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1248(SI), Z9, Z7
+	VPSLLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        64(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     20(DX), Z10
+	VPDPBUSD.BCST    32(DI), Z0, Z10
+	VPDPBUSD.BCST    36(DI), Z1, Z10
+	VPDPBUSD.BCST    40(DI), Z2, Z10
+	VPDPBUSD.BCST    44(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	VPMOVSXBD        80(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     24(DX), Z10
+	VPDPBUSD.BCST    48(DI), Z4, Z10
+	VPDPBUSD.BCST    52(DI), Z5, Z10
+	VPDPBUSD.BCST    56(DI), Z6, Z10
+	VPDPBUSD.BCST    60(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 16(DX), Z10, Z18
+	PREFETCHT0       4480(SI)(R14*1)
+	PREFETCHT0       4544(SI)(R14*1)
+	PREFETCHT0       4608(SI)(R14*1)
+	PREFETCHT0       4672(SI)(R14*1)
+	PREFETCHT0       4736(SI)(R14*1)
+	PREFETCHT0       4800(SI)(R14*1)
+	PREFETCHT0       4864(SI)(R14*1)
+	VPANDD           800(SI)(R14*1), Z9, Z14
+	VPSLLW           $0x02, 2336(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z14
+	VPANDD           864(SI)(R14*1), Z9, Z15
+	VPSLLW           $0x02, 2400(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z15
+	VPANDD           928(SI)(R14*1), Z9, Z16
+	VPSLLW           $0x02, 2464(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z16
+	VPANDD           992(SI)(R14*1), Z9, Z17
+	VPSLLW           $0x02, 2528(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z17
+	VPANDD           1056(SI)(R14*1), Z9, Z20
+	VPSLLW           $0x02, 2592(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z20
+	VPANDD           1120(SI)(R14*1), Z9, Z21
+	VPSLLW           $0x02, 2656(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z21
+	VPANDD           1184(SI)(R14*1), Z9, Z22
+	VPSLLW           $0x02, 2720(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z22
+	VPANDD           1248(SI)(R14*1), Z9, Z23
+	VPSLLW           $0x02, 2784(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z23
+	VPMOVSXBD        64(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     20(DX), Z12
+	VPDPBUSD.BCST    32(DI), Z14, Z12
+	VPDPBUSD.BCST    36(DI), Z15, Z12
+	VPDPBUSD.BCST    40(DI), Z16, Z12
+	VPDPBUSD.BCST    44(DI), Z17, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 16(DX), Z12, Z19
+	VPMOVSXBD        80(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     24(DX), Z12
+	VPDPBUSD.BCST    48(DI), Z20, Z12
+	VPDPBUSD.BCST    52(DI), Z21, Z12
+	VPDPBUSD.BCST    56(DI), Z22, Z12
+	VPDPBUSD.BCST    60(DI), Z23, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 16(DX), Z12, Z19
+	PREFETCHT0       4928(SI)
+	PREFETCHT0       4992(SI)
+	PREFETCHT0       5056(SI)
+	PREFETCHT0       5120(SI)
+	PREFETCHT0       5184(SI)
+	PREFETCHT0       5248(SI)
+	VPSRLW           $0x04, 288(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2336(SI), Z26, Z0
+	VPSRLW           $0x04, 352(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2400(SI), Z26, Z1
+	VPSRLW           $0x04, 416(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2464(SI), Z26, Z2
+	VPSRLW           $0x04, 480(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 2528(SI), Z26, Z3
+	VPSRLW           $0x04, 544(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 2592(SI), Z26, Z4
+	VPSRLW           $0x04, 608(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 2656(SI), Z26, Z5
+	VPSRLW           $0x04, 672(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 2720(SI), Z26, Z6
+	VPSRLW           $0x04, 736(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 2784(SI), Z26, Z7
+	VPMOVSXBD        96(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     36(DX), Z10
+	VPDPBUSD.BCST    64(DI), Z0, Z10
+	VPDPBUSD.BCST    68(DI), Z1, Z10
+	VPDPBUSD.BCST    72(DI), Z2, Z10
+	VPDPBUSD.BCST    76(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	VPMOVSXBD        112(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     40(DX), Z10
+	VPDPBUSD.BCST    80(DI), Z4, Z10
+	VPDPBUSD.BCST    84(DI), Z5, Z10
+	VPDPBUSD.BCST    88(DI), Z6, Z10
+	VPDPBUSD.BCST    92(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 32(DX), Z10, Z18
+	PREFETCHT0       4928(SI)(R14*1)
+	PREFETCHT0       4992(SI)(R14*1)
+	PREFETCHT0       5056(SI)(R14*1)
+	PREFETCHT0       5120(SI)(R14*1)
+	PREFETCHT0       5184(SI)(R14*1)
+	PREFETCHT0       5248(SI)(R14*1)
+	VPSRLW           $0x04, 288(SI)(R14*1), Z14
+	VPANDD           Z9, Z14, Z14
+	VPTERNLOGD       $0xf8, 2336(SI)(R14*1), Z26, Z14
+	VPSRLW           $0x04, 352(SI)(R14*1), Z15
+	VPANDD           Z9, Z15, Z15
+	VPTERNLOGD       $0xf8, 2400(SI)(R14*1), Z26, Z15
+	VPSRLW           $0x04, 416(SI)(R14*1), Z16
+	VPANDD           Z9, Z16, Z16
+	VPTERNLOGD       $0xf8, 2464(SI)(R14*1), Z26, Z16
+	VPSRLW           $0x04, 480(SI)(R14*1), Z17
+	VPANDD           Z9, Z17, Z17
+	VPTERNLOGD       $0xf8, 2528(SI)(R14*1), Z26, Z17
+	VPSRLW           $0x04, 544(SI)(R14*1), Z20
+	VPANDD           Z9, Z20, Z20
+	VPTERNLOGD       $0xf8, 2592(SI)(R14*1), Z26, Z20
+	VPSRLW           $0x04, 608(SI)(R14*1), Z21
+	VPANDD           Z9, Z21, Z21
+	VPTERNLOGD       $0xf8, 2656(SI)(R14*1), Z26, Z21
+	VPSRLW           $0x04, 672(SI)(R14*1), Z22
+	VPANDD           Z9, Z22, Z22
+	VPTERNLOGD       $0xf8, 2720(SI)(R14*1), Z26, Z22
+	VPSRLW           $0x04, 736(SI)(R14*1), Z23
+	VPANDD           Z9, Z23, Z23
+	VPTERNLOGD       $0xf8, 2784(SI)(R14*1), Z26, Z23
+	VPMOVSXBD        96(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     36(DX), Z12
+	VPDPBUSD.BCST    64(DI), Z14, Z12
+	VPDPBUSD.BCST    68(DI), Z15, Z12
+	VPDPBUSD.BCST    72(DI), Z16, Z12
+	VPDPBUSD.BCST    76(DI), Z17, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 32(DX), Z12, Z19
+	VPMOVSXBD        112(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     40(DX), Z12
+	VPDPBUSD.BCST    80(DI), Z20, Z12
+	VPDPBUSD.BCST    84(DI), Z21, Z12
+	VPDPBUSD.BCST    88(DI), Z22, Z12
+	VPDPBUSD.BCST    92(DI), Z23, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 32(DX), Z12, Z19
+	PREFETCHT0       5312(SI)
+	PREFETCHT0       5376(SI)
+	PREFETCHT0       5440(SI)
+	PREFETCHT0       5504(SI)
+	PREFETCHT0       5568(SI)
+	PREFETCHT0       5632(SI)
+	PREFETCHT0       5696(SI)
+	VPSRLW           $0x04, 800(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2336(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 864(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2400(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 928(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2464(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 992(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 2528(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 1056(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 2592(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 1120(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 2656(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 1184(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 2720(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 1248(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 2784(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        128(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     52(DX), Z10
+	VPDPBUSD.BCST    96(DI), Z0, Z10
+	VPDPBUSD.BCST    100(DI), Z1, Z10
+	VPDPBUSD.BCST    104(DI), Z2, Z10
+	VPDPBUSD.BCST    108(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	VPMOVSXBD        144(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     56(DX), Z10
+	VPDPBUSD.BCST    112(DI), Z4, Z10
+	VPDPBUSD.BCST    116(DI), Z5, Z10
+	VPDPBUSD.BCST    120(DI), Z6, Z10
+	VPDPBUSD.BCST    124(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 48(DX), Z10, Z18
+	PREFETCHT0       5312(SI)(R14*1)
+	PREFETCHT0       5376(SI)(R14*1)
+	PREFETCHT0       5440(SI)(R14*1)
+	PREFETCHT0       5504(SI)(R14*1)
+	PREFETCHT0       5568(SI)(R14*1)
+	PREFETCHT0       5632(SI)(R14*1)
+	PREFETCHT0       5696(SI)(R14*1)
+	VPSRLW           $0x04, 800(SI)(R14*1), Z14
+	VPANDD           Z9, Z14, Z14
+	VPSRLW           $0x02, 2336(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z14
+	VPSRLW           $0x04, 864(SI)(R14*1), Z15
+	VPANDD           Z9, Z15, Z15
+	VPSRLW           $0x02, 2400(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z15
+	VPSRLW           $0x04, 928(SI)(R14*1), Z16
+	VPANDD           Z9, Z16, Z16
+	VPSRLW           $0x02, 2464(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z16
+	VPSRLW           $0x04, 992(SI)(R14*1), Z17
+	VPANDD           Z9, Z17, Z17
+	VPSRLW           $0x02, 2528(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z17
+	VPSRLW           $0x04, 1056(SI)(R14*1), Z20
+	VPANDD           Z9, Z20, Z20
+	VPSRLW           $0x02, 2592(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z20
+	VPSRLW           $0x04, 1120(SI)(R14*1), Z21
+	VPANDD           Z9, Z21, Z21
+	VPSRLW           $0x02, 2656(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z21
+	VPSRLW           $0x04, 1184(SI)(R14*1), Z22
+	VPANDD           Z9, Z22, Z22
+	VPSRLW           $0x02, 2720(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z22
+	VPSRLW           $0x04, 1248(SI)(R14*1), Z23
+	VPANDD           Z9, Z23, Z23
+	VPSRLW           $0x02, 2784(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z23
+	VPMOVSXBD        128(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     52(DX), Z12
+	VPDPBUSD.BCST    96(DI), Z14, Z12
+	VPDPBUSD.BCST    100(DI), Z15, Z12
+	VPDPBUSD.BCST    104(DI), Z16, Z12
+	VPDPBUSD.BCST    108(DI), Z17, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 48(DX), Z12, Z19
+	VPMOVSXBD        144(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     56(DX), Z12
+	VPDPBUSD.BCST    112(DI), Z20, Z12
+	VPDPBUSD.BCST    116(DI), Z21, Z12
+	VPDPBUSD.BCST    120(DI), Z22, Z12
+	VPDPBUSD.BCST    124(DI), Z23, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 48(DX), Z12, Z19
+	PREFETCHT0       5760(SI)
+	PREFETCHT0       5824(SI)
+	PREFETCHT0       5888(SI)
+	PREFETCHT0       5952(SI)
+	PREFETCHT0       6016(SI)
+	PREFETCHT0       6080(SI)
+	PREFETCHT0       6144(SI)
+	VPANDD           1312(SI), Z9, Z0
+	VPSLLW           $0x04, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1376(SI), Z9, Z1
+	VPSLLW           $0x04, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1440(SI), Z9, Z2
+	VPSLLW           $0x04, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           1504(SI), Z9, Z3
+	VPSLLW           $0x04, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           1568(SI), Z9, Z4
+	VPSLLW           $0x04, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           1632(SI), Z9, Z5
+	VPSLLW           $0x04, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           1696(SI), Z9, Z6
+	VPSLLW           $0x04, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           1760(SI), Z9, Z7
+	VPSLLW           $0x04, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        160(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     68(DX), Z10
+	VPDPBUSD.BCST    128(DI), Z0, Z10
+	VPDPBUSD.BCST    132(DI), Z1, Z10
+	VPDPBUSD.BCST    136(DI), Z2, Z10
+	VPDPBUSD.BCST    140(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	VPMOVSXBD        176(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     72(DX), Z10
+	VPDPBUSD.BCST    144(DI), Z4, Z10
+	VPDPBUSD.BCST    148(DI), Z5, Z10
+	VPDPBUSD.BCST    152(DI), Z6, Z10
+	VPDPBUSD.BCST    156(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 64(DX), Z10, Z18
+	PREFETCHT0       5760(SI)(R14*1)
+	PREFETCHT0       5824(SI)(R14*1)
+	PREFETCHT0       5888(SI)(R14*1)
+	PREFETCHT0       5952(SI)(R14*1)
+	PREFETCHT0       6016(SI)(R14*1)
+	PREFETCHT0       6080(SI)(R14*1)
+	PREFETCHT0       6144(SI)(R14*1)
+	VPANDD           1312(SI)(R14*1), Z9, Z14
+	VPSLLW           $0x04, 2848(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z14
+	VPANDD           1376(SI)(R14*1), Z9, Z15
+	VPSLLW           $0x04, 2912(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z15
+	VPANDD           1440(SI)(R14*1), Z9, Z16
+	VPSLLW           $0x04, 2976(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z16
+	VPANDD           1504(SI)(R14*1), Z9, Z17
+	VPSLLW           $0x04, 3040(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z17
+	VPANDD           1568(SI)(R14*1), Z9, Z20
+	VPSLLW           $0x04, 3104(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z20
+	VPANDD           1632(SI)(R14*1), Z9, Z21
+	VPSLLW           $0x04, 3168(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z21
+	VPANDD           1696(SI)(R14*1), Z9, Z22
+	VPSLLW           $0x04, 3232(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z22
+	VPANDD           1760(SI)(R14*1), Z9, Z23
+	VPSLLW           $0x04, 3296(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z23
+	VPMOVSXBD        160(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     68(DX), Z12
+	VPDPBUSD.BCST    128(DI), Z14, Z12
+	VPDPBUSD.BCST    132(DI), Z15, Z12
+	VPDPBUSD.BCST    136(DI), Z16, Z12
+	VPDPBUSD.BCST    140(DI), Z17, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 64(DX), Z12, Z19
+	VPMOVSXBD        176(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     72(DX), Z12
+	VPDPBUSD.BCST    144(DI), Z20, Z12
+	VPDPBUSD.BCST    148(DI), Z21, Z12
+	VPDPBUSD.BCST    152(DI), Z22, Z12
+	VPDPBUSD.BCST    156(DI), Z23, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 64(DX), Z12, Z19
+	PREFETCHT0       6208(SI)
+	PREFETCHT0       6272(SI)
+	PREFETCHT0       6336(SI)
+	PREFETCHT0       6400(SI)
+	PREFETCHT0       6464(SI)
+	PREFETCHT0       6528(SI)
+	VPANDD           1824(SI), Z9, Z0
+	VPSLLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPANDD           1888(SI), Z9, Z1
+	VPSLLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPANDD           1952(SI), Z9, Z2
+	VPSLLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPANDD           2016(SI), Z9, Z3
+	VPSLLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPANDD           2080(SI), Z9, Z4
+	VPSLLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPANDD           2144(SI), Z9, Z5
+	VPSLLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPANDD           2208(SI), Z9, Z6
+	VPSLLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPANDD           2272(SI), Z9, Z7
+	VPSLLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        192(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     84(DX), Z10
+	VPDPBUSD.BCST    160(DI), Z0, Z10
+	VPDPBUSD.BCST    164(DI), Z1, Z10
+	VPDPBUSD.BCST    168(DI), Z2, Z10
+	VPDPBUSD.BCST    172(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	VPMOVSXBD        208(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     88(DX), Z10
+	VPDPBUSD.BCST    176(DI), Z4, Z10
+	VPDPBUSD.BCST    180(DI), Z5, Z10
+	VPDPBUSD.BCST    184(DI), Z6, Z10
+	VPDPBUSD.BCST    188(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 80(DX), Z10, Z18
+	PREFETCHT0       6208(SI)(R14*1)
+	PREFETCHT0       6272(SI)(R14*1)
+	PREFETCHT0       6336(SI)(R14*1)
+	PREFETCHT0       6400(SI)(R14*1)
+	PREFETCHT0       6464(SI)(R14*1)
+	PREFETCHT0       6528(SI)(R14*1)
+	VPANDD           1824(SI)(R14*1), Z9, Z14
+	VPSLLW           $0x02, 2848(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z14
+	VPANDD           1888(SI)(R14*1), Z9, Z15
+	VPSLLW           $0x02, 2912(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z15
+	VPANDD           1952(SI)(R14*1), Z9, Z16
+	VPSLLW           $0x02, 2976(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z16
+	VPANDD           2016(SI)(R14*1), Z9, Z17
+	VPSLLW           $0x02, 3040(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z17
+	VPANDD           2080(SI)(R14*1), Z9, Z20
+	VPSLLW           $0x02, 3104(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z20
+	VPANDD           2144(SI)(R14*1), Z9, Z21
+	VPSLLW           $0x02, 3168(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z21
+	VPANDD           2208(SI)(R14*1), Z9, Z22
+	VPSLLW           $0x02, 3232(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z22
+	VPANDD           2272(SI)(R14*1), Z9, Z23
+	VPSLLW           $0x02, 3296(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z23
+	VPMOVSXBD        192(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     84(DX), Z12
+	VPDPBUSD.BCST    160(DI), Z14, Z12
+	VPDPBUSD.BCST    164(DI), Z15, Z12
+	VPDPBUSD.BCST    168(DI), Z16, Z12
+	VPDPBUSD.BCST    172(DI), Z17, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 80(DX), Z12, Z19
+	VPMOVSXBD        208(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     88(DX), Z12
+	VPDPBUSD.BCST    176(DI), Z20, Z12
+	VPDPBUSD.BCST    180(DI), Z21, Z12
+	VPDPBUSD.BCST    184(DI), Z22, Z12
+	VPDPBUSD.BCST    188(DI), Z23, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 80(DX), Z12, Z19
+	PREFETCHT0       6592(SI)
+	PREFETCHT0       6656(SI)
+	PREFETCHT0       6720(SI)
+	PREFETCHT0       6784(SI)
+	PREFETCHT0       6848(SI)
+	PREFETCHT0       6912(SI)
+	PREFETCHT0       6976(SI)
+	VPSRLW           $0x04, 1312(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPTERNLOGD       $0xf8, 2848(SI), Z26, Z0
+	VPSRLW           $0x04, 1376(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPTERNLOGD       $0xf8, 2912(SI), Z26, Z1
+	VPSRLW           $0x04, 1440(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPTERNLOGD       $0xf8, 2976(SI), Z26, Z2
+	VPSRLW           $0x04, 1504(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPTERNLOGD       $0xf8, 3040(SI), Z26, Z3
+	VPSRLW           $0x04, 1568(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPTERNLOGD       $0xf8, 3104(SI), Z26, Z4
+	VPSRLW           $0x04, 1632(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPTERNLOGD       $0xf8, 3168(SI), Z26, Z5
+	VPSRLW           $0x04, 1696(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPTERNLOGD       $0xf8, 3232(SI), Z26, Z6
+	VPSRLW           $0x04, 1760(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPTERNLOGD       $0xf8, 3296(SI), Z26, Z7
+	VPMOVSXBD        224(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     100(DX), Z10
+	VPDPBUSD.BCST    192(DI), Z0, Z10
+	VPDPBUSD.BCST    196(DI), Z1, Z10
+	VPDPBUSD.BCST    200(DI), Z2, Z10
+	VPDPBUSD.BCST    204(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	VPMOVSXBD        240(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     104(DX), Z10
+	VPDPBUSD.BCST    208(DI), Z4, Z10
+	VPDPBUSD.BCST    212(DI), Z5, Z10
+	VPDPBUSD.BCST    216(DI), Z6, Z10
+	VPDPBUSD.BCST    220(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 96(DX), Z10, Z18
+	PREFETCHT0       6592(SI)(R14*1)
+	PREFETCHT0       6656(SI)(R14*1)
+	PREFETCHT0       6720(SI)(R14*1)
+	PREFETCHT0       6784(SI)(R14*1)
+	PREFETCHT0       6848(SI)(R14*1)
+	PREFETCHT0       6912(SI)(R14*1)
+	PREFETCHT0       6976(SI)(R14*1)
+	VPSRLW           $0x04, 1312(SI)(R14*1), Z14
+	VPANDD           Z9, Z14, Z14
+	VPTERNLOGD       $0xf8, 2848(SI)(R14*1), Z26, Z14
+	VPSRLW           $0x04, 1376(SI)(R14*1), Z15
+	VPANDD           Z9, Z15, Z15
+	VPTERNLOGD       $0xf8, 2912(SI)(R14*1), Z26, Z15
+	VPSRLW           $0x04, 1440(SI)(R14*1), Z16
+	VPANDD           Z9, Z16, Z16
+	VPTERNLOGD       $0xf8, 2976(SI)(R14*1), Z26, Z16
+	VPSRLW           $0x04, 1504(SI)(R14*1), Z17
+	VPANDD           Z9, Z17, Z17
+	VPTERNLOGD       $0xf8, 3040(SI)(R14*1), Z26, Z17
+	VPSRLW           $0x04, 1568(SI)(R14*1), Z20
+	VPANDD           Z9, Z20, Z20
+	VPTERNLOGD       $0xf8, 3104(SI)(R14*1), Z26, Z20
+	VPSRLW           $0x04, 1632(SI)(R14*1), Z21
+	VPANDD           Z9, Z21, Z21
+	VPTERNLOGD       $0xf8, 3168(SI)(R14*1), Z26, Z21
+	VPSRLW           $0x04, 1696(SI)(R14*1), Z22
+	VPANDD           Z9, Z22, Z22
+	VPTERNLOGD       $0xf8, 3232(SI)(R14*1), Z26, Z22
+	VPSRLW           $0x04, 1760(SI)(R14*1), Z23
+	VPANDD           Z9, Z23, Z23
+	VPTERNLOGD       $0xf8, 3296(SI)(R14*1), Z26, Z23
+	VPMOVSXBD        224(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     100(DX), Z12
+	VPDPBUSD.BCST    192(DI), Z14, Z12
+	VPDPBUSD.BCST    196(DI), Z15, Z12
+	VPDPBUSD.BCST    200(DI), Z16, Z12
+	VPDPBUSD.BCST    204(DI), Z17, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 96(DX), Z12, Z19
+	VPMOVSXBD        240(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     104(DX), Z12
+	VPDPBUSD.BCST    208(DI), Z20, Z12
+	VPDPBUSD.BCST    212(DI), Z21, Z12
+	VPDPBUSD.BCST    216(DI), Z22, Z12
+	VPDPBUSD.BCST    220(DI), Z23, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 96(DX), Z12, Z19
+	PREFETCHT0       7040(SI)
+	PREFETCHT0       7104(SI)
+	PREFETCHT0       7168(SI)
+	PREFETCHT0       7232(SI)
+	PREFETCHT0       7296(SI)
+	PREFETCHT0       7360(SI)
+	PREFETCHT0       7424(SI)
+	VPSRLW           $0x04, 1824(SI), Z0
+	VPANDD           Z9, Z0, Z0
+	VPSRLW           $0x02, 2848(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z0
+	VPSRLW           $0x04, 1888(SI), Z1
+	VPANDD           Z9, Z1, Z1
+	VPSRLW           $0x02, 2912(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z1
+	VPSRLW           $0x04, 1952(SI), Z2
+	VPANDD           Z9, Z2, Z2
+	VPSRLW           $0x02, 2976(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z2
+	VPSRLW           $0x04, 2016(SI), Z3
+	VPANDD           Z9, Z3, Z3
+	VPSRLW           $0x02, 3040(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z3
+	VPSRLW           $0x04, 2080(SI), Z4
+	VPANDD           Z9, Z4, Z4
+	VPSRLW           $0x02, 3104(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z4
+	VPSRLW           $0x04, 2144(SI), Z5
+	VPANDD           Z9, Z5, Z5
+	VPSRLW           $0x02, 3168(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z5
+	VPSRLW           $0x04, 2208(SI), Z6
+	VPANDD           Z9, Z6, Z6
+	VPSRLW           $0x02, 3232(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z6
+	VPSRLW           $0x04, 2272(SI), Z7
+	VPANDD           Z9, Z7, Z7
+	VPSRLW           $0x02, 3296(SI), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z7
+	VPMOVSXBD        256(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     116(DX), Z10
+	VPDPBUSD.BCST    224(DI), Z0, Z10
+	VPDPBUSD.BCST    228(DI), Z1, Z10
+	VPDPBUSD.BCST    232(DI), Z2, Z10
+	VPDPBUSD.BCST    236(DI), Z3, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	VPMOVSXBD        272(SI), Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS           Z27, Z8, Z8
+	VPBROADCASTD     120(DX), Z10
+	VPDPBUSD.BCST    240(DI), Z4, Z10
+	VPDPBUSD.BCST    244(DI), Z5, Z10
+	VPDPBUSD.BCST    248(DI), Z6, Z10
+	VPDPBUSD.BCST    252(DI), Z7, Z10
+	VCVTDQ2PS        Z10, Z10
+	VMULPS           Z8, Z10, Z10
+	VFMADD231PS.BCST 112(DX), Z10, Z18
+	PREFETCHT0       7040(SI)(R14*1)
+	PREFETCHT0       7104(SI)(R14*1)
+	PREFETCHT0       7168(SI)(R14*1)
+	PREFETCHT0       7232(SI)(R14*1)
+	PREFETCHT0       7296(SI)(R14*1)
+	PREFETCHT0       7360(SI)(R14*1)
+	PREFETCHT0       7424(SI)(R14*1)
+	VPSRLW           $0x04, 1824(SI)(R14*1), Z14
+	VPANDD           Z9, Z14, Z14
+	VPSRLW           $0x02, 2848(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z14
+	VPSRLW           $0x04, 1888(SI)(R14*1), Z15
+	VPANDD           Z9, Z15, Z15
+	VPSRLW           $0x02, 2912(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z15
+	VPSRLW           $0x04, 1952(SI)(R14*1), Z16
+	VPANDD           Z9, Z16, Z16
+	VPSRLW           $0x02, 2976(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z16
+	VPSRLW           $0x04, 2016(SI)(R14*1), Z17
+	VPANDD           Z9, Z17, Z17
+	VPSRLW           $0x02, 3040(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z17
+	VPSRLW           $0x04, 2080(SI)(R14*1), Z20
+	VPANDD           Z9, Z20, Z20
+	VPSRLW           $0x02, 3104(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z20
+	VPSRLW           $0x04, 2144(SI)(R14*1), Z21
+	VPANDD           Z9, Z21, Z21
+	VPSRLW           $0x02, 3168(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z21
+	VPSRLW           $0x04, 2208(SI)(R14*1), Z22
+	VPANDD           Z9, Z22, Z22
+	VPSRLW           $0x02, 3232(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z22
+	VPSRLW           $0x04, 2272(SI)(R14*1), Z23
+	VPANDD           Z9, Z23, Z23
+	VPSRLW           $0x02, 3296(SI)(R14*1), Z28
+	VPTERNLOGD       $0xf8, Z28, Z26, Z23
+	VPMOVSXBD        256(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     116(DX), Z12
+	VPDPBUSD.BCST    224(DI), Z14, Z12
+	VPDPBUSD.BCST    228(DI), Z15, Z12
+	VPDPBUSD.BCST    232(DI), Z16, Z12
+	VPDPBUSD.BCST    236(DI), Z17, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 112(DX), Z12, Z19
+	VPMOVSXBD        272(SI)(R14*1), Z24
+	VCVTDQ2PS        Z24, Z24
+	VMULPS           Z29, Z24, Z24
+	VPBROADCASTD     120(DX), Z12
+	VPDPBUSD.BCST    240(DI), Z20, Z12
+	VPDPBUSD.BCST    244(DI), Z21, Z12
+	VPDPBUSD.BCST    248(DI), Z22, Z12
+	VPDPBUSD.BCST    252(DI), Z23, Z12
+	VCVTDQ2PS        Z12, Z12
+	VMULPS           Z24, Z12, Z12
+	VFMADD231PS.BCST 112(DX), Z12, Z19
+	ADDQ             $0x00000d20, SI
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x00000080, DX
+	DECQ             CX
+	JNZ              block
+
+store:
+	VMOVUPS Z18, (R8)
+	MOVQ    groups+56(FP), AX
+	SHLQ    $0x06, AX
+	VMOVUPS Z19, (R8)(AX*1)
 	ADDQ    $0x40, R8
 	DECQ    BX
 	JMP     group

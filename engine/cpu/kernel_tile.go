@@ -43,6 +43,32 @@ type kernTile struct {
 	dcWords int
 	// kern[T] takes T tokens (1..kernTileMax).
 	kern [kernTileMax + 1]kernTileFunc
+	// streams, where not nil, is kern[1] over two streams of groups side
+	// by side: for groups pairs, group j of the first half of w and group
+	// j of the second, into out's rows 16j and 16(groups+j), with the
+	// bits of kern[1] (kernTileCallStreams). One core reads two
+	// sequential streams faster than one (BENCHMARKS.md, "Two streams per
+	// core").
+	streams kernTileFunc
+}
+
+// kernTileCallStreams is kernTileCall of one token through tl.streams
+// where it has one: pairs of groups from the two halves of w side by
+// side, and the odd group left over alone.
+func kernTileCallStreams(tl *kernTile, out []float32, w []byte, groups, nb int, xq []int8, dc []int32) {
+	if tl.streams == nil || groups < 2 {
+		kernTileCall(tl.kern[1], tl, 1, out, 0, w, groups, nb, xq, dc)
+		return
+	}
+	pairs, gb := groups/2, nb*tl.blockBytes
+	if len(w) < groups*gb || len(xq) < nb*kernQK || len(dc) < tl.words()*nb || len(out) < groups*kernTileRows {
+		panic(fmt.Sprintf("cpu: two-stream tile kernel of %d groups of %d blocks: w %d, xq %d, dc %d, out %d",
+			groups, nb, len(w), len(xq), len(dc), len(out)))
+	}
+	tl.streams(out, 0, w, pairs, nb, xq, dc)
+	if groups%2 != 0 {
+		kernTileCall(tl.kern[1], tl, 1, out[2*pairs*kernTileRows:], 0, w[2*pairs*gb:], 1, nb, xq, dc)
+	}
 }
 
 // words returns the number of dc words per block.
@@ -208,6 +234,10 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 	}
 	kernTileLoop(p, w, nb*tl.blockBytes, tl.pack, n, kernTileMax, 1, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
 		q, d := xq[t*cols:(t+T)*cols], dc[words*t*nb:words*(t+T)*nb]
+		if T == 1 {
+			kernTileCallStreams(tl, out, wt, groups, nb, q, d)
+			return
+		}
 		kernTileCall(tl.kern[T], tl, T, out, ostride, wt, groups, nb, q, d)
 	})
 }

@@ -398,3 +398,42 @@ func BenchmarkTileFloatKernel(b *testing.B) {
 		}
 	}
 }
+
+// TestTileStreams checks that the two-stream one-token kernels give every
+// row the bits of the one-stream kernel, for even and odd numbers of
+// groups (the odd one left over goes alone).
+func TestTileStreams(t *testing.T) {
+	tested := 0
+	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+		for _, level := range kernTileLevels(typ) {
+			tl := kernSetFor(level).tile[typ]
+			if tl.streams == nil {
+				continue
+			}
+			tested++
+			cols := 96
+			if typ.BlockSize() == kernQKK {
+				cols = 512
+			}
+			nb := cols / kernQK
+			rng := rand.New(rand.NewPCG(uint64(typ), 7))
+			for groups := 1; groups <= 7; groups++ {
+				w, _ := kernRandWeight(t, rng, typ, groups*kernTileRows, cols)
+				x := kernRandFloats(rng, cols, 1)
+				xq, xd, xs := make([]int8, cols), make([]float32, nb), make([]float32, nb)
+				kernSetFor(level).quantize(xq, xd, xs, x)
+				dc := tl.dcOf(xq, xd, xs, 1, cols)
+				want := make([]float32, groups*kernTileRows)
+				kernTileCall(tl.kern[1], tl, 1, want, 0, w.tiles, groups, nb, xq, dc)
+				got := make([]float32, groups*kernTileRows+1)
+				got[len(got)-1] = 42
+				kernTileCallStreams(tl, got, w.tiles, groups, nb, xq, dc)
+				require.Equal(t, want, got[:len(want)], "kern=%s type=%s groups=%d", level, typ, groups)
+				require.Equal(t, float32(42), got[len(want)], "wrote past the outputs")
+			}
+		}
+	}
+	if tested == 0 {
+		t.Skipf("no two-stream tile kernels on this CPU (best level %s)", kernBest)
+	}
+}

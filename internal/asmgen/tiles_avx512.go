@@ -48,13 +48,23 @@ func genTilesAVX512(a *asm) {
 		for n := 1; n <= tileMaxTokens; n++ {
 			a.tile(q, n)
 		}
+		if q.streamWeights != nil {
+			a.tileStreams(q)
+		}
 	}
 	for n := 1; n <= tileMaxTokens; n++ {
 		a.tileQ4K(n)
 	}
+	a.tileStreamsK("Q4_K", q4kTileSB, 2, nil, func(a *asm, r tileRegs) {
+		a.VCVTPH2PS(r.at(0), r.d)
+		a.VCVTPH2PS(r.at(32), r.dmin)
+	}, q4kSub1)
 	for n := 1; n <= tileMaxTokens; n++ {
 		a.tileQ6K(n)
 	}
+	a.tileStreamsK("Q6_K", q6kTileSB, 4, func(a *asm) { a.bcastbZ(0x30, Z26) }, func(a *asm, r tileRegs) {
+		a.VCVTPH2PS(r.at(0), r.d)
+	}, q6kSub1)
 	for n := 1; n <= tileF16Max; n++ {
 		a.tileF16(n)
 	}
@@ -119,27 +129,20 @@ type tileType struct {
 	bsz     int
 	setup   func(a *asm) // constants beyond Z9, or nil
 	weights func(a *asm)
-	start   func(a *asm, t int, isum VecPhysical)
-	step    func(a *asm, t, k int, isum VecPhysical)
+	// streamWeights loads a block from at(disp) into the registers z(0)..z(7)
+	// and its scales into scale, for the two-stream kernel (nil: none).
+	streamWeights func(a *asm, at func(disp int) Mem, z func(k int) VecPhysical, scale VecPhysical)
+	start         func(a *asm, t int, isum VecPhysical)
+	step          func(a *asm, t, k int, isum VecPhysical)
 }
 
 var (
 	// Q4_0: the nibbles unsigned, the activations signed and broadcast
 	// from memory; the sum starts from the token's -8·Σx (dc).
 	q4Tile = tileType{name: "Q4_0", bsz: q4TileBlock,
-		weights: func(a *asm) {
-			a.VCVTPH2PS(mem(RSI, 0), Z8)
-			for g := range 4 {
-				a.VMOVDQU64(mem(RSI, 32+64*g), tileZ(g))
-			}
-			for g := range 4 {
-				a.VPSRLW(U8(4), tileZ(g), tileZ(g+4))
-			}
-			for k := range 8 {
-				a.VPANDD(Z9, tileZ(k), tileZ(k))
-			}
-		},
-		start: func(a *asm, t int, isum VecPhysical) { a.VPBROADCASTD(tileDC(t, 4), isum) },
+		weights:       func(a *asm) { q4Weights(a, tileSI, tileZA, Z8) },
+		streamWeights: q4Weights,
+		start:         func(a *asm, t int, isum VecPhysical) { a.VPBROADCASTD(tileDC(t, 4), isum) },
 		step: func(a *asm, t, k int, isum VecPhysical) {
 			a.vpdpbusdBcst(tileXQ(t, 4*k), tileZ(k), isum)
 		},
@@ -148,52 +151,84 @@ var (
 	// kernPackQ8_0), the activations signed and broadcast from memory; the
 	// sum starts from the token's -128·Σx (dc): Σ (w+128)·x - 128·Σx = Σ w·x.
 	q8Tile = tileType{name: "Q8_0", bsz: q8TileBlock,
-		weights: func(a *asm) {
-			a.VCVTPH2PS(mem(RSI, 0), Z8)
-			for k := range 8 {
-				a.VMOVDQU64(mem(RSI, 32+64*k), tileZ(k))
-			}
-		},
-		start: q4Tile.start,
-		step:  q4Tile.step,
+		weights:       func(a *asm) { q8Weights(a, tileSI, tileZA, Z8) },
+		streamWeights: q8Weights,
+		start:         q4Tile.start,
+		step:          q4Tile.step,
 	}
 )
 
 const q8TileBlock = 32 + 16*32 // scales, values
+
+// tileSI addresses the weights at SI; tileSIB those of the second stream,
+// R14 bytes past SI.
+func tileSI(disp int) Mem  { return mem(RSI, disp) }
+func tileSIB(disp int) Mem { return memx(RSI, disp, R14, 1) }
+
+// q4Weights is Q4_0's block: the scales, then the nibbles unpacked.
+func q4Weights(a *asm, at func(int) Mem, z func(int) VecPhysical, scale VecPhysical) {
+	a.VCVTPH2PS(at(0), scale)
+	for g := range 4 {
+		a.VMOVDQU64(at(32+64*g), z(g))
+	}
+	for g := range 4 {
+		a.VPSRLW(U8(4), z(g), z(g+4))
+	}
+	for k := range 8 {
+		a.VPANDD(Z9, z(k), z(k))
+	}
+}
+
+// q8Weights is Q8_0's block: the scales and the offset bytes.
+func q8Weights(a *asm, at func(int) Mem, z func(int) VecPhysical, scale VecPhysical) {
+	a.VCVTPH2PS(at(0), scale)
+	for k := range 8 {
+		a.VMOVDQU64(at(32+64*k), z(k))
+	}
+}
+
+// q5Weights is Q5_0's block: Q4_0's nibbles with the high bits or-ed in
+// (Z26 holds 0x10 bytes, Z28 is scratch).
+func q5Weights(a *asm, at func(int) Mem, z func(int) VecPhysical, scale VecPhysical) {
+	a.VCVTPH2PS(at(0), scale)
+	for g := range 4 {
+		a.VMOVDQU64(at(96+64*g), z(g))
+	}
+	for g := range 4 {
+		a.VPSRLW(U8(4), z(g), z(g+4))
+	}
+	for k := range 8 {
+		a.VPANDD(Z9, z(k), z(k))
+	}
+	hi := at(32)
+	for k := range 8 {
+		var bits Op = Z28
+		switch {
+		case k < 4:
+			a.VPSLLW(U8(uint8(4-k)), hi, Z28)
+		case k == 4:
+			bits = hi
+		default:
+			a.VPSRLW(U8(uint8(k-4)), hi, Z28)
+		}
+		a.VPTERNLOGD(U8(0xf8), bits, Z26, z(k)) // z(k) | (bits & 0x10)
+	}
+}
+
+// tileZA and tileZB are the weight registers of the two streams' blocks.
+func tileZA(k int) VecPhysical { return tileZ(k) }
+func tileZB(k int) VecPhysical { return []VecPhysical{Z14, Z15, Z16, Z17, Z20, Z21, Z22, Z23}[k] }
 
 // q5Tile is Q5_0's tile (engine/cpu kernPackQ5_0): Q4_0's nibbles (at 96),
 // after the scales the high bits (64 bytes at 32: byte b of a row holds in
 // bit k the high bit of value 4k+b), which for Zk shift to bit 4 (Z28) and
 // VPTERNLOGD ors in under Z26 (0x10 bytes); the sum starts from −16·Σx.
 var q5Tile = tileType{name: "Q5_0", bsz: 32 + 64 + 16*16,
-	setup: func(a *asm) { a.bcastbZ(0x10, Z26) },
-	weights: func(a *asm) {
-		a.VCVTPH2PS(mem(RSI, 0), Z8)
-		for g := range 4 {
-			a.VMOVDQU64(mem(RSI, 96+64*g), tileZ(g))
-		}
-		for g := range 4 {
-			a.VPSRLW(U8(4), tileZ(g), tileZ(g+4))
-		}
-		for k := range 8 {
-			a.VPANDD(Z9, tileZ(k), tileZ(k))
-		}
-		hi := mem(RSI, 32)
-		for k := range 8 {
-			var bits Op = Z28
-			switch {
-			case k < 4:
-				a.VPSLLW(U8(uint8(4-k)), hi, Z28)
-			case k == 4:
-				bits = hi
-			default:
-				a.VPSRLW(U8(uint8(k-4)), hi, Z28)
-			}
-			a.VPTERNLOGD(U8(0xf8), bits, Z26, tileZ(k)) // Zk | (bits & 0x10)
-		}
-	},
-	start: q4Tile.start,
-	step:  q4Tile.step,
+	setup:         func(a *asm) { a.bcastbZ(0x10, Z26) },
+	weights:       func(a *asm) { q5Weights(a, tileSI, tileZA, Z8) },
+	streamWeights: q5Weights,
+	start:         q4Tile.start,
+	step:          q4Tile.step,
 }
 
 // tileZ is the zmm register Zi.
@@ -250,6 +285,68 @@ func (a *asm) tile(q tileType, n int) {
 	a.tileStore(n)
 }
 
+// tileStreams is kernTile<type>x1s2AVX512, one token over two streams of
+// groups read side by side: groups pairs, the first of each pair at
+// SI (group j), the second groups groups further on (R14 bytes past),
+// written to out[16j:] and out[16(groups+j):]. Each lane runs exactly
+// the operations of the one-stream kernel (tile(q, 1)), so the bits are
+// the same. One core reads two sequential streams faster than one
+// (a dot product over one stream per thread read 56-65 GB/s where two
+// read 77-80 on the AMD VM; BENCHMARKS.md, "Two streams per core").
+// Registers: tileRegsA's for the first stream, tileRegsB's for the
+// second (weights Z14..Z17, Z20..Z23, scales Z24, sums Z12 and Z13,
+// accumulator Z19), R14 the second stream's offset.
+func (a *asm) tileStreams(q tileType) {
+	a.text(fmt.Sprintf("kernTile%sx1s2AVX512", q.name), 0, sigTile)
+	a.tileStart(2)
+	if q.setup != nil {
+		q.setup(a)
+	}
+	a.MOVQ(a.arg("groups"), R14)
+	a.IMULQ(a.arg("nb"), R14)
+	a.IMUL3Q(U32(uint32(q.bsz)), R14, R14)
+
+	a.Label("group")
+	a.jzero(RBX, "end")
+	a.MOVQ(a.arg("xq_base"), RDI)
+	a.MOVQ(a.arg("dc_base"), RDX)
+	a.MOVQ(a.arg("nb"), RCX)
+	a.VPXORD(Z18, Z18, Z18)
+	a.VPXORD(Z19, Z19, Z19)
+	a.jzero(RCX, "store")
+
+	a.Label("block")
+	lines := (q.bsz + 63) / 64
+	for i := range lines {
+		a.PREFETCHT0(mem(RSI, tilePrefetchAhead+64*i))
+		a.PREFETCHT0(memx(RSI, tilePrefetchAhead+64*i, R14, 1))
+	}
+	q.streamWeights(a, tileSI, tileZA, Z8)
+	q.streamWeights(a, tileSIB, tileZB, Z24)
+	q.start(a, 0, Z10)
+	q.start(a, 0, Z12)
+	a.VPXORD(Z11, Z11, Z11)
+	a.VPXORD(Z13, Z13, Z13)
+	for k := range 8 {
+		a.vpdpbusdBcst(tileXQ(0, 4*k), tileZ(k), tileZ(10+k%2))
+		a.vpdpbusdBcst(tileXQ(0, 4*k), tileZB(k), tileZ(12+k%2))
+	}
+	a.VPADDD(Z11, Z10, Z10)
+	a.VPADDD(Z13, Z12, Z12)
+	for i, z := range []VecPhysical{Z10, Z12} {
+		a.VCVTDQ2PS(z, z)
+		a.VMULPS([]VecPhysical{Z8, Z24}[i], z, z)
+		a.VFMADD231PS_BCST(tileDC(0, 0), z, tileZ(18+i))
+	}
+	a.ADDQ(U32(uint32(q.bsz)), RSI)
+	a.ADDQ(U8(32), RDI)
+	a.ADDQ(U8(8), RDX)
+	a.DECQ(RCX)
+	a.JNZ(lbl("block"))
+
+	a.tileStreamsStore()
+}
+
 // q4kTileSB is the bytes of one 256-value super-block of sixteen packed
 // Q4_K rows (engine/cpu kernPackQ4_K).
 const q4kTileSB = 64 + 256 + 16*128
@@ -273,34 +370,33 @@ func (a *asm) tileQ4K(n int) {
 	a.tileGroup(n, true)
 
 	a.Label("block")
-	a.VCVTPH2PS(mem(RSI, 0), Z27)
-	a.VCVTPH2PS(mem(RSI, 32), Z28)
-	for j := range 8 {
-		a.tilePrefetchPart(q4kTileSB, j, 8)
-		for k := range 8 {
-			m := mem(RSI, 320+512*(j/2)+64*k)
-			if j%2 == 0 {
-				a.VPANDD(m, Z9, tileZ(k))
-			} else {
-				a.VPSRLW(U8(4), m, tileZ(k))
-				a.VPANDD(Z9, tileZ(k), tileZ(k))
-			}
+	if n == 1 {
+		r := tileRegsA
+		a.VCVTPH2PS(r.at(0), r.d)
+		a.VCVTPH2PS(r.at(32), r.dmin)
+		for j := range 8 {
+			q4kSub1(a, r, j)
 		}
-		a.VPMOVZXBD(mem(RSI, 64+16*j), Z8)
-		a.VCVTDQ2PS(Z8, Z8)
-		a.VMULPS(Z27, Z8, Z8)
-		a.VPMOVZXBD(mem(RSI, 192+16*j), Z26)
-		a.VCVTDQ2PS(Z26, Z26)
-		a.VMULPS(Z28, Z26, Z26)
-		if n == 1 {
-			// Two chains of four, added: integers, so exactly the same sum.
-			a.VPXORD(Z10, Z10, Z10)
-			a.VPXORD(Z11, Z11, Z11)
+	} else {
+		a.VCVTPH2PS(mem(RSI, 0), Z27)
+		a.VCVTPH2PS(mem(RSI, 32), Z28)
+		for j := range 8 {
+			a.tilePrefetchPart(q4kTileSB, j, 8)
 			for k := range 8 {
-				a.vpdpbusdBcst(tileXQ(0, 32*j+4*k), tileZ(k), tileZ(10+k%2))
+				m := mem(RSI, 320+512*(j/2)+64*k)
+				if j%2 == 0 {
+					a.VPANDD(m, Z9, tileZ(k))
+				} else {
+					a.VPSRLW(U8(4), m, tileZ(k))
+					a.VPANDD(Z9, tileZ(k), tileZ(k))
+				}
 			}
-			a.VPADDD(Z11, Z10, Z10)
-		} else {
+			a.VPMOVZXBD(mem(RSI, 64+16*j), Z8)
+			a.VCVTDQ2PS(Z8, Z8)
+			a.VMULPS(Z27, Z8, Z8)
+			a.VPMOVZXBD(mem(RSI, 192+16*j), Z26)
+			a.VCVTDQ2PS(Z26, Z26)
+			a.VMULPS(Z28, Z26, Z26)
 			for t := range n {
 				a.VPXORD(isum(t), isum(t), isum(t))
 			}
@@ -309,12 +405,12 @@ func (a *asm) tileQ4K(n int) {
 					a.vpdpbusdBcst(tileXQ(t, 32*j+4*k), tileZ(k), isum(t))
 				}
 			}
-		}
-		for t := range n {
-			a.VCVTDQ2PS(isum(t), isum(t))
-			a.VMULPS(Z8, isum(t), isum(t))
-			a.VFMADD231PS_BCST(tileDC(t, 8*j), isum(t), acc(t))
-			a.VFNMADD231PS_BCST(tileDC(t, 8*j+4), Z26, acc(t))
+			for t := range n {
+				a.VCVTDQ2PS(isum(t), isum(t))
+				a.VMULPS(Z8, isum(t), isum(t))
+				a.VFMADD231PS_BCST(tileDC(t, 8*j), isum(t), acc(t))
+				a.VFNMADD231PS_BCST(tileDC(t, 8*j+4), Z26, acc(t))
+			}
 		}
 	}
 	a.ADDQ(U32(q4kTileSB), RSI)
@@ -411,31 +507,9 @@ func (a *asm) tileQ6K(n int) {
 	a.Label("block")
 	a.VCVTPH2PS(mem(RSI, 0), Z27)
 	for b := range 8 {
-		a.tilePrefetchPart(q6kTileSB, b, 8)
-		h, bb := b/4, b%4
-		for k := range 8 {
-			lo := mem(RSI, 288+1024*h+512*(bb%2)+64*k)
-			hi := mem(RSI, 2336+512*h+64*k)
-			z := tileZ(k)
-			if bb < 2 {
-				a.VPANDD(lo, Z9, z)
-			} else {
-				a.VPSRLW(U8(4), lo, z)
-				a.VPANDD(Z9, z, z)
-			}
-			var bits Op = Z28
-			switch bb {
-			case 0:
-				a.VPSLLW(U8(4), hi, Z28)
-			case 1:
-				a.VPSLLW(U8(2), hi, Z28)
-			case 2:
-				bits = hi // bits 4, 5 in place
-			case 3:
-				a.VPSRLW(U8(2), hi, Z28)
-			}
-			a.VPTERNLOGD(U8(0xf8), bits, Z26, z) // z | (bits & 0x30)
-		}
+		r := tileRegsA
+		a.tilePrefetchPartAt(r.at, q6kTileSB, b, 8)
+		q6kWeights(a, r, b)
 		for half := range 2 {
 			a.VPMOVSXBD(mem(RSI, 32+16*(2*b+half)), Z8)
 			a.VCVTDQ2PS(Z8, Z8)
@@ -492,6 +566,161 @@ func (a *asm) tileGroup(n int, superBlocks bool) {
 // line past the end of w is only a hint: a prefetch never faults.
 const tilePrefetchAhead = 4096
 
+// tileRegs are the registers of one stream of a one-token kernel: at
+// addresses its weights, w(k) holds activation bytes 4k..4k+3's weights,
+// d and dmin a super-block's scales, s and m a sub-block's, isum0 and
+// isum1 the integer sums (two chains), acc the accumulator.
+type tileRegs struct {
+	at                func(disp int) Mem
+	w                 func(k int) VecPhysical
+	d, dmin, s, m     VecPhysical
+	isum0, isum1, acc VecPhysical
+}
+
+// tileRegsA is the first (or only) stream's registers, tileRegsB the
+// second's in a two-stream kernel.
+var (
+	tileRegsA = tileRegs{at: tileSI, w: tileZA, d: Z27, dmin: Z28, s: Z8, m: Z26, isum0: Z10, isum1: Z11, acc: Z18}
+	tileRegsB = tileRegs{at: tileSIB, w: tileZB, d: Z29, dmin: Z30, s: Z24, m: Z25, isum0: Z12, isum1: Z13, acc: Z19}
+)
+
+// q4kSub1 is sub-block j of a Q4_K super-block for one token (r.d and
+// r.dmin loaded): the same operations as tileQ4K's for n tokens.
+func q4kSub1(a *asm, r tileRegs, j int) {
+	a.tilePrefetchPartAt(r.at, q4kTileSB, j, 8)
+	for k := range 8 {
+		m := r.at(320 + 512*(j/2) + 64*k)
+		if j%2 == 0 {
+			a.VPANDD(m, Z9, r.w(k))
+		} else {
+			a.VPSRLW(U8(4), m, r.w(k))
+			a.VPANDD(Z9, r.w(k), r.w(k))
+		}
+	}
+	a.VPMOVZXBD(r.at(64+16*j), r.s)
+	a.VCVTDQ2PS(r.s, r.s)
+	a.VMULPS(r.d, r.s, r.s)
+	a.VPMOVZXBD(r.at(192+16*j), r.m)
+	a.VCVTDQ2PS(r.m, r.m)
+	a.VMULPS(r.dmin, r.m, r.m)
+	// Two chains of four, added: integers, so exactly the same sum.
+	a.VPXORD(r.isum0, r.isum0, r.isum0)
+	a.VPXORD(r.isum1, r.isum1, r.isum1)
+	for k := range 8 {
+		a.vpdpbusdBcst(tileXQ(0, 32*j+4*k), r.w(k), []VecPhysical{r.isum0, r.isum1}[k%2])
+	}
+	a.VPADDD(r.isum1, r.isum0, r.isum0)
+	a.VCVTDQ2PS(r.isum0, r.isum0)
+	a.VMULPS(r.s, r.isum0, r.isum0)
+	a.VFMADD231PS_BCST(tileDC(0, 8*j), r.isum0, r.acc)
+	a.VFNMADD231PS_BCST(tileDC(0, 8*j+4), r.m, r.acc)
+}
+
+// q6kWeights loads sub-block b's six-bit weights of a Q6_K super-block
+// into r.w (Z26 holds 0x30 bytes, Z28 is scratch).
+func q6kWeights(a *asm, r tileRegs, b int) {
+	h, bb := b/4, b%4
+	for k := range 8 {
+		lo := r.at(288 + 1024*h + 512*(bb%2) + 64*k)
+		hi := r.at(2336 + 512*h + 64*k)
+		z := r.w(k)
+		if bb < 2 {
+			a.VPANDD(lo, Z9, z)
+		} else {
+			a.VPSRLW(U8(4), lo, z)
+			a.VPANDD(Z9, z, z)
+		}
+		var bits Op = Z28
+		switch bb {
+		case 0:
+			a.VPSLLW(U8(4), hi, Z28)
+		case 1:
+			a.VPSLLW(U8(2), hi, Z28)
+		case 2:
+			bits = hi // bits 4, 5 in place
+		case 3:
+			a.VPSRLW(U8(2), hi, Z28)
+		}
+		a.VPTERNLOGD(U8(0xf8), bits, Z26, z) // z | (bits & 0x30)
+	}
+}
+
+// q6kSub1 is sub-block b of a Q6_K super-block for one token (r.d
+// loaded): the same operations as tileQ6K's for n tokens.
+func q6kSub1(a *asm, r tileRegs, b int) {
+	a.tilePrefetchPartAt(r.at, q6kTileSB, b, 8)
+	q6kWeights(a, r, b)
+	for half := range 2 {
+		a.VPMOVSXBD(r.at(32+16*(2*b+half)), r.s)
+		a.VCVTDQ2PS(r.s, r.s)
+		a.VMULPS(r.d, r.s, r.s)
+		a.VPBROADCASTD(tileDC(0, 16*b+4+4*half), r.isum0)
+		for k := 4 * half; k < 4*half+4; k++ {
+			a.vpdpbusdBcst(tileXQ2(0, 32*b+4*k), r.w(k), r.isum0)
+		}
+		a.VCVTDQ2PS(r.isum0, r.isum0)
+		a.VMULPS(r.s, r.isum0, r.isum0)
+		a.VFMADD231PS_BCST(tileDC(0, 16*b), r.isum0, r.acc)
+	}
+}
+
+// tileStreamsK is kernTile<name>x1s2AVX512 for a K-quant of sb-byte
+// super-blocks (words dc words per 32-value block): as tileStreams, the
+// super-blocks of the two streams' groups side by side, sub-block by
+// sub-block (head loads a super-block's scales, sub emits sub-block j).
+func (a *asm) tileStreamsK(name string, sb, words int, setup func(a *asm), head func(a *asm, r tileRegs), sub func(a *asm, r tileRegs, j int)) {
+	a.text(fmt.Sprintf("kernTile%sx1s2AVX512", name), 0, sigTile)
+	a.tileStart(words)
+	if setup != nil {
+		setup(a)
+	}
+	a.MOVQ(a.arg("groups"), R14)
+	a.IMULQ(a.arg("nb"), R14)
+	a.IMUL3Q(U32(uint32(sb/8)), R14, R14)
+
+	a.Label("group")
+	a.jzero(RBX, "end")
+	a.MOVQ(a.arg("xq_base"), RDI)
+	a.MOVQ(a.arg("dc_base"), RDX)
+	a.MOVQ(a.arg("nb"), RCX)
+	a.SHRQ(U8(3), RCX)
+	a.VPXORD(Z18, Z18, Z18)
+	a.VPXORD(Z19, Z19, Z19)
+	a.jzero(RCX, "store")
+
+	a.Label("block")
+	head(a, tileRegsA)
+	head(a, tileRegsB)
+	for j := range 8 {
+		sub(a, tileRegsA, j)
+		sub(a, tileRegsB, j)
+	}
+	a.ADDQ(U32(uint32(sb)), RSI)
+	a.ADDQ(U32(256), RDI)
+	a.ADDQ(U32(uint32(8*4*words)), RDX)
+	a.DECQ(RCX)
+	a.JNZ(lbl("block"))
+	a.tileStreamsStore()
+}
+
+// tileStreamsStore ends a two-stream kernel: the label store writes the
+// pair's accumulators (Z18 to out at R8, Z19 groups·64 bytes further) and
+// goes on to the next pair; end returns.
+func (a *asm) tileStreamsStore() {
+	a.Label("store")
+	a.VMOVUPS(Z18, mem(R8, 0))
+	a.MOVQ(a.arg("groups"), RAX)
+	a.SHLQ(U8(6), RAX)
+	a.VMOVUPS(Z19, memx(R8, 0, RAX, 1))
+	a.ADDQ(U8(64), R8)
+	a.DECQ(RBX)
+	a.JMP(lbl("group"))
+
+	a.Label("end")
+	a.VZEROUPPER()
+	a.RET()
+}
+
 // tilePrefetch hints the lines of the bsz bytes tilePrefetchAhead past SI,
 // one PREFETCHT0 per 64 bytes.
 func (a *asm) tilePrefetch(bsz int) { a.tilePrefetchPart(bsz, 0, 1) }
@@ -500,9 +729,12 @@ func (a *asm) tilePrefetch(bsz int) { a.tilePrefetchPart(bsz, 0, 1) }
 // spreads its hints over the sub-blocks, so that its misses go out at the
 // pace it reads them rather than forty at once (more than the core has
 // fill buffers for).
-func (a *asm) tilePrefetchPart(bsz, p, parts int) {
+func (a *asm) tilePrefetchPart(bsz, p, parts int) { a.tilePrefetchPartAt(tileSI, bsz, p, parts) }
+
+// tilePrefetchPartAt is tilePrefetchPart for the weights at(0).
+func (a *asm) tilePrefetchPartAt(at func(int) Mem, bsz, p, parts int) {
 	lines := (bsz + 63) / 64
 	for i := p * lines / parts; i < (p+1)*lines/parts; i++ {
-		a.PREFETCHT0(mem(RSI, tilePrefetchAhead+64*i))
+		a.PREFETCHT0(at(tilePrefetchAhead + 64*i))
 	}
 }
