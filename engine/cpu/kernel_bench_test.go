@@ -92,28 +92,44 @@ func kernBenchWeights(b *testing.B, typ gguf.TensorType, rows, cols int) []Weigh
 // BenchmarkMemoryRead is the reference for BenchmarkMatMul's MB/s: the
 // pool's threads each stream through their share of kernBenchSpan bytes
 // with the float dot kernel, as fast as the memory system delivers.
+// streams=2 (cpu.ReadBandwidth's measure) dots the two halves of each 256
+// KiB chunk, two sequential streams per thread; streams=1 dots each 64 KiB
+// of the chunk with one vector in L1, one stream per thread, as a
+// one-stream tile kernel reads its weights.
 func BenchmarkMemoryRead(b *testing.B) {
-	b.Run(fmt.Sprintf("threads=%d", *kernThreads), func(b *testing.B) {
-		kernBenchLevel(b)
-		buf := make([]float32, kernBenchSpan/4)
-		for i := range buf {
-			buf[i] = float32(i & 7)
-		}
-		pool := NewPool(*kernThreads)
-		defer pool.Close()
-		ks := kernSetFor(kernUse)
-		const chunk = 1 << 16 // floats per task: 256 KiB
-		sums := make([]float32, len(buf)/chunk)
-		b.SetBytes(kernBenchSpan)
-		for b.Loop() {
-			pool.Run(len(sums), func(start, end int) {
-				for i := start; i < end; i++ {
-					half := buf[i*chunk : (i+1)*chunk]
-					sums[i] = ks.dotF32(half[:chunk/2], half[chunk/2:])
-				}
-			})
-		}
-	})
+	for _, streams := range []int{2, 1} {
+		b.Run(fmt.Sprintf("threads=%d/streams=%d", *kernThreads, streams), func(b *testing.B) {
+			kernBenchLevel(b)
+			buf := make([]float32, kernBenchSpan/4)
+			for i := range buf {
+				buf[i] = float32(i & 7)
+			}
+			pool := NewPool(*kernThreads)
+			defer pool.Close()
+			ks := kernSetFor(kernUse)
+			const chunk = 1 << 16 // floats per task: 256 KiB
+			const piece = 1 << 12 // floats of one dot with one stream: 16 KiB
+			y := buf[:piece:piece]
+			sums := make([]float32, len(buf)/chunk)
+			b.SetBytes(kernBenchSpan)
+			for b.Loop() {
+				pool.Run(len(sums), func(start, end int) {
+					for i := start; i < end; i++ {
+						c := buf[i*chunk : (i+1)*chunk]
+						if streams == 2 {
+							sums[i] = ks.dotF32(c[:chunk/2], c[chunk/2:])
+							continue
+						}
+						var s float32
+						for p := 0; p < chunk; p += piece {
+							s += ks.dotF32(c[p:p+piece], y)
+						}
+						sums[i] = s
+					}
+				})
+			}
+		})
+	}
 }
 
 // BenchmarkKernDot measures one token's dot product with one weight row of
