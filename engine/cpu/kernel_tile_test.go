@@ -175,6 +175,18 @@ func BenchmarkTileKernel(b *testing.B) {
 				b.ReportMetric(float64(b.N)*float64(T*groups*kernTileRows*cols)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 			})
 		}
+		if tl.streams != nil {
+			b.Run(fmt.Sprintf("type=%s/tokens=1/streams=2", typ), func(b *testing.B) {
+				x := kernRandFloats(rand.New(rand.NewPCG(3, 4)), cols, 1)
+				xq, xd, xs := kernQuantized(x, 1, cols)
+				dc := tl.dcOf(xq, xd, xs, 1, cols)
+				out := make([]float32, groups*kernTileRows)
+				for b.Loop() {
+					kernTileCallStreams(tl, out, w.tiles, groups, nb, xq, dc)
+				}
+				b.ReportMetric(float64(b.N)*float64(groups*kernTileRows*cols)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
+		}
 	}
 }
 
