@@ -232,7 +232,14 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 	} else {
 		quantize(0, n)
 	}
-	kernTileLoop(p, w, nb*tl.blockBytes, tl.pack, n, kernTileMax, 1, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
+	// One token goes through tl.streams two groups at a time: chunks of
+	// whole pairs, however wide the rows (a 152 KiB group of 8,960 Q8_0
+	// columns would otherwise make a tile, and a chunk, of one).
+	gm := 1
+	if n == 1 && tl.streams != nil {
+		gm = 2
+	}
+	kernTileLoop(p, w, nb*tl.blockBytes, tl.pack, n, kernTileMax, gm, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
 		q, d := xq[t*cols:(t+T)*cols], dc[words*t*nb:words*(t+T)*nb]
 		if T == 1 {
 			kernTileCallStreams(tl, out, wt, groups, nb, q, d)

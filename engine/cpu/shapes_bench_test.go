@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -104,6 +105,71 @@ func benchF16MatMul() string { return os.Getenv("LLMD_BENCH_F16_MATMUL") }
 func BenchmarkFile(b *testing.B) {
 	f, spec, name := benchFile(b)
 	benchExecutor(b, name, func(*testing.B) *gguf.File { return f }, spec.Vocab)
+}
+
+// BenchmarkFileWeights measures one token's matrix products alone over
+// LLMD_BENCH_GGUF's weights: each layer's matrices in the forward's order
+// (Q, K and V or the fused QKV, O, gate, up, down; a mixture's experts are
+// left out), then the output head, on the executor's pool, the weights
+// coming from memory as in a decode step. It reports the pass's weight
+// bytes over its time (GB/s; set it beside BenchmarkMemoryRead's) and, per
+// kind of matrix, the time of one call (q-us, ...) and its share of the
+// pass (q-%): what a one-stream decode spends in its matrices, and where.
+// Run it with `LLMD_BENCH_GGUF=FILE go test -run '^$' -bench FileWeights
+// -benchtime 100x -cpu 2 ./engine/cpu/`.
+func BenchmarkFileWeights(b *testing.B) {
+	f, _, name := benchFile(b)
+	b.Run(name, func(b *testing.B) {
+		e := newExec(b, f, Config{BlockSize: 16, KVBlocks: 16, NoSwap: true, Threads: benchThreads(), F16MatMul: benchF16MatMul()})
+		type call struct {
+			kind int
+			w    Weight
+		}
+		kinds := []string{"q", "k", "v", "qkv", "o", "gate", "up", "down", "output"}
+		var calls []call
+		add := func(kind int, w Weight) {
+			if w.Rows > 0 {
+				calls = append(calls, call{kind, w})
+			}
+		}
+		for i := range e.w.layers {
+			l := &e.w.layers[i]
+			for k, w := range []Weight{l.q, l.k, l.v, l.qkv, l.o, l.gate, l.up, l.down} {
+				add(k, w)
+			}
+		}
+		add(len(kinds)-1, e.w.output)
+		cols, rows, bytes := 0, 0, 0
+		for _, c := range calls {
+			cols, rows, bytes = max(cols, c.w.Cols), max(rows, c.w.Rows), bytes+len(c.w.Data)
+		}
+		x := alignedMake[float32](cols)
+		for i := range x {
+			x[i] = float32(i%7-3) * 0.01
+		}
+		out := alignedMake[float32](rows)
+		spent := make([]time.Duration, len(kinds))
+		count := make([]int, len(kinds))
+		for b.Loop() {
+			for _, c := range calls {
+				t0 := time.Now()
+				MatMul(e.pool, out[:c.w.Rows], c.w, x[:c.w.Cols], 1)
+				spent[c.kind] += time.Since(t0)
+				count[c.kind]++
+			}
+		}
+		b.ReportMetric(float64(bytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		var all time.Duration
+		for _, d := range spent {
+			all += d
+		}
+		for k, n := range count {
+			if n > 0 {
+				b.ReportMetric(float64(spent[k].Microseconds())/float64(n), kinds[k]+"-us")
+				b.ReportMetric(100*spent[k].Seconds()/all.Seconds(), kinds[k]+"-%")
+			}
+		}
+	})
 }
 
 // BenchmarkFileLoad measures building an executor for LLMD_BENCH_GGUF's
