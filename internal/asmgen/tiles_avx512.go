@@ -168,8 +168,14 @@ func tileSIB(disp int) Mem { return memx(RSI, disp, R14, 1) }
 // q4Weights is Q4_0's block: the scales, then the nibbles unpacked.
 func q4Weights(a *asm, at func(int) Mem, z func(int) VecPhysical, scale VecPhysical) {
 	a.VCVTPH2PS(at(0), scale)
+	tileNibbles(a, at, 32, z)
+}
+
+// tileNibbles unpacks the 256 bytes of nibbles at(off) into z(0)..z(7):
+// z(g) the low nibbles of the g-th 64 bytes, z(g+4) the high ones.
+func tileNibbles(a *asm, at func(int) Mem, off int, z func(int) VecPhysical) {
 	for g := range 4 {
-		a.VMOVDQU64(at(32+64*g), z(g))
+		a.VMOVDQU64(at(off+64*g), z(g))
 	}
 	for g := range 4 {
 		a.VPSRLW(U8(4), z(g), z(g+4))
@@ -191,15 +197,7 @@ func q8Weights(a *asm, at func(int) Mem, z func(int) VecPhysical, scale VecPhysi
 // (Z26 holds 0x10 bytes, Z28 is scratch).
 func q5Weights(a *asm, at func(int) Mem, z func(int) VecPhysical, scale VecPhysical) {
 	a.VCVTPH2PS(at(0), scale)
-	for g := range 4 {
-		a.VMOVDQU64(at(96+64*g), z(g))
-	}
-	for g := range 4 {
-		a.VPSRLW(U8(4), z(g), z(g+4))
-	}
-	for k := range 8 {
-		a.VPANDD(Z9, z(k), z(k))
-	}
+	tileNibbles(a, at, 96, z)
 	hi := at(32)
 	for k := range 8 {
 		var bits Op = Z28
