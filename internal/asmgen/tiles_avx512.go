@@ -448,6 +448,12 @@ func (a *asm) tileStore(n int) {
 		}
 		a.VMOVUPS(tileZ(18+t), mem(RAX, 0))
 	}
+	a.tileNext()
+}
+
+// tileNext moves out on one group and goes on to the next, after a
+// tile kernel's store; the label end returns.
+func (a *asm) tileNext() {
 	a.ADDQ(U8(64), R8)
 	a.DECQ(RBX)
 	a.JMP(lbl("group"))
@@ -710,13 +716,7 @@ func (a *asm) tileStreamsStore() {
 	a.MOVQ(a.arg("groups"), RAX)
 	a.SHLQ(U8(6), RAX)
 	a.VMOVUPS(Z19, memx(R8, 0, RAX, 1))
-	a.ADDQ(U8(64), R8)
-	a.DECQ(RBX)
-	a.JMP(lbl("group"))
-
-	a.Label("end")
-	a.VZEROUPPER()
-	a.RET()
+	a.tileNext()
 }
 
 // tilePrefetch hints the lines of the bsz bytes tilePrefetchAhead past SI,
