@@ -59,6 +59,9 @@ func kernTileQ4_Kx1s2AVX512(out []float32, ostride int, w []byte, groups, nb int
 func kernTileQ6_Kx1s2AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
 
 //go:noescape
+func kernTileQ8_0x1s4AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
+
+//go:noescape
 func kernTileQ4_0x1AVX512(out []float32, ostride int, w []byte, groups, nb int, xq []int8, dc []int32)
 
 //go:noescape
@@ -277,7 +280,7 @@ func init() {
 		kern: [kernTileMax + 1]kernTileFunc{nil,
 			kernTileQ8_0x1AVX512, kernTileQ8_0x2AVX512, kernTileQ8_0x3AVX512, kernTileQ8_0x4AVX512,
 			kernTileQ8_0x5AVX512, kernTileQ8_0x6AVX512, kernTileQ8_0x7AVX512, kernTileQ8_0x8AVX512},
-		streams: kernTileQ8_0x1s2AVX512,
+		streams: kernTileQ8_0x1s2AVX512, streams4: kernTileQ8_0x1s4AVX512,
 	}
 	q8Dot, q8Dot4, q8Dot8 := kernTileDots(gguf.TypeQ8_0, q8)
 	q4k := &kernTile{

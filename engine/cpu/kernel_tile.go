@@ -48,26 +48,33 @@ type kernTile struct {
 	// j of the second, into out's rows 16j and 16(groups+j), with the
 	// bits of kern[1] (kernTileCallStreams). One core reads two
 	// sequential streams faster than one (BENCHMARKS.md, "Two streams per
-	// core").
-	streams kernTileFunc
+	// core"). streams4, where not nil, is the same over four streams:
+	// groups sets of four, group j of each quarter of w (Q8_0's, whose
+	// work per byte is the least; "Four streams").
+	streams, streams4 kernTileFunc
 }
 
-// kernTileCallStreams is kernTileCall of one token through tl.streams
-// where it has one: pairs of groups from the two halves of w side by
-// side, and the odd group left over alone.
+// kernTileCallStreams is kernTileCall of one token through tl.streams4
+// and tl.streams where it has them: sets of four groups from the four
+// quarters of w side by side, then pairs from the two halves of the
+// rest, and the odd group left over alone.
 func kernTileCallStreams(tl *kernTile, out []float32, w []byte, groups, nb int, xq []int8, dc []int32) {
 	if tl.streams == nil || groups < 2 {
 		kernTileCall(tl.kern[1], tl, 1, out, 0, w, groups, nb, xq, dc)
 		return
 	}
-	pairs, gb := groups/2, nb*tl.blockBytes
+	gb := nb * tl.blockBytes
 	if len(w) < groups*gb || len(xq) < nb*kernQK || len(dc) < tl.words()*nb || len(out) < groups*kernTileRows {
-		panic(fmt.Sprintf("cpu: two-stream tile kernel of %d groups of %d blocks: w %d, xq %d, dc %d, out %d",
+		panic(fmt.Sprintf("cpu: several-stream tile kernel of %d groups of %d blocks: w %d, xq %d, dc %d, out %d",
 			groups, nb, len(w), len(xq), len(dc), len(out)))
 	}
-	tl.streams(out, 0, w, pairs, nb, xq, dc)
-	if groups%2 != 0 {
-		kernTileCall(tl.kern[1], tl, 1, out[2*pairs*kernTileRows:], 0, w[2*pairs*gb:], 1, nb, xq, dc)
+	k, width := tl.streams, 2
+	if tl.streams4 != nil && groups >= 4 {
+		k, width = tl.streams4, 4
+	}
+	k(out, 0, w, groups/width, nb, xq, dc)
+	if done := groups / width * width; done < groups {
+		kernTileCallStreams(tl, out[done*kernTileRows:], w[done*gb:], groups-done, nb, xq, dc)
 	}
 }
 
@@ -232,11 +239,15 @@ func kernMatMulTile(p *Pool, ks *kernSet, tl *kernTile, out []float32, w Weight,
 	} else {
 		quantize(0, n)
 	}
-	// One token goes through tl.streams two groups at a time: chunks of
-	// whole pairs, however wide the rows (a 152 KiB group of 8,960 Q8_0
-	// columns would otherwise make a tile, and a chunk, of one).
+	// One token goes through tl.streams (tl.streams4) two (four) groups
+	// at a time: chunks of whole sets, however wide the rows (a 152 KiB
+	// group of 8,960 Q8_0 columns would otherwise make a tile, and a
+	// chunk, of one).
 	gm := 1
-	if n == 1 && tl.streams != nil {
+	switch {
+	case n == 1 && tl.streams4 != nil:
+		gm = 4
+	case n == 1 && tl.streams != nil:
 		gm = 2
 	}
 	kernTileLoop(p, w, nb*tl.blockBytes, tl.pack, n, kernTileMax, gm, out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {

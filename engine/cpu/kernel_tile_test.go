@@ -176,7 +176,7 @@ func BenchmarkTileKernel(b *testing.B) {
 			})
 		}
 		if tl.streams != nil {
-			b.Run(fmt.Sprintf("type=%s/tokens=1/streams=2", typ), func(b *testing.B) {
+			b.Run(fmt.Sprintf("type=%s/tokens=1/streams", typ), func(b *testing.B) {
 				x := kernRandFloats(rand.New(rand.NewPCG(3, 4)), cols, 1)
 				xq, xd, xs := kernQuantized(x, 1, cols)
 				dc := tl.dcOf(xq, xd, xs, 1, cols)
@@ -411,9 +411,10 @@ func BenchmarkTileFloatKernel(b *testing.B) {
 	}
 }
 
-// TestTileStreams checks that the two-stream one-token kernels give every
-// row the bits of the one-stream kernel, for even and odd numbers of
-// groups (the odd one left over goes alone).
+// TestTileStreams checks that the two- and four-stream one-token kernels
+// give every row the bits of the one-stream kernel, for numbers of groups
+// that are and are not multiples of the streams (those left over go two
+// at a time or alone).
 func TestTileStreams(t *testing.T) {
 	tested := 0
 	for _, typ := range []gguf.TensorType{gguf.TypeQ4_0, gguf.TypeQ8_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
@@ -446,6 +447,6 @@ func TestTileStreams(t *testing.T) {
 		}
 	}
 	if tested == 0 {
-		t.Skipf("no two-stream tile kernels on this CPU (best level %s)", kernBest)
+		t.Skipf("no several-stream tile kernels on this CPU (best level %s)", kernBest)
 	}
 }

@@ -48,8 +48,9 @@ func genTilesAVX512(a *asm) {
 		for n := 1; n <= tileMaxTokens; n++ {
 			a.tile(q, n)
 		}
-		if q.streamWeights != nil {
-			a.tileStreams(q)
+		a.tileStreams(q, 2)
+		if q.name == "Q8_0" {
+			a.tileStreams(q, 4)
 		}
 	}
 	for n := 1; n <= tileMaxTokens; n++ {
@@ -130,7 +131,7 @@ type tileType struct {
 	setup   func(a *asm) // constants beyond Z9, or nil
 	weights func(a *asm)
 	// streamWeights loads a block from at(disp) into the registers z(0)..z(7)
-	// and its scales into scale, for the two-stream kernel (nil: none).
+	// and its scales into scale, for the several-stream kernels (nil: none).
 	streamWeights func(a *asm, at func(disp int) Mem, z func(k int) VecPhysical, scale VecPhysical)
 	start         func(a *asm, t int, isum VecPhysical)
 	step          func(a *asm, t, k int, isum VecPhysical)
@@ -213,7 +214,9 @@ func q5Weights(a *asm, at func(int) Mem, z func(int) VecPhysical, scale VecPhysi
 	}
 }
 
-// tileZA and tileZB are the weight registers of the two streams' blocks.
+// tileZA and tileZB are the weight registers of the first and the second
+// stream's blocks in the K-quants' two-stream kernels (tileStreams lets
+// every stream reuse tileZA's: the core renames them).
 func tileZA(k int) VecPhysical { return tileZ(k) }
 func tileZB(k int) VecPhysical { return []VecPhysical{Z14, Z15, Z16, Z17, Z20, Z21, Z22, Z23}[k] }
 
@@ -281,68 +284,6 @@ func (a *asm) tile(q tileType, n int) {
 	a.JNZ(lbl("block"))
 
 	a.tileStore(n)
-}
-
-// tileStreams is kernTile<type>x1s2AVX512, one token over two streams of
-// groups read side by side: groups pairs, the first of each pair at
-// SI (group j), the second groups groups further on (R14 bytes past),
-// written to out[16j:] and out[16(groups+j):]. Each lane runs exactly
-// the operations of the one-stream kernel (tile(q, 1)), so the bits are
-// the same. One core reads two sequential streams faster than one
-// (a dot product over one stream per thread read 56-65 GB/s where two
-// read 77-80 on the AMD VM; BENCHMARKS.md, "Two streams per core").
-// Registers: tileRegsA's for the first stream, tileRegsB's for the
-// second (weights Z14..Z17, Z20..Z23, scales Z24, sums Z12 and Z13,
-// accumulator Z19), R14 the second stream's offset.
-func (a *asm) tileStreams(q tileType) {
-	a.text(fmt.Sprintf("kernTile%sx1s2AVX512", q.name), 0, sigTile)
-	a.tileStart(2)
-	if q.setup != nil {
-		q.setup(a)
-	}
-	a.MOVQ(a.arg("groups"), R14)
-	a.IMULQ(a.arg("nb"), R14)
-	a.IMUL3Q(U32(uint32(q.bsz)), R14, R14)
-
-	a.Label("group")
-	a.jzero(RBX, "end")
-	a.MOVQ(a.arg("xq_base"), RDI)
-	a.MOVQ(a.arg("dc_base"), RDX)
-	a.MOVQ(a.arg("nb"), RCX)
-	a.VPXORD(Z18, Z18, Z18)
-	a.VPXORD(Z19, Z19, Z19)
-	a.jzero(RCX, "store")
-
-	a.Label("block")
-	lines := (q.bsz + 63) / 64
-	for i := range lines {
-		a.PREFETCHT0(mem(RSI, tilePrefetchAhead+64*i))
-		a.PREFETCHT0(memx(RSI, tilePrefetchAhead+64*i, R14, 1))
-	}
-	q.streamWeights(a, tileSI, tileZA, Z8)
-	q.streamWeights(a, tileSIB, tileZB, Z24)
-	q.start(a, 0, Z10)
-	q.start(a, 0, Z12)
-	a.VPXORD(Z11, Z11, Z11)
-	a.VPXORD(Z13, Z13, Z13)
-	for k := range 8 {
-		a.vpdpbusdBcst(tileXQ(0, 4*k), tileZ(k), tileZ(10+k%2))
-		a.vpdpbusdBcst(tileXQ(0, 4*k), tileZB(k), tileZ(12+k%2))
-	}
-	a.VPADDD(Z11, Z10, Z10)
-	a.VPADDD(Z13, Z12, Z12)
-	for i, z := range []VecPhysical{Z10, Z12} {
-		a.VCVTDQ2PS(z, z)
-		a.VMULPS([]VecPhysical{Z8, Z24}[i], z, z)
-		a.VFMADD231PS_BCST(tileDC(0, 0), z, tileZ(18+i))
-	}
-	a.ADDQ(U32(uint32(q.bsz)), RSI)
-	a.ADDQ(U8(32), RDI)
-	a.ADDQ(U8(8), RDX)
-	a.DECQ(RCX)
-	a.JNZ(lbl("block"))
-
-	a.tileStreamsStore()
 }
 
 // q4kTileSB is the bytes of one 256-value super-block of sixteen packed
@@ -705,6 +646,83 @@ func (a *asm) tileStreamsK(name string, sb, words int, setup func(a *asm), head 
 	a.DECQ(RCX)
 	a.JNZ(lbl("block"))
 	a.tileStreamsStore()
+}
+
+// tileStreams is kernTile<type>x1s<S>AVX512 (S = 2 or 4), one token over
+// S streams of groups read side by side: groups sets of S, group j of set
+// i at SI + i·R14 (R14 the bytes of groups groups), written to
+// out[16(i·groups + j):]. Each lane runs exactly the operations of the
+// one-stream kernel (tile(q, 1)), so the bits are the same. One core reads
+// several sequential streams faster than one (a dot product over one
+// stream per thread read 56-71 GB/s where two read 77-87 on the AMD VM;
+// BENCHMARKS.md, "Two streams per core"), and four still faster than two
+// for Q8_0, whose work per byte is the least ("Four streams").
+// Registers: the streams' weights share Z0..Z7 (renamed from stream to
+// stream); stream i has its scales in Z8, Z24, Z25 or Z27, its sums in
+// Z10+2i and Z11+2i and its accumulator in Z18+i; R11 = 3·R14.
+func (a *asm) tileStreams(q tileType, S int) {
+	a.text(fmt.Sprintf("kernTile%sx1s%dAVX512", q.name, S), 0, sigTile)
+	a.tileStart(2)
+	if q.setup != nil {
+		q.setup(a)
+	}
+	a.MOVQ(a.arg("groups"), R14)
+	a.IMULQ(a.arg("nb"), R14)
+	a.IMUL3Q(U32(uint32(q.bsz)), R14, R14)
+	a.LEAQ(memx(R14, 0, R14, 2), R11)
+	at := []func(int) Mem{
+		tileSI, tileSIB,
+		func(d int) Mem { return memx(RSI, d, R14, 2) },
+		func(d int) Mem { return memx(RSI, d, R11, 1) },
+	}[:S]
+	scale := []VecPhysical{Z8, Z24, Z25, Z27}
+
+	a.Label("group")
+	a.jzero(RBX, "end")
+	a.MOVQ(a.arg("xq_base"), RDI)
+	a.MOVQ(a.arg("dc_base"), RDX)
+	a.MOVQ(a.arg("nb"), RCX)
+	for st := range S {
+		a.VPXORD(tileZ(18+st), tileZ(18+st), tileZ(18+st))
+	}
+	a.jzero(RCX, "store")
+
+	a.Label("block")
+	lines := (q.bsz + 63) / 64
+	for i := range lines {
+		for _, m := range at {
+			a.PREFETCHT0(m(tilePrefetchAhead + 64*i))
+		}
+	}
+	for st, m := range at {
+		i0, i1 := tileZ(10+2*st), tileZ(11+2*st)
+		q.streamWeights(a, m, tileZA, scale[st])
+		q.start(a, 0, i0)
+		// Two chains of four, added: integers, so exactly the same sum.
+		a.VPXORD(i1, i1, i1)
+		for k := range 8 {
+			a.vpdpbusdBcst(tileXQ(0, 4*k), tileZ(k), []VecPhysical{i0, i1}[k%2])
+		}
+		a.VPADDD(i1, i0, i0)
+		a.VCVTDQ2PS(i0, i0)
+		a.VMULPS(scale[st], i0, i0)
+		a.VFMADD231PS_BCST(tileDC(0, 0), i0, tileZ(18+st))
+	}
+	a.ADDQ(U32(uint32(q.bsz)), RSI)
+	a.ADDQ(U8(32), RDI)
+	a.ADDQ(U8(8), RDX)
+	a.DECQ(RCX)
+	a.JNZ(lbl("block"))
+
+	a.Label("store")
+	a.MOVQ(a.arg("groups"), RAX)
+	a.SHLQ(U8(6), RAX)
+	a.LEAQ(memx(RAX, 0, RAX, 2), R12)
+	out := []Mem{mem(R8, 0), memx(R8, 0, RAX, 1), memx(R8, 0, RAX, 2), memx(R8, 0, R12, 1)}
+	for st := range S {
+		a.VMOVUPS(tileZ(18+st), out[st])
+	}
+	a.tileNext()
 }
 
 // tileStreamsStore ends a two-stream kernel: the label store writes the
