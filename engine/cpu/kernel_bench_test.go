@@ -93,7 +93,7 @@ func kernBenchWeights(b *testing.B, typ gguf.TensorType, rows, cols int) []Weigh
 // pool's threads each stream through their share of kernBenchSpan bytes
 // with the float dot kernel, as fast as the memory system delivers.
 // streams=2 (cpu.ReadBandwidth's measure) dots the two halves of each 256
-// KiB chunk, two sequential streams per thread; streams=1 dots each 64 KiB
+// KiB chunk, two sequential streams per thread; streams=1 dots each 16 KiB
 // of the chunk with one vector in L1, one stream per thread, as a
 // one-stream tile kernel reads its weights.
 func BenchmarkMemoryRead(b *testing.B) {

@@ -122,28 +122,26 @@ func tileXQ(t, disp int) Mem {
 }
 
 // tileType is what differs between the tile kernels of two types: the
-// bytes of a packed block, how a block's weights come into Z0..Z7 (and its
-// scales into Z8), where a token's integer sum starts, and one VPDPBUSD
-// step: four activation bytes k of token t into isum.
+// bytes of a packed block, how a block's weights come in (weights loads
+// the block at(disp) into the registers z(0)..z(7) and its scales into
+// scale: Z0..Z7 and Z8 from SI in tile, other bases in tileStreams),
+// where a token's integer sum starts, and one VPDPBUSD step: four
+// activation bytes k of token t into isum.
 type tileType struct {
 	name    string
 	bsz     int
 	setup   func(a *asm) // constants beyond Z9, or nil
-	weights func(a *asm)
-	// streamWeights loads a block from at(disp) into the registers z(0)..z(7)
-	// and its scales into scale, for the several-stream kernels (nil: none).
-	streamWeights func(a *asm, at func(disp int) Mem, z func(k int) VecPhysical, scale VecPhysical)
-	start         func(a *asm, t int, isum VecPhysical)
-	step          func(a *asm, t, k int, isum VecPhysical)
+	weights func(a *asm, at func(disp int) Mem, z func(k int) VecPhysical, scale VecPhysical)
+	start   func(a *asm, t int, isum VecPhysical)
+	step    func(a *asm, t, k int, isum VecPhysical)
 }
 
 var (
 	// Q4_0: the nibbles unsigned, the activations signed and broadcast
 	// from memory; the sum starts from the token's -8·Σx (dc).
 	q4Tile = tileType{name: "Q4_0", bsz: q4TileBlock,
-		weights:       func(a *asm) { q4Weights(a, tileSI, tileZA, Z8) },
-		streamWeights: q4Weights,
-		start:         func(a *asm, t int, isum VecPhysical) { a.VPBROADCASTD(tileDC(t, 4), isum) },
+		weights: q4Weights,
+		start:   func(a *asm, t int, isum VecPhysical) { a.VPBROADCASTD(tileDC(t, 4), isum) },
 		step: func(a *asm, t, k int, isum VecPhysical) {
 			a.vpdpbusdBcst(tileXQ(t, 4*k), tileZ(k), isum)
 		},
@@ -152,10 +150,9 @@ var (
 	// kernPackQ8_0), the activations signed and broadcast from memory; the
 	// sum starts from the token's -128·Σx (dc): Σ (w+128)·x - 128·Σx = Σ w·x.
 	q8Tile = tileType{name: "Q8_0", bsz: q8TileBlock,
-		weights:       func(a *asm) { q8Weights(a, tileSI, tileZA, Z8) },
-		streamWeights: q8Weights,
-		start:         q4Tile.start,
-		step:          q4Tile.step,
+		weights: q8Weights,
+		start:   q4Tile.start,
+		step:    q4Tile.step,
 	}
 )
 
@@ -225,11 +222,10 @@ func tileZB(k int) VecPhysical { return []VecPhysical{Z14, Z15, Z16, Z17, Z20, Z
 // bit k the high bit of value 4k+b), which for Zk shift to bit 4 (Z28) and
 // VPTERNLOGD ors in under Z26 (0x10 bytes); the sum starts from −16·Σx.
 var q5Tile = tileType{name: "Q5_0", bsz: 32 + 64 + 16*16,
-	setup:         func(a *asm) { a.bcastbZ(0x10, Z26) },
-	weights:       func(a *asm) { q5Weights(a, tileSI, tileZA, Z8) },
-	streamWeights: q5Weights,
-	start:         q4Tile.start,
-	step:          q4Tile.step,
+	setup:   func(a *asm) { a.bcastbZ(0x10, Z26) },
+	weights: q5Weights,
+	start:   q4Tile.start,
+	step:    q4Tile.step,
 }
 
 // tileZ is the zmm register Zi.
@@ -254,7 +250,7 @@ func (a *asm) tile(q tileType, n int) {
 
 	a.Label("block")
 	a.tilePrefetch(q.bsz)
-	q.weights(a)
+	q.weights(a, tileSI, tileZA, Z8)
 	for t := range n {
 		q.start(a, t, isum(t))
 	}
@@ -654,7 +650,7 @@ func (a *asm) tileStreamsK(name string, sb, words int, setup func(a *asm), head 
 // out[16(i·groups + j):]. Each lane runs exactly the operations of the
 // one-stream kernel (tile(q, 1)), so the bits are the same. One core reads
 // several sequential streams faster than one (a dot product over one
-// stream per thread read 56-71 GB/s where two read 77-87 on the AMD VM;
+// stream per thread read 68-71 GB/s where two read 82-87 on the AMD VM;
 // BENCHMARKS.md, "Two streams per core"), and four still faster than two
 // for Q8_0, whose work per byte is the least ("Four streams").
 // Registers: the streams' weights share Z0..Z7 (renamed from stream to
@@ -696,7 +692,7 @@ func (a *asm) tileStreams(q tileType, S int) {
 	}
 	for st, m := range at {
 		i0, i1 := tileZ(10+2*st), tileZ(11+2*st)
-		q.streamWeights(a, m, tileZA, scale[st])
+		q.weights(a, m, tileZA, scale[st])
 		q.start(a, 0, i0)
 		// Two chains of four, added: integers, so exactly the same sum.
 		a.VPXORD(i1, i1, i1)
