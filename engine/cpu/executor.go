@@ -192,6 +192,8 @@ type Executor struct {
 	buf    stepBuffers
 	// scratch holds one worker scratch space per pool thread.
 	scratch []*scratch
+	// attn is the attention call in progress (attention).
+	attn attnCall
 	// check validates each batch before anything is touched.
 	check *engine.BatchChecker
 

@@ -139,44 +139,16 @@ func (e *Executor) forward(ctx context.Context, seqs []engine.SeqInput) ([]float
 			bf.qkv = grow(bf.qkv, T*(qd+kd+vd))
 			MatMul(e.pool, bf.qkv, l.qkv, bf.xn, T)
 		} else {
-			MatMul(e.pool, bf.q[:T*qd], l.q, bf.xn, T)
-			MatMul(e.pool, bf.k[:T*kd], l.k, bf.xn, T)
-			MatMul(e.pool, bf.v[:T*vd], l.v, bf.xn, T)
+			MatMuls(e.pool, bf.xn, T, MatOut{bf.q[:T*qd], l.q}, MatOut{bf.k[:T*kd], l.k}, MatOut{bf.v[:T*vd], l.v})
 		}
-		rp := e.rope
-		if s.SlidingLayer(li) {
-			rp = e.ropeSWA
+		if e.split(T, qd+kd) {
+			var worker atomic.Int32
+			e.pool.Run(T, func(a, b int) {
+				e.qkvRows(seqs, l, li, e.scratch[worker.Add(1)-1], a, b)
+			})
+		} else {
+			e.qkvRows(seqs, l, li, e.scratch[0], 0, T)
 		}
-		ks := kernSetFor(kernUse)
-		var worker atomic.Int32
-		e.parallel(T, qd+kd, func(a, b int) {
-			sc := e.scratch[worker.Add(1)-1]
-			cos, sin := sc.cos, sc.sin
-			for r := a; r < b; r++ {
-				q, k, v := bf.q[r*qd:(r+1)*qd], bf.k[r*kd:(r+1)*kd], bf.v[r*vd:(r+1)*vd]
-				if fused {
-					row := bf.qkv[r*(qd+kd+vd) : (r+1)*(qd+kd+vd)]
-					copy(q, row[:qd])
-					copy(k, row[qd:qd+kd])
-					copy(v, row[qd+kd:])
-				}
-				if l.qb != nil {
-					addTo(q, l.qb)
-					addTo(k, l.kb)
-					addTo(v, l.vb)
-				}
-				if l.qNorm != nil {
-					headNorm(q, s.Heads, l.qNorm, s.RMSEps)
-					headNorm(k, s.KVHeads, l.kNorm, s.RMSEps)
-				}
-				rp.angles(int(bf.rowPos[r]), cos, sin)
-				rp.apply(q, s.Heads, s.HeadDim, cos, sin)
-				rp.apply(k, s.KVHeads, s.HeadDim, cos, sin)
-				seq := &seqs[bf.rowSeq[r]]
-				p := int(bf.rowPos[r])
-				e.dev.write(ks, li, int(seq.Blocks[p/e.info.BlockSize]), p%e.info.BlockSize, k, v)
-			}
-		})
 		if last {
 			// Only the sampled rows matter past the last layer's K/V.
 			rows = len(bf.sampled)
@@ -224,6 +196,46 @@ func (e *Executor) forward(ctx context.Context, seqs []engine.SeqInput) ([]float
 	return bf.logits, nil
 }
 
+// qkvRows finishes rows [a, b) of a layer's projections, on one worker's
+// scratch: Q, K and V out of the fused projection, the biases, the heads'
+// norms and RoPE; then it writes K and V into the cache.
+func (e *Executor) qkvRows(seqs []engine.SeqInput, l *layer, li int, sc *scratch, a, b int) {
+	s := &e.spec
+	bf := &e.buf
+	qd, kd, vd := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, s.KVHeads*s.ValueDim
+	fused := l.qkv.Rows > 0
+	rp := e.rope
+	if s.SlidingLayer(li) {
+		rp = e.ropeSWA
+	}
+	ks := kernSetFor(kernUse)
+	cos, sin := sc.cos, sc.sin
+	for r := a; r < b; r++ {
+		q, k, v := bf.q[r*qd:(r+1)*qd], bf.k[r*kd:(r+1)*kd], bf.v[r*vd:(r+1)*vd]
+		if fused {
+			row := bf.qkv[r*(qd+kd+vd) : (r+1)*(qd+kd+vd)]
+			copy(q, row[:qd])
+			copy(k, row[qd:qd+kd])
+			copy(v, row[qd+kd:])
+		}
+		if l.qb != nil {
+			addTo(q, l.qb)
+			addTo(k, l.kb)
+			addTo(v, l.vb)
+		}
+		if l.qNorm != nil {
+			headNorm(q, s.Heads, l.qNorm, s.RMSEps)
+			headNorm(k, s.KVHeads, l.kNorm, s.RMSEps)
+		}
+		rp.angles(int(bf.rowPos[r]), cos, sin)
+		rp.apply(q, s.Heads, s.HeadDim, cos, sin)
+		rp.apply(k, s.KVHeads, s.HeadDim, cos, sin)
+		seq := &seqs[bf.rowSeq[r]]
+		p := int(bf.rowPos[r])
+		e.dev.write(ks, li, int(seq.Blocks[p/e.info.BlockSize]), p%e.info.BlockSize, k, v)
+	}
+}
+
 // denseFFN computes the gated feed-forward of the first rows rows of the
 // normed stream into proj: down(act(gate·x) ⊙ up·x), with gate and up from
 // one fused matrix when the layer has no gate of its own.
@@ -248,11 +260,12 @@ func (e *Executor) denseFFN(l *layer, rows int) {
 			})
 		} else {
 			bf.up = grow(bf.up, n*F)
-			MatMul(e.pool, bf.gate, l.gate, bf.xn[a*dim:], n)
-			MatMul(e.pool, bf.up, l.up, bf.xn[a*dim:], n)
-			e.parallel(n, F, func(i, j int) {
-				act(bf.gate[i*F:j*F], bf.up[i*F:j*F])
-			})
+			MatMuls(e.pool, bf.xn[a*dim:], n, MatOut{bf.gate, l.gate}, MatOut{bf.up, l.up})
+			if e.split(n, F) {
+				e.pool.Run(n, func(i, j int) { act(bf.gate[i*F:j*F], bf.up[i*F:j*F]) })
+			} else {
+				act(bf.gate[:n*F], bf.up[:n*F])
+			}
 		}
 		MatMul(e.pool, bf.proj[a*dim:(a+n)*dim], l.down, bf.gate, n)
 	}
@@ -271,12 +284,21 @@ func (e *Executor) activation() func(gate, up []float32) {
 // cost values each) is worth splitting, else inline.
 func (e *Executor) parallel(n, cost int, fn func(start, end int)) { runParallel(e.pool, n, cost, fn) }
 
+// split reports whether n items of about cost values each are worth
+// splitting over the pool. The hot paths of a step test it before they make
+// a closure for the pool, so that a decode step allocates nothing.
+func (e *Executor) split(n, cost int) bool { return worthSplit(e.pool, n, cost) }
+
+// worthSplit reports whether n items of about cost values each are worth
+// splitting over pool.
+func worthSplit(pool *Pool, n, cost int) bool { return n > 1 && n*cost >= 1<<14 && pool.Threads() > 1 }
+
 // runParallel runs fn over [0, n) on pool when the work is worth splitting.
 func runParallel(pool *Pool, n, cost int, fn func(start, end int)) {
 	if n <= 0 {
 		return
 	}
-	if n == 1 || n*cost < 1<<14 || pool.Threads() < 2 {
+	if !worthSplit(pool, n, cost) {
 		fn(0, n)
 		return
 	}
@@ -285,17 +307,24 @@ func runParallel(pool *Pool, n, cost int, fn func(start, end int)) {
 
 // rmsNorm writes x/sqrt(mean(x²)+eps)·w to out, per row of len(w) values.
 func (e *Executor) rmsNorm(out, x, w []float32, rows int) {
+	d, eps := len(w), e.spec.RMSEps
+	if !e.split(rows, d) {
+		rmsNormRows(out, x, w, eps, 0, rows)
+		return
+	}
+	e.pool.Run(rows, func(a, b int) { rmsNormRows(out, x, w, eps, a, b) })
+}
+
+// rmsNormRows is rmsNorm of rows [a, b).
+func rmsNormRows(out, x, w []float32, eps float64, a, b int) {
 	d := len(w)
-	eps := e.spec.RMSEps
-	e.parallel(rows, d, func(a, b int) {
-		for r := a; r < b; r++ {
-			xr, or := x[r*d:(r+1)*d], out[r*d:(r+1)*d]
-			scale := float32(1 / math.Sqrt(sumSquares(xr)/float64(d)+eps))
-			for i, v := range xr {
-				or[i] = v * scale * w[i]
-			}
+	for r := a; r < b; r++ {
+		xr, or := x[r*d:(r+1)*d], out[r*d:(r+1)*d]
+		scale := float32(1 / math.Sqrt(sumSquares(xr)/float64(d)+eps))
+		for i, v := range xr {
+			or[i] = v * scale * w[i]
 		}
-	})
+	}
 }
 
 // attention computes softmax(scale·q·kᵀ)·v for every query row, causally
@@ -333,20 +362,39 @@ func (e *Executor) attention(li int, seqs []engine.SeqInput, last bool) {
 			}
 		}
 	}
-	tasks := bf.tasks
-	window := 0
+	c := &e.attn
+	c.li, c.window, c.seqs = li, 0, seqs
 	if s.SlidingLayer(li) {
-		window = s.SlidingWindow
+		c.window = s.SlidingWindow
 	}
+	c.worker.Store(0)
+	if c.run == nil {
+		c.run = e.attendTasks
+	}
+	e.pool.Run(len(bf.tasks), c.run)
+	c.seqs = nil
+}
+
+// attnCall is the attention call in progress: the layer, its window and
+// the step's sequences for attendTasks, which is bound to run on first
+// use, so that a step allocates nothing.
+type attnCall struct {
+	li, window int
+	seqs       []engine.SeqInput
+	worker     atomic.Int32 // hands out the scratch spaces
+	run        func(a, b int)
+}
+
+// attendTasks runs attention work items [a, b) of the call in progress
+// (Pool.Run's function).
+func (e *Executor) attendTasks(a, b int) {
+	c := &e.attn
+	// Run calls it at most Threads() times: one scratch each.
+	sc := e.scratch[c.worker.Add(1)-1]
 	ks, as := kernSetFor(kernUse), attnSetFor(kernUse)
-	var worker atomic.Int32
-	e.pool.Run(len(tasks), func(a, b int) {
-		// Run calls fn at most Threads() times: one scratch each.
-		sc := e.scratch[worker.Add(1)-1]
-		for _, t := range tasks[a:b] {
-			e.attend(as, ks, li, window, &seqs[t.seq], bf.seqStart[t.seq], t, sc)
-		}
-	})
+	for _, t := range e.buf.tasks[a:b] {
+		e.attend(as, ks, c.li, c.window, &c.seqs[t.seq], e.buf.seqStart[t.seq], t, sc)
+	}
 }
 
 // scratch is one worker's scratch space for attention and RoPE. The

@@ -144,21 +144,57 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, n int) {
 	kernMatMul(p, kernSetFor(kernUse), out, w, x, n)
 }
 
+// MatOut is one product of MatMuls: Out = W times the activations.
+type MatOut struct {
+	Out []float32
+	W   Weight
+}
+
+// MatMuls computes several products of the same n rows of activations x,
+// each as MatMul computes it (the same bits), in one pass over the pool
+// where their weights have tile kernels: the activations are quantized (or
+// rounded to bfloat16) once, and the threads share one set of chunks of
+// every matrix's groups. A layer's Q, K and V, or gate and up, then pay
+// one hand-off and one barrier between them instead of one each. All the
+// weights must have the same Cols.
+func MatMuls(p *Pool, x []float32, n int, ms ...MatOut) {
+	kernMatMuls(p, kernSetFor(kernUse), x, n, ms)
+}
+
 // kernMatMul is MatMul with the kernels of ks.
 func kernMatMul(p *Pool, ks *kernSet, out []float32, w Weight, x []float32, n int) {
-	rb := w.rowBytes()
-	if n <= 0 || w.Rows == 0 {
+	kernMatMuls(p, ks, x, n, []MatOut{{Out: out, W: w}})
+}
+
+// kernMatMuls is MatMuls with the kernels of ks: the weights with tile
+// kernels through one tile loop, the others one by one through the rows
+// kernels.
+func kernMatMuls(p *Pool, ks *kernSet, x []float32, n int, ms []MatOut) {
+	if n <= 0 {
 		return
 	}
-	if len(x) < n*w.Cols || len(out) < n*w.Rows {
-		panic(fmt.Sprintf("cpu: matmul of %d x %d with %d tokens: len(x) %d, len(out) %d", w.Rows, w.Cols, n, len(x), len(out)))
+	lp := kernGetTileLoop(ks, x, n)
+	defer lp.put()
+	for _, m := range ms {
+		w, out := m.W, m.Out
+		if w.Rows == 0 {
+			continue
+		}
+		if len(x) < n*w.Cols || len(out) < n*w.Rows || w.Cols != ms[0].W.Cols {
+			panic(fmt.Sprintf("cpu: matmul of %d x %d with %d tokens: len(x) %d, len(out) %d, first cols %d",
+				w.Rows, w.Cols, n, len(x), len(out), ms[0].W.Cols))
+		}
+		if lp.add(out, w) {
+			continue
+		}
+		switch rb := w.rowBytes(); w.Type {
+		case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
+			kernMatMulFloat(p, ks, out, w, rb, x, n)
+		default:
+			kernMatMulQuant(p, ks, out, w, rb, x, n)
+		}
 	}
-	switch w.Type {
-	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
-		kernMatMulFloat(p, ks, out, w, rb, x, n)
-	default:
-		kernMatMulQuant(p, ks, out, w, rb, x, n)
-	}
+	lp.exec(p)
 }
 
 // kernScratch holds a MatMul's quantized activations: n rows of cols int8
@@ -192,12 +228,9 @@ func (s *kernScratch) lanes(n int) []int32 {
 	return s.xc[:n]
 }
 
-// kernMatMulQuant is MatMul for the block-quantized types.
+// kernMatMulQuant is MatMul for the block-quantized types without tile
+// kernels.
 func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []float32, n int) {
-	if tl := ks.tile[w.Type]; tl != nil {
-		kernMatMulTile(p, ks, tl, out, w, x, n)
-		return
-	}
 	cols, rows := w.Cols, w.Rows
 	nb := cols / kernQK
 	dot, dot4, dot8 := ks.dotQ[w.Type], ks.dotQ4[w.Type], ks.dotQ8[w.Type]
@@ -290,18 +323,6 @@ func kernMatMulQuant(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []
 // kernMatMulQuant is, with F16 and BF16 converted to float32 in registers
 // as the kernels go.
 func kernMatMulFloat(p *Pool, ks *kernSet, out []float32, w Weight, rb int, x []float32, n int) {
-	if w.bf16 {
-		kern := ks.tileBF16
-		if kern == nil {
-			kern = &kernTileBF16Gos
-		}
-		kernMatMulTileBF16(p, ks, kern, out, w, x, n)
-		return
-	}
-	if w.Type == gguf.TypeF16 && ks.tileF16 != nil && w.Cols%kernTileF16Cols == 0 {
-		kernMatMulTileF16(p, ks.tileF16, out, w, x, n)
-		return
-	}
 	cols, rows := w.Cols, w.Rows
 	var dot func(w []byte, x []float32) float32
 	switch w.Type {

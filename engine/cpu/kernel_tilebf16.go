@@ -3,7 +3,6 @@ package cpu
 import (
 	"encoding/binary"
 	"math"
-	"sync"
 
 	"github.com/llmd/llmd/model/gguf"
 )
@@ -134,26 +133,4 @@ func kernTileBF16Groups(T int) int {
 		return 4
 	}
 	return 1
-}
-
-// kernBF16Pool holds the bfloat16 copies of MatMul's activations.
-var kernBF16Pool = sync.Pool{New: func() any { return new([]uint16) }}
-
-// kernMatMulTileBF16 is MatMul for F16 and BF16 weights packed for the
-// BF16 tile kernels kern (kern[T] for T tokens): x rounded to bfloat16 by
-// the pool's threads, then the tiles.
-func kernMatMulTileBF16(p *Pool, ks *kernSet, kern *[kernTileMax + 1]kernTileBF16Func, out []float32, w Weight, x []float32, n int) {
-	cols := w.Cols
-	bp := kernBF16Pool.Get().(*[]uint16)
-	defer kernBF16Pool.Put(bp)
-	if cap(*bp) < n*cols {
-		*bp = make([]uint16, n*cols)
-	}
-	xb := (*bp)[:n*cols]
-	p.Share(n*cols, kernGrain(p, n*cols, 1<<14), func(i0, i1 int) {
-		ks.toBF16(xb[i0:i1], x[i0:i1])
-	})
-	kernTileLoop(p, w, 32*cols, kernPackBF16, n, kernTileMax, kernTileBF16Groups(kernTileFewest(n, kernTileMax)), out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
-		kernTileFloatCall(kern[T], T, out, ostride, wt, groups, cols, xb[t*cols:(t+T)*cols])
-	})
 }

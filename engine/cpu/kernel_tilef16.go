@@ -132,16 +132,3 @@ func kernTileFloatCall[X float32 | uint16](k func(out []float32, ostride int, w 
 	}
 	k(out, ostride, w, groups, cols, x)
 }
-
-// kernMatMulTileF16 is MatMul for F16 weights through the tile kernels
-// kern (kern[T] for T tokens).
-func kernMatMulTileF16(p *Pool, kern *[kernTileF16Max + 1]kernTileF16Func, out []float32, w Weight, x []float32, n int) {
-	cols := w.Cols
-	step := kernTileF16Max
-	if n > step {
-		step = kernTileF16Step
-	}
-	kernTileLoop(p, w, 32*cols, kernPackF16, n, step, kernTileF16Groups(kernTileFewest(n, step)), out, func(T int, out []float32, ostride int, wt []byte, groups, t int) {
-		kernTileFloatCall(kern[T], T, out, ostride, wt, groups, cols, x[t*cols:(t+T)*cols])
-	})
-}
