@@ -227,7 +227,12 @@ func (e *Executor) qkvRows(seqs []engine.SeqInput, l *layer, li int, sc *scratch
 			headNorm(q, s.Heads, l.qNorm, s.RMSEps)
 			headNorm(k, s.KVHeads, l.kNorm, s.RMSEps)
 		}
-		rp.angles(int(bf.rowPos[r]), cos, sin)
+		// One token's angles serve every layer of its rope: a decode
+		// step computes them once.
+		if p := int(bf.rowPos[r]); sc.anglesOf != rp || sc.anglesPos != p {
+			rp.angles(p, cos, sin)
+			sc.anglesOf, sc.anglesPos = rp, p
+		}
 		rp.apply(q, s.Heads, s.HeadDim, cos, sin)
 		rp.apply(k, s.KVHeads, s.HeadDim, cos, sin)
 		seq := &seqs[bf.rowSeq[r]]
@@ -410,6 +415,10 @@ type scratch struct {
 	mx       []float32   // running max per query head
 	sum      []float32   // running softmax denominator per query head
 	cos, sin []float32   // RoPE angles of one position
+	// anglesOf's angles of position anglesPos are in cos and sin (none
+	// while anglesOf is nil).
+	anglesOf  *rope
+	anglesPos int
 }
 
 func newScratch(s *model.Spec, bs, ropeDims int) *scratch {
