@@ -108,52 +108,67 @@ func BenchmarkFile(b *testing.B) {
 }
 
 // BenchmarkFileWeights measures one token's matrix products alone over
-// LLMD_BENCH_GGUF's weights: each layer's matrices in the forward's order
-// (Q, K and V or the fused QKV, O, gate, up, down; a mixture's experts are
-// left out), then the output head, on the executor's pool, the weights
-// coming from memory as in a decode step. It reports the pass's weight
-// bytes over its time (GB/s; set it beside BenchmarkMemoryRead's) and, per
-// kind of matrix, the time of one call (q-us, ...) and its share of the
-// pass (q-%): what a one-stream decode spends in its matrices, and where.
-// Run it with `LLMD_BENCH_GGUF=FILE go test -run '^$' -bench FileWeights
-// -benchtime 100x -cpu 2 ./engine/cpu/`.
+// LLMD_BENCH_GGUF's weights, called as the forward calls them: per layer
+// Q, K and V (or the fused QKV) in one MatMuls, O, gate and up (or the
+// fused up) in one MatMuls, down (a mixture's experts are left out); then
+// the output head, on the executor's pool, the weights coming from memory
+// as in a decode step. It reports the pass's weight bytes over its time
+// (GB/s; set it beside BenchmarkMemoryRead's) and, per call, its time
+// (qkv-us, ...) and its share of the pass (qkv-%): what a one-stream decode
+// spends in its matrices, and where. Run it with `LLMD_BENCH_GGUF=FILE go
+// test -run '^$' -bench FileWeights -benchtime 100x -cpu 2 ./engine/cpu/`.
 func BenchmarkFileWeights(b *testing.B) {
 	f, _, name := benchFile(b)
 	b.Run(name, func(b *testing.B) {
 		e := newExec(b, f, Config{BlockSize: 16, KVBlocks: 16, NoSwap: true, Threads: benchThreads(), F16MatMul: benchF16MatMul()})
 		type call struct {
 			kind int
-			w    Weight
+			ws   []Weight
 		}
-		kinds := []string{"q", "k", "v", "qkv", "o", "gate", "up", "down", "output"}
+		kinds := []string{"qkv", "o", "gateup", "down", "output"}
 		var calls []call
-		add := func(kind int, w Weight) {
-			if w.Rows > 0 {
-				calls = append(calls, call{kind, w})
+		add := func(kind int, ws ...Weight) {
+			var c call
+			for _, w := range ws {
+				if w.Rows > 0 {
+					c.ws = append(c.ws, w)
+				}
+			}
+			if len(c.ws) > 0 {
+				c.kind = kind
+				calls = append(calls, c)
 			}
 		}
 		for i := range e.w.layers {
 			l := &e.w.layers[i]
-			for k, w := range []Weight{l.q, l.k, l.v, l.qkv, l.o, l.gate, l.up, l.down} {
-				add(k, w)
-			}
+			add(0, l.q, l.k, l.v, l.qkv)
+			add(1, l.o)
+			add(2, l.gate, l.up)
+			add(3, l.down)
 		}
-		add(len(kinds)-1, e.w.output)
-		cols, rows, bytes := 0, 0, 0
+		add(4, e.w.output)
+		cols, bytes := 0, 0
 		for _, c := range calls {
-			cols, rows, bytes = max(cols, c.w.Cols), max(rows, c.w.Rows), bytes+len(c.w.Data)
+			for _, w := range c.ws {
+				cols, bytes = max(cols, w.Cols), bytes+len(w.Data)
+			}
 		}
 		x := alignedMake[float32](cols)
 		for i := range x {
 			x[i] = float32(i%7-3) * 0.01
 		}
-		out := alignedMake[float32](rows)
+		outs := make([][]MatOut, len(calls))
+		for i, c := range calls {
+			for _, w := range c.ws {
+				outs[i] = append(outs[i], MatOut{Out: alignedMake[float32](w.Rows), W: w})
+			}
+		}
 		spent := make([]time.Duration, len(kinds))
 		count := make([]int, len(kinds))
 		for b.Loop() {
-			for _, c := range calls {
+			for i, c := range calls {
 				t0 := time.Now()
-				MatMul(e.pool, out[:c.w.Rows], c.w, x[:c.w.Cols], 1)
+				MatMuls(e.pool, x[:c.ws[0].Cols], 1, outs[i]...)
 				spent[c.kind] += time.Since(t0)
 				count[c.kind]++
 			}
@@ -165,7 +180,7 @@ func BenchmarkFileWeights(b *testing.B) {
 		}
 		for k, n := range count {
 			if n > 0 {
-				b.ReportMetric(float64(spent[k].Microseconds())/float64(n), kinds[k]+"-us")
+				b.ReportMetric(float64(spent[k].Nanoseconds())/1e3/float64(n), kinds[k]+"-us")
 				b.ReportMetric(100*spent[k].Seconds()/all.Seconds(), kinds[k]+"-%")
 			}
 		}
