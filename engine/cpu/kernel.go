@@ -177,6 +177,7 @@ func kernMatMuls(p *Pool, ks *kernSet, x []float32, n int, ms []MatOut) {
 	defer lp.put()
 	for _, m := range ms {
 		w, out := m.W, m.Out
+		rb := w.rowBytes() // panics on a malformed w
 		if w.Rows == 0 {
 			continue
 		}
@@ -187,7 +188,7 @@ func kernMatMuls(p *Pool, ks *kernSet, x []float32, n int, ms []MatOut) {
 		if lp.add(out, w) {
 			continue
 		}
-		switch rb := w.rowBytes(); w.Type {
+		switch w.Type {
 		case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
 			kernMatMulFloat(p, ks, out, w, rb, x, n)
 		default:
