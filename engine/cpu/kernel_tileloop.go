@@ -75,6 +75,8 @@ type tileLoop struct {
 	run, prep func(start, end int)
 }
 
+// tileLoopPool holds the tile loops not in use, with their buffers (the
+// activations of up to a prefill's tokens) and bound functions.
 var tileLoopPool = sync.Pool{New: func() any {
 	lp := new(tileLoop)
 	lp.run, lp.prep = lp.chunks, lp.prepare
