@@ -229,14 +229,14 @@ func (e *Executor) qkvRows(seqs []engine.SeqInput, l *layer, li int, sc *scratch
 		}
 		// One token's angles serve every layer of its rope: a decode
 		// step computes them once.
-		if p := int(bf.rowPos[r]); sc.anglesOf != rp || sc.anglesPos != p {
+		p := int(bf.rowPos[r])
+		if sc.anglesOf != rp || sc.anglesPos != p {
 			rp.angles(p, cos, sin)
 			sc.anglesOf, sc.anglesPos = rp, p
 		}
 		rp.apply(q, s.Heads, s.HeadDim, cos, sin)
 		rp.apply(k, s.KVHeads, s.HeadDim, cos, sin)
 		seq := &seqs[bf.rowSeq[r]]
-		p := int(bf.rowPos[r])
 		e.dev.write(ks, li, int(seq.Blocks[p/e.info.BlockSize]), p%e.info.BlockSize, k, v)
 	}
 }
@@ -256,13 +256,11 @@ func (e *Executor) denseFFN(l *layer, rows int) {
 		if fused {
 			bf.up = grow(bf.up, n*2*F)
 			MatMul(e.pool, bf.up, l.up, bf.xn[a*dim:], n)
-			e.parallel(n, F, func(i, j int) {
-				for r := i; r < j; r++ {
-					gu := bf.up[r*2*F : (r+1)*2*F]
-					act(gu[:F], gu[F:])
-					copy(bf.gate[r*F:(r+1)*F], gu[:F])
-				}
-			})
+			if e.split(n, F) {
+				e.pool.Run(n, func(i, j int) { gatedRows(act, bf.gate, bf.up, F, i, j) })
+			} else {
+				gatedRows(act, bf.gate, bf.up, F, 0, n)
+			}
 		} else {
 			bf.up = grow(bf.up, n*F)
 			MatMuls(e.pool, bf.xn[a*dim:], n, MatOut{bf.gate, l.gate}, MatOut{bf.up, l.up})
@@ -273,6 +271,16 @@ func (e *Executor) denseFFN(l *layer, rows int) {
 			}
 		}
 		MatMul(e.pool, bf.proj[a*dim:(a+n)*dim], l.down, bf.gate, n)
+	}
+}
+
+// gatedRows writes act(gate, up) of rows [a, b) of a fused gate-and-up
+// projection gu (rows of 2·F: gate, then up) into gate (rows of F).
+func gatedRows(act func(gate, up []float32), gate, gu []float32, F, a, b int) {
+	for r := a; r < b; r++ {
+		row := gu[r*2*F : (r+1)*2*F]
+		act(row[:F], row[F:])
+		copy(gate[r*F:(r+1)*F], row[:F])
 	}
 }
 
