@@ -32,6 +32,10 @@ func TestMarkdown(t *testing.T) {
 	r.add(mGen1, sideLlmd, 99)
 	r.add(mTTFT512, sideLlama, 1000)
 	r.add(mTTFT512, sideLlmd, 800)
+	r.add(mGen8, sideLlmd, 400)
+	r.add(mGen8, sideLlmd, 440)
+	r.add(mSrv8Dec, sideLlmd, 380)
+	r.add(mSrv8Dec, sideLlmd, 400)
 	r.failed[sideLlama] = 3
 	tb := &table{start: time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC), end: time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC),
 		machine: "cpu", llamaVersion: "1 (abc)", threads: 2, rounds: 1, bwStart: bandwidths{read: 30, copy: 50}, bwEnd: bandwidths{read: 30, copy: 50}, shapes: []*shapeResult{r}}
@@ -41,6 +45,8 @@ func TestMarkdown(t *testing.T) {
 	require.Contains(t, md, "| 0.5B/Q4_0 (300 MB of weights per token; roofline 100.0 tok/s) | generation 1 seq, tok/s (executor) | 90.0 | 99.0 (99% of roofline) | **1.10x** |")
 	require.Contains(t, md, "|  | 512-token prompt, TTFT ms (HTTP) | 1000 | 800 | **1.25x** |")
 	require.Contains(t, md, "| | failed requests through HTTP | 3 | 0 | |")
+	// HTTP decode over the executor's: 390 / 420, from 380/440 to 400/400.
+	require.Contains(t, md, "| | llmd's 8-stream decode through HTTP over its executor's (goal: 0.9x or more) | | | **0.93x** [0.86-1.00] |")
 	require.False(t, strings.Contains(md, mSrv8), "measures without samples are left out")
 }
 
