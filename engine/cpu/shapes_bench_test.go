@@ -58,33 +58,55 @@ func benchExecutor(b *testing.B, name string, open func(*testing.B) *gguf.File, 
 	})
 	for _, seqs := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("%s/gen/seqs=%d", name, seqs), func(b *testing.B) {
-			const promptLen, window = 64, 128
-			e := newExec(b, open(b), Config{BlockSize: 16, KVBlocks: seqs * (promptLen + window) / 16, KVType: "f16", NoSwap: true, Threads: benchThreads(), F16MatMul: benchF16MatMul()})
-			var batch engine.Batch
-			ts := make([]*testSeq, seqs)
-			for i := range ts {
-				ts[i] = newTestSeq(uint64(i), randomTokens(uint64(i), promptLen, vocab), seqBlocks(e, i, seqs))
-				batch.Seqs = append(batch.Seqs, ts[i].next(promptLen, false))
-			}
-			_, err := e.Forward(b.Context(), &batch)
-			require.NoError(b, err)
-			tok := []int32{1}
-			steps := 0
-			for b.Loop() {
-				pos := promptLen + steps%window
-				for i := range batch.Seqs {
-					batch.Seqs[i] = engine.SeqInput{SeqID: uint64(i), Tokens: tok, Pos: pos, Context: pos + 1, Blocks: ts[i].blocks, Sample: true}
-				}
-				out, err := e.Forward(b.Context(), &batch)
-				if err != nil {
-					b.Fatal(err)
-				}
-				tok[0] = out.Tokens[0]
-				steps++
-			}
-			b.ReportMetric(float64(seqs*steps)/b.Elapsed().Seconds(), "tokens/s")
+			benchGen(b, open(b), vocab, seqs, 64, false)
 		})
 	}
+}
+
+// benchGen measures decode steps of seqs sequences from a prompt of
+// promptLen tokens through the next 128 positions (then again from the
+// prompt's end), in tokens per second. Greedy, every sequence fed the
+// first one's token, unless served: then as llmd serves `llmctl bench`'s
+// requests, each sequence sampled at temperature 1 with its own seed,
+// with the sampled token's log-probability, and fed its own token.
+func benchGen(b *testing.B, f *gguf.File, vocab, seqs, promptLen int, served bool) {
+	const window = 128
+	e := newExec(b, f, Config{BlockSize: 16, KVBlocks: seqs * (promptLen + window) / 16, KVType: "f16", NoSwap: true, Threads: benchThreads(), F16MatMul: benchF16MatMul()})
+	var batch engine.Batch
+	ts := make([]*testSeq, seqs)
+	for i := range ts {
+		ts[i] = newTestSeq(uint64(i), randomTokens(uint64(i), promptLen, vocab), seqBlocks(e, i, seqs))
+		batch.Seqs = append(batch.Seqs, ts[i].next(promptLen, false))
+	}
+	_, err := e.Forward(b.Context(), &batch)
+	require.NoError(b, err)
+	toks := make([]int32, seqs)
+	for i := range toks {
+		toks[i] = 1
+	}
+	steps := 0
+	for b.Loop() {
+		pos := promptLen + steps%window
+		for i := range batch.Seqs {
+			in := engine.SeqInput{SeqID: uint64(i), Tokens: toks[i : i+1], Pos: pos, Context: pos + 1, Blocks: ts[i].blocks, Sample: true}
+			if served {
+				in.Sampling.Temperature, in.Seed, in.Logprobs = 1, uint64(i), true
+			}
+			batch.Seqs[i] = in
+		}
+		out, err := e.Forward(b.Context(), &batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range toks {
+			toks[i] = out.Tokens[0]
+			if served {
+				toks[i] = out.Tokens[i]
+			}
+		}
+		steps++
+	}
+	b.ReportMetric(float64(seqs*steps)/b.Elapsed().Seconds(), "tokens/s")
 }
 
 // benchThreads is the executor's threads in the benchmarks:
@@ -102,9 +124,17 @@ func benchF16MatMul() string { return os.Getenv("LLMD_BENCH_F16_MATMUL") }
 // BenchmarkFile is BenchmarkShapes for a model file of one's own:
 // LLMD_BENCH_GGUF=path (for example one `llmctl model init` wrote, which
 // llama.cpp's llama-bench reads too, for a comparison in the same run).
+//
+// It also measures 8 sequences decoding as llmd serves the 8-stream load of
+// make bench-peer (gen-served: 128-token prompts, so 129 to 256 tokens of
+// context, sampled at temperature 1 with log-probabilities): the step that
+// the load's inter-token latency through HTTP is set beside.
 func BenchmarkFile(b *testing.B) {
 	f, spec, name := benchFile(b)
 	benchExecutor(b, name, func(*testing.B) *gguf.File { return f }, spec.Vocab)
+	b.Run(name+"/gen-served/seqs=8", func(b *testing.B) {
+		benchGen(b, f, spec.Vocab, 8, 128, true)
+	})
 }
 
 // BenchmarkFileWeights measures one token's matrix products alone over

@@ -19,9 +19,9 @@
 //     Tokens are counted as each server reports them (llama.cpp's timings,
 //     llmd's log probabilities), not by text chunks. The 8-stream load's
 //     decode rate (8 tokens per median gap between a stream's tokens) is
-//     also set beside llmd's executor at 8 sequences: what serving through
-//     HTTP costs a step (its contexts run 128 to 256 tokens, the
-//     executor's 64 to 192).
+//     also set beside llmd's executor decoding 8 sequences as that load
+//     has them (129 to 256 tokens of context, sampled at temperature 1
+//     with log-probabilities): what serving through HTTP costs a step.
 //
 // Every figure is tokens per second (higher is better) except the time to
 // first token, whose ratio is llama.cpp's over llmd's (so above 1 is llmd
