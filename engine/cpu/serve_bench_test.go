@@ -50,7 +50,7 @@ func BenchmarkFileServe(b *testing.B) {
 		})
 	}
 	b.Run(name+"/exec-http-sampling/seqs=8", func(b *testing.B) {
-		benchDecodeSampling(b, f, spec.Vocab, serveStreams)
+		benchGen(b, f, spec.Vocab, serveStreams, 64, true)
 	})
 }
 
@@ -175,42 +175,6 @@ func serveRound(b *testing.B, eng *engine.Engine, vocab, round int, httpSampling
 		require.Len(b, res[i].times, serveOutput, "request %d", i)
 	}
 	return res
-}
-
-// benchDecodeSampling is BenchmarkFile's gen/seqs=N decode step with the
-// HTTP default sampling (temperature 1 and the sampled token's
-// log-probability) instead of greedy: the executor's share of the serving
-// cost, sampling included.
-func benchDecodeSampling(b *testing.B, f *gguf.File, vocab, seqs int) {
-	const promptLen, window = 64, 128
-	e := newExec(b, f, Config{BlockSize: 16, KVBlocks: seqs * (promptLen + window) / 16, KVType: "f16", NoSwap: true, Threads: benchThreads()})
-	var batch engine.Batch
-	ts := make([]*testSeq, seqs)
-	for i := range ts {
-		ts[i] = newTestSeq(uint64(i), randomTokens(uint64(i), promptLen, vocab), seqBlocks(e, i, seqs))
-		batch.Seqs = append(batch.Seqs, ts[i].next(promptLen, false))
-	}
-	_, err := e.Forward(b.Context(), &batch)
-	require.NoError(b, err)
-	tok := []int32{1}
-	steps := 0
-	pool0 := e.pool.Stats()
-	sp := engine.SamplingParams{Temperature: 1, TopP: 1}
-	for b.Loop() {
-		pos := promptLen + steps%window
-		for i := range batch.Seqs {
-			batch.Seqs[i] = engine.SeqInput{SeqID: uint64(i), Tokens: tok, Pos: pos, Context: pos + 1, Blocks: ts[i].blocks,
-				Sample: true, Sampling: sp, Seed: uint64(i), Generated: steps, Logprobs: true}
-		}
-		out, err := e.Forward(b.Context(), &batch)
-		if err != nil {
-			b.Fatal(err)
-		}
-		tok[0] = out.Tokens[0]
-		steps++
-	}
-	b.ReportMetric(float64(seqs*steps)/b.Elapsed().Seconds(), "tokens/s")
-	reportPool(b, e.pool.Stats(), pool0, uint64(steps))
 }
 
 // reportPool reports the pool's barriers (Runs) and parks per engine

@@ -85,12 +85,13 @@ func benchGen(b *testing.B, f *gguf.File, vocab, seqs, promptLen int, served boo
 		toks[i] = 1
 	}
 	steps := 0
+	pool0 := e.pool.Stats()
 	for b.Loop() {
 		pos := promptLen + steps%window
 		for i := range batch.Seqs {
 			in := engine.SeqInput{SeqID: uint64(i), Tokens: toks[i : i+1], Pos: pos, Context: pos + 1, Blocks: ts[i].blocks, Sample: true}
 			if served {
-				in.Sampling.Temperature, in.Seed, in.Logprobs = 1, uint64(i), true
+				in.Sampling.Temperature, in.Seed, in.Generated, in.Logprobs = 1, uint64(i), steps, true
 			}
 			batch.Seqs[i] = in
 		}
@@ -107,6 +108,7 @@ func benchGen(b *testing.B, f *gguf.File, vocab, seqs, promptLen int, served boo
 		steps++
 	}
 	b.ReportMetric(float64(seqs*steps)/b.Elapsed().Seconds(), "tokens/s")
+	reportPool(b, e.pool.Stats(), pool0, uint64(steps))
 }
 
 // benchThreads is the executor's threads in the benchmarks:

@@ -69,3 +69,19 @@ func TestVersionLine(t *testing.T) {
 	assert.Equal(t, "7100 (3f545bec), given as abc", versionLine("version: 7100 (3f545bec)\n", "abc"))
 	assert.Equal(t, "unknown version", versionLine("", ""))
 }
+
+func TestBenchLines(t *testing.T) {
+	// BenchmarkFile's lines, with the pool's metrics around tokens/s.
+	gen := "BenchmarkFile/file=0_5B-Q4_0.gguf/gen/seqs=8-2   20  13054781 ns/op  0.1500 caller-parks/step  170.0 runs/step  612.8 tokens/s  0.1500 worker-parks/step"
+	served := "BenchmarkFile/file=0_5B-Q4_0.gguf/gen-served/seqs=8-2   20  14383739 ns/op  0.1000 caller-parks/step  170.0 runs/step  556.2 tokens/s  0.4500 worker-parks/step"
+	m := benchGen.FindStringSubmatch(gen)
+	require.NotNil(t, m)
+	assert.Equal(t, []string{"8", "612.8"}, m[1:])
+	assert.Nil(t, benchGen.FindStringSubmatch(served), "gen-served is not a gen/seqs=N line")
+	m = benchServed.FindStringSubmatch(served)
+	require.NotNil(t, m)
+	assert.Equal(t, "556.2", m[1])
+	m = benchPrompt.FindStringSubmatch("BenchmarkFile/file=x.gguf/prompt=512-2   5  600449115 ns/op  852.7 tokens/s")
+	require.NotNil(t, m)
+	assert.Equal(t, "852.7", m[1])
+}
