@@ -80,6 +80,7 @@ func benchGen(b *testing.B, f *gguf.File, vocab, seqs, promptLen int, served boo
 	}
 	_, err := e.Forward(b.Context(), &batch)
 	require.NoError(b, err)
+	// Greedy, every sequence reads toks[:1]; served, sequence i toks[i].
 	toks := make([]int32, seqs)
 	for i := range toks {
 		toks[i] = 1
@@ -89,7 +90,11 @@ func benchGen(b *testing.B, f *gguf.File, vocab, seqs, promptLen int, served boo
 	for b.Loop() {
 		pos := promptLen + steps%window
 		for i := range batch.Seqs {
-			in := engine.SeqInput{SeqID: uint64(i), Tokens: toks[i : i+1], Pos: pos, Context: pos + 1, Blocks: ts[i].blocks, Sample: true}
+			tok := toks[:1]
+			if served {
+				tok = toks[i : i+1]
+			}
+			in := engine.SeqInput{SeqID: uint64(i), Tokens: tok, Pos: pos, Context: pos + 1, Blocks: ts[i].blocks, Sample: true}
 			if served {
 				in.Sampling.Temperature, in.Seed, in.Generated, in.Logprobs = 1, uint64(i), steps, true
 			}
@@ -99,11 +104,10 @@ func benchGen(b *testing.B, f *gguf.File, vocab, seqs, promptLen int, served boo
 		if err != nil {
 			b.Fatal(err)
 		}
-		for i := range toks {
-			toks[i] = out.Tokens[0]
-			if served {
-				toks[i] = out.Tokens[i]
-			}
+		if served {
+			copy(toks, out.Tokens)
+		} else {
+			toks[0] = out.Tokens[0]
 		}
 		steps++
 	}
